@@ -1,0 +1,69 @@
+# One entry point for people and CI.  Every target sets up what it needs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.jupyter-pause-installed
+JLPM := cd labextension && ../$(BIN)/jlpm
+JUPYTER_ARGS ?=
+# the venv first on PATH: jlpm and jupyter-builder live there
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+PYTEST_ARGS ?=
+
+.PHONY: lab test lint format bench build check-wheel browser clean
+
+# --- set-up -------------------------------------------------------------
+$(STAMP): pyproject.toml labextension/package.json
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# the CPU build of torch on this machine; an unpinned torch pulls CUDA (GBs)
+	$(BIN)/pip install --quiet "torch==2.13.0"
+	$(BIN)/pip install --quiet hatchling editables hatch-nodejs-version hatch-jupyter-builder "jupyter-builder>=1.2,<2"
+	$(MAKE) build
+	$(BIN)/pip install --quiet --no-build-isolation -e ".[torch,kubernetes,test,dev]"
+	$(BIN)/jupyter labextension develop --overwrite . >/dev/null
+	touch $(STAMP)
+
+# the labextension: TypeScript -> jupyter_pause/labextension (prebuilt)
+build: $(VENV)/bin/jlpm
+	$(JLPM) install
+	$(JLPM) build
+
+$(VENV)/bin/jlpm:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet "jupyter-builder>=1.2,<2"
+
+# --- the two README commands --------------------------------------------
+lab: $(STAMP)
+	$(BIN)/jupyter lab --notebook-dir=notebooks $(JUPYTER_ARGS)
+
+test: $(STAMP) browser lint check-wheel
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# --- the rest ------------------------------------------------------------
+lint: $(STAMP)
+	$(BIN)/ruff check jupyter_pause tests benchmarks
+	$(BIN)/ruff format --check jupyter_pause tests benchmarks
+	$(JLPM) lint:check
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix jupyter_pause tests benchmarks
+	$(BIN)/ruff format jupyter_pause tests benchmarks
+	$(JLPM) lint
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_checkpoint.py $(BENCH_ARGS)
+
+# Build the wheel and install it into a fresh virtualenv with no node on PATH:
+# both extension lists must show jupyter-pause enabled and OK.
+check-wheel: $(STAMP)
+	bash .ci/check-wheel
+
+# Debian's chromium for the browser tests (Playwright drives it; no browser download).
+browser:
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else echo "Install Debian's chromium (sudo apt-get install chromium) for the browser tests" >&2; exit 1; fi; }
+
+clean:
+	rm -rf $(VENV) labextension/node_modules labextension/lib jupyter_pause/labextension dist build

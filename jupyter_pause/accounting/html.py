@@ -1,0 +1,230 @@
+"""The report as one self-contained HTML page (inline CSS and SVG, no scripts).
+
+``render_html(report)`` accepts a :class:`~jupyter_pause.accounting.report.Report`
+or its JSON (``Report.to_json()``), so the server can render what it already
+computed.  Plots: the timeline of states per session, accelerator-hours
+allocated / used / released per notebook, and the latency distributions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import svg
+from .report import Report, fmt_bytes, fmt_time
+from .svg import esc
+
+CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:960px;color:#263238;padding:0 12px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #eceff1}
+.muted{color:#607d8b}.cards{display:flex;gap:12px;flex-wrap:wrap;margin:16px 0}
+.card{border:1px solid #cfd8dc;border-radius:6px;padding:8px 14px;min-width:130px}
+.card b{display:block;font-size:20px}table{border-collapse:collapse;font-size:12.5px;margin:6px 0}
+th,td{padding:3px 8px;border-bottom:1px solid #eceff1;text-align:right}
+th:first-child,td:first-child,th:nth-child(2),td:nth-child(2){text-align:left}
+th{background:#f5f7f8}svg{max-width:100%;height:auto;display:block;margin:6px 0}
+dl{font-size:12.5px}dt{font-weight:600;margin-top:6px}dd{margin-left:16px}
+"""
+
+DEFINITIONS = [
+    (
+        "allocated",
+        "KERNEL_STARTED (or the session's first event) until ACCELERATOR_RELEASED; again from "
+        "CAPACITY_ACQUIRED / KERNEL_STARTED after a resume. Hours x GPUs.",
+    ),
+    (
+        "active",
+        "Union of cell executions (duration ending at CELL_EXECUTED) inside allocated time.",
+    ),
+    (
+        "released",
+        "ACCELERATOR_RELEASED until the accelerator is acquired again (or the period ends).",
+    ),
+    (
+        "always-on",
+        "What an allocation that never paused would have held: GPUs x (period end - first seen).",
+    ),
+    ("pause latency", "PAUSE_REQUESTED -> ACCELERATOR_RELEASED."),
+    (
+        "resume latency",
+        "RESUME_REQUESTED -> FIRST_CELL_RUNNABLE; capacity wait is the part "
+        "between WAITING_FOR_CAPACITY and CAPACITY_ACQUIRED.",
+    ),
+    ("interruption", "An auto-pause resumed within the interruption window after its request."),
+    (
+        "restore outcome",
+        "snapshot / checkpoint (fallback) from RESTORE_FINISHED; failed otherwise.",
+    ),
+]
+
+
+def render_html(
+    report: Report | dict[str, Any], title: str = "jupyter-pause: GPU-time report"
+) -> str:
+    data = report.to_json() if isinstance(report, Report) else report
+    p, t = data["period"], data["totals"]
+    gh = t["gpu_hours"]
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{esc(title)}</h1>",
+        f"<div class='muted'>{esc(fmt_time(p['since']))} – {esc(fmt_time(p['until']))}"
+        f" ({p['hours']:.1f} h), {len(data['sessions'])} sessions</div>",
+        "<div class='cards'>",
+    ]
+    for label, value in (
+        ("allocated", f"{gh['allocated']:.1f} h"),
+        ("actively used", f"{gh['active']:.1f} h"),
+        ("released by pausing", f"{gh['released']:.1f} h"),
+        ("always-on would hold", f"{gh['always_on']:.1f} h"),
+        ("pauses / interruptions", f"{t['pauses']['count']} / {t['pauses']['interruptions']}"),
+        ("storage held now", fmt_bytes(data["storage"]["bytes_now"])),
+    ):
+        parts.append(
+            f"<div class='card'><span class='muted'>{esc(label)}</span><b>{esc(value)}</b></div>"
+        )
+    parts.append("</div>")
+
+    parts.append("<h2 id='timeline'>Timeline of states per session</h2>")
+    rows = [
+        {"label": s["key"], "timeline": s["timeline"], "active": s["active"]}
+        for s in data["sessions"]
+    ]
+    parts.append(svg.timeline(rows, p["since"], p["until"]))
+
+    parts.append("<h2 id='hours'>Accelerator-hours per notebook</h2>")
+    hrows = [
+        (
+            g["key"] if not g.get("user") else f"{g['user']}:{g['key']}",
+            [
+                g["gpu_hours"]["allocated"],
+                g["gpu_hours"]["active"],
+                g["gpu_hours"]["released"],
+                g["gpu_hours"]["always_on"],
+            ],
+        )
+        for g in data["by_notebook"]
+    ]
+    parts.append(
+        svg.hbars(
+            hrows,
+            ["allocated", "actively used", "released by pausing", "always-on"],
+            unit="accelerator-hours",
+            title="Accelerator-hours allocated vs used vs released",
+            kind="hours",
+        )
+    )
+
+    parts.append("<h2 id='latency'>Latency distributions</h2>")
+    pauses = data["pauses"]
+    lrows = [
+        (
+            "pause: request → released",
+            [x["pause_latency_s"] for x in pauses if x["pause_latency_s"] is not None],
+        ),
+        (
+            "resume: request → runnable",
+            [x["resume_latency_s"] for x in pauses if x["resume_latency_s"] is not None],
+        ),
+        ("waiting for capacity", [x["capacity_wait_s"] for x in pauses if x["capacity_wait_s"]]),
+    ]
+    parts.append(
+        svg.strips(lrows, unit="seconds", title="Pause and resume latency", kind="latency")
+    )
+    parts.append(_latency_table(t))
+
+    parts.append("<h2 id='groups'>Per notebook, user and workload class</h2>")
+    parts.append(_groups_table(data))
+
+    r = t["restores"]
+    cb, sb = t["checkpoint_bytes"], t["snapshot_bytes"]
+    parts.append("<h2 id='restores'>Restores and storage</h2><ul>")
+    parts.append(
+        f"<li>Restores: {r['snapshot']} from snapshot, {r['checkpoint']} from checkpoint (fallback),"
+        f" {r['failed']} failed, of {r['total']}.</li>"
+        f"<li>Checkpoints: {cb['n']}, median {esc(fmt_bytes(cb['median']))},"
+        f" max {esc(fmt_bytes(cb['max']))}, {esc(fmt_bytes(cb['total_written']))} in total.</li>"
+        f"<li>Snapshots: {sb['n']}, median {esc(fmt_bytes(sb['median']))}, max {esc(fmt_bytes(sb['max']))}.</li>"
+        f"<li>Storage held now: {esc(fmt_bytes(data['storage']['bytes_now']))}"
+        f" (source: {esc(data['storage']['source'])}).</li>"
+        f"<li>Interruptions: {t['pauses']['interruptions']} of {t['pauses']['auto']} auto-pauses were"
+        f" resumed within {data['options']['interruption_minutes']:g} minutes.</li></ul>"
+    )
+
+    parts.append("<h2 id='pauses'>Pause intervals</h2>")
+    parts.append(_pauses_table(pauses))
+
+    parts.append("<h2 id='definitions'>Definitions</h2><dl>")
+    for k, v in DEFINITIONS:
+        parts.append(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>")
+    parts.append(
+        "</dl><p class='muted'>Times in UTC. Generated by jupyter-pause.</p></body></html>"
+    )
+    return "".join(parts)
+
+
+def _f(v: float | None, nd: int = 1) -> str:
+    return "–" if v is None else f"{v:.{nd}f}"
+
+
+def _latency_table(t: dict[str, Any]) -> str:
+    rows = []
+    for label, key in (
+        ("pause", "pause_latency_s"),
+        ("resume", "resume_latency_s"),
+        ("capacity wait", "capacity_wait_s"),
+    ):
+        s = t[key]
+        rows.append(
+            f"<tr><td>{label}</td><td></td><td>{s['n']}</td><td>{_f(s['median'])}</td>"
+            f"<td>{_f(s['p95'])}</td><td>{_f(s['max'])}</td></tr>"
+        )
+    return (
+        "<table class='latency'><tr><th>latency (s)</th><th></th><th>n</th><th>median</th>"
+        "<th>p95</th><th>max</th></tr>" + "".join(rows) + "</table>"
+    )
+
+
+def _groups_table(data: dict[str, Any]) -> str:
+    head = (
+        "<tr><th>scope</th><th>key</th><th>allocated h</th><th>active h</th><th>idle h</th>"
+        "<th>released h</th><th>always-on h</th><th>pauses</th><th>interruptions</th>"
+        "<th>resume p50 s</th><th>resume p95 s</th></tr>"
+    )
+    rows = []
+    for scope, groups in (
+        ("total", [data["totals"]]),
+        ("notebook", data["by_notebook"]),
+        ("user", data["by_user"]),
+        ("class", data["by_class"]),
+    ):
+        for g in groups:
+            gh = g["gpu_hours"]
+            rows.append(
+                f"<tr><td>{scope}</td><td>{esc(g['key'])}</td><td>{gh['allocated']:.2f}</td>"
+                f"<td>{gh['active']:.2f}</td><td>{gh['idle_allocated']:.2f}</td>"
+                f"<td>{gh['released']:.2f}</td><td>{gh['always_on']:.2f}</td>"
+                f"<td>{g['pauses']['count']}</td><td>{g['pauses']['interruptions']}</td>"
+                f"<td>{_f(g['resume_latency_s']['median'])}</td><td>{_f(g['resume_latency_s']['p95'])}</td></tr>"
+            )
+    return "<table class='groups'>" + head + "".join(rows) + "</table>"
+
+
+def _pauses_table(pauses: list[dict[str, Any]]) -> str:
+    if not pauses:
+        return "<p class='muted'>No pauses in this period.</p>"
+    head = (
+        "<tr><th>notebook</th><th>requested</th><th>auto</th><th>pause s</th><th>resume s</th>"
+        "<th>capacity wait s</th><th>restored from</th><th>checkpoint</th><th>interrupted</th></tr>"
+    )
+    rows = []
+    for x in pauses:
+        when = x["requested"] if x["requested"] is not None else x["released"]
+        rows.append(
+            f"<tr><td>{esc(x['path'])}</td><td>{esc(fmt_time(when)) if when else '–'}</td>"
+            f"<td>{'yes' if x['auto'] else 'no'}</td><td>{_f(x['pause_latency_s'])}</td>"
+            f"<td>{_f(x['resume_latency_s'])}</td><td>{_f(x['capacity_wait_s'])}</td>"
+            f"<td>{esc(x['restore_outcome'] or '–')}</td><td>{esc(fmt_bytes(x['checkpoint_bytes']))}</td>"
+            f"<td>{'yes' if x['interrupted'] else ''}</td></tr>"
+        )
+    return "<table class='pauses'>" + head + "".join(rows) + "</table>"

@@ -1,0 +1,608 @@
+"""Which idle threshold is worth it?  A discrete-event simulation.
+
+The model (also in ``docs/accounting.md``; every assumption is a parameter
+or stated here):
+
+1. **Sessions** come from a trace (:mod:`.traces`).  Each needs ``gpus``
+   accelerators from ``start`` to ``end`` unless paused.  An always-on
+   allocation holds them for the whole span.
+2. **Idle detection**: the idle clock starts when an active interval ends
+   (or when a resume finishes, if later).  If the gap to the next active
+   interval (or to the session end) is longer than the threshold, an
+   auto-pause is requested exactly ``threshold`` after the idle clock started.
+   Gaps no longer than the threshold never pause.
+3. **Pausing** takes ``pause_s = pause_overhead_s + state_gb / write_gbps``;
+   the accelerator stays allocated while the snapshot is written, then goes
+   back to the pool.
+4. **Returning**: the user comes back at the start of the next active
+   interval and requests a resume (if the pause is still being written, the
+   request waits for it).  Requests queue FIFO for the **pool** of
+   ``pool`` accelerators (``None``: unlimited); a request needing ``g``
+   accelerators waits at the head of the queue until ``g`` are free (no
+   overtaking).  Once assigned, the accelerator is allocated and the resume
+   takes ``capacity wait + restore_s`` where the capacity wait is drawn from
+   a discrete distribution (node provisioning, image pull; seeded per
+   session) and ``restore_s = resume_overhead_s + state_gb / read_gbps``.
+5. **Waiting**: user waiting time is resume request -> runnable (pool queue
+   + capacity wait + restore).  Waiting does **not** shift the user's later
+   activity (the trace is replayed as recorded; the idle clock restarts at
+   the later of the interval's end and the resume's end).  Session starts
+   also queue for the pool (reported separately as start waits: with a pool
+   smaller than the number of sessions, "never pause" leaves some users
+   waiting for their first accelerator).
+6. **Released accelerator-hours**: from the end of a pause (accelerator back
+   in the pool) until the user asks for it back (or the session ends), times
+   ``gpus``.  Time queued after asking is waiting, not a saving.  This is an
+   upper bound on savings: a node that stays up for other pods may still
+   cost money.
+7. **Interruptions**: pauses whose user came back within
+   ``interruption_minutes`` (default 10) of the pause request; **short
+   breaks paused**: pauses of gaps shorter than ``short_break_minutes``
+   (default 120: lunch and meetings, not nights).
+8. **Recommendation**: among thresholds whose waiting for an accelerator
+   (resumes and session starts) per active user-day is within the budget
+   (minutes), the one with the most released accelerator-hours (ties: the
+   longer threshold, i.e. fewer interruptions).  An active user-day is a
+   (user, UTC day) pair with any activity.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import re
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from . import svg
+from .report import quantile, table
+from .traces import Trace, TraceSession
+
+HOUR = 3600.0
+
+
+@dataclass
+class Costs:
+    """Snapshot and restore costs (defaults: a 3B-parameter model session)."""
+
+    state_gb: float = 8.0  # what a pause writes and a resume reads
+    write_gbps: float = 0.5
+    read_gbps: float = 0.5
+    pause_overhead_s: float = 10.0
+    resume_overhead_s: float = 20.0
+    # (seconds, probability) pairs; the probabilities are normalised.
+    capacity_wait: list[tuple[float, float]] = field(default_factory=lambda: [(0.0, 1.0)])
+
+    @property
+    def pause_s(self) -> float:
+        return self.pause_overhead_s + (self.state_gb / self.write_gbps if self.state_gb else 0.0)
+
+    @property
+    def restore_s(self) -> float:
+        return self.resume_overhead_s + (self.state_gb / self.read_gbps if self.state_gb else 0.0)
+
+    def draw_capacity_wait(self, rng: random.Random) -> float:
+        total = sum(p for _, p in self.capacity_wait)
+        if len(self.capacity_wait) == 1 or total <= 0:
+            return self.capacity_wait[0][0] if self.capacity_wait else 0.0
+        x = rng.random() * total
+        for seconds, p in self.capacity_wait:
+            x -= p
+            if x < 0:
+                return seconds
+        return self.capacity_wait[-1][0]
+
+
+@dataclass
+class ThresholdResult:
+    threshold_s: float | None  # None: never pause
+    allocated_h: float
+    released_h: float
+    always_on_h: float
+    active_h: float
+    pauses: int
+    interruptions: int
+    short_breaks_paused: int
+    resumes: int
+    wait_h: float  # resume waiting (request -> runnable), all users
+    wait_min_per_user_day: float  # all waiting for an accelerator (resumes + starts) per user-day
+    wait_median_s: float | None
+    wait_p95_s: float | None
+    wait_max_s: float | None
+    queued_resumes: int  # resumes that waited for the pool
+    queue_wait_h: float  # the part of wait_h spent in the pool queue
+    max_queue: int  # most requests waiting for the pool at once
+    start_wait_h: float
+    unserved: int  # requests still queued when their session ended
+    peak_in_use: int
+    written_gb: float
+    within_budget: bool = True
+
+    @property
+    def label(self) -> str:
+        return format_threshold(self.threshold_s)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.label, **asdict(self)}
+
+
+@dataclass
+class _S:
+    """One session's simulation state."""
+
+    ts: TraceSession
+    rng: random.Random
+    k: int = -1  # index of the last active interval the user started
+    holding: bool = False
+    alloc_start: float = 0.0
+    released_since: float | None = None
+    req_time: float = 0.0
+    req_kind: str = "start"
+    enqueued: float = 0.0
+    gap: tuple[float, float] = (0.0, 0.0)
+    done: bool = False
+
+
+def simulate_threshold(
+    trace: Trace,
+    threshold_s: float | None,
+    *,
+    pool: int | None = None,
+    costs: Costs | None = None,
+    seed: int = 0,
+    interruption_minutes: float = 10.0,
+    short_break_minutes: float = 120.0,
+) -> ThresholdResult:
+    costs = costs or Costs()
+    sims = [_S(ts, random.Random(f"capacity:{seed}:{ts.id}")) for ts in trace.sessions]
+    heap: list[tuple[float, int, str, int]] = []
+    seq = 0
+
+    def push(t: float, kind: str, i: int) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(heap, (t, seq, kind, i))
+
+    free = pool if pool is not None else math.inf
+    queue: deque[int] = deque()
+    expired: list[int] = []
+    acc = {
+        "allocated": 0.0,
+        "released": 0.0,
+        "pauses": 0,
+        "interruptions": 0,
+        "short": 0,
+        "queued": 0,
+        "queue_wait": 0.0,
+        "max_queue": 0,
+        "unserved": 0,
+        "in_use": 0,
+        "peak": 0,
+        "written": 0.0,
+    }
+    waits: list[float] = []  # resume request -> runnable
+    start_waits: list[float] = []  # session start -> runnable
+
+    def try_assign(t: float) -> None:
+        nonlocal free
+        while queue:
+            i = queue[0]
+            if t >= sims[i].ts.end:  # the session ended while it waited: unserved
+                queue.popleft()
+                expired.append(i)
+                continue
+            if free < sims[i].ts.gpus:
+                break
+            queue.popleft()
+            s = sims[i]
+            g = s.ts.gpus
+            free -= g
+            acc["in_use"] += g
+            acc["peak"] = max(acc["peak"], acc["in_use"])
+            s.holding, s.alloc_start = True, t
+            if t - s.enqueued > 1e-9 and s.req_kind == "resume":
+                acc["queued"] += 1
+                acc["queue_wait"] += t - s.enqueued
+            delay = costs.draw_capacity_wait(s.rng)
+            if s.req_kind == "resume":
+                delay += costs.restore_s
+            push(t + delay, "ready", i)
+
+    def release(i: int, t: float) -> None:
+        nonlocal free
+        s = sims[i]
+        if not s.holding:
+            return
+        g = s.ts.gpus
+        acc["allocated"] += (t - s.alloc_start) * g
+        free += g
+        acc["in_use"] -= g
+        s.holding = False
+
+    def plan_next(i: int, t: float) -> None:
+        s = sims[i]
+        act, end = s.ts.active, s.ts.end
+        idle_start = max(t, act[s.k][1] if s.k >= 0 else s.ts.start)
+        while True:
+            nxt = act[s.k + 1][0] if s.k + 1 < len(act) else None
+            gap_end = nxt if nxt is not None else end
+            if idle_start >= end:
+                push(idle_start, "end", i)
+                return
+            if threshold_s is not None and gap_end - idle_start > threshold_s:
+                s.gap = (idle_start, gap_end)
+                push(idle_start + threshold_s, "pause", i)
+                return
+            if nxt is None:
+                push(end, "end", i)
+                return
+            s.k += 1
+            idle_start = max(idle_start, act[s.k][1])
+
+    for i, s in enumerate(sims):
+        s.req_time = s.enqueued = s.ts.start
+        push(s.ts.start, "request", i)
+
+    while heap:
+        t, _, kind, i = heapq.heappop(heap)
+        s = sims[i]
+        if kind == "request":
+            if s.released_since is not None:  # released until the user asks for it back
+                acc["released"] += max(0.0, s.req_time - s.released_since) * s.ts.gpus
+                s.released_since = None
+            s.enqueued = t
+            queue.append(i)
+            try_assign(t)
+            acc["max_queue"] = max(acc["max_queue"], len(queue))  # requests left waiting
+        elif kind == "ready":
+            wait = t - s.req_time
+            if s.req_kind == "resume":
+                waits.append(wait)
+            else:
+                start_waits.append(wait)
+            plan_next(i, t)
+        elif kind == "pause":
+            acc["pauses"] += 1
+            acc["written"] += costs.state_gb
+            g0, g1 = s.gap
+            if g1 - g0 < short_break_minutes * 60:
+                acc["short"] += 1
+            if s.k + 1 < len(s.ts.active) and g1 - t <= interruption_minutes * 60:
+                acc["interruptions"] += 1
+            push(t + costs.pause_s, "released", i)
+        elif kind == "released":
+            release(i, t)
+            s.released_since = t
+            try_assign(t)
+            if s.k + 1 < len(s.ts.active):
+                s.k += 1
+                back = s.ts.active[s.k][0]
+                s.req_time, s.req_kind = back, "resume"
+                push(max(back, t), "request", i)
+        elif kind == "end":
+            release(i, t)
+            s.done = True
+            try_assign(t)
+
+    # sessions that never got (back) their accelerator before their end
+    for s in sims:
+        if s.released_since is not None:
+            acc["released"] += max(0.0, s.ts.end - s.released_since) * s.ts.gpus
+        if s.holding:  # pragma: no cover - every holder gets an "end"
+            acc["allocated"] += (s.ts.end - s.alloc_start) * s.ts.gpus
+    for i in [*expired, *queue]:
+        s = sims[i]
+        acc["unserved"] += 1
+        (waits if s.req_kind == "resume" else start_waits).append(max(0.0, s.ts.end - s.req_time))
+
+    user_days = max(trace.active_user_days(), 1)
+    total_wait = sum(waits)
+    all_wait = total_wait + sum(start_waits)
+    return ThresholdResult(
+        threshold_s=threshold_s,
+        allocated_h=acc["allocated"] / HOUR,
+        released_h=acc["released"] / HOUR,
+        always_on_h=sum((s.end - s.start) * s.gpus for s in trace.sessions) / HOUR,
+        active_h=sum(s.active_seconds * s.gpus for s in trace.sessions) / HOUR,
+        pauses=acc["pauses"],
+        interruptions=acc["interruptions"],
+        short_breaks_paused=acc["short"],
+        resumes=len(waits),
+        wait_h=total_wait / HOUR,
+        wait_min_per_user_day=all_wait / 60.0 / user_days,
+        wait_median_s=quantile(waits, 0.5),
+        wait_p95_s=quantile(waits, 0.95),
+        wait_max_s=max(waits) if waits else None,
+        queued_resumes=acc["queued"],
+        queue_wait_h=acc["queue_wait"] / HOUR,
+        max_queue=acc["max_queue"],
+        start_wait_h=sum(start_waits) / HOUR,
+        unserved=acc["unserved"],
+        peak_in_use=acc["peak"],
+        written_gb=acc["written"],
+    )
+
+
+@dataclass
+class Simulation:
+    trace: Trace
+    results: list[ThresholdResult]
+    pool: int | None
+    costs: Costs
+    wait_budget_min: float
+    recommended: ThresholdResult | None
+    seed: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "trace": {
+                "source": self.trace.source,
+                "start": self.trace.start,
+                "end": self.trace.end,
+                "sessions": len(self.trace.sessions),
+                "users": len(self.trace.users),
+                "active_user_days": self.trace.active_user_days(),
+            },
+            "pool": self.pool,
+            "costs": {
+                **asdict(self.costs),
+                "pause_s": self.costs.pause_s,
+                "restore_s": self.costs.restore_s,
+            },
+            "seed": self.seed,
+            "wait_budget_min_per_user_day": self.wait_budget_min,
+            "results": [r.to_json() for r in self.results],
+            "recommended": self.recommended.label if self.recommended else None,
+            "recommendation": self.recommendation(),
+        }
+
+    def to_csv(self) -> str:
+        import csv
+        import io
+
+        rows = [r.to_json() for r in self.results]
+        out = io.StringIO()
+        w = csv.DictWriter(
+            out, fieldnames=list(rows[0]) if rows else ["label"], lineterminator="\n"
+        )
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: "" if v is None else v for k, v in row.items()})
+        return out.getvalue()
+
+    def recommendation(self) -> str:
+        if self.recommended is None:
+            least = min(self.results, key=lambda r: r.wait_min_per_user_day, default=None)
+            return (
+                "No threshold keeps waiting for an accelerator within"
+                f" {self.wait_budget_min:g} min per user-day"
+                + (
+                    f"; the least is {least.label} ({least.wait_min_per_user_day:.1f} min)."
+                    " The pool may be too small for the demand (see start waits)."
+                    if least
+                    else "."
+                )
+            )
+
+        r = self.recommended
+        if r.threshold_s is None:
+            return (
+                f"Never pause: no threshold releases hours within"
+                f" {self.wait_budget_min:g} min of waiting per user-day."
+            )
+        return (
+            f"Recommended idle threshold: {r.label}. It releases {r.released_h:.1f} of"
+            f" {r.always_on_h:.1f} accelerator-hours with {r.wait_min_per_user_day:.1f} min of"
+            f" waiting per user-day (budget {self.wait_budget_min:g}), {r.pauses} pauses,"
+            f" {r.interruptions} interruptions."
+        )
+
+    def to_text(self) -> str:
+        head = [
+            "threshold",
+            "released h",
+            "alloc h",
+            "pauses",
+            "interrupt.",
+            "short brk",
+            "resumes",
+            "wait h",
+            "start wait h",
+            "min/user-day",
+            "p95 wait s",
+            "queued",
+            "max queue",
+            "",
+        ]
+        vmax = max((r.released_h for r in self.results), default=0) or 1
+        rows = []
+        for r in self.results:
+            bar = "#" * round(20 * r.released_h / vmax)
+            mark = " <" if self.recommended is r else ""
+            rows.append(
+                [
+                    r.label,
+                    f"{r.released_h:.1f}",
+                    f"{r.allocated_h:.1f}",
+                    str(r.pauses),
+                    str(r.interruptions),
+                    str(r.short_breaks_paused),
+                    str(r.resumes),
+                    f"{r.wait_h:.2f}",
+                    f"{r.start_wait_h:.2f}",
+                    f"{r.wait_min_per_user_day:.1f}" + ("" if r.within_budget else "!"),
+                    "-" if r.wait_p95_s is None else f"{r.wait_p95_s:.0f}",
+                    str(r.queued_resumes),
+                    str(r.max_queue),
+                    bar + mark,
+                ]
+            )
+        t = self.trace
+        first = self.results[0] if self.results else None
+        lines = [
+            f"Idle-threshold simulation: {t.source}",
+            f"{len(t.sessions)} sessions, {len(t.users)} users, {(t.end - t.start) / HOUR:.0f} h,"
+            f" pool {self.pool if self.pool is not None else 'unlimited'},"
+            f" pause {self.costs.pause_s:.0f} s, restore {self.costs.restore_s:.0f} s"
+            + (
+                f"; always-on {first.always_on_h:.1f} h, active {first.active_h:.1f} h"
+                if first
+                else ""
+            ),
+            "",
+            *table(head, rows, right=range(1, 13)),
+            "",
+            "! over the waiting budget;  < recommended;  short brk: paused gaps under the short-break limit",
+            self.recommendation(),
+        ]
+        return "\n".join(lines) + "\n"
+
+    def to_svg(self) -> str:
+        cats = [r.label for r in self.results]
+        best = self.results.index(self.recommended) if self.recommended in self.results else None
+        left = svg.vbars(
+            cats,
+            [
+                ("released by pausing", [r.released_h for r in self.results]),
+                ("allocated", [r.allocated_h for r in self.results]),
+            ],
+            unit="accelerator-hours",
+            title="Accelerator-hours per idle threshold",
+            kind="sim-hours",
+            highlight=best,
+        )
+        right = svg.vbars(
+            cats,
+            [("resume waiting", [r.wait_min_per_user_day for r in self.results])],
+            unit="minutes per user-day",
+            title="Waiting for an accelerator",
+            kind="sim-wait",
+            limit=self.wait_budget_min,
+            limit_label=f"budget {self.wait_budget_min:g} min",
+            highlight=best,
+        )
+        return (
+            '<svg xmlns="http://www.w3.org/2000/svg" data-chart="simulation" width="900" height="240"'
+            ' viewBox="0 0 900 240"><title>Idle-threshold simulation</title>'
+            + _at(left, 0)
+            + _at(right, 460)
+            + "</svg>"
+        )
+
+    def to_html(self) -> str:
+        rows = "".join(
+            f"<tr{' class=best' if r is self.recommended else ''}><td>{svg.esc(r.label)}</td>"
+            f"<td>{r.released_h:.1f}</td><td>{r.allocated_h:.1f}</td><td>{r.pauses}</td>"
+            f"<td>{r.interruptions}</td><td>{r.short_breaks_paused}</td><td>{r.wait_h:.2f}</td>"
+            f"<td>{r.wait_min_per_user_day:.1f}</td><td>{r.queued_resumes}</td><td>{r.max_queue}</td></tr>"
+            for r in self.results
+        )
+        return (
+            "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Idle-threshold simulation"
+            "</title><style>body{font:14px system-ui,sans-serif;max-width:960px;margin:24px auto}"
+            "td,th{padding:3px 8px;text-align:right;border-bottom:1px solid #eee}tr.best{background:#fff8e1}"
+            "</style></head><body><h1>Idle-threshold simulation</h1>"
+            f"<p>{svg.esc(self.trace.source)}; pool {self.pool if self.pool is not None else 'unlimited'}</p>"
+            + self.to_svg()
+            + "<table><tr><th>threshold</th><th>released h</th><th>allocated h</th><th>pauses</th>"
+            "<th>interruptions</th><th>short breaks paused</th><th>wait h</th><th>min/user-day</th>"
+            f"<th>queued</th><th>max queue</th></tr>{rows}</table><p><b>{svg.esc(self.recommendation())}"
+            "</b></p></body></html>"
+        )
+
+
+def _at(inner: str, x: float) -> str:
+    """Place a child <svg> at x (nested svg elements take x/y attributes)."""
+    return inner.replace("<svg ", f'<svg x="{x:.0f}" y="0" ', 1)
+
+
+def simulate(
+    trace: Trace,
+    thresholds: list[float | None],
+    *,
+    pool: int | None = None,
+    costs: Costs | None = None,
+    seed: int = 0,
+    wait_budget_min: float = 5.0,
+    interruption_minutes: float = 10.0,
+    short_break_minutes: float = 120.0,
+) -> Simulation:
+    """Simulate every threshold on the same trace and recommend one."""
+    costs = costs or Costs()
+    results = [
+        simulate_threshold(
+            trace,
+            th,
+            pool=pool,
+            costs=costs,
+            seed=seed,
+            interruption_minutes=interruption_minutes,
+            short_break_minutes=short_break_minutes,
+        )
+        for th in thresholds
+    ]
+    for r in results:
+        r.within_budget = r.wait_min_per_user_day <= wait_budget_min + 1e-9
+    feasible = [r for r in results if r.within_budget]
+    best = max(
+        feasible,
+        key=lambda r: (
+            round(r.released_h, 6),
+            math.inf if r.threshold_s is None else r.threshold_s,
+        ),
+        default=None,
+    )
+    return Simulation(trace, results, pool, costs, wait_budget_min, best, seed)
+
+
+# --------------------------------------------------------------------------- parsing
+
+_DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|hr|d)?\s*$")
+
+
+def parse_duration(text: str) -> float | None:
+    """``10m``, ``1.5h``, ``90s``, ``45`` (minutes), ``never`` -> seconds (None for never)."""
+    t = text.strip().lower()
+    if t in ("never", "none", "off", "inf"):
+        return None
+    m = _DUR.match(t)
+    if not m:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 10m, 2h, never)")
+    unit = m.group(2) or "m"
+    return (
+        float(m.group(1))
+        * {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400}[unit]
+    )
+
+
+def parse_thresholds(text: str) -> list[float | None]:
+    return [parse_duration(x) for x in text.split(",") if x.strip()]
+
+
+def parse_distribution(text: str) -> list[tuple[float, float]]:
+    """``0:0.8,60:0.15,300:0.05`` (seconds:probability) or one number of seconds."""
+    out = []
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        if ":" in part:
+            s, p = part.split(":", 1)
+            out.append((float(s), float(p)))
+        else:
+            out.append((float(part), 1.0))
+    if not out or any(p < 0 or s < 0 for s, p in out):
+        raise ValueError(f"not a distribution: {text!r}")
+    return out
+
+
+def format_threshold(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    if seconds % 3600 == 0:
+        return f"{seconds / 3600:g}h"
+    if seconds % 60 == 0:
+        return f"{seconds / 60:g}min"
+    return f"{seconds:g}s"

@@ -1,0 +1,31 @@
+"""Platform backends: what "release the accelerator" means where the server runs.
+
+``local`` (the default) shuts the paused notebook's kernel down.  The
+Kubernetes backends (``kubeflow-workspace``, ``gke-pod-snapshot``) take the
+whole pod away after every kernel has been checkpointed.
+"""
+
+from __future__ import annotations
+
+from .base import PauseBackend
+
+
+def backend_class_for(name: str) -> type[PauseBackend]:
+    """The backend class for a configured name ("auto" detects a pod)."""
+    from .local import LocalBackend
+
+    if name == "local":
+        return LocalBackend
+    if name == "auto":
+        try:
+            from .kubernetes.detect import detect_backend_class
+        except ImportError:  # the kubernetes extra is not installed
+            return LocalBackend
+        return detect_backend_class() or LocalBackend
+    from .kubernetes import BACKENDS
+
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        known = ", ".join(["auto", "local", *BACKENDS])
+        raise ValueError(f"unknown jupyter-pause backend {name!r}; choose one of {known}") from None

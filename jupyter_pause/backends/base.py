@@ -1,0 +1,70 @@
+"""The interface every backend implements.
+
+The server's session manager owns the lifecycle and the application
+checkpoint (it is the same on every platform, and it is the fallback when a
+platform snapshot cannot be restored).  A backend only answers three
+questions:
+
+* ``release``: the sessions are checkpointed; free their accelerator.
+* ``acquire``: a session is about to be restored; make compute available
+  (or report that the session waits for capacity).
+* ``startup``: the server has just started; did it come back from a
+  platform snapshot (live kernels intact) or is this a cold start?
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from traitlets.config import LoggingConfigurable
+
+if TYPE_CHECKING:
+    from ..lifecycle import Session
+
+
+class BackendError(Exception):
+    """The platform refused or failed; the message says what to do."""
+
+
+@dataclass
+class StartupReport:
+    """How the server came back."""
+
+    restored_from: str | None = None  # "snapshot" when live kernels came back, else None
+    detail: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class PauseBackend(LoggingConfigurable):
+    """Base class; subclasses are chosen with ``PauseApp.backend_class``."""
+
+    #: Short name shown in the status API.
+    name = "base"
+
+    #: "notebook": pausing one notebook frees its accelerator on its own (local).
+    #: "server": the accelerator belongs to the whole server (a pod); pausing
+    #: one notebook pauses them all, so every running kernel is checkpointed.
+    scope = "notebook"
+
+    async def release(self, sessions: list[Session], shutdown_kernel: Callable) -> dict[str, Any]:
+        """Free the accelerator of ``sessions`` after their checkpoints are durable.
+
+        ``shutdown_kernel(kernel_id)`` is an async callable provided by the
+        manager.  Returns facts for the ledger (e.g. ``{"snapshot": name}``).
+        Raise :class:`BackendError` to leave everything running.
+        """
+        raise NotImplementedError
+
+    async def acquire(self, session: Session, report_waiting: Callable[[str], None]) -> None:
+        """Make compute available before a restore; call ``report_waiting(reason)``
+        while waiting for capacity.  The default needs nothing."""
+
+    async def startup(self) -> StartupReport:
+        """Called once when the server starts."""
+        return StartupReport()
+
+    def describe(self) -> dict[str, Any]:
+        """Backend facts for ``GET status``."""
+        return {"name": self.name, "scope": self.scope}

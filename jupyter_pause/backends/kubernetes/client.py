@@ -1,0 +1,409 @@
+"""A small, dict-in / dict-out layer over the official ``kubernetes`` client.
+
+Every Kubernetes request jupyter-pause makes goes through :class:`KubeClient`,
+one method per (verb, resource).  That keeps the verbs in one place, which is
+what the least-privilege RBAC manifests in ``deploy/rbac/`` are checked
+against.
+
+* Configuration: in a pod (``KUBERNETES_SERVICE_HOST`` set and a service
+  account token mounted) the in-cluster config is used; otherwise the
+  kubeconfig (``KUBECONFIG`` or ``~/.kube/config``, or an explicit path).
+* Identity: the pod's own name and namespace come from the downward API
+  (``POD_NAME``, ``POD_NAMESPACE``), falling back to ``HOSTNAME`` and the
+  service account's namespace file.
+* ``kubernetes`` is imported lazily, so that the rest of jupyter-pause works
+  without the extra; a clear error says how to install it.
+* Connections are not trusted to survive: a pod restored from a snapshot has
+  all its external connections closed, so :meth:`KubeClient.reset` drops the
+  pool and requests retry on connection errors, 429 and 5xx.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ..base import BackendError
+
+SNAPSHOT_GROUP = "podsnapshot.gke.io"
+SNAPSHOT_VERSION = "v1"
+WORKSPACE_GROUP = "kubeflow.org"
+WORKSPACE_VERSION = "v1beta1"
+
+SERVICEACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+INSTALL_HINT = "the Kubernetes backends need the kubernetes client: pip install 'jupyter-pause[kubernetes]'"
+
+
+class KubeError(BackendError):
+    """A Kubernetes API error with its HTTP status and reason."""
+
+    def __init__(self, message: str, status: int = 0, reason: str = ""):
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class NotFound(KubeError):
+    pass
+
+
+class Conflict(KubeError):
+    """409: AlreadyExists on create, or a stale resourceVersion (somebody else won)."""
+
+
+class Forbidden(KubeError):
+    pass
+
+
+class Invalid(KubeError):
+    """422: the object was rejected (validation or admission)."""
+
+
+def import_kubernetes():
+    """Import the ``kubernetes`` package or explain how to get it."""
+    try:
+        import kubernetes  # noqa: F401
+        import kubernetes.client
+        import kubernetes.config
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise BackendError(INSTALL_HINT) from e
+    return kubernetes
+
+
+def in_cluster(env: dict[str, str] | None = None) -> bool:
+    """Whether in-cluster configuration is available (running in a pod)."""
+    env = os.environ if env is None else env
+    return bool(env.get("KUBERNETES_SERVICE_HOST")) and (SERVICEACCOUNT_DIR / "token").exists()
+
+
+def own_pod(env: dict[str, str] | None = None) -> tuple[str | None, str | None]:
+    """``(namespace, pod name)`` of the pod this process runs in, from the downward API.
+
+    Either may be ``None`` when unknown (not in a pod).  The pod name falls
+    back to ``HOSTNAME`` only in a pod: a StatefulSet pod's hostname is its name.
+    """
+    env = os.environ if env is None else env
+    name = env.get("POD_NAME") or None
+    namespace = env.get("POD_NAMESPACE") or None
+    if namespace is None:
+        ns_file = SERVICEACCOUNT_DIR / "namespace"
+        try:
+            namespace = ns_file.read_text().strip() or None
+        except OSError:
+            namespace = None
+    if name is None and in_cluster(env):
+        name = env.get("HOSTNAME") or None
+    return namespace, name
+
+
+def kubeconfig_namespace(kubeconfig: str | None = None, context: str | None = None) -> str | None:
+    """The namespace of the kubeconfig's (current) context, if any."""
+    k8s = import_kubernetes()
+    try:
+        contexts, active = k8s.config.list_kube_config_contexts(config_file=kubeconfig)
+    except Exception:
+        return None
+    if context:
+        active = next((c for c in contexts if c.get("name") == context), active)
+    return ((active or {}).get("context") or {}).get("namespace")
+
+
+def _status_message(exc: Any) -> tuple[str, str]:
+    """(message, reason) from an ApiException's Status body."""
+    body = getattr(exc, "body", None) or b""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    try:
+        status = json.loads(body)
+        return status.get("message") or str(body), status.get("reason") or ""
+    except (ValueError, AttributeError):
+        return str(body or getattr(exc, "reason", "") or exc), getattr(exc, "reason", "") or ""
+
+
+class KubeClient:
+    """The requests jupyter-pause makes, as plain JSON dicts.
+
+    Synchronous (the official client is); async callers use ``asyncio.to_thread``.
+    """
+
+    def __init__(
+        self,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        namespace: str | None = None,
+        request_timeout: float = 30.0,
+        retries: int = 4,
+        retry_backoff: float = 0.5,
+        use_in_cluster: bool | None = None,
+    ):
+        self.kubeconfig = kubeconfig or None
+        self.context = context or None
+        self.request_timeout = request_timeout
+        self.retries = retries
+        self.retry_backoff = retry_backoff
+        self.use_in_cluster = in_cluster() if use_in_cluster is None else use_in_cluster
+        if namespace is None:
+            namespace = own_pod()[0] if self.use_in_cluster else None
+            if namespace is None and not self.use_in_cluster:
+                namespace = kubeconfig_namespace(self.kubeconfig, self.context)
+        self.namespace = namespace or "default"
+        self._api_client = None
+
+    # -- plumbing ---------------------------------------------------------
+
+    @property
+    def api_client(self):
+        if self._api_client is None:
+            k8s = import_kubernetes()
+            if self.use_in_cluster:
+                cfg = k8s.client.Configuration()
+                k8s.config.load_incluster_config(client_configuration=cfg)
+                self._api_client = k8s.client.ApiClient(cfg)
+            else:
+                try:
+                    self._api_client = k8s.config.new_client_from_config(
+                        config_file=self.kubeconfig, context=self.context
+                    )
+                except Exception as e:
+                    raise BackendError(
+                        f"cannot load a kubeconfig ({self.kubeconfig or 'KUBECONFIG or ~/.kube/config'}): {e}"
+                    ) from e
+            self._api_client.user_agent = "jupyter-pause"
+        return self._api_client
+
+    def reset(self) -> None:
+        """Drop pooled connections (after a snapshot restore they are dead)."""
+        if self._api_client is not None:
+            try:
+                self._api_client.close()
+            except Exception:
+                pass
+        self._api_client = None
+
+    def close(self) -> None:
+        self.reset()
+
+    @property
+    def core(self):
+        return import_kubernetes().client.CoreV1Api(self.api_client)
+
+    @property
+    def apps(self):
+        return import_kubernetes().client.AppsV1Api(self.api_client)
+
+    @property
+    def custom(self):
+        return import_kubernetes().client.CustomObjectsApi(self.api_client)
+
+    def _call(self, fn, *args, raw: bool = True, **kwargs) -> Any:
+        """Call an API method, retrying transient failures, mapping errors."""
+        k8s = import_kubernetes()
+        import urllib3
+
+        kwargs.setdefault("_request_timeout", self.request_timeout)
+        if raw:
+            kwargs["_preload_content"] = False
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                result = fn(*args, **kwargs)
+                if raw:
+                    data = result.data
+                    return json.loads(data) if data else {}
+                return result
+            except k8s.client.ApiException as e:
+                message, reason = _status_message(e)
+                status = e.status or 0
+                if (status == 429 or status >= 500) and attempt <= self.retries:
+                    time.sleep(self.retry_backoff * attempt)
+                    continue
+                cls = {404: NotFound, 409: Conflict, 403: Forbidden, 422: Invalid}.get(
+                    status, KubeError
+                )
+                raise cls(f"{status} {reason or e.reason}: {message}", status, reason) from None
+            except (urllib3.exceptions.HTTPError, OSError) as e:
+                # Connections cut by a snapshot restore, API server restarts.
+                if attempt > self.retries:
+                    raise KubeError(f"cannot reach the Kubernetes API: {e}") from e
+                self.reset()
+                fn = self._rebind(fn)
+                time.sleep(self.retry_backoff * attempt)
+
+    def _rebind(self, fn):
+        """The same API method on a fresh ApiClient (after :meth:`reset`)."""
+        owner = getattr(fn, "__self__", None)
+        if owner is None:
+            return fn
+        fresh = type(owner)(self.api_client)
+        return getattr(fresh, fn.__name__)
+
+    # -- core/v1 ----------------------------------------------------------
+
+    def get_pod(self, name: str) -> dict:
+        return self._call(self.core.read_namespaced_pod, name, self.namespace)
+
+    def list_pods(self, label_selector: str | None = None) -> list[dict]:
+        kw = {"label_selector": label_selector} if label_selector else {}
+        return self._call(self.core.list_namespaced_pod, self.namespace, **kw).get("items", [])
+
+    def list_events(self, involved_name: str, kind: str | None = None) -> list[dict]:
+        selector = f"involvedObject.name={involved_name}"
+        if kind:
+            selector += f",involvedObject.kind={kind}"
+        return self._call(
+            self.core.list_namespaced_event, self.namespace, field_selector=selector
+        ).get("items", [])
+
+    # -- apps/v1 ----------------------------------------------------------
+
+    def get_statefulset(self, name: str) -> dict:
+        return self._call(self.apps.read_namespaced_stateful_set, name, self.namespace)
+
+    def list_statefulsets(self) -> list[dict]:
+        return self._call(self.apps.list_namespaced_stateful_set, self.namespace).get("items", [])
+
+    def patch_statefulset(self, name: str, patch: dict) -> dict:
+        """Merge-patch; include ``metadata.resourceVersion`` for compare-and-swap."""
+        return self._call(
+            self.apps.patch_namespaced_stateful_set,
+            name,
+            self.namespace,
+            patch,
+            _content_type=MERGE_PATCH,
+        )
+
+    def scale_statefulset(self, name: str, replicas: int) -> dict:
+        return self._call(
+            self.apps.patch_namespaced_stateful_set_scale,
+            name,
+            self.namespace,
+            {"spec": {"replicas": int(replicas)}},
+            _content_type=MERGE_PATCH,
+        )
+
+    # -- kubeflow.org/v1beta1 Workspaces ---------------------------------
+
+    def _custom_args(self, group: str, version: str, plural: str) -> tuple:
+        return (group, version, self.namespace, plural)
+
+    def get_workspace(self, name: str) -> dict:
+        return self._call(
+            self.custom.get_namespaced_custom_object,
+            *self._custom_args(WORKSPACE_GROUP, WORKSPACE_VERSION, "workspaces"),
+            name,
+            raw=False,
+        )
+
+    def list_workspaces(self) -> list[dict]:
+        return self._call(
+            self.custom.list_namespaced_custom_object,
+            *self._custom_args(WORKSPACE_GROUP, WORKSPACE_VERSION, "workspaces"),
+            raw=False,
+        ).get("items", [])
+
+    def patch_workspace(self, name: str, patch: dict | list) -> dict:
+        """Merge patch (a dict) or JSON patch (a list of operations)."""
+        return self._call(
+            self.custom.patch_namespaced_custom_object,
+            *self._custom_args(WORKSPACE_GROUP, WORKSPACE_VERSION, "workspaces"),
+            name,
+            patch,
+            _content_type=JSON_PATCH if isinstance(patch, list) else MERGE_PATCH,
+            raw=False,
+        )
+
+    # -- podsnapshot.gke.io/v1 --------------------------------------------
+
+    def _snap(self, plural: str) -> tuple:
+        return self._custom_args(SNAPSHOT_GROUP, SNAPSHOT_VERSION, plural)
+
+    def create_trigger(self, body: dict) -> dict:
+        return self._call(
+            self.custom.create_namespaced_custom_object,
+            *self._snap("podsnapshotmanualtriggers"),
+            body,
+            raw=False,
+        )
+
+    def get_trigger(self, name: str) -> dict:
+        return self._call(
+            self.custom.get_namespaced_custom_object,
+            *self._snap("podsnapshotmanualtriggers"),
+            name,
+            raw=False,
+        )
+
+    def list_triggers(self, label_selector: str | None = None) -> list[dict]:
+        kw = {"label_selector": label_selector} if label_selector else {}
+        return self._call(
+            self.custom.list_namespaced_custom_object,
+            *self._snap("podsnapshotmanualtriggers"),
+            raw=False,
+            **kw,
+        ).get("items", [])
+
+    def delete_trigger(self, name: str) -> None:
+        self._call(
+            self.custom.delete_namespaced_custom_object,
+            *self._snap("podsnapshotmanualtriggers"),
+            name,
+            raw=False,
+        )
+
+    def get_snapshot(self, name: str) -> dict:
+        return self._call(
+            self.custom.get_namespaced_custom_object,
+            *self._snap("podsnapshots"),
+            name,
+            raw=False,
+        )
+
+    def list_snapshots(self, label_selector: str | None = None) -> list[dict]:
+        kw = {"label_selector": label_selector} if label_selector else {}
+        return self._call(
+            self.custom.list_namespaced_custom_object,
+            *self._snap("podsnapshots"),
+            raw=False,
+            **kw,
+        ).get("items", [])
+
+    def delete_snapshot(self, name: str) -> None:
+        """Deleting a PodSnapshot also deletes its files (through GKE's finalizer)."""
+        self._call(
+            self.custom.delete_namespaced_custom_object,
+            *self._snap("podsnapshots"),
+            name,
+            raw=False,
+        )
+
+    def list_policies(self) -> list[dict]:
+        return self._call(
+            self.custom.list_namespaced_custom_object,
+            *self._snap("podsnapshotpolicies"),
+            raw=False,
+        ).get("items", [])
+
+    def delete_policy(self, name: str) -> None:
+        self._call(
+            self.custom.delete_namespaced_custom_object,
+            *self._snap("podsnapshotpolicies"),
+            name,
+            raw=False,
+        )
+
+
+def ignore_not_found(fn, *args, **kwargs):
+    """Call ``fn``; a 404 returns ``None``."""
+    try:
+        return fn(*args, **kwargs)
+    except NotFound:
+        return None

@@ -1,0 +1,409 @@
+"""What both Kubernetes backends share: annotations, conditions, the come-back path.
+
+Pause state that the CLI must see from outside the pod is written as
+annotations on the object that owns the pod (the Workspace, or the pod's
+StatefulSet), because the pod itself goes away:
+
+``jupyter-pause.io/state``
+    ``checkpointing | snapshotting | paused | resuming | ready | failed``
+``jupyter-pause.io/message``
+    what went wrong (with ``failed``) or what is happening
+``jupyter-pause.io/paused-at``, ``jupyter-pause.io/backend``
+``jupyter-pause.io/fingerprint``
+    JSON: the environment at pause (:mod:`.compat`), compared before a resume
+``jupyter-pause.io/checkpoints``
+    JSON list: the application checkpoint of each paused notebook
+``jupyter-pause.io/snapshot``, ``jupyter-pause.io/trigger``, ``jupyter-pause.io/replicas``
+``jupyter-pause.io/resume-operation``
+    JSON ``{id, started, by}``: the single-flight lock of a resume, taken with
+    a compare-and-swap on ``metadata.resourceVersion`` (409 = somebody else won)
+``jupyter-pause.io/restored-from``
+    ``snapshot | checkpoint`` once the server is back
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import time
+from typing import Any
+
+from traitlets import Bool, Float, Unicode
+
+from ...ledger import EventType
+from ..base import BackendError, PauseBackend, StartupReport
+from . import compat
+from .client import KubeClient, NotFound, own_pod
+
+PREFIX = "jupyter-pause.io/"
+A_STATE = PREFIX + "state"
+A_MESSAGE = PREFIX + "message"
+A_PAUSED_AT = PREFIX + "paused-at"
+A_BACKEND = PREFIX + "backend"
+A_FINGERPRINT = PREFIX + "fingerprint"
+A_CHECKPOINTS = PREFIX + "checkpoints"
+A_SNAPSHOT = PREFIX + "snapshot"
+A_TRIGGER = PREFIX + "trigger"
+A_REPLICAS = PREFIX + "replicas"
+A_RESUME_OP = PREFIX + "resume-operation"
+A_RESTORED_FROM = PREFIX + "restored-from"
+A_RESUMED_AT = PREFIX + "resumed-at"
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+TRIGGER_PREFIX = "jupyter-pause-"
+TRIGGERED_BY_LABEL = "gke-pod-snapshot-triggered-by"
+WORKSPACE_LABEL = "notebooks.kubeflow.org/workspace-name"
+
+# Session states written to the owner's annotation.
+PAUSED_STATES = ("snapshotting", "paused", "resuming")
+
+
+def now_iso(t: float | None = None) -> str:
+    t = time.time() if t is None else t
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | None) -> float | None:
+    """RFC 3339 (Kubernetes timestamps, with or without fractions) -> epoch seconds."""
+    if not text:
+        return None
+    text = text.strip().replace("Z", "+00:00")
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return value.timestamp()
+
+
+def condition(obj: dict | None, type_: str) -> dict | None:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return c
+    return None
+
+
+def condition_true(obj: dict | None, type_: str) -> bool:
+    c = condition(obj, type_)
+    return bool(c) and str(c.get("status")) == "True"
+
+
+def annotations(obj: dict | None) -> dict[str, str]:
+    return dict(((obj or {}).get("metadata") or {}).get("annotations") or {})
+
+
+def json_annotation(obj: dict | None, key: str) -> Any:
+    raw = annotations(obj).get(key)
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def snapshot_created(trigger: dict) -> str | None:
+    """``status.snapshotCreated``: a string in the CRD reference, ``{name}`` in all known clients."""
+    value = (trigger.get("status") or {}).get("snapshotCreated")
+    if isinstance(value, dict):
+        value = value.get("name")
+    return value or None
+
+
+def pod_restored(pod: dict | None) -> dict | None:
+    """The ``PodRestored`` condition of a pod restored from a snapshot (None on a cold start)."""
+    c = condition(pod, "PodRestored")
+    if c and str(c.get("status", "True")) != "False":
+        return c
+    return None
+
+
+def owner_statefulset(pod: dict) -> str | None:
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "StatefulSet":
+            return ref.get("name")
+    return None
+
+
+def checkpoint_summary(sessions) -> list[dict[str, Any]]:
+    """What each paused notebook's application checkpoint is (for ``jupyter pause list``)."""
+    out = []
+    for s in sessions:
+        ck = s.last_checkpoint or {}
+        out.append(
+            {
+                "path": s.path,
+                "id": ck.get("id"),
+                "time": ck.get("time"),
+                "bytes": ck.get("bytes"),
+                "kernel": s.kernel_name,
+            }
+        )
+    return out
+
+
+def capacity_events(pod: dict, events: list[dict]) -> dict[str, Any] | None:
+    """When a resumed pod waited for a node: first FailedScheduling, and when it was scheduled."""
+    from .status import event_time
+
+    failed = [e for e in events if e.get("reason") == "FailedScheduling"]
+    if not failed:
+        return None
+    failed.sort(key=lambda e: event_time(e, first=True) or 0)
+    first = failed[0]
+    scheduled = condition(pod, "PodScheduled")
+    scheduled_at = None
+    if scheduled and str(scheduled.get("status")) == "True":
+        scheduled_at = parse_time(scheduled.get("lastTransitionTime"))
+    scale_up = None
+    for e in sorted(events, key=lambda e: event_time(e) or 0):
+        if e.get("reason") == "TriggeredScaleUp":
+            scale_up = "triggered"
+        elif e.get("reason") in ("NotTriggerScaleUp", "FailedScaleUp"):
+            scale_up = "failed"
+    return {
+        "since": event_time(first, first=True),
+        "reason": failed[-1].get("message", ""),
+        "scale_up": scale_up,
+        "scheduled_at": scheduled_at,
+    }
+
+
+class Restored(Exception):
+    """Raised inside a wait loop: this process is the copy restored from the snapshot."""
+
+    def __init__(self, pod: dict):
+        self.pod = pod
+        super().__init__("restored from a pod snapshot")
+
+
+class KubeBackend(PauseBackend):
+    """Shared plumbing: client, identity, ledger, annotations, the come-back path."""
+
+    scope = "server"
+
+    kubeconfig = Unicode(
+        "", help="kubeconfig file (outside a pod); empty: in-cluster config or KUBECONFIG"
+    ).tag(config=True)
+    kube_context = Unicode("", help="kubeconfig context to use; empty: the current one").tag(
+        config=True
+    )
+    namespace = Unicode(
+        "", help="namespace; empty: POD_NAMESPACE, the service account's, or the kubeconfig's"
+    ).tag(config=True)
+    pod_name = Unicode("", help="this server's pod; empty: POD_NAME or HOSTNAME").tag(config=True)
+    poll_interval = Float(2.0, help="seconds between polls of the Kubernetes API").tag(config=True)
+    request_timeout = Float(30.0, help="timeout of one Kubernetes API request, seconds").tag(
+        config=True
+    )
+    settle_seconds = Float(
+        3.0,
+        help="quiesce: seconds to wait after the checkpoints and before the snapshot, so "
+        "that sockets settle (GKE Workspaces waits 3 s)",
+    ).tag(config=True)
+    resume_from_checkpoint_on_cold_start = Bool(
+        False,
+        help="after a cold start, restore every paused notebook from its checkpoint "
+        "without waiting for the user (reported in StartupReport.info['auto_resume'])",
+    ).tag(config=True)
+
+    def __init__(self, ledger=None, client: KubeClient | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.ledger = ledger
+        self._client = client
+
+    # -- plumbing ----------------------------------------------------------
+
+    @property
+    def client(self) -> KubeClient:
+        if self._client is None:
+            self._client = KubeClient(
+                kubeconfig=self.kubeconfig or None,
+                context=self.kube_context or None,
+                namespace=self.namespace or None,
+                request_timeout=self.request_timeout,
+            )
+        return self._client
+
+    async def call(self, method: str, *args, **kwargs):
+        return await asyncio.to_thread(getattr(self.client, method), *args, **kwargs)
+
+    def own_pod_name(self) -> str:
+        name = self.pod_name or own_pod()[1]
+        if not name:
+            raise BackendError(
+                f"{self.name}: this server's pod is unknown; set POD_NAME from the downward API "
+                "(env: valueFrom.fieldRef.fieldPath: metadata.name)"
+            )
+        return name
+
+    def record(self, type_: EventType, **data) -> None:
+        if self.ledger is None:
+            return
+        try:
+            self.ledger.record(type_, **data)
+        except Exception:  # the ledger must never break a pause
+            self.log.warning("jupyter-pause: could not write %s to the ledger", type_, exc_info=True)
+
+    async def is_restored_copy(self, start_uid: str, pod_name: str) -> dict | None:
+        """If this process now runs in a different pod than at ``start_uid``, that pod.
+
+        Memory that survives into a pod with a new UID can only come from a
+        snapshot restore (the pod is recreated with the same name).
+        """
+        try:
+            pod = await self.call("get_pod", pod_name)
+        except NotFound:
+            return None
+        uid = (pod.get("metadata") or {}).get("uid")
+        if uid and uid != start_uid:
+            return pod
+        return None
+
+    # -- owner (Workspace or StatefulSet) -----------------------------------
+
+    async def get_owner(self) -> dict:
+        raise NotImplementedError
+
+    async def patch_owner(self, patch: dict) -> dict:
+        raise NotImplementedError
+
+    async def annotate(self, **values: Any) -> None:
+        """Set (or with ``None`` remove) jupyter-pause annotations on the owner."""
+        ann = {}
+        for key, value in values.items():
+            full = PREFIX + key.replace("_", "-")
+            if value is None:
+                ann[full] = None
+            elif isinstance(value, str):
+                ann[full] = value
+            else:
+                ann[full] = json.dumps(value, separators=(",", ":"), default=str)
+        await self.patch_owner({"metadata": {"annotations": ann}})
+
+    async def fingerprint(self, pod: dict) -> dict[str, Any]:
+        return await asyncio.to_thread(compat.collect, pod)
+
+    async def mark_failed(self, message: str) -> None:
+        try:
+            await self.annotate(state="failed", message=message)
+        except Exception:
+            self.log.warning("jupyter-pause: could not record the failure", exc_info=True)
+
+    # -- coming back ---------------------------------------------------------
+
+    async def came_back(self, pod: dict, *, restored: bool) -> dict[str, Any]:
+        """The server runs again after a pause; settle the bookkeeping.
+
+        Records the capacity wait (from the pod's scheduling events), which
+        path was taken, and clears the resume lock.  Returns facts for the
+        report.
+        """
+        owner = await self.get_owner()
+        ann = annotations(owner)
+        was_paused = ann.get(A_STATE) in PAUSED_STATES
+        resume_op = json_annotation(owner, A_RESUME_OP)
+        info: dict[str, Any] = {
+            "backend": self.name,
+            "pod": pod["metadata"]["name"],
+            "was_paused": was_paused,
+            "pod_restored": bool(pod_restored(pod)),
+            "snapshot": ann.get(A_SNAPSHOT),
+            "checkpoints": json_annotation(owner, A_CHECKPOINTS) or [],
+            "resume_operation": resume_op,
+            "auto_resume": bool(self.resume_from_checkpoint_on_cold_start and not restored),
+        }
+        if not was_paused and not resume_op:
+            return info
+        pod_name = pod["metadata"]["name"]
+        try:
+            events = await self.call("list_events", pod_name, "Pod")
+        except Exception:
+            events = []
+        waited = capacity_events(pod, events)
+        if waited:
+            info["capacity"] = waited
+            self.record(
+                EventType.WAITING_FOR_CAPACITY,
+                time_=waited["since"],
+                reason=waited["reason"],
+                scale_up=waited["scale_up"],
+                pod=pod_name,
+            )
+        scheduled = condition(pod, "PodScheduled")
+        self.record(
+            EventType.CAPACITY_ACQUIRED,
+            time_=(parse_time((scheduled or {}).get("lastTransitionTime")) or None),
+            pod=pod_name,
+            node=(pod.get("spec") or {}).get("nodeName"),
+        )
+        path = "snapshot" if restored else "checkpoint"
+        if not restored:
+            info["cold_start_reason"] = self.cold_start_reason(owner, pod)
+        recorded = json_annotation(owner, A_FINGERPRINT)
+        if recorded:
+            current = await self.fingerprint(pod)
+            info["differences"] = [d.to_json() for d in compat.compare(recorded, current)]
+        self.record(
+            EventType.STATE_CHANGED,
+            **{"from": "paused", "to": "restoring"},
+            restored_from=path,
+            reason=info.get("cold_start_reason", ""),
+            backend=self.name,
+        )
+        await self.annotate(
+            state="ready",
+            message=None if restored else info["cold_start_reason"],
+            restored_from=path,
+            resumed_at=now_iso(),
+            resume_operation=None,
+        )
+        return info
+
+    def cold_start_reason(self, owner: dict, pod: dict) -> str:
+        recorded = json_annotation(owner, A_FINGERPRINT) or {}
+        target = compat.from_pod(pod)
+        diffs = compat.compare(recorded, target)
+        if diffs:
+            return "cold start: " + "; ".join(d.message for d in diffs)
+        if annotations(owner).get(A_SNAPSHOT):
+            return (
+                "cold start: the pod was not restored from its snapshot (it expired, was "
+                "deleted, or the restore failed); notebooks come back from their checkpoints"
+            )
+        return "cold start: the pause took no snapshot; notebooks come back from their checkpoints"
+
+    async def startup(self) -> StartupReport:
+        """A new server process in a pod: restored (PodRestored) or cold start?"""
+        try:
+            pod_name = self.own_pod_name()
+            pod = await self.call("get_pod", pod_name)
+            restored = bool(pod_restored(pod))
+            info = await self.came_back(pod, restored=restored)
+            await self.after_came_back(info)
+        except BackendError as e:
+            self.log.warning("jupyter-pause: %s startup check failed: %s", self.name, e)
+            return StartupReport(detail=f"could not check how the pod came back: {e}")
+        if restored:
+            c = pod_restored(pod) or {}
+            return StartupReport(
+                restored_from="snapshot",
+                detail=f"restored from snapshot ({c.get('message') or info.get('snapshot') or ''})",
+                info=info,
+            )
+        if info.get("was_paused"):
+            return StartupReport(detail=info.get("cold_start_reason", "cold start"), info=info)
+        return StartupReport(detail="", info=info)
+
+    async def after_came_back(self, info: dict[str, Any]) -> None:
+        """Backend-specific clean-up once the server runs again."""
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "scope": self.scope,
+            "namespace": self._client.namespace if self._client else (self.namespace or None),
+            "pod": self.pod_name or own_pod()[1],
+        }

@@ -1,0 +1,163 @@
+"""Delete expired pod snapshots (before their policy) and expired checkpoints.
+
+Order matters, and is enforced here:
+
+1. expired ``PodSnapshot`` objects are deleted.  Deleting one deletes its files
+   in Cloud Storage, through GKE's finalizer, which finds the bucket through
+   ``spec.policyName`` -> ``PodSnapshotPolicy`` -> ``PodSnapshotStorageConfig``;
+2. we wait until they are really gone (the finalizer ran), bounded by
+   ``wait_timeout``;
+3. only then the triggers that produced them, and, if asked
+   (``--delete-policy``), a policy that no snapshot refers to any more.  A
+   policy deleted first makes the finalizer release its snapshots *without*
+   deleting the files: they stay in the bucket, billed, and unreachable.
+
+Age is measured from the later of ``creationTimestamp`` and
+``status.lastAccessTime`` (a restore refreshes it).  By default only
+snapshots made by jupyter-pause triggers are considered (label
+``gke-pod-snapshot-triggered-by=jupyter-pause-*``); ``all_snapshots`` widens
+that to every snapshot in the namespace.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .client import KubeClient, KubeError, NotFound
+from .common import TRIGGER_PREFIX, TRIGGERED_BY_LABEL, MANAGED_BY, parse_time
+
+_UNITS = {"s": 1, "min": 60, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "mo": 30 * 86400, "y": 365 * 86400}
+
+
+def parse_duration(text: str) -> float:
+    """``7d``, ``12h``, ``30min``/``30m``, ``90s``, ``2w``, ``1h30m`` -> seconds."""
+    text = (text or "").strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*(mo|min|[smhdwy])", text)
+    if not parts or "".join(n + u for n, u in parts) != text.replace(" ", ""):
+        raise ValueError(f"not a duration: {text!r} (use e.g. 7d, 12h, 30min)")
+    return sum(float(n) * _UNITS[u] for n, u in parts)
+
+
+def snapshot_age(snap: dict, now: float) -> float:
+    created = parse_time((snap.get("metadata") or {}).get("creationTimestamp")) or now
+    accessed = parse_time((snap.get("status") or {}).get("lastAccessTime")) or 0
+    return now - max(created, accessed)
+
+
+def is_ours(snap: dict) -> bool:
+    labels = (snap.get("metadata") or {}).get("labels") or {}
+    return labels.get(TRIGGERED_BY_LABEL, "").startswith(TRIGGER_PREFIX)
+
+
+@dataclass
+class GcReport:
+    deleted_snapshots: list[str] = field(default_factory=list)
+    kept_snapshots: list[str] = field(default_factory=list)
+    deleted_triggers: list[str] = field(default_factory=list)
+    deleted_policies: list[str] = field(default_factory=list)
+    refused_policies: dict[str, str] = field(default_factory=dict)
+    still_terminating: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def collect_garbage(
+    client: KubeClient,
+    older_than: float,
+    *,
+    all_snapshots: bool = False,
+    delete_policies: list[str] | None = None,
+    dry_run: bool = False,
+    wait_timeout: float = 300.0,
+    poll_interval: float = 2.0,
+    now: float | None = None,
+) -> GcReport:
+    """Delete expired snapshots, then their triggers, then (if asked) policies."""
+    now = time.time() if now is None else now
+    report = GcReport(dry_run=dry_run)
+    snaps = client.list_snapshots()
+    expired = []
+    for snap in snaps:
+        name = snap["metadata"]["name"]
+        if not (all_snapshots or is_ours(snap)):
+            continue
+        if snap["metadata"].get("deletionTimestamp"):
+            continue
+        if snapshot_age(snap, now) >= older_than:
+            expired.append(snap)
+        else:
+            report.kept_snapshots.append(name)
+    triggers_of_expired = set()
+    for snap in expired:
+        name = snap["metadata"]["name"]
+        trig = ((snap["metadata"].get("labels") or {}).get(TRIGGERED_BY_LABEL)) or ""
+        if trig.startswith(TRIGGER_PREFIX):
+            triggers_of_expired.add(trig)
+        if dry_run:
+            report.deleted_snapshots.append(name)
+            continue
+        try:
+            client.delete_snapshot(name)
+            report.deleted_snapshots.append(name)
+        except NotFound:
+            report.deleted_snapshots.append(name)
+        except KubeError as e:
+            report.errors.append(f"PodSnapshot {name}: {e}")
+
+    # 2. wait for the finalizer to remove the files and the objects.
+    pending = set(report.deleted_snapshots) if not dry_run else set()
+    deadline = time.monotonic() + wait_timeout
+    while pending:
+        remaining = {s["metadata"]["name"] for s in client.list_snapshots()}
+        pending &= remaining
+        if not pending or time.monotonic() > deadline:
+            break
+        time.sleep(poll_interval)
+    report.still_terminating = sorted(pending)
+
+    # 3a. triggers whose snapshots are all gone (ours only).
+    if not dry_run:
+        remaining = client.list_snapshots()
+        busy_triggers = {
+            (s["metadata"].get("labels") or {}).get(TRIGGERED_BY_LABEL) for s in remaining
+        }
+        for trig in client.list_triggers(f"{MANAGED_BY}=jupyter-pause"):
+            tname = trig["metadata"]["name"]
+            if tname in triggers_of_expired and tname not in busy_triggers:
+                try:
+                    client.delete_trigger(tname)
+                    report.deleted_triggers.append(tname)
+                except NotFound:
+                    pass
+                except KubeError as e:
+                    report.errors.append(f"PodSnapshotManualTrigger {tname}: {e}")
+
+    # 3b. policies last, and only when no snapshot (even a terminating one) uses them.
+    for policy in delete_policies or []:
+        users = [s["metadata"]["name"] for s in client.list_snapshots() if (s.get("spec") or {}).get("policyName") == policy]
+        if users:
+            report.refused_policies[policy] = (
+                f"{len(users)} snapshot(s) still use it ({', '.join(sorted(users)[:5])}); deleting "
+                "the policy now would leave their files in the bucket. Delete them first "
+                "(gc --all --older-than 0s), wait until they are gone, then retry."
+            )
+            continue
+        if dry_run:
+            report.deleted_policies.append(policy)
+            continue
+        try:
+            client.delete_policy(policy)
+            report.deleted_policies.append(policy)
+        except NotFound:
+            report.refused_policies[policy] = "no such policy"
+        except KubeError as e:
+            report.errors.append(f"PodSnapshotPolicy {policy}: {e}")
+    return report

@@ -1,0 +1,224 @@
+"""Where a workspace is in its pause lifecycle, as seen from the Kubernetes API.
+
+Shared by ``jupyter pause status`` (outside the pod) and the backends.  The
+inputs are the owner (a Kubeflow ``Workspace`` or the pod's ``StatefulSet``)
+with the annotations the backends write, the pod (if any) and the events of
+the pod and of the StatefulSet.  States:
+
+``running``, ``checkpointing``, ``snapshotting``, ``paused``,
+``waiting-for-capacity`` (the pod is Pending and unschedulable: the scheduler's
+reason, and whether the cluster autoscaler triggered a scale-up or could not),
+``restoring``, ``ready`` (resumed; ``restored_from`` says how), ``starting``
+(a pod that was never paused is starting), ``failed``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .client import KubeClient, NotFound
+from .common import (
+    A_MESSAGE,
+    A_RESTORED_FROM,
+    A_RESUME_OP,
+    A_STATE,
+    WORKSPACE_LABEL,
+    annotations,
+    condition,
+    json_annotation,
+    parse_time,
+    pod_restored,
+)
+
+SCALE_UP_TRIGGERED = "TriggeredScaleUp"
+SCALE_UP_FAILED = ("NotTriggerScaleUp", "FailedScaleUp")
+BAD_WAITING = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerError")
+ADDON_STATE = "podsnapshot.gke.kubeflow.org/checkpoint-state"
+
+
+@dataclass
+class WorkspaceStatus:
+    name: str
+    kind: str  # "Workspace" | "StatefulSet"
+    state: str
+    reason: str = ""
+    pod: str | None = None
+    since: float | None = None
+    scale_up: str | None = None  # "triggered" | "failed" | None
+    restored_from: str | None = None
+    resume_operation: dict[str, Any] | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def event_time(event: dict, first: bool = False) -> float | None:
+    keys = ("firstTimestamp", "eventTime", "lastTimestamp") if first else ("lastTimestamp", "eventTime", "firstTimestamp")
+    for key in keys:
+        t = parse_time(event.get(key))
+        if t is not None:
+            return t
+    return parse_time((event.get("metadata") or {}).get("creationTimestamp"))
+
+
+def _latest(events: list[dict], reasons) -> dict | None:
+    chosen = [e for e in events if e.get("reason") in reasons]
+    return max(chosen, key=lambda e: event_time(e) or 0) if chosen else None
+
+
+def capacity_state(pod: dict, events: list[dict]) -> dict[str, Any] | None:
+    """For a Pending pod that cannot be scheduled: reason, since, scale-up outcome."""
+    sched = condition(pod, "PodScheduled")
+    unschedulable = bool(sched) and sched.get("status") == "False" and sched.get("reason") == "Unschedulable"
+    failed = _latest(events, ("FailedScheduling",))
+    if not unschedulable and not failed:
+        return None
+    if sched and sched.get("status") == "True":
+        return None
+    reason = (failed or {}).get("message") or (sched or {}).get("message") or "unschedulable"
+    firsts = [event_time(e, first=True) for e in events if e.get("reason") == "FailedScheduling"]
+    since = min([t for t in firsts if t] or [parse_time((sched or {}).get("lastTransitionTime")) or 0]) or None
+    scale_up, scale_msg = None, ""
+    latest_scale = _latest(events, (SCALE_UP_TRIGGERED, *SCALE_UP_FAILED))
+    if latest_scale:
+        scale_up = "triggered" if latest_scale["reason"] == SCALE_UP_TRIGGERED else "failed"
+        scale_msg = latest_scale.get("message", "")
+    return {"reason": reason, "since": since, "scale_up": scale_up, "scale_up_message": scale_msg}
+
+
+def derive(
+    name: str,
+    kind: str,
+    owner: dict,
+    pod: dict | None,
+    pod_events: list[dict] | None = None,
+    owner_events: list[dict] | None = None,
+) -> WorkspaceStatus:
+    """The state of one workspace from its objects (pure; see the module doc)."""
+    ann = annotations(owner)
+    mine = ann.get(A_STATE, "")
+    message = ann.get(A_MESSAGE, "")
+    resume_op = json_annotation(owner, A_RESUME_OP)
+    addon = ann.get(ADDON_STATE, "")
+    if kind == "Workspace":
+        pause_intent = bool((owner.get("spec") or {}).get("paused"))
+    else:
+        pause_intent = int((owner.get("spec") or {}).get("replicas", 1) or 0) == 0
+    st = WorkspaceStatus(
+        name=name,
+        kind=kind,
+        state="running",
+        pod=(pod or {}).get("metadata", {}).get("name"),
+        resume_operation=resume_op,
+        restored_from=ann.get(A_RESTORED_FROM) if mine == "ready" else None,
+    )
+    st.detail["annotation_state"] = mine or None
+    if resume_op:
+        st.detail["resume_started"] = resume_op.get("started")
+    pod_events = pod_events or []
+    owner_events = owner_events or []
+
+    def done(state: str, reason: str = "", since: float | None = None) -> WorkspaceStatus:
+        st.state, st.reason, st.since = state, reason, since
+        return st
+
+    if pod is None:
+        if pause_intent:
+            if mine == "failed":
+                return done("failed", message)
+            return done("paused", message if mine == "paused" else "")
+        quota = _latest(owner_events, ("FailedCreate",))
+        if quota:
+            return done("failed", f"the pod cannot be created: {quota.get('message', '')}", event_time(quota))
+        return done("restoring", "waiting for the pod to be created")
+
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    phase = status.get("phase", "Pending")
+    if meta.get("deletionTimestamp"):
+        if mine in ("snapshotting", "paused") or pause_intent:
+            return done("paused", "the pod is stopping")
+        return done("restoring", "the pod is being replaced")
+    if addon == "Checkpointing" or mine == "snapshotting":
+        return done("snapshotting", message or "taking the pod snapshot")
+    if mine == "checkpointing":
+        return done("checkpointing", message)
+    if phase == "Failed":
+        return done("failed", status.get("message") or status.get("reason") or "the pod failed")
+    for cs in status.get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in BAD_WAITING:
+            return done("failed", f"{waiting['reason']}: {waiting.get('message', '')}".strip(": "))
+    resuming = bool(resume_op) or mine == "resuming" or addon == "Restoring"
+    if phase == "Pending":
+        cap = capacity_state(pod, pod_events)
+        if cap:
+            st.scale_up = cap["scale_up"]
+            st.detail["scale_up_message"] = cap["scale_up_message"]
+            return done("waiting-for-capacity", cap["reason"], cap["since"])
+        return done("restoring" if resuming else "starting", "the pod is starting")
+    ready = condition(pod, "Ready")
+    if not (ready and ready.get("status") == "True"):
+        return done("restoring" if resuming else "starting", "the pod is not ready yet")
+    if pause_intent:
+        return done("paused", "stopping")
+    if mine == "resuming" or (resume_op and mine != "ready"):
+        st.detail["pod_restored"] = bool(pod_restored(pod))
+        return done("restoring", "the server is starting its notebooks")
+    if mine == "ready":
+        return done("ready", message)
+    if mine == "failed":
+        st.detail["last_error"] = message
+        return done("running", f"the last pause failed: {message}")
+    return done("running")
+
+
+def find_owner(client: KubeClient, name: str, kind: str = "auto") -> tuple[str, dict]:
+    """``("Workspace", ws)`` or ``("StatefulSet", sts)`` named ``name``."""
+    if kind in ("auto", "workspace"):
+        try:
+            return "Workspace", client.get_workspace(name)
+        except NotFound:
+            if kind == "workspace":
+                raise
+    return "StatefulSet", client.get_statefulset(name)
+
+
+def find_pod(client: KubeClient, kind: str, name: str, owner: dict) -> dict | None:
+    if kind == "Workspace":
+        pods = client.list_pods(f"{WORKSPACE_LABEL}={name}")
+        pods.sort(key=lambda p: p["metadata"].get("creationTimestamp") or "")
+        return pods[-1] if pods else None
+    try:
+        return client.get_pod(f"{name}-0")
+    except NotFound:
+        return None
+
+
+def fetch(client: KubeClient, name: str, kind: str = "auto") -> WorkspaceStatus:
+    """Read the objects and derive the status of one workspace."""
+    kind, owner = find_owner(client, name, kind)
+    pod = find_pod(client, kind, name, owner)
+    pod_events = client.list_events(pod["metadata"]["name"], "Pod") if pod else []
+    owner_events: list[dict] = []
+    if pod is None and not _pause_intent(kind, owner):
+        owner_events = client.list_events(_statefulset_name(kind, name, owner), "StatefulSet")
+    return derive(name, kind, owner, pod, pod_events, owner_events)
+
+
+def _pause_intent(kind: str, owner: dict) -> bool:
+    spec = owner.get("spec") or {}
+    if kind == "Workspace":
+        return bool(spec.get("paused"))
+    return int(spec.get("replicas", 1) or 0) == 0
+
+
+def _statefulset_name(kind: str, name: str, owner: dict) -> str:
+    if kind == "Workspace":
+        pod_info = (owner.get("status") or {}).get("podTemplatePod") or {}
+        # The StatefulSet of a Workspace is named after it; its pod is <sts>-0.
+        pod_name = pod_info.get("name") or ""
+        return pod_name.rsplit("-", 1)[0] if pod_name else name
+    return name

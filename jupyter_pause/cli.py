@@ -1,0 +1,53 @@
+"""``jupyter pause``: the command line.
+
+Jupyter finds ``jupyter-pause`` on PATH, so ``jupyter pause status`` works as
+well as ``jupyter-pause status``.  Each sub-command lives in its own module,
+listed in :data:`COMMANDS`; a module provides ``add_arguments(parser)`` and
+``run(args) -> int``.  Modules import their heavy dependencies (kubernetes,
+torch) inside ``run`` so that ``--help`` stays fast and works without extras.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# sub-command -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "activity": ("jupyter_pause.commands.activity", "print kernel activity for idle probes"),
+    "status": ("jupyter_pause.commands.kube", "show the pause state of a workspace"),
+    "resume": ("jupyter_pause.commands.kube", "resume a paused workspace"),
+    "list": ("jupyter_pause.commands.kube", "list snapshots and checkpoints"),
+    "gc": ("jupyter_pause.commands.kube", "delete expired snapshots and checkpoints"),
+    "report": ("jupyter_pause.commands.report", "GPU-time accounting from the ledger"),
+    "trial": ("jupyter_pause.commands.trial", "run the pause/resume trial on a notebook"),
+    "probe": ("jupyter_pause.commands.probe", "release-check probe: plant and check live state"),
+    "simulate": ("jupyter_pause.commands.simulate", "which idle threshold is worth it"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jupyter pause", description=__doc__.splitlines()[0])
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=__version__)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(command, name)
+        command.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

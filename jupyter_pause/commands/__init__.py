@@ -1,0 +1,1 @@
+"""Sub-commands of ``jupyter pause``; see :mod:`jupyter_pause.cli`."""

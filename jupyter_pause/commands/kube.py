@@ -1,0 +1,654 @@
+"""``jupyter pause status | resume | list | gc``: the Kubernetes side, from outside the pod.
+
+For users and the platform team with a kubeconfig.  A WORKSPACE is a Kubeflow
+``Workspace`` (``kubeflow.org/v1beta1``) or, on plain GKE, the StatefulSet
+that runs the notebook server; ``--kind`` picks one when both exist.
+
+Exit codes: 0 done; 1 error; 3 ``resume``: a resume is already in progress
+(reported, not duplicated); 4 ``resume --wait``: it ended in ``failed`` or timed out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+from typing import Any
+
+EXIT_IN_PROGRESS = 3
+EXIT_NOT_READY = 4
+
+
+def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
+    parser.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: KUBECONFIG or ~/.kube/config)"
+    )
+    parser.add_argument("--context", help="kubeconfig context (default: the current one)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("--poll-interval", type=float, default=2.0, help=argparse.SUPPRESS)
+    if name in ("status", "resume"):
+        parser.add_argument(
+            "--kind",
+            choices=("auto", "workspace", "statefulset"),
+            default="auto",
+            help="what WORKSPACE names: a Kubeflow Workspace or a StatefulSet (default: try both)",
+        )
+    if name == "status":
+        parser.add_argument(
+            "workspace", nargs="?", metavar="WORKSPACE", help="one workspace (default: all)"
+        )
+    elif name == "resume":
+        parser.add_argument("workspace", metavar="WORKSPACE")
+        parser.add_argument(
+            "--wait", action="store_true", help="follow the resume until the workspace is ready"
+        )
+        parser.add_argument(
+            "--timeout", type=float, default=1800.0, help="with --wait: give up after SECONDS"
+        )
+        parser.add_argument(
+            "--target",
+            action="append",
+            metavar="KEY=VALUE",
+            help="what the resumed pod will have, for the compatibility check "
+            "(e.g. gpu_driver=570.86.15, gpu_model='Tesla T4'); repeatable",
+        )
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="take over a resume that is recorded as in progress (a stale lock)",
+        )
+    elif name == "gc":
+        parser.add_argument(
+            "--older-than", required=True, metavar="AGE", help="e.g. 7d, 12h, 30min"
+        )
+        parser.add_argument(
+            "--all",
+            dest="all_snapshots",
+            action="store_true",
+            help="every PodSnapshot in the namespace, not only jupyter-pause's",
+        )
+        parser.add_argument(
+            "--delete-policy",
+            action="append",
+            metavar="POLICY",
+            help="then delete this PodSnapshotPolicy, but only once no snapshot uses it",
+        )
+        parser.add_argument("--dry-run", action="store_true", help="say what would be deleted")
+        parser.add_argument(
+            "--wait-timeout",
+            type=float,
+            default=300.0,
+            help="seconds to wait for deletions to finish",
+        )
+        parser.add_argument(
+            "--checkpoints-dir",
+            metavar="DIR",
+            help="also delete application checkpoints older than AGE under DIR (keeps the newest of each notebook)",
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..backends.base import BackendError
+
+    try:
+        client = _client(args)
+        if args.command == "status":
+            return cmd_status(client, args)
+        if args.command == "resume":
+            return cmd_resume(client, args)
+        if args.command == "list":
+            return cmd_list(client, args)
+        if args.command == "gc":
+            return cmd_gc(client, args)
+    except BackendError as e:
+        print(f"jupyter pause {args.command}: {e}", file=sys.stderr)
+        return 1
+    except ValueError as e:
+        print(f"jupyter pause {args.command}: {e}", file=sys.stderr)
+        return 1
+    raise SystemExit(f"unknown command {args.command}")
+
+
+def _client(args):
+    from ..backends.kubernetes.client import KubeClient
+
+    return KubeClient(
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        namespace=args.namespace,
+        use_in_cluster=False if (args.kubeconfig or args.context) else None,
+    )
+
+
+def _emit(args, data: Any, text: str) -> None:
+    if args.json:
+        print(json.dumps(data, indent=1, default=str))
+    else:
+        print(text)
+
+
+def age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            major, rest = divmod(seconds, size)
+            sub = {"d": ("h", 3600), "h": ("m", 60), "m": ("s", 1)}[unit]
+            minor = rest // sub[1]
+            return f"{major}{unit}{minor}{sub[0]}" if minor else f"{major}{unit}"
+    return f"{seconds}s"
+
+
+def size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def _table(rows: list[list[str]]) -> str:
+    if not rows:
+        return ""
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+# -- status -----------------------------------------------------------------------
+
+
+def _status_text(st) -> str:
+    now = time.time()
+    lines = [f"{st.name} ({st.kind}): {st.state}"]
+    if st.reason:
+        lines.append(f"  reason:  {st.reason}")
+    if st.state == "waiting-for-capacity":
+        scale = {
+            "triggered": "the cluster autoscaler is adding a node",
+            "failed": "the cluster autoscaler could not add a node",
+            None: "no scale-up reported",
+        }[st.scale_up]
+        lines.append(
+            f"  scale-up: {scale}"
+            + (
+                f" ({st.detail.get('scale_up_message')})"
+                if st.detail.get("scale_up_message")
+                else ""
+            )
+        )
+    if st.since:
+        lines.append(f"  since:   {age(now - st.since)} ago")
+    if st.pod:
+        lines.append(f"  pod:     {st.pod}")
+    if st.restored_from:
+        lines.append(f"  restored from: {st.restored_from}")
+    if st.resume_operation:
+        op = st.resume_operation
+        lines.append(f"  resume:  {op.get('id')} by {op.get('by')} at {op.get('started')}")
+    return "\n".join(lines)
+
+
+def _all_workspaces(client) -> list[tuple[str, str]]:
+    from ..backends.kubernetes.client import KubeError, NotFound
+    from ..backends.kubernetes.common import A_STATE, annotations
+
+    found: list[tuple[str, str]] = []
+    try:
+        for ws in client.list_workspaces():
+            found.append(("workspace", ws["metadata"]["name"]))
+    except NotFound:
+        pass  # no Kubeflow Workspaces on this cluster
+    except KubeError as e:
+        print(f"warning: cannot list Workspaces: {e}", file=sys.stderr)
+    for sts in client.list_statefulsets():
+        if A_STATE in annotations(sts) and not any(
+            r.get("kind") == "Workspace" for r in sts["metadata"].get("ownerReferences") or []
+        ):
+            found.append(("statefulset", sts["metadata"]["name"]))
+    return found
+
+
+def cmd_status(client, args) -> int:
+    from ..backends.kubernetes import status as status_mod
+
+    if args.workspace:
+        st = status_mod.fetch(client, args.workspace, args.kind)
+        _emit(args, st.to_json(), _status_text(st))
+        return 0
+    statuses = [status_mod.fetch(client, name, kind) for kind, name in _all_workspaces(client)]
+    if args.json:
+        _emit(args, [s.to_json() for s in statuses], "")
+        return 0
+    if not statuses:
+        print(f"no paused or pausable workspaces in namespace {client.namespace}")
+        return 0
+    now = time.time()
+    rows = [["NAME", "KIND", "STATE", "SINCE", "REASON"]]
+    for s in statuses:
+        rows.append([s.name, s.kind, s.state, age(now - s.since) if s.since else "-", s.reason])
+    print(_table(rows))
+    return 0
+
+
+# -- resume -----------------------------------------------------------------------
+
+
+def _pause_intent(kind: str, owner: dict) -> bool:
+    spec = owner.get("spec") or {}
+    if kind == "Workspace":
+        return bool(spec.get("paused"))
+    return int(spec.get("replicas", 1) or 0) == 0
+
+
+def _target(kind: str, owner: dict) -> dict[str, Any]:
+    from ..backends.kubernetes import compat
+
+    if kind == "StatefulSet":
+        return compat.from_pod_spec(
+            (((owner.get("spec") or {}).get("template") or {}).get("spec")) or {}
+        )
+    options = (((owner.get("spec") or {}).get("podTemplate") or {}).get("options")) or {}
+    out = {}
+    if options.get("imageConfig"):
+        out["image_config"] = options["imageConfig"]
+    if options.get("podConfig"):
+        out["pod_config"] = options["podConfig"]
+    return out
+
+
+def compatibility(kind: str, owner: dict, targets: dict[str, str]) -> dict[str, Any]:
+    from ..backends.kubernetes import compat
+    from ..backends.kubernetes.common import A_FINGERPRINT, json_annotation
+
+    recorded = json_annotation(owner, A_FINGERPRINT) or {}
+    target = {**_target(kind, owner), **targets}
+    diffs = compat.compare(recorded, target)
+    return {
+        "recorded": recorded,
+        "target": target,
+        "differences": [d.to_json() for d in diffs],
+        "unchecked": compat.unknown(recorded, target),
+    }
+
+
+def cmd_resume(client, args) -> int:
+    from ..backends.kubernetes import compat
+    from ..backends.kubernetes import status as status_mod
+    from ..backends.kubernetes.client import Conflict, Invalid, KubeError
+    from ..backends.kubernetes.common import (
+        A_MESSAGE,
+        A_REPLICAS,
+        A_RESUME_OP,
+        A_STATE,
+        annotations,
+        json_annotation,
+        now_iso,
+    )
+
+    targets = compat.parse_target(args.target)
+    name = args.workspace
+    op = {
+        "id": uuid.uuid4().hex[:12],
+        "started": now_iso(),
+        "by": f"{_user()}@{socket.gethostname()}",
+    }
+    result: dict[str, Any] = {"workspace": name, "operation": op}
+    for _attempt in range(10):
+        kind, owner = status_mod.find_owner(client, name, args.kind)
+        current = json_annotation(owner, A_RESUME_OP)
+        if current and not args.force:
+            st = status_mod.fetch(client, name, kind.lower())
+            result.update(outcome="in-progress", operation=current, status=st.to_json())
+            _emit(
+                args,
+                result,
+                f"a resume of {name} is already in progress (operation {current.get('id')}, started "
+                f"{current.get('started')} by {current.get('by')}); not starting another.\n"
+                + _status_text(st),
+            )
+            return EXIT_IN_PROGRESS
+        if not _pause_intent(kind, owner):
+            st = status_mod.fetch(client, name, kind.lower())
+            result.update(outcome="not-paused", status=st.to_json())
+            _emit(args, result, f"{name} is not paused: nothing to resume.\n" + _status_text(st))
+            return 0
+        compat_report = compatibility(kind, owner, targets)
+        result["compatibility"] = compat_report
+        patch = {
+            "metadata": {
+                # Compare-and-swap: a 409 means somebody else changed it first.
+                "resourceVersion": owner["metadata"]["resourceVersion"],
+                "annotations": {A_RESUME_OP: json.dumps(op), A_STATE: "resuming", A_MESSAGE: None},
+            }
+        }
+        try:
+            if kind == "Workspace":
+                owner = client.patch_workspace(name, patch)
+            else:
+                owner = client.patch_statefulset(name, patch)
+            break
+        except Conflict:
+            continue  # re-read: either another resume took the lock, or something unrelated changed
+    else:
+        print(f"jupyter pause resume: {name} keeps changing; try again", file=sys.stderr)
+        return 1
+
+    try:
+        if kind == "Workspace":
+            client.patch_workspace(
+                name,
+                [
+                    {"op": "test", "path": "/spec/paused", "value": True},
+                    {"op": "replace", "path": "/spec/paused", "value": False},
+                ],
+            )
+        else:
+            replicas = int(annotations(owner).get(A_REPLICAS) or 1)
+            client.scale_statefulset(name, replicas)
+    except (Conflict, Invalid, KubeError) as e:
+        _release_lock(client, kind, name, op)
+        print(f"jupyter pause resume: could not resume {name}: {e}", file=sys.stderr)
+        return 1
+
+    lines = [f"resuming {name} ({kind}), operation {op['id']}"]
+    diffs = compat_report["differences"]
+    if diffs:
+        lines.append(
+            "warning: the environment differs from the one at pause, so the pod snapshot will not be restored:"
+        )
+        lines += [f"  - {d['message']}" for d in diffs]
+        lines.append(
+            "  the session cold-starts and your notebooks come back from their application checkpoints."
+        )
+    if compat_report["unchecked"]:
+        lines.append(
+            "not checked before the pod runs: "
+            + ", ".join(compat_report["unchecked"])
+            + " (pass --target KEY=VALUE)"
+        )
+    result["outcome"] = "started"
+    if not args.wait:
+        _emit(args, result, "\n".join(lines))
+        return 0
+    if not args.json:
+        print("\n".join(lines), flush=True)
+    final = _follow(client, name, kind, args)
+    result["status"] = final.to_json()
+    if args.json:
+        _emit(args, result, "")
+    return 0 if final.state in ("ready", "running") else EXIT_NOT_READY
+
+
+def _release_lock(client, kind: str, name: str, op: dict) -> None:
+    from ..backends.kubernetes.common import A_RESUME_OP, A_STATE
+
+    patch = {"metadata": {"annotations": {A_RESUME_OP: None, A_STATE: "paused"}}}
+    try:
+        if kind == "Workspace":
+            client.patch_workspace(name, patch)
+        else:
+            client.patch_statefulset(name, patch)
+    except Exception:
+        pass
+
+
+def _follow(client, name: str, kind: str, args):
+    from ..backends.kubernetes import status as status_mod
+
+    deadline = time.monotonic() + args.timeout
+    last = None
+    while True:
+        st = status_mod.fetch(client, name, kind.lower())
+        key = (st.state, st.reason, st.scale_up)
+        if key != last and not args.json:
+            print(_status_text(st), flush=True)
+            last = key
+        if st.state in ("ready", "running", "failed") or time.monotonic() > deadline:
+            return st
+        time.sleep(args.poll_interval)
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return os.environ.get("USER", "unknown")
+
+
+# -- list ----------------------------------------------------------------------------
+
+
+def _snapshot_owner(snap: dict) -> str:
+    from ..backends.kubernetes.common import TRIGGER_PREFIX, TRIGGERED_BY_LABEL
+
+    trig = ((snap.get("metadata") or {}).get("labels") or {}).get(TRIGGERED_BY_LABEL, "")
+    if trig.startswith(TRIGGER_PREFIX):
+        return trig[len(TRIGGER_PREFIX) :]
+    if trig.startswith("ws-") and trig.endswith("-trigger"):
+        return trig[3 : -len("-trigger")]
+    return "-"
+
+
+def cmd_list(client, args) -> int:
+    from ..backends.kubernetes.client import KubeError, NotFound
+    from ..backends.kubernetes.common import (
+        A_CHECKPOINTS,
+        A_STATE,
+        TRIGGERED_BY_LABEL,
+        annotations,
+        condition,
+        json_annotation,
+        parse_time,
+    )
+    from ..backends.kubernetes.gc import snapshot_age
+
+    now = time.time()
+    snapshots = []
+    try:
+        items = client.list_snapshots()
+    except NotFound:
+        items = []  # Pod Snapshots not enabled
+    for snap in items:
+        meta, st = snap["metadata"], snap.get("status") or {}
+        ready = condition(snap, "Ready") or {}
+        state = (
+            "Terminating"
+            if meta.get("deletionTimestamp")
+            else (ready.get("reason") or ready.get("status") or "-")
+        )
+        snapshots.append(
+            {
+                "name": meta["name"],
+                "workspace": _snapshot_owner(snap),
+                "trigger": (meta.get("labels") or {}).get(TRIGGERED_BY_LABEL),
+                "policy": (snap.get("spec") or {}).get("policyName"),
+                "state": state,
+                "ready": ready.get("status") == "True",
+                "created": meta.get("creationTimestamp"),
+                "age_seconds": now - (parse_time(meta.get("creationTimestamp")) or now),
+                "idle_seconds": snapshot_age(snap, now),
+                "last_access": st.get("lastAccessTime"),
+                "location": ((st.get("storageStatus") or {}).get("gcs") or {}).get(
+                    "observedGCSPath"
+                ),
+                # The PodSnapshot API does not report a size; it is in the bucket.
+                "bytes": None,
+            }
+        )
+    owners = []
+    try:
+        owners += [("Workspace", ws) for ws in client.list_workspaces()]
+    except NotFound:
+        pass
+    except KubeError as e:
+        print(f"warning: cannot list Workspaces: {e}", file=sys.stderr)
+    owners += [("StatefulSet", s) for s in client.list_statefulsets() if A_STATE in annotations(s)]
+    checkpoints = []
+    for kind, owner in owners:
+        for ck in json_annotation(owner, A_CHECKPOINTS) or []:
+            t = ck.get("time")
+            t = parse_time(t) if isinstance(t, str) else t
+            checkpoints.append(
+                {
+                    "workspace": owner["metadata"]["name"],
+                    "kind": kind,
+                    "state": annotations(owner).get(A_STATE),
+                    "notebook": ck.get("path"),
+                    "id": ck.get("id"),
+                    "bytes": ck.get("bytes"),
+                    "age_seconds": (now - t) if t else None,
+                }
+            )
+    data = {"namespace": client.namespace, "snapshots": snapshots, "checkpoints": checkpoints}
+    if args.json:
+        _emit(args, data, "")
+        return 0
+    out = [f"Pod snapshots in {client.namespace}:"]
+    if snapshots:
+        rows = [["NAME", "WORKSPACE", "STATE", "AGE", "IDLE", "SIZE", "POLICY"]]
+        for s in snapshots:
+            rows.append(
+                [
+                    s["name"],
+                    s["workspace"],
+                    s["state"],
+                    age(s["age_seconds"]),
+                    age(s["idle_seconds"]),
+                    size(s["bytes"]),
+                    s["policy"] or "-",
+                ]
+            )
+        out.append(_table(rows))
+        out.append("(sizes are not reported by the PodSnapshot API: see the bucket)")
+    else:
+        out.append("  none")
+    out.append("")
+    out.append("Application checkpoints of paused notebooks:")
+    if checkpoints:
+        rows = [["WORKSPACE", "NOTEBOOK", "CHECKPOINT", "SIZE", "AGE"]]
+        for c in checkpoints:
+            rows.append(
+                [
+                    c["workspace"],
+                    c["notebook"] or "-",
+                    c["id"] or "-",
+                    size(c["bytes"]),
+                    age(c["age_seconds"]),
+                ]
+            )
+        out.append(_table(rows))
+    else:
+        out.append("  none")
+    print("\n".join(out))
+    return 0
+
+
+# -- gc ---------------------------------------------------------------------------------
+
+
+def cmd_gc(client, args) -> int:
+    from ..backends.kubernetes.gc import collect_garbage, parse_duration
+
+    older = parse_duration(args.older_than)
+    report = collect_garbage(
+        client,
+        older,
+        all_snapshots=args.all_snapshots,
+        delete_policies=args.delete_policy,
+        dry_run=args.dry_run,
+        wait_timeout=args.wait_timeout,
+        poll_interval=args.poll_interval,
+    )
+    data = report.to_json()
+    if args.checkpoints_dir:
+        data["checkpoints"] = gc_checkpoints(args.checkpoints_dir, older, dry_run=args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    lines = [f"{verb} {len(report.deleted_snapshots)} pod snapshot(s) older than {args.older_than}"]
+    lines += [f"  {n}" for n in report.deleted_snapshots]
+    if report.still_terminating:
+        lines.append(
+            "still terminating (GKE's finalizer has not removed the files yet): "
+            + ", ".join(report.still_terminating)
+        )
+    if report.deleted_triggers:
+        lines.append(f"{verb} trigger(s): " + ", ".join(report.deleted_triggers))
+    for policy in report.deleted_policies:
+        lines.append(f"{verb} policy {policy} (after its snapshots)")
+    for policy, why in report.refused_policies.items():
+        lines.append(f"kept policy {policy}: {why}")
+    if "checkpoints" in data:
+        ck = data["checkpoints"]
+        lines.append(f"{verb} {len(ck['deleted'])} checkpoint(s) under {args.checkpoints_dir}")
+        lines += [f"  {p}" for p in ck["deleted"]]
+        lines += [f"  error: {e}" for e in ck.get("errors", [])]
+    lines += [f"error: {e}" for e in report.errors]
+    _emit(args, data, "\n".join(lines))
+    return 1 if report.errors or report.refused_policies else 0
+
+
+def gc_checkpoints(root: str, older_than: float, *, dry_run: bool = False) -> dict[str, Any]:
+    """Delete application checkpoints older than ``older_than`` under ``root``.
+
+    The newest checkpoint of each notebook is always kept: it is the way back
+    for a paused session whose snapshot is gone.  Uses the engine's store
+    (which also drops blobs no checkpoint references any more).
+    """
+    import calendar
+    from pathlib import Path
+
+    from ..engine import paths
+
+    out: dict[str, Any] = {"deleted": [], "kept": [], "errors": []}
+    base = Path(root).expanduser()
+    if not base.is_dir():
+        out["errors"].append(f"{base} is not a directory")
+        return out
+    delete = _engine_delete()
+    now = time.time()
+    for nbdir in sorted(p for p in base.iterdir() if p.is_dir()):
+        ids = sorted(
+            (p.name for p in nbdir.iterdir() if paths.is_checkpoint_id(p.name)),
+            key=paths.id_sort_key,
+        )
+        for cid in ids[:-1]:
+            created = calendar.timegm(time.strptime(cid[:19], "%Y-%m-%dT%H-%M-%S"))
+            label = f"{nbdir.name}/{cid}"
+            if now - created < older_than:
+                out["kept"].append(label)
+                continue
+            if dry_run:
+                out["deleted"].append(label)
+                continue
+            try:
+                delete(nbdir, cid)
+                out["deleted"].append(label)
+            except Exception as e:
+                out["errors"].append(f"{label}: {e}")
+        if ids:
+            out["kept"].append(f"{nbdir.name}/{ids[-1]}")
+    return out
+
+
+def _engine_delete():
+    """The engine's delete (it knows about shared blobs), else remove the folder."""
+    import shutil
+
+    try:
+        from ..engine import store
+
+        fn = getattr(store, "delete_checkpoint", None)
+    except ImportError:
+        fn = None
+    if fn is not None:
+        return lambda nbdir, cid: fn(nbdir, cid)
+    return lambda nbdir, cid: shutil.rmtree(nbdir / cid)

@@ -1,0 +1,621 @@
+"""Public kernel-side API: track, untrack, checkpoint, restore, list_checkpoints.
+
+``checkpoint`` data flow (docs/engine.md has the picture):
+
+1. pick the objects: tracked ones (must succeed) + the rest of the namespace
+   (best effort, each skip reported with its reason);
+2. take the notebook's lock, open a transaction (a temp folder);
+3. pickle all objects as consecutive records with one pickler; tensors/arrays
+   become references and are collected (no bytes copied);
+4. hash each storage (in-process fast path, else xxh3) and look the digest up in
+   the previous checkpoints: unchanged storages are referenced, not written;
+5. stream the new storages into safetensors files, fsync, stage them;
+6. write + sign the manifest, rename the temp folder into place, apply retention,
+   GC unreferenced blobs.
+
+``restore`` verifies the manifest signature, the pickle's HMAC and every needed
+tensor's hash (while reading it straight into its final buffer on its device)
+*before* unpickling anything, then assigns the objects to the namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import keyword
+import os
+import platform
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import xxhash
+
+from . import namespace as ns_mod
+from . import paths, pickling, rng, signing, store, tensors
+from .errors import (
+    CheckpointError,
+    CheckpointNotFound,
+    DiskError,
+    RestoreFailed,
+    UnknownName,
+    UnsavableObject,
+)
+from .manifest import PICKLE, Manifest, ObjectEntry, PickleEntry
+from .progress import Progress, fmt_bytes, fmt_seconds
+from .store import CheckpointInfo
+
+__all__ = [
+    "CheckpointInfo",
+    "CheckpointResult",
+    "RestoreResult",
+    "checkpoint",
+    "list_checkpoints",
+    "restore",
+    "track",
+    "tracked",
+    "untrack",
+]
+
+RNG_RECORD = "__jupyter_pause_rng__"
+
+# ----------------------------------------------------------------- tracking
+_TRACKED: dict[str, Any] = {}
+
+
+def track(obj: Any, name: str) -> Any:
+    """Register ``obj`` under ``name``: it is always checkpointed, and a checkpoint fails
+    (leaving the previous one intact) if it cannot be saved. Returns ``obj``."""
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+        raise ValueError(f"track() needs a valid Python identifier as name, got {name!r}")
+    _TRACKED[name] = obj
+    return obj
+
+
+def untrack(name: str) -> None:
+    """Forget a tracked object (no error if it was not tracked)."""
+    _TRACKED.pop(name, None)
+
+
+def tracked() -> dict[str, Any]:
+    """A copy of the tracked objects, name -> object."""
+    return dict(_TRACKED)
+
+
+# ----------------------------------------------------------------- results
+@dataclass
+class CheckpointResult:
+    id: str
+    path: str
+    notebook: str
+    saved: list[str]
+    skipped: dict[str, str]
+    bytes_written: int
+    bytes_total: int
+    seconds: float
+    bytes_reused: int = 0
+    files: list[str] = field(default_factory=list)  # blob files this checkpoint references
+    files_written: list[str] = field(default_factory=list)  # ... of which new
+    tensors: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+    removed: list[str] = field(default_factory=list)  # checkpoints deleted by retention
+
+    def summary(self) -> str:
+        rate = self.bytes_written / self.seconds if self.seconds > 0 else 0
+        skipped = (
+            f"; skipped {len(self.skipped)}: {', '.join(self.skipped)}" if self.skipped else ""
+        )
+        return (
+            f"checkpoint {self.id}: {len(self.saved)} object(s), {fmt_bytes(self.bytes_total)} "
+            f"({fmt_bytes(self.bytes_written)} written, {fmt_bytes(self.bytes_reused)} unchanged) "
+            f"in {fmt_seconds(self.seconds)} ({fmt_bytes(rate)}/s){skipped}"
+        )
+
+
+@dataclass
+class RestoreResult:
+    id: str
+    path: str
+    restored: list[str]
+    metadata: dict[str, Any]
+    bytes_read: int
+    seconds: float
+    failed: dict[str, str] = field(default_factory=dict)
+    modules: list[str] = field(default_factory=list)  # names re-imported
+    skipped: dict[str, str] = field(default_factory=dict)  # what the checkpoint had skipped
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        rate = self.bytes_read / self.seconds if self.seconds > 0 else 0
+        failed = f"; FAILED {', '.join(self.failed)} (see .failed)" if self.failed else ""
+        return (
+            f"restored {self.id}: {len(self.restored)} object(s), {fmt_bytes(self.bytes_read)} "
+            f"in {fmt_seconds(self.seconds)} ({fmt_bytes(rate)}/s){failed}"
+        )
+
+
+# ----------------------------------------------------------------- helpers
+class _HashingWriter:
+    """File wrapper that hashes (xxh3 + HMAC) what the pickler writes and knows its position."""
+
+    def __init__(self, f, key: bytes):
+        self.f = f
+        self.pos = 0
+        self.xxh = xxhash.xxh3_128()
+        self.mac = signing.FileSigner(key)
+        self.io_error: OSError | None = None
+
+    def write(self, b) -> int:
+        try:
+            tensors._write(self.f, b)
+        except OSError as e:  # a disk problem, not an unpicklable object: remember it
+            self.io_error = e
+            raise
+        self.xxh.update(b)
+        self.mac.update(b)
+        n = len(memoryview(b).cast("B"))
+        self.pos += n
+        return n
+
+
+def _versions() -> dict[str, Any]:
+    v: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "xxhash": getattr(xxhash, "VERSION", None),
+    }
+    try:
+        from .. import __version__
+
+        v["jupyter_pause"] = __version__
+    except Exception:
+        pass
+    for mod in ("numpy", "safetensors"):
+        m = sys.modules.get(mod)
+        if m is not None:
+            v[mod] = getattr(m, "__version__", None)
+    torch = sys.modules.get("torch")
+    v["torch"] = getattr(torch, "__version__", None) if torch else None
+    v["cuda"] = None
+    v["gpu"] = []
+    if torch is not None:
+        v["cuda"] = getattr(torch.version, "cuda", None)
+        try:
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                v["gpu"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        except Exception:
+            pass
+    return v
+
+
+def _type_name(obj) -> str:
+    t = type(obj)
+    return f"{t.__module__}.{t.__qualname__}"
+
+
+def _keep(keep: int | None) -> int:
+    if keep is not None:
+        return max(1, int(keep))
+    try:
+        return max(1, int(os.environ.get(paths.ENV_KEEP, paths.DEFAULT_KEEP)))
+    except ValueError:
+        return paths.DEFAULT_KEEP
+
+
+def _previous_index(nbdir, trust: bool):
+    """digest -> (file, key, dtype, shape, FileEntry) over the committed checkpoints."""
+    index: dict[str, tuple] = {}
+    key = signing.load_key(create=False)
+    for cid in store.checkpoint_ids(nbdir):
+        try:
+            m = store.read_manifest(nbdir, cid, trust=trust, key=key)
+        except CheckpointError:
+            continue  # unsigned/tampered: never build on it
+        for s in m.storages:
+            if s.file in m.files and (nbdir / s.file).is_file():
+                index[s.xxh3] = (s.file, s.key, s.dtype, s.shape, m.files[s.file])
+    return index
+
+
+# ----------------------------------------------------------------- checkpoint
+def checkpoint(
+    *names: str,
+    dir=None,
+    notebook: str | None = None,
+    keep: int | None = None,
+    metadata: dict | None = None,
+    trust: bool = False,
+    progress: bool = True,
+    namespace: dict | None = None,
+) -> CheckpointResult:
+    """Save tracked objects and the namespace (or just ``names``) as a new checkpoint.
+
+    ``trust=True`` lets an incremental checkpoint reuse data of unsigned older checkpoints.
+    ``namespace`` defaults to the kernel's user namespace (``__main__`` outside IPython).
+    """
+    t0 = time.monotonic()
+    if namespace is None:
+        ns, hidden = ns_mod.user_namespace()
+    else:
+        ns, hidden = namespace, {}
+    meta = dict(metadata or {})
+    try:
+        json.dumps(meta)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"metadata must be JSON-serialisable: {e}") from None
+    key_name = paths.notebook_key(notebook)
+    nbdir = paths.notebook_dir(dir, notebook)
+
+    # 1. which objects
+    required: dict[str, Any] = {}
+    optional: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    modules: dict[str, str] = {}
+    if names:
+        missing = [n for n in names if n not in _TRACKED and n not in ns]
+        if missing:
+            raise UnknownName(missing, "the namespace or the tracked objects", [*ns, *_TRACKED])
+        for n in names:
+            obj = _TRACKED[n] if n in _TRACKED else ns[n]
+            reason = ns_mod.quick_skip(n, obj, {})
+            if reason and "module" not in reason:
+                raise UnsavableObject(n, reason)
+            if reason:  # an explicitly named module: remember to re-import it
+                modules[n] = obj.__name__
+                continue
+            required[n] = obj
+    else:
+        required.update(_TRACKED)
+        cand, skipped, modules = ns_mod.select(ns, hidden)
+        for n, obj in cand.items():
+            if n not in required:
+                optional[n] = obj
+    tracked_names = set(_TRACKED) & set(required)
+
+    try:
+        with store.locked(nbdir):
+            store.gc(nbdir, locked_already=True)  # stale temp folders of dead writers
+            index = _previous_index(nbdir, trust)
+            txn = store.Transaction(nbdir)
+            try:
+                result = _write_checkpoint(
+                    txn,
+                    nbdir,
+                    key_name,
+                    required,
+                    optional,
+                    skipped,
+                    modules,
+                    tracked_names,
+                    meta,
+                    index,
+                    progress,
+                    ns,
+                    t0,
+                )
+                result.removed = store.apply_retention(nbdir, _keep(keep))
+                if result.removed:
+                    store.gc(nbdir, locked_already=True)
+            except BaseException:
+                txn.abort()
+                raise
+    except OSError as e:
+        raise DiskError(str(nbdir), e) from e
+    return result
+
+
+def _write_checkpoint(
+    txn,
+    nbdir,
+    key_name,
+    required,
+    optional,
+    skipped,
+    modules,
+    tracked_names,
+    meta,
+    index,
+    progress,
+    ns,
+    t0,
+) -> CheckpointResult:
+    key = signing.load_key()
+    order = list(required) + [n for n in optional if n not in required]
+    objects_in = {**optional, **required}
+    probed = False
+    pk_path = txn.tmp / PICKLE
+    while True:
+        collector = tensors.Collector()
+        with open(pk_path, "wb", buffering=1 << 20) as f:
+            w = _HashingWriter(f, key)
+            pickler = pickling.StatePickler(w, collector, ns)
+            offsets: list[int] = []
+            entries: dict[str, ObjectEntry] = {}
+            failed_name = failure = None
+            for i, name in enumerate(order):
+                obj = objects_in[name]
+                offsets.append(w.pos)
+                collector.begin(name, obj)
+                try:
+                    pickler.dump(obj)
+                except Exception as e:
+                    if w.io_error is not None:
+                        raise w.io_error from None
+                    failed_name, failure = name, pickling.describe(e)
+                    break
+                entries[name] = ObjectEntry(
+                    type=_type_name(obj),
+                    dump=i,
+                    storages=list(collector.touched),
+                    tracked=name in tracked_names,
+                )
+            rng_record = None
+            if failed_name is None:
+                state = rng.capture()
+                offsets.append(w.pos)
+                collector.begin(RNG_RECORD, state)
+                try:
+                    pickler.dump(state)
+                    rng_record = len(offsets) - 1
+                except Exception:
+                    offsets.pop()  # cannot happen with the stock generators; never fatal
+            f.flush()
+            os.fsync(f.fileno())
+        if failed_name is None:
+            break
+        # A record failed half-way; the stream and memo are unusable. Find every other
+        # culprit once (each remaining object alone, to nowhere), drop them, pickle again.
+        if failed_name in required:
+            raise UnsavableObject(failed_name, failure)
+        skipped[failed_name] = failure
+        order.remove(failed_name)
+        if not probed:
+            probed = True
+            for name in [n for n in order if n not in entries]:
+                reason = pickling.probe(objects_in[name], ns)
+                if reason is None:
+                    continue
+                if name in required:
+                    raise UnsavableObject(name, reason)
+                skipped[name] = reason
+                order.remove(name)
+    pickle_entry = PickleEntry(
+        file=PICKLE, bytes=w.pos, xxh3=w.xxh.hexdigest(), hmac=w.mac.hexdigest()
+    )
+
+    # 2. digests + dedup
+    storages = collector.storages
+    total = sum(s.nbytes for s in storages)
+    bar = Progress("checkpoint", total, enabled=progress)
+    files: dict[str, Any] = {}
+    new: list[tensors.Storage] = []
+    reused = 0
+    pending: dict[str, tensors.Storage] = {}
+    dupes: list[tuple[tensors.Storage, tensors.Storage]] = []
+    for s in storages:
+        s.xxh3 = tensors.cached_digest(s)
+        if s.xxh3 is None and index:
+            s.xxh3 = tensors.hash_storage(s)
+        hit = index.get(s.xxh3) if s.xxh3 else None
+        if hit is not None:
+            s.file, s.key, s.dtype, s.shape = hit[0], hit[1], hit[2], hit[3]
+            files[s.file] = hit[4]
+            reused += s.nbytes
+            bar.update(s.nbytes)
+        elif s.xxh3 is not None and s.xxh3 in pending:
+            dupes.append((s, pending[s.xxh3]))
+            reused += s.nbytes
+            bar.update(s.nbytes)
+        else:
+            if s.xxh3 is not None:
+                pending[s.xxh3] = s
+            new.append(s)
+
+    # 3. stream new storages into safetensors files: one per object with >= 1 MiB of new
+    #    data (a model's weights end up in one portable file), small ones share a file
+    groups: dict[str, list[tensors.Storage]] = {}
+    per_owner: dict[str, int] = {}
+    for s in new:
+        per_owner[s.owner] = per_owner.get(s.owner, 0) + s.nbytes
+    for s in new:
+        g = s.owner if per_owner[s.owner] >= tensors.SMALL_FILE else ""
+        groups.setdefault(g, []).append(s)
+    written = 0
+    new_files = []
+    for n, (g, group) in enumerate(groups.items()):
+        tensors.unique_keys(group, prefix_owner=(g == ""))
+        wf = tensors.write_safetensors(txn, f"w{n}.tmp", group, bar)
+        files[wf.rel] = wf.entry
+        new_files.append(wf.rel)
+        written += wf.entry.bytes
+    for s, first in dupes:
+        s.file, s.key, s.xxh3 = first.file, first.key, first.xxh3
+    for s in storages:
+        tensors.remember(s)
+
+    per_obj_bytes = {}
+    for name, e in entries.items():
+        e.bytes = sum(storages[i].nbytes for i in e.storages)
+        per_obj_bytes[name] = e.bytes
+    manifest = Manifest(
+        id=txn.id,
+        notebook=key_name,
+        created=datetime.now(timezone.utc).isoformat(),
+        pickle=pickle_entry,
+        versions=_versions(),
+        files=files,
+        storages=[tensors.storage_entry(s) for s in storages],
+        objects=entries,
+        records=offsets,
+        rng_record=rng_record,
+        skipped=skipped,
+        modules=modules,
+        metadata=meta,
+        bytes_total=total,
+        bytes_written=written + pickle_entry.bytes,
+    )
+    final = txn.commit(manifest)
+    seconds = time.monotonic() - t0
+    result = CheckpointResult(
+        id=txn.id,
+        path=str(final),
+        notebook=key_name,
+        saved=list(entries),
+        skipped=skipped,
+        bytes_written=manifest.bytes_written,
+        bytes_total=total,
+        seconds=seconds,
+        bytes_reused=reused,
+        files=sorted(files),
+        files_written=new_files,
+        tensors=len(storages),
+        metadata=meta,
+    )
+    bar.finish(result.summary())
+    return result
+
+
+# ----------------------------------------------------------------- restore
+class _Loader:
+    def __init__(self, buffers):
+        self.buffers = buffers
+
+    def rebuild_tensor(self, idx, dtype_name, shape, stride, offset, requires_grad, kind):
+        return tensors.rebuild_torch(
+            self.buffers[idx], dtype_name, shape, stride, offset, requires_grad, kind
+        )
+
+    def rebuild_array(self, idx, dtype, shape, strides, offset, writeable):
+        return tensors.rebuild_array(self.buffers[idx], dtype, shape, strides, offset, writeable)
+
+
+def restore(
+    checkpoint_id: str | None = None,
+    *names: str,
+    dir=None,
+    notebook: str | None = None,
+    device: str | None = None,
+    trust: bool = False,
+    namespace: dict | None = None,
+    progress: bool = True,
+) -> RestoreResult:
+    """Restore a checkpoint (the latest by default) into the namespace.
+
+    ``names`` restricts what is assigned (objects they share with others come along).
+    ``device``: None = each tensor to the device it was saved from; "cpu" / "cuda:0" = all
+    there; "cuda:1=cuda:0[,...]" = remap. ``trust=True`` loads unsigned checkpoints.
+    Restoring everything also re-imports saved module aliases and the RNG state.
+    """
+    t0 = time.monotonic()
+    if checkpoint_id in ("latest", ""):
+        checkpoint_id = None
+    if checkpoint_id is not None and not paths.is_checkpoint_id(checkpoint_id):
+        names = (checkpoint_id, *names)  # restore("model"): a name, from the latest
+        checkpoint_id = None
+    if namespace is None:
+        ns, _ = ns_mod.user_namespace()
+    else:
+        ns = namespace
+    nbdir = paths.notebook_dir(dir, notebook)
+    if not nbdir.is_dir():
+        raise CheckpointNotFound(checkpoint_id, str(nbdir))
+    device_of_name = tensors.parse_device_map(device)
+
+    with store.locked(nbdir, shared=True):
+        ids = store.checkpoint_ids(nbdir)
+        if checkpoint_id is None:
+            if not ids:
+                raise CheckpointNotFound(None, str(nbdir))
+            checkpoint_id = ids[-1]
+        m = store.read_manifest(nbdir, checkpoint_id, trust=trust)
+        unknown = [n for n in names if n not in m.objects]
+        if unknown:
+            why = {n: m.skipped[n] for n in unknown if n in m.skipped}
+            where = f"checkpoint {m.id}"
+            if why:
+                where += (
+                    " (skipped when saving: " + "; ".join(f"{k}: {v}" for k, v in why.items()) + ")"
+                )
+            raise UnknownName(unknown, where, m.objects)
+        wanted = list(names) if names else list(m.objects)
+        upto = max(m.objects[n].dump for n in wanted) if names else len(m.records) - 1
+        needed = sorted(
+            {i for o in m.objects.values() if o.dump <= upto for i in o.storages}
+            | (_rng_storages(m) if m.rng_record is not None and m.rng_record <= upto else set())
+        )
+        # devices first: fail before reading a byte
+        for dev, owner in {
+            (device_of_name(m.storages[i].device), m.storages[i].owner)
+            for i in needed
+            if m.storages[i].kind == "torch"
+        }:
+            tensors.check_device(dev, owner)
+        store.check_complete(nbdir, m, names=None)
+        data = store.verify_pickle(nbdir, m, trust=trust)
+        total = sum(m.storages[i].nbytes for i in needed)
+        bar = Progress("restore", total, enabled=progress)
+        buffers = tensors.read_storages(nbdir, m, needed, lambda s: device_of_name(s.device), bar)
+
+    # only now, with everything verified, run the pickles
+    loader = _Loader(buffers)
+    objs, failures = pickling.load_records(data, m.records, upto, loader, ns)
+    by_record = {o.dump: n for n, o in m.objects.items()}
+    failed = {by_record[i]: why for i, why in failures.items() if i in by_record}
+    if names and any(n in failed for n in wanted):
+        raise RestoreFailed({n: failed[n] for n in wanted if n in failed})
+    restored = []
+    for n in wanted:
+        if n in failed:
+            continue
+        ns[n] = objs[m.objects[n].dump]
+        restored.append(n)
+        if m.objects[n].tracked:
+            _TRACKED[n] = ns[n]
+    notes: list[str] = []
+    reimported: list[str] = []
+    if not names:
+        for alias, modname in m.modules.items():
+            if alias in ns:
+                continue
+            try:
+                import importlib
+
+                ns[alias] = importlib.import_module(modname)
+                reimported.append(alias)
+            except Exception as e:
+                failed[alias] = f"could not re-import module {modname}: {pickling.describe(e)}"
+        if m.rng_record is not None and m.rng_record in objs:
+            notes += rng.restore(objs[m.rng_record])
+    result = RestoreResult(
+        id=m.id,
+        path=str(nbdir / m.id),
+        restored=restored,
+        metadata=dict(m.metadata),
+        bytes_read=total,
+        seconds=time.monotonic() - t0,
+        failed=failed,
+        modules=reimported,
+        skipped=dict(m.skipped),
+        notes=notes,
+    )
+    if failed:
+        warnings.warn(
+            "jupyter_pause.restore: not restored: "
+            + "; ".join(f"{k}: {v}" for k, v in failed.items()),
+            stacklevel=2,
+        )
+    bar.finish(result.summary())
+    return result
+
+
+def _rng_storages(m: Manifest) -> set[int]:
+    # storages first referenced by the RNG record are the ones no object claimed
+    claimed = {i for o in m.objects.values() for i in o.storages}
+    return set(range(len(m.storages))) - claimed
+
+
+def list_checkpoints(dir=None, notebook: str | None = None) -> list[CheckpointInfo]:
+    """Committed checkpoints of a notebook, oldest first."""
+    return store.list_checkpoints(dir, notebook)

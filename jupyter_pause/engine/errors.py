@@ -1,0 +1,134 @@
+"""Every error the checkpoint engine raises, in one place.
+
+The server, the magics and user code all catch these, so each class keeps a
+stable name and each message says what went wrong *and what to do next*: a
+user who paused a notebook last night must be able to act on the text alone.
+"""
+
+from __future__ import annotations
+
+
+class CheckpointError(Exception):
+    """Base class of all jupyter-pause engine errors."""
+
+
+class CheckpointNotFound(CheckpointError):
+    """The requested checkpoint (or any checkpoint at all) does not exist."""
+
+    def __init__(self, checkpoint_id: str | None, folder: str):
+        self.checkpoint_id = checkpoint_id
+        self.folder = folder
+        if checkpoint_id:
+            msg = (
+                f"no checkpoint {checkpoint_id!r} in {folder}. "
+                "List the available ones with %checkpoint --list (or jupyter_pause.list_checkpoints())."
+            )
+        else:
+            msg = (
+                f"no checkpoint found in {folder}. Create one with %checkpoint first, "
+                "or pass --dir / notebook= if it was saved elsewhere."
+            )
+        super().__init__(msg)
+
+
+class CorruptCheckpoint(CheckpointError):
+    """A file of a checkpoint does not match the hash recorded in its manifest."""
+
+    def __init__(self, name: str, file: str, detail: str = ""):
+        self.name = name
+        self.file = file
+        self.detail = detail
+        extra = f" ({detail})" if detail else ""
+        super().__init__(
+            f"checkpoint data of {name!r} is corrupt: {file} does not match its recorded hash{extra}. "
+            "Nothing was loaded. Restore an older checkpoint (%checkpoint --list), or restore the "
+            "other names only."
+        )
+
+
+class UntrustedCheckpoint(CheckpointError):
+    """The manifest signature is missing or wrong: the checkpoint may have been tampered with."""
+
+    def __init__(self, path: str, reason: str):
+        self.path = path
+        self.reason = reason
+        super().__init__(
+            f"refusing to load {path}: {reason}. A checkpoint contains pickled code, so only "
+            "checkpoints signed with this user's key are loaded. If you know where it came from "
+            "(e.g. you copied it from another machine), pass trust=True (or %restore --trust)."
+        )
+
+
+class UnsavableObject(CheckpointError):
+    """An object that must be saved (a tracked one, or one named explicitly) cannot be saved."""
+
+    def __init__(self, name: str, reason: str):
+        self.name = name
+        self.reason = reason
+        super().__init__(
+            f"cannot save {name!r}: {reason}. The previous checkpoint is unchanged. Untrack it "
+            f"(jupyter_pause.untrack({name!r})), leave it out of the names, or turn it into "
+            "something picklable (e.g. save its state_dict)."
+        )
+
+
+class UnknownName(CheckpointError):
+    """A name given to checkpoint/restore is neither in the namespace nor in the checkpoint."""
+
+    def __init__(self, names, where: str, available=()):
+        self.names = list(names)
+        avail = ", ".join(sorted(available)[:20]) or "nothing"
+        super().__init__(
+            f"unknown name(s) {', '.join(map(repr, self.names))} in {where}. Available: {avail}."
+        )
+
+
+class RestoreFailed(CheckpointError):
+    """Objects were found and verified but could not be rebuilt (e.g. their class is gone)."""
+
+    def __init__(self, failures: dict[str, str]):
+        self.failures = dict(failures)
+        lines = "; ".join(f"{k}: {v}" for k, v in self.failures.items())
+        super().__init__(
+            f"could not restore {lines}. Nothing was changed in the namespace. Define or install "
+            "what is missing and restore again, or restore the other names only."
+        )
+
+
+class DeviceUnavailable(CheckpointError):
+    """A tensor was saved on a device this machine does not have."""
+
+    def __init__(self, name: str, device: str, detail: str = ""):
+        self.name = name
+        self.device = device
+        extra = f" ({detail})" if detail else ""
+        super().__init__(
+            f"{name!r} was saved on {device}, which is not available here{extra}. Map it with "
+            f"device='cpu' or device='{device}=cuda:0' (%restore --device cpu)."
+        )
+
+
+class DiskError(CheckpointError):
+    """Writing the checkpoint failed (full disk, no permission, ...); nothing was committed."""
+
+    def __init__(self, path: str, error: OSError):
+        self.path = path
+        self.error = error
+        import errno
+
+        if error.errno == errno.ENOSPC:
+            hint = (
+                "the disk is full: free space there, keep fewer checkpoints (keep=1), or point "
+                "JUPYTER_PAUSE_CHECKPOINT_DIR / --dir at a bigger disk"
+            )
+        elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR):
+            hint = (
+                "the directory is not writable: choose another one with --dir or "
+                "JUPYTER_PAUSE_CHECKPOINT_DIR"
+            )
+        else:
+            hint = "check the disk and the directory, then try again"
+        super().__init__(
+            f"could not write checkpoint at {path}: {error.strerror or error}; {hint}. "
+            "The previous checkpoint is intact."
+        )

@@ -1,0 +1,114 @@
+"""The checkpoint manifest: one JSON file that describes everything in a checkpoint.
+
+``manifest.json`` is the single source of truth for a checkpoint: which objects
+it holds, which pickle record rebuilds each, which tensor storages live in which
+safetensors file under which key, every hash, and the software versions that
+wrote it. It is plain JSON so that the server (which never imports torch) and a
+human with ``jq`` can both read it, and so that the weights stay usable without
+jupyter-pause (see docs/engine.md). ``manifest.sig`` holds its HMAC.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+FORMAT = "jupyter-pause/1"
+MANIFEST = "manifest.json"
+SIGNATURE = "manifest.sig"
+PICKLE = "objects.pkl"
+BLOBS = "blobs"
+
+
+@dataclass
+class StorageEntry:
+    """One underlying tensor/array buffer, saved once however many views share it."""
+
+    file: str  # relative to the notebook folder, e.g. "blobs/<hash>.safetensors"
+    key: str  # tensor name inside that safetensors file
+    nbytes: int
+    xxh3: str  # xxh3_128 of the raw bytes
+    kind: str  # "torch" or "numpy"
+    device: str  # "cpu", "cuda:0", ...
+    dtype: str  # dtype of the key as written in the file ("bfloat16", "float32", "uint8")
+    shape: list[int]
+    owner: str  # first object that referenced it (named in errors)
+
+
+@dataclass
+class FileEntry:
+    """A safetensors file. ``xxh3`` = xxh3_128(header bytes || digest of each tensor, in order)."""
+
+    bytes: int
+    xxh3: str
+    header_xxh3: str
+    tensors: dict[str, str] = field(default_factory=dict)  # key -> xxh3_128 of its bytes
+
+
+@dataclass
+class ObjectEntry:
+    type: str
+    dump: int  # index of its record in objects.pkl (records load in order; later ones may refer to earlier)
+    storages: list[int] = field(default_factory=list)
+    bytes: int = 0  # tensor bytes it references
+    tracked: bool = False
+
+
+@dataclass
+class PickleEntry:
+    file: str
+    bytes: int
+    xxh3: str
+    hmac: str  # HMAC-SHA256: xxh3 is not collision resistant, the pickle runs code
+
+
+@dataclass
+class Manifest:
+    id: str
+    notebook: str
+    created: str  # ISO 8601 UTC
+    pickle: PickleEntry
+    format: str = FORMAT
+    versions: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, FileEntry] = field(default_factory=dict)
+    storages: list[StorageEntry] = field(default_factory=list)
+    objects: dict[str, ObjectEntry] = field(default_factory=dict)
+    records: list[int] = field(default_factory=list)  # byte offset of each record in objects.pkl
+    rng_record: int | None = None
+    skipped: dict[str, str] = field(default_factory=dict)
+    modules: dict[str, str] = field(default_factory=dict)  # name -> module to re-import
+    metadata: dict[str, Any] = field(default_factory=dict)
+    bytes_total: int = 0  # tensor bytes referenced
+    bytes_written: int = 0  # bytes newly written by this checkpoint
+
+    # -- JSON -----------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self), indent=1).encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Manifest:
+        raw = json.loads(data.decode("utf-8"))
+        if raw.get("format") != FORMAT:
+            raise ValueError(f"unsupported checkpoint format {raw.get('format')!r}")
+        raw["pickle"] = PickleEntry(**raw["pickle"])
+        raw["files"] = {k: FileEntry(**v) for k, v in raw.get("files", {}).items()}
+        raw["storages"] = [StorageEntry(**s) for s in raw.get("storages", [])]
+        raw["objects"] = {k: ObjectEntry(**v) for k, v in raw.get("objects", {}).items()}
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in known})
+
+    # -- helpers --------------------------------------------------------------
+    def files_of(self, names) -> set[str]:
+        """Files holding the storages the given objects need."""
+        return {self.storages[i].file for n in names for i in self.objects[n].storages}
+
+    def owners_of_file(self, file: str) -> list[str]:
+        return sorted(
+            {
+                n
+                for n, o in self.objects.items()
+                for i in o.storages
+                if self.storages[i].file == file
+            }
+        )

@@ -1,0 +1,116 @@
+"""Which user variables a checkpoint saves, and why the others are skipped.
+
+dill's ``dump_session`` saves everything or nothing (dill#66, #255, #319, #537):
+one open file or generator anywhere and the whole dump fails. We instead save
+every variable we can, skip the rest and *say which and why*. This module makes
+the cheap decisions up front (IPython's own history variables, modules, types
+that can never be pickled); anything else is attempted and skipped only if
+pickling it actually fails.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+import threading
+import types
+
+# IPython's own names in user_ns (history, output cache, helpers)
+IPYTHON_NAMES = {
+    "In",
+    "Out",
+    "exit",
+    "quit",
+    "get_ipython",
+    "open",
+    "_ih",
+    "_oh",
+    "_dh",
+    "_",
+    "__",
+    "___",
+    "_i",
+    "_ii",
+    "_iii",
+    "_exit_code",
+}
+_HISTORY_RE = re.compile(r"^(_i\d+|_\d+|__\w*__)$")
+
+_UNSAVABLE_TYPES: tuple[tuple[type, str], ...] = (
+    (types.GeneratorType, "a generator cannot be saved; re-run the cell that creates it"),
+    (types.CoroutineType, "a coroutine cannot be saved"),
+    (types.AsyncGeneratorType, "an async generator cannot be saved"),
+    (types.FrameType, "a frame cannot be saved"),
+    (types.TracebackType, "a traceback cannot be saved"),
+    (io.IOBase, "an open file/stream cannot be saved; re-open it after restore"),
+    (threading.Thread, "a thread cannot be saved"),
+    (type(threading.Lock()), "a lock cannot be saved"),
+    (type(threading.RLock()), "a lock cannot be saved"),
+)
+_INTERNAL_MODULES = ("IPython.", "ipykernel.", "zmq.", "tornado.", "jupyter_client.", "comm.")
+
+
+def user_namespace() -> tuple[dict, dict]:
+    """(namespace dict, names hidden by IPython) of the running kernel, or __main__ outside IPython."""
+    ip = None
+    if "IPython" in sys.modules:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+    if ip is not None:
+        return ip.user_ns, dict(getattr(ip, "user_ns_hidden", {}))
+    return sys.modules["__main__"].__dict__, {}
+
+
+def _hidden(name: str, obj, hidden: dict) -> bool:
+    return (
+        name in IPYTHON_NAMES
+        or bool(_HISTORY_RE.match(name))
+        or (name in hidden and hidden[name] is obj)
+    )
+
+
+def quick_skip(name: str, obj, hidden: dict) -> str | None:
+    """Reason to skip ``name`` without trying to pickle it, or None."""
+    if _hidden(name, obj, hidden):
+        return "IPython history/internal variable"
+    if isinstance(obj, types.ModuleType):
+        return "module (re-imported by name on restore)"
+    for typ, reason in _UNSAVABLE_TYPES:
+        if isinstance(obj, typ):
+            return reason
+    mod = getattr(type(obj), "__module__", "") or ""
+    if mod.startswith(_INTERNAL_MODULES):
+        return f"Jupyter/IPython internal object ({mod}.{type(obj).__qualname__})"
+    return None
+
+
+HISTORY_KEY = "<IPython history>"
+
+
+def select(ns: dict, hidden: dict | None = None) -> tuple[dict, dict, dict]:
+    """Split a namespace into (candidates, skipped {name: reason}, modules {name: module name}).
+
+    IPython's own variables (In, Out, _, _i1, ...) are reported as one entry, not one each."""
+    hidden = hidden or {}
+    candidates, skipped, modules = {}, {}, {}
+    history: list[str] = []
+    for name, obj in list(ns.items()):
+        reason = quick_skip(name, obj, hidden)
+        if reason is None:
+            candidates[name] = obj
+            continue
+        if isinstance(obj, types.ModuleType) and not name.startswith("_"):
+            modname = obj.__name__
+            if sys.modules.get(modname) is obj and modname != "__main__":
+                modules[name] = modname
+        if _hidden(name, obj, hidden):
+            if not name.startswith("__"):
+                history.append(name)
+        else:
+            skipped[name] = reason
+    if history:
+        shown = ", ".join(history[:8]) + (", ..." if len(history) > 8 else "")
+        skipped[HISTORY_KEY] = f"{len(history)} IPython history/internal variables ({shown})"
+    return candidates, skipped, modules

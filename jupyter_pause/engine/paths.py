@@ -1,0 +1,98 @@
+"""Where checkpoints live on disk.
+
+One root (``JUPYTER_PAUSE_CHECKPOINT_DIR`` or ``<jupyter_data_dir>/pause/checkpoints``)
+holds one folder per notebook. The folder name is derived from the notebook key
+(its server-relative path), but the key comes from users and from the server, so
+it must never be able to escape the root (``../../etc``) or collide: the name is
+a sanitised, shortened copy of the key plus a short hash of the exact key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import xxhash
+
+ENV_DIR = "JUPYTER_PAUSE_CHECKPOINT_DIR"
+ENV_KEEP = "JUPYTER_PAUSE_KEEP"
+DEFAULT_KEEP = 3
+DEFAULT_NOTEBOOK = "default"
+
+# 2026-11-30T18-02-11 (UTC), with "-2", "-3", ... when two land in the same second
+ID_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:-(\d+))?$")
+
+
+def jupyter_data_dir() -> Path:
+    """Jupyter's per-user data dir (honours JUPYTER_DATA_DIR), without importing much."""
+    from jupyter_core.paths import jupyter_data_dir as _jdd
+
+    return Path(_jdd())
+
+
+def pause_data_dir() -> Path:
+    return jupyter_data_dir() / "pause"
+
+
+def checkpoint_root(dir: str | os.PathLike | None = None) -> Path:
+    """The checkpoint root: explicit ``dir``, else the env var, else the Jupyter data dir."""
+    if dir is not None:
+        return Path(dir).expanduser()
+    env = os.environ.get(ENV_DIR)
+    if env:
+        return Path(env).expanduser()
+    return pause_data_dir() / "checkpoints"
+
+
+def notebook_key(notebook: str | None = None) -> str:
+    """The notebook's key: explicit, else ``JPY_SESSION_NAME`` (set by Jupyter Server), else 'default'."""
+    if notebook:
+        return str(notebook)
+    return os.environ.get("JPY_SESSION_NAME") or DEFAULT_NOTEBOOK
+
+
+def folder_name(key: str) -> str:
+    """A safe, unique, human-readable folder name for a notebook key.
+
+    Only ``[A-Za-z0-9._-]`` survive, path separators become ``__``, leading dots are
+    dropped (no ``..`` or hidden names) and a hash of the full key keeps two keys
+    that sanitise alike apart.
+    """
+    readable = key.replace("\\", "/").strip("/").replace("/", "__")
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", readable)
+    readable = re.sub(r"\.{2,}", ".", readable).lstrip(".-_")[:80] or "notebook"
+    digest = xxhash.xxh3_64_hexdigest(key.encode("utf-8"))[:10]
+    return f"{readable}-{digest}"
+
+
+def notebook_dir(dir=None, notebook: str | None = None) -> Path:
+    """The folder holding all checkpoints of one notebook (may not exist yet)."""
+    root = checkpoint_root(dir)
+    path = root / folder_name(notebook_key(notebook))
+    # belt and braces: the name cannot contain a separator, but check anyway
+    if path.resolve().parent != root.resolve():
+        raise ValueError(f"notebook key {notebook!r} escapes the checkpoint root")
+    return path
+
+
+def is_checkpoint_id(text: str) -> bool:
+    return bool(ID_RE.match(text or ""))
+
+
+def id_sort_key(checkpoint_id: str) -> tuple[str, int]:
+    """Sort ids by time, then by same-second suffix (so "-10" sorts after "-2")."""
+    m = ID_RE.match(checkpoint_id)
+    if not m:
+        return (checkpoint_id, 0)
+    base = checkpoint_id[:19]
+    return (base, int(m.group(1) or 1))
+
+
+def check_id(checkpoint_id: str) -> str:
+    """Reject anything that is not a well-formed id before it touches a path."""
+    if not is_checkpoint_id(checkpoint_id):
+        raise ValueError(
+            f"{checkpoint_id!r} is not a checkpoint id (they look like 2026-11-30T18-02-11)"
+        )
+    return checkpoint_id

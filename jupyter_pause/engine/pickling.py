@@ -1,0 +1,368 @@
+"""Pickling the object graph around the tensors.
+
+Plain ``pickle`` with two additions, both done in ``reducer_override`` (which the
+C pickler only calls for objects it has no built-in fast path for, so plain data
+pickles at full C speed, T9):
+
+1. Tensors and numpy arrays are replaced by small references handled by
+   :mod:`.tensors`; their bytes never enter the pickle.
+2. Functions and classes defined in notebook cells (module ``__main__``) cannot
+   be pickled by reference, because a fresh kernel has no such attribute. They
+   are pickled *by value* (code object via ``marshal``, defaults, closure, class
+   dict), in the spirit of cloudpickle, which is not a dependency. A function's
+   globals are *the restored namespace itself*, so after a restore it sees the
+   restored variables, exactly like a cell-defined function does.
+
+All variables are written with **one** pickler (one memo) as consecutive
+records, so objects shared between variables (an optimizer's references to a
+model's parameters) stay shared after a restore.
+
+Limits (honest): by-value code needs the same Python minor version on restore;
+``Enum`` classes defined in cells, generators, open files, sockets, locks and
+C-extension objects without pickle support cannot be saved (they are skipped
+and reported); an object whose ``__reduce__`` lies is saved wrongly, as with any
+pickle-based tool. ``dill`` is not used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import io
+import marshal
+import pickle
+import sys
+import types
+from typing import Any
+
+from . import tensors
+from .errors import CheckpointError
+
+PROTOCOL = 5
+
+
+# ----------------------------------------------------------------- markers
+class _NamespaceRef:
+    """Stands for "the namespace being restored into" (cell functions' globals)."""
+
+    def __reduce__(self):
+        return (_namespace, ())
+
+
+NAMESPACE = _NamespaceRef()
+
+
+def _namespace():  # replaced by the unpickler
+    raise RuntimeError("this pickle must be loaded with jupyter_pause.restore()")
+
+
+class _EmptyCell:
+    def __reduce__(self):
+        return "EMPTY_CELL"
+
+
+EMPTY_CELL = _EmptyCell()
+
+
+# ----------------------------------------------------------------- rebuild helpers (stable names!)
+def _load_code(pyver, data):
+    if tuple(pyver) != tuple(sys.version_info[:2]):
+        raise CheckpointError(
+            f"it contains code defined in a notebook cell under Python {pyver[0]}.{pyver[1]}, "
+            f"but this kernel runs {sys.version_info[0]}.{sys.version_info[1]}: re-run the cell "
+            "that defines it"
+        )
+    return marshal.loads(data)
+
+
+def _module_dict(name):
+    return importlib.import_module(name).__dict__
+
+
+def _make_function(code, globals_, name, ncells):
+    closure = tuple(types.CellType() for _ in range(ncells)) if ncells else None
+    return types.FunctionType(code, globals_, name, None, closure)
+
+
+def _function_setstate(func, state):
+    cells = state.pop("cells", ())
+    for cell, value in zip(func.__closure__ or (), cells, strict=False):
+        if value is not EMPTY_CELL:
+            cell.cell_contents = value
+    d = state.pop("__dict__", None)
+    for k, v in state.items():
+        setattr(func, k, v)
+    if d:
+        func.__dict__.update(d)
+
+
+def _make_class(metaclass, name, bases, type_kwargs):
+    return types.new_class(name, bases, {"metaclass": metaclass}, lambda ns: ns.update(type_kwargs))
+
+
+def _class_setstate(cls, state):
+    for k, v in state.items():
+        setattr(cls, k, v)
+
+
+def _mappingproxy(d):
+    return types.MappingProxyType(d)
+
+
+def _make_cached_property(func, attrname, doc):
+    cp = functools.cached_property(func)
+    cp.attrname = attrname
+    cp.__doc__ = doc
+    return cp
+
+
+# ----------------------------------------------------------------- by-value decisions
+def _by_value(obj) -> bool:
+    """True if ``obj`` (a function or class) cannot be found again by module + qualname."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", "")
+    if module == "__main__" or module is None:
+        return True
+    if "<locals>" in qualname or "<lambda>" in qualname:
+        return True
+    found = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    # e.g. namedtuple's _make (module "collections", qualname "Point._make")
+    return found is not obj
+
+
+def _class_by_value(cls) -> bool:
+    if cls.__module__ == "builtins" or not isinstance(cls.__dict__.get("__module__"), str):
+        return False  # C types: never rebuild by value
+    return _by_value(cls)
+
+
+def _code_names(code, out: set) -> set:
+    out.update(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            _code_names(c, out)
+    return out
+
+
+def _globals_ref(func, namespace):
+    g = func.__globals__
+    main = sys.modules.get("__main__")
+    if g is namespace or (main is not None and g is getattr(main, "__dict__", None)):
+        return NAMESPACE
+    module = func.__module__
+    if module in sys.modules and getattr(sys.modules[module], "__dict__", None) is g:
+        return (_module_dict, module)
+    # an exec'd / dynamic module: carry just the globals the code uses
+    sub = {k: g[k] for k in _code_names(func.__code__, set()) if k in g}
+    sub["__name__"] = module
+    return sub
+
+
+def reduce_function(func, namespace):
+    ref = _globals_ref(func, namespace)
+    cells = []
+    for cell in func.__closure__ or ():
+        try:
+            cells.append(cell.cell_contents)
+        except ValueError:
+            cells.append(EMPTY_CELL)
+    state = {
+        "__defaults__": func.__defaults__,
+        "__kwdefaults__": func.__kwdefaults__,
+        "__qualname__": func.__qualname__,
+        "__doc__": func.__doc__,
+        "__module__": func.__module__,
+        "__annotations__": func.__annotations__,
+        "__dict__": dict(func.__dict__) or None,
+        "cells": cells,
+    }
+    globals_ = _ModuleDict(ref[1]) if isinstance(ref, tuple) else ref
+    return (
+        _make_function,
+        (func.__code__, globals_, func.__name__, len(cells)),
+        state,
+        None,
+        None,
+        _function_setstate,
+    )
+
+
+class _ModuleDict:
+    def __init__(self, name):
+        self.name = name
+
+    def __reduce__(self):
+        return (_module_dict, (self.name,))
+
+
+_SKIP_CLASS_ATTRS = {"__dict__", "__weakref__", "_abc_impl", "__module__", "__qualname__"}
+
+
+def reduce_class(cls):
+    import enum
+
+    if isinstance(cls, enum.EnumMeta):
+        raise pickle.PicklingError(
+            f"Enum class {cls.__qualname__} defined in a notebook cell cannot be saved by value"
+        )
+    d = dict(cls.__dict__)
+    type_kwargs: dict[str, Any] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+    slots = d.pop("__slots__", None)
+    if slots is not None:
+        slots = (slots,) if isinstance(slots, str) else tuple(slots)
+        type_kwargs["__slots__"] = slots
+        for name in slots:
+            d.pop(name, None)
+    if "__doc__" in d:
+        type_kwargs["__doc__"] = d.pop("__doc__")
+    for k in _SKIP_CLASS_ATTRS:
+        d.pop(k, None)
+    return (
+        _make_class,
+        (type(cls), cls.__name__, cls.__bases__, type_kwargs),
+        d,
+        None,
+        None,
+        _class_setstate,
+    )
+
+
+# ----------------------------------------------------------------- the pickler
+class StatePickler(pickle.Pickler):
+    def __init__(self, file, collector: tensors.Collector, namespace: dict | None):
+        super().__init__(file, protocol=PROTOCOL)
+        self.collector = collector
+        self.namespace = namespace
+        torch = sys.modules.get("torch")
+        np = sys.modules.get("numpy")
+        self._tensor_base = torch.Tensor if torch is not None else None
+        d: dict[type, Any] = {
+            types.FunctionType: lambda o: (
+                reduce_function(o, self.namespace) if _by_value(o) else NotImplemented
+            ),
+            types.CodeType: lambda o: (_load_code, (tuple(sys.version_info[:2]), marshal.dumps(o))),
+            types.ModuleType: self._reduce_module,
+            types.MappingProxyType: lambda o: (_mappingproxy, (dict(o),)),
+            property: lambda o: (property, (o.fget, o.fset, o.fdel, o.__doc__)),
+            staticmethod: lambda o: (staticmethod, (o.__func__,)),
+            classmethod: lambda o: (classmethod, (o.__func__,)),
+            functools.cached_property: lambda o: (
+                _make_cached_property,
+                (o.func, o.attrname, o.__doc__),
+            ),
+        }
+        # dataclass sentinels are compared with `is`: keep them by reference
+        for name in ("MISSING", "KW_ONLY"):
+            sentinel = getattr(dataclasses, name, None)
+            if sentinel is not None:
+                d[type(sentinel)] = functools.partial(self._reduce_attr, dataclasses, name)
+        field_base = getattr(dataclasses, "_FIELD_BASE", None)
+        if field_base is not None:
+            d[field_base] = lambda o: (getattr, (dataclasses, o.name))
+        if np is not None:
+            d[np.ndarray] = collector.reduce_numpy
+        self._dispatch = d
+        self._class_cache: dict[type, Any] = {}
+
+    @staticmethod
+    def _reduce_attr(module, name, obj):
+        return (getattr, (module, name))
+
+    @staticmethod
+    def _reduce_module(mod):
+        name = mod.__name__
+        if name == "__main__" or sys.modules.get(name) is not mod:
+            raise pickle.PicklingError(f"module {name!r} cannot be re-imported by name")
+        return (importlib.import_module, (name,))
+
+    def reducer_override(self, obj):
+        cls = type(obj)
+        handler = self._dispatch.get(cls)
+        if handler is not None:
+            return handler(obj)
+        if self._tensor_base is not None:
+            is_tensor = self._class_cache.get(cls)
+            if is_tensor is None:
+                is_tensor = self._class_cache[cls] = issubclass(cls, self._tensor_base)
+            if is_tensor:
+                return self.collector.reduce_torch(obj)
+        if isinstance(obj, type) and _class_by_value(obj):
+            return reduce_class(obj)
+        return NotImplemented
+
+
+class _NullWriter:
+    def write(self, b):
+        return len(b)
+
+
+def probe(obj, namespace) -> str | None:
+    """Pickle ``obj`` alone to nowhere; return why it cannot be saved, or None."""
+    try:
+        StatePickler(_NullWriter(), tensors.Collector(), namespace).dump(obj)
+    except Exception as e:  # any failure means "cannot save"
+        return describe(e)
+    return None
+
+
+def describe(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}"
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+# ----------------------------------------------------------------- the unpickler
+class MissingClass(CheckpointError):
+    def __init__(self, module, name, error):
+        self.module, self.name = module, name
+        super().__init__(
+            f"needs {module}.{name}, which no longer exists here ({type(error).__name__}: {error}); "
+            "install or define it again (re-run its cell), then restore"
+        )
+
+
+class StateUnpickler(pickle.Unpickler):
+    def __init__(self, file, loader, namespace):
+        super().__init__(file)
+        self._special = {
+            ("jupyter_pause.engine.tensors", "_rebuild_tensor"): loader.rebuild_tensor,
+            ("jupyter_pause.engine.tensors", "_rebuild_array"): loader.rebuild_array,
+            ("jupyter_pause.engine.pickling", "_namespace"): lambda: namespace,
+        }
+
+    def find_class(self, module, name):
+        special = self._special.get((module, name))
+        if special is not None:
+            return special
+        try:
+            return super().find_class(module, name)
+        except (ImportError, AttributeError) as e:
+            raise MissingClass(module, name, e) from None
+
+
+def load_records(data: bytes, offsets: list[int], upto: int, loader, namespace):
+    """Unpickle records 0..upto (inclusive) with one shared memo.
+
+    Returns (objects, failures): a record that fails is reported and the next ones are
+    still tried (a later record that referred into it fails too, naming that)."""
+    buf = io.BytesIO(data)
+    u = StateUnpickler(buf, loader, namespace)
+    objs: dict[int, Any] = {}
+    failures: dict[int, str] = {}
+    for i in range(upto + 1):
+        buf.seek(offsets[i])
+        try:
+            objs[i] = u.load()
+            continue
+        except CheckpointError as e:
+            failures[i] = str(e)
+        except Exception as e:
+            failures[i] = describe(e)
+        # the C unpickler keeps buffered input and stack state after an error: start a new
+        # one that inherits the memo, so later records can still refer to earlier objects
+        memo = u.memo.copy()
+        u = StateUnpickler(buf, loader, namespace)
+        u.memo = memo
+    return objs, failures

@@ -1,0 +1,108 @@
+"""Progress display for checkpoint and restore.
+
+Silence for fast operations, a live bar (bytes, rate, ETA) for anything that
+takes more than a second, and always a one-line summary at the end. Inside a
+kernel the bar is an IPython display that is updated in place
+(``update_display``), so it lives in the cell's output; elsewhere it is a
+carriage-return line on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+
+ENV_AFTER = "JUPYTER_PAUSE_PROGRESS_AFTER"  # seconds before the bar appears (tests set 0)
+
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def fmt_seconds(s: float) -> str:
+    if s < 60:
+        return f"{s:.1f} s"
+    m, s = divmod(int(s), 60)
+    return f"{m} min {s:02d} s" if m < 60 else f"{m // 60} h {m % 60:02d} min"
+
+
+def _in_kernel() -> bool:
+    if "IPython" not in sys.modules:
+        return False
+    from IPython import get_ipython
+
+    ip = get_ipython()
+    return ip is not None and getattr(ip, "kernel", None) is not None
+
+
+class Progress:
+    def __init__(self, label: str, total: int, enabled: bool = True, after: float | None = None):
+        self.label = label
+        self.total = max(int(total), 0)
+        self.done = 0
+        self.enabled = enabled
+        self.after = float(os.environ.get(ENV_AFTER, 1.0)) if after is None else after
+        self.start = time.monotonic()
+        self._last = 0.0
+        self.shown = False
+        self._kernel = _in_kernel() if enabled else False
+        self._display_id = uuid.uuid4().hex
+
+    def add_total(self, n: int) -> None:
+        self.total += n
+
+    def update(self, n: int) -> None:
+        self.done += n
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self.start < self.after or (self.shown and now - self._last < 0.25):
+            return
+        self._last = now
+        self._render(self.bar(now))
+
+    def bar(self, now: float | None = None) -> str:
+        elapsed = max((now or time.monotonic()) - self.start, 1e-9)
+        rate = self.done / elapsed
+        frac = min(self.done / self.total, 1.0) if self.total else 1.0
+        width = 30
+        filled = int(frac * width)
+        eta = (self.total - self.done) / rate if rate > 0 else 0.0
+        return (
+            f"{self.label} [{'#' * filled}{'.' * (width - filled)}] {frac * 100:5.1f}%  "
+            f"{fmt_bytes(self.done)}/{fmt_bytes(self.total)}  {fmt_bytes(rate)}/s  "
+            f"ETA {fmt_seconds(eta)}"
+        )
+
+    def _render(self, text: str, final: bool = False) -> None:
+        if self._kernel:
+            from IPython.display import display, update_display
+
+            data = {"text/plain": text}
+            if self.shown:
+                update_display(data, raw=True, display_id=self._display_id)
+            else:
+                display(data, raw=True, display_id=self._display_id)
+        else:
+            end = "\n" if final else ""
+            sys.stderr.write(f"\r{text}{' ' * 8}{end}")
+            sys.stderr.flush()
+        self.shown = True
+
+    def finish(self, summary: str) -> None:
+        """Replace the bar by the summary line (print it if no bar was shown)."""
+        if not self.enabled:
+            return
+        if self.shown:
+            self._render(summary, final=True)
+        elif self._kernel:
+            print(summary)
+        else:
+            sys.stderr.write(summary + "\n")
+            sys.stderr.flush()

@@ -1,0 +1,675 @@
+"""Tensors and arrays: collected during pickling, hashed, streamed to safetensors, read back.
+
+Why this exists instead of ``torch.save``/``pickle``:
+
+* **No pickle bytes for tensor data.** The pickler only records *where* each
+  tensor lives (storage index, dtype, shape, stride, offset, requires_grad,
+  Parameter-ness); the bytes are streamed one storage at a time into plain
+  safetensors files, so extra memory stays around one chunk (T2) and the write
+  runs at disk speed (T1).
+* **Each storage once.** Views, tied weights and ``Parameter``/``.data`` pairs
+  share a storage; we save the storage once and rebuild every tensor as a view
+  of it, so sharing survives a restore (``untyped_storage().data_ptr()`` equal).
+* **Portable.** A storage that some tensor covers exactly (the usual case: every
+  weight of a model) is written under that tensor's name, dtype and shape, so
+  ``safetensors.torch.load_file`` on the blob gives a normal state_dict. Only
+  storages seen through views alone are written as flat ``U8`` buffers.
+* **Incremental.** Every storage gets an xxh3_128 digest; a digest already in a
+  previous checkpoint is not written again. In-process, a cache keyed by
+  (device, data_ptr, nbytes) and validated by the tensor's ``_version`` counter
+  plus a small sampled fingerprint skips even the hashing (T5).
+
+torch and numpy are imported lazily: only if the user's objects contain them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import struct
+import sys
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import xxhash
+
+from .errors import CorruptCheckpoint, DeviceUnavailable
+from .manifest import FileEntry, StorageEntry
+
+CHUNK = 64 << 20  # bytes per write/read/copy step: bounds the extra memory
+SMALL_FILE = 1 << 20  # objects with less new data than this share one file
+FAST_PATH_MIN = 1 << 20  # below this, hashing is cheaper than being clever
+
+TORCH_SAFE = {
+    "float64": "F64",
+    "float32": "F32",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint8": "U8",
+    "uint16": "U16",
+    "uint32": "U32",
+    "uint64": "U64",
+    "bool": "BOOL",
+    "float8_e4m3fn": "F8_E4M3",
+    "float8_e5m2": "F8_E5M2",
+    "complex64": "C64",
+}
+NUMPY_SAFE = {
+    "<f8": "F64",
+    "<f4": "F32",
+    "<f2": "F16",
+    "<i8": "I64",
+    "<i4": "I32",
+    "<i2": "I16",
+    "|i1": "I8",
+    "|u1": "U8",
+    "<u2": "U16",
+    "<u4": "U32",
+    "<u8": "U64",
+    "|b1": "BOOL",
+    "<c8": "C64",
+}
+
+
+# ----------------------------------------------------------------- placeholders for pickles
+def _rebuild_tensor(*args):  # resolved by the unpickler to the loader's method
+    raise RuntimeError("this pickle must be loaded with jupyter_pause.restore()")
+
+
+def _rebuild_array(*args):  # likewise
+    raise RuntimeError("this pickle must be loaded with jupyter_pause.restore()")
+
+
+def _rebuild_meta(dtype_name, shape, stride, requires_grad, kind):
+    import torch
+
+    t = torch.empty_strided(shape, stride, dtype=getattr(torch, dtype_name), device="meta")
+    if kind == "param":
+        return torch.nn.Parameter(t, requires_grad=requires_grad)
+    return t.requires_grad_(requires_grad) if requires_grad else t
+
+
+def _set_tensor_state(t, state):
+    t.__dict__.update(state)
+
+
+# ----------------------------------------------------------------- collection
+@dataclass
+class Storage:
+    """One buffer to save. ``data`` is a flat uint8 view of it (torch tensor or numpy array)."""
+
+    kind: str  # "torch" | "numpy"
+    device: str
+    nbytes: int
+    data: Any
+    owner: str
+    name: str = ""  # local name inside the owner ("fc.weight"); "" for the owner itself
+    dtype: str = "uint8"  # dtype of the portable view, if any
+    shape: list[int] | None = None  # shape of the portable view; None -> flat U8
+    rep: Any = None  # the first tensor seen on it (for the _version fast path)
+    skey: tuple = ()
+    xxh3: str | None = None
+    file: str | None = None
+    key: str | None = None
+    safe_dtype: str = "U8"
+
+
+def local_names(owner: str, obj: Any) -> dict[int, str]:
+    """id(tensor) -> readable name inside ``obj`` (module parameter paths, dict keys)."""
+    names: dict[int, str] = {}
+    torch = sys.modules.get("torch")
+    np = sys.modules.get("numpy")
+
+    def is_array(v):
+        return (torch is not None and isinstance(v, torch.Tensor)) or (
+            np is not None and isinstance(v, np.ndarray)
+        )
+
+    def walk(o, prefix, depth):
+        if torch is not None and isinstance(o, torch.nn.Module):
+            for n, p in o.named_parameters(prefix=prefix.rstrip("."), remove_duplicate=False):
+                names.setdefault(id(p), n)
+            for n, b in o.named_buffers(prefix=prefix.rstrip("."), remove_duplicate=False):
+                names.setdefault(id(b), n)
+        elif isinstance(o, dict) and depth < 4:
+            for k, v in list(o.items())[:100_000]:
+                if isinstance(k, (str, int)):
+                    if is_array(v):
+                        names.setdefault(id(v), f"{prefix}{k}")
+                    elif isinstance(v, (dict, list, tuple)) or (
+                        torch is not None and isinstance(v, torch.nn.Module)
+                    ):
+                        walk(v, f"{prefix}{k}.", depth + 1)
+        elif isinstance(o, (list, tuple)) and depth < 4:
+            for i, v in enumerate(o[:100_000]):
+                if is_array(v):
+                    names.setdefault(id(v), f"{prefix}{i}")
+                elif isinstance(v, (dict, list, tuple)):
+                    walk(v, f"{prefix}{i}.", depth + 1)
+
+    if is_array(obj):
+        names[id(obj)] = ""
+    else:
+        with contextlib.suppress(Exception):  # naming is cosmetic; never fail over it
+            walk(obj, "", 0)
+    return names
+
+
+class Collector:
+    """Called by the pickler for every tensor/array; returns the reduce tuple that replaces it."""
+
+    def __init__(self):
+        self.storages: list[Storage] = []
+        self._index: dict[tuple, int] = {}
+        self.owner = ""
+        self.names: dict[int, str] = {}
+        self.touched: list[int] = []  # storages first referenced by the current record
+        self._seen: set[int] = set()
+
+    def begin(self, owner: str, obj: Any) -> None:
+        self.owner = owner
+        self.names = local_names(owner, obj)
+        self.touched = []
+
+    def _add(self, idx: int) -> None:
+        if idx not in self._seen:
+            self._seen.add(idx)
+            self.touched.append(idx)
+
+    # -- torch ---------------------------------------------------------------
+    def reduce_torch(self, t):
+        torch = sys.modules["torch"]
+        cls = type(t)
+        if cls is torch.nn.Parameter:
+            kind = "param"
+        elif cls is torch.Tensor:
+            kind = "tensor"
+        else:
+            return NotImplemented  # other subclasses: their own reduction (in-band)
+        if t.layout is not torch.strided or t.is_quantized or t.is_nested:
+            return NotImplemented  # sparse: torch reduces to strided parts, which come back here
+        dtype_name = str(t.dtype).removeprefix("torch.")
+        rg = bool(t.requires_grad)
+        if t.device.type == "meta":
+            return (_rebuild_meta, (dtype_name, tuple(t.shape), tuple(t.stride()), rg, kind))
+        src = t.detach()
+        if src.is_conj() or src.is_neg():
+            src = src.resolve_conj().resolve_neg()  # materialise lazy bits (sharing lost)
+        st = src.untyped_storage()
+        nbytes = st.nbytes()
+        skey = (str(src.device), st.data_ptr(), nbytes) if nbytes else ("empty", id(t))
+        idx = self._index.get(skey)
+        if idx is None:
+            u8 = torch.empty(0, dtype=torch.uint8, device=src.device).set_(st)
+            idx = len(self.storages)
+            self.storages.append(
+                Storage(
+                    kind="torch",
+                    device=str(src.device),
+                    nbytes=nbytes,
+                    data=u8,
+                    owner=self.owner,
+                    name=self.names.get(id(t), f"t{idx}"),
+                    rep=t,
+                    skey=skey,
+                )
+            )
+            self._index[skey] = idx
+        s = self.storages[idx]
+        if (
+            s.shape is None
+            and dtype_name in TORCH_SAFE
+            and src.storage_offset() == 0
+            and src.is_contiguous()
+            and src.numel() * src.element_size() == nbytes
+        ):
+            s.shape, s.dtype, s.safe_dtype = list(src.shape), dtype_name, TORCH_SAFE[dtype_name]
+            if id(t) in self.names:
+                s.name = self.names[id(t)]
+        self._add(idx)
+        args = (
+            idx,
+            dtype_name,
+            tuple(src.shape),
+            tuple(src.stride()),
+            src.storage_offset(),
+            rg,
+            kind,
+        )
+        state = t.__dict__
+        if state:
+            return (_rebuild_tensor, args, dict(state), None, None, _set_tensor_state)
+        return (_rebuild_tensor, args)
+
+    # -- numpy ---------------------------------------------------------------
+    def reduce_numpy(self, a):
+        np = sys.modules["numpy"]
+        if a.dtype.hasobject:
+            return NotImplemented  # object arrays hold Python objects: pickle them
+        root = _numpy_root(a, np)
+        if root is None:
+            root = np.ascontiguousarray(a)  # no shareable base: save a compact copy
+            view = root
+        else:
+            view = a
+        ptr = root.__array_interface__["data"][0]
+        nbytes = root.nbytes
+        skey = ("numpy", ptr, nbytes) if nbytes else ("empty", id(a))
+        idx = self._index.get(skey)
+        if idx is None:
+            flat = root.ravel(order="K").view(np.uint8) if nbytes else np.empty(0, np.uint8)
+            idx = len(self.storages)
+            self.storages.append(
+                Storage(
+                    kind="numpy",
+                    device="cpu",
+                    nbytes=nbytes,
+                    data=flat,
+                    owner=self.owner,
+                    name=self.names.get(id(a), f"t{idx}"),
+                    rep=root,
+                    skey=skey,
+                )
+            )
+            self._index[skey] = idx
+        s = self.storages[idx]
+        offset = view.__array_interface__["data"][0] - ptr
+        if (
+            s.shape is None
+            and offset == 0
+            and view.flags.c_contiguous
+            and view.nbytes == nbytes
+            and view.dtype.str in NUMPY_SAFE
+        ):
+            s.shape, s.dtype, s.safe_dtype = (
+                list(view.shape),
+                view.dtype.str,
+                NUMPY_SAFE[view.dtype.str],
+            )
+            if id(a) in self.names:
+                s.name = self.names[id(a)]
+        self._add(idx)
+        args = (idx, view.dtype, view.shape, view.strides, offset, bool(a.flags.writeable))
+        return (_rebuild_array, args)
+
+
+def _numpy_root(a, np):
+    """The ndarray that owns ``a``'s memory, if it is one contiguous block we can save whole."""
+    base = a
+    while isinstance(base.base, np.ndarray):
+        base = base.base
+    if not (base.flags.c_contiguous or base.flags.f_contiguous):
+        return None
+    if base is a or a.size == 0:
+        return base
+    # a's byte extent must lie inside base's buffer (as_strided can point anywhere)
+    lo = hi = a.__array_interface__["data"][0]
+    for n, st in zip(a.shape, a.strides, strict=False):
+        lo += min(0, st * (n - 1))
+        hi += max(0, st * (n - 1))
+    start = base.__array_interface__["data"][0]
+    if lo >= start and hi + a.itemsize <= start + base.nbytes:
+        return base
+    return None
+
+
+# ----------------------------------------------------------------- hashing
+# (device, data_ptr, nbytes) -> (weakref to the tensor, its _version, sample fingerprint, digest)
+_CACHE: dict[tuple, tuple] = {}
+
+
+def _iter_chunks(s: Storage, chunk: int = CHUNK):
+    """Yield the storage's bytes as memoryviews of at most ``chunk`` bytes (one copy for GPU)."""
+    if s.nbytes == 0:
+        return
+    if s.kind == "numpy":
+        mv = memoryview(s.data)
+        for off in range(0, s.nbytes, chunk):
+            yield mv[off : off + chunk]
+    elif s.data.device.type == "cpu":
+        mv = memoryview(s.data.numpy())
+        for off in range(0, s.nbytes, chunk):
+            yield mv[off : off + chunk]
+    else:
+        for off in range(0, s.nbytes, chunk):
+            yield memoryview(s.data[off : off + chunk].cpu().numpy())
+
+
+def hash_storage(s: Storage) -> str:
+    h = xxhash.xxh3_128()
+    for mv in _iter_chunks(s):
+        h.update(mv)
+    return h.hexdigest()
+
+
+def _fingerprint(s: Storage) -> str:
+    """xxh3 of ~8 KiB sampled across the storage: catches writes that bypass ``_version``
+    (``p.data.mul_()``) in all but pathological cases, for the price of a tiny read."""
+    n = s.nbytes
+    positions = sorted({min(n - 64, (n - 64) * i // 127) for i in range(128)})
+    if s.kind == "torch" and s.data.device.type != "cpu":
+        torch = sys.modules["torch"]
+        idx = torch.tensor(positions, device=s.data.device)[:, None] + torch.arange(
+            64, device=s.data.device
+        )
+        sample = s.data[idx.flatten()].cpu().numpy().tobytes()
+    else:
+        arr = s.data.numpy() if s.kind == "torch" else s.data
+        sample = b"".join(arr[p : p + 64].tobytes() for p in positions)
+    return xxhash.xxh3_64_hexdigest(sample)
+
+
+def _version(t) -> int | None:
+    try:
+        return t._version
+    except Exception:  # inference tensors have no version counter
+        return None
+
+
+def cached_digest(s: Storage) -> str | None:
+    """Digest from the in-process cache if the storage provably did not change."""
+    if s.kind != "torch" or s.nbytes < FAST_PATH_MIN:
+        return None
+    entry = _CACHE.get(s.skey)
+    if entry is None:
+        return None
+    ref, version, fp, digest = entry
+    if ref() is not s.rep or version is None or _version(s.rep) != version:
+        return None
+    if _fingerprint(s) != fp:
+        return None
+    return digest
+
+
+def remember(s: Storage) -> None:
+    if s.kind != "torch" or s.nbytes < FAST_PATH_MIN or s.xxh3 is None:
+        return
+    v = _version(s.rep)
+    if v is None:
+        return
+    try:
+        ref = weakref.ref(s.rep)
+    except TypeError:
+        return
+    _CACHE[s.skey] = (ref, v, _fingerprint(s), s.xxh3)
+    if len(_CACHE) > 100_000:  # never grow without bound in a long-lived kernel
+        for k in [k for k, e in _CACHE.items() if e[0]() is None]:
+            del _CACHE[k]
+
+
+def digest(s: Storage) -> str:
+    d = cached_digest(s)
+    if d is None:
+        d = hash_storage(s)
+    return d
+
+
+# ----------------------------------------------------------------- writing
+def _write(f, data) -> None:
+    """Write all of ``data``; the one place bytes hit the disk (tests inject ENOSPC here)."""
+    view = memoryview(data)
+    while view:
+        n = f.write(view)
+        if n is None:
+            n = 0
+        view = view[n:]
+
+
+@dataclass
+class WrittenFile:
+    rel: str
+    entry: FileEntry
+    storages: list[Storage] = field(default_factory=list)
+
+
+def unique_keys(storages: list[Storage], prefix_owner: bool) -> None:
+    used: set[str] = set()
+    for s in storages:
+        base = s.name or s.owner
+        if prefix_owner and s.name:
+            base = f"{s.owner}.{s.name}"
+        key, n = base, 1
+        while key in used or key == "__metadata__":
+            n += 1
+            key = f"{base}#{n}"
+        used.add(key)
+        s.key = key
+
+
+def write_safetensors(txn, tmp_name: str, storages: list[Storage], progress=None) -> WrittenFile:
+    """Stream ``storages`` into one safetensors file in the transaction, fsync it, and stage it
+    under its content address. Digests not yet known are computed on the fly."""
+    header: dict[str, Any] = {"__metadata__": {"format": "pt", "producer": "jupyter-pause"}}
+    off = 0
+    for s in storages:
+        if s.shape is not None:
+            header[s.key] = {
+                "dtype": s.safe_dtype,
+                "shape": s.shape,
+                "data_offsets": [off, off + s.nbytes],
+            }
+        else:
+            header[s.key] = {
+                "dtype": "U8",
+                "shape": [s.nbytes],
+                "data_offsets": [off, off + s.nbytes],
+            }
+        off += s.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-(len(raw) + 8) % 8)
+    path = txn.staging_path(tmp_name)
+    with open(path, "xb", buffering=0) as f:
+        _write(f, struct.pack("<Q", len(raw)) + raw)
+        for s in storages:
+            h = xxhash.xxh3_128() if s.xxh3 is None else None
+            for mv in _iter_chunks(s):
+                _write(f, mv)
+                if h is not None:
+                    h.update(mv)
+                if progress is not None:
+                    progress.update(len(mv))
+            if h is not None:
+                s.xxh3 = h.hexdigest()
+        os.fsync(f.fileno())
+    tree = xxhash.xxh3_128()
+    tree.update(raw)
+    for s in storages:
+        tree.update(bytes.fromhex(s.xxh3))
+    name = f"{tree.hexdigest()}.safetensors"
+    rel = txn.stage_blob(tmp_name, name)
+    entry = FileEntry(
+        bytes=8 + len(raw) + off,
+        xxh3=tree.hexdigest(),
+        header_xxh3=xxhash.xxh3_128_hexdigest(raw),
+        tensors={s.key: s.xxh3 for s in storages},
+    )
+    for s in storages:
+        s.file = rel
+    return WrittenFile(rel, entry, storages)
+
+
+def storage_entry(s: Storage) -> StorageEntry:
+    return StorageEntry(
+        file=s.file,
+        key=s.key,
+        nbytes=s.nbytes,
+        xxh3=s.xxh3,
+        kind=s.kind,
+        device=s.device,
+        dtype=s.dtype if s.shape is not None else "uint8",
+        shape=s.shape if s.shape is not None else [s.nbytes],
+        owner=s.owner,
+    )
+
+
+# ----------------------------------------------------------------- devices
+def parse_device_map(spec: str | None):
+    """None -> keep; "cpu" / "cuda:0" -> everything there; "cuda:1=cuda:0,cuda:2=cpu" -> per device."""
+    if spec is None or spec == "":
+        return lambda d: d
+    spec = spec.strip()
+    if "=" not in spec:
+        target = _norm(spec)
+        return lambda d: target
+    table = {}
+    for part in spec.split(","):
+        src, _, dst = part.partition("=")
+        if not src.strip() or not dst.strip():
+            raise ValueError(f"bad device mapping {part!r}: use e.g. 'cuda:1=cuda:0'")
+        table[_norm(src)] = _norm(dst)
+    return lambda d: table.get(d, d)
+
+
+def _norm(d: str) -> str:
+    d = d.strip()
+    return "cuda:0" if d == "cuda" else d
+
+
+def check_device(device: str, owner: str) -> None:
+    if device == "cpu":
+        return
+    torch = sys.modules.get("torch")
+    if torch is None:
+        import torch  # noqa: F811  (a checkpoint with GPU tensors needs torch anyway)
+    kind, _, index = device.partition(":")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceUnavailable(owner, device, "no CUDA device")
+        n = torch.cuda.device_count()
+        if index and int(index) >= n:
+            raise DeviceUnavailable(owner, device, f"this machine has {n} GPU(s)")
+        return
+    try:
+        torch.empty(0, device=device)
+    except Exception as e:
+        raise DeviceUnavailable(owner, device, str(e)) from None
+
+
+# ----------------------------------------------------------------- reading
+def read_storages(nbdir, manifest, indices, device_of, progress=None) -> dict[int, Any]:
+    """Read the given storages into freshly allocated buffers on their target devices,
+    checking each against its xxh3 digest as it streams in. Raises CorruptCheckpoint naming
+    the object; returns {storage index: flat uint8 buffer}."""
+    from .store import read_safetensors_header
+
+    by_file: dict[str, list[int]] = {}
+    for i in indices:
+        by_file.setdefault(manifest.storages[i].file, []).append(i)
+    out: dict[int, Any] = {}
+    for rel, idxs in sorted(by_file.items()):
+        path = nbdir / rel
+        entry = manifest.files[rel]
+        try:
+            start, raw, header = read_safetensors_header(path)
+        except (OSError, ValueError) as e:
+            owner = manifest.storages[idxs[0]].owner
+            raise CorruptCheckpoint(owner, str(path), str(e)) from None
+        if xxhash.xxh3_128_hexdigest(raw) != entry.header_xxh3:
+            raise CorruptCheckpoint(manifest.storages[idxs[0]].owner, str(path), "header changed")
+        idxs.sort(key=lambda i: header[manifest.storages[i].key]["data_offsets"][0])
+        with open(path, "rb", buffering=0) as f:
+            with contextlib.suppress(AttributeError, OSError):
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            for i in idxs:
+                s = manifest.storages[i]
+                b, e = header[s.key]["data_offsets"]
+                if e - b != s.nbytes:
+                    raise CorruptCheckpoint(
+                        s.owner, str(path), f"tensor {s.key!r} has the wrong size"
+                    )
+                buf, got = _read_one(f, start + b, s, device_of(s), progress)
+                if got != s.xxh3:
+                    raise CorruptCheckpoint(s.owner, str(path), f"tensor {s.key!r}")
+                out[i] = buf
+    return out
+
+
+def _readinto_exact(f, pos: int, view) -> None:
+    f.seek(pos)
+    while len(view):
+        n = f.readinto(view)
+        if not n:
+            raise OSError("unexpected end of file")
+        view = view[n:]
+
+
+def _read_one(f, pos: int, s, device: str, progress):
+    h = xxhash.xxh3_128()
+    n = s.nbytes
+    if s.kind == "numpy":
+        import numpy as np
+
+        buf = np.empty(n, dtype=np.uint8)
+        mv = memoryview(buf)
+        for off in range(0, n, CHUNK):
+            part = mv[off : off + CHUNK]
+            _readinto_exact(f, pos + off, part)
+            h.update(part)
+            if progress is not None:
+                progress.update(len(part))
+        return buf, h.hexdigest()
+    import torch
+
+    if device == "cpu":
+        buf = torch.empty(n, dtype=torch.uint8)
+        mv = memoryview(buf.numpy())
+        for off in range(0, n, CHUNK):
+            part = mv[off : off + CHUNK]
+            _readinto_exact(f, pos + off, part)
+            h.update(part)
+            if progress is not None:
+                progress.update(len(part))
+        return buf, h.hexdigest()
+    # Straight to the device: read chunks into two pinned staging buffers and copy them
+    # up asynchronously, so disk reads and host-to-device copies overlap (T10).
+    buf = torch.empty(n, dtype=torch.uint8, device=device)
+    size = min(CHUNK, max(n, 1))
+    pinned = device.startswith("cuda")
+    stages = [torch.empty(size, dtype=torch.uint8, pin_memory=pinned) for _ in range(2)]
+    events = [None, None]
+    for k, off in enumerate(range(0, n, CHUNK)):
+        j = k % 2
+        if events[j] is not None:
+            events[j].synchronize()
+        m = min(CHUNK, n - off)
+        stage = stages[j][:m]
+        view = memoryview(stage.numpy())
+        _readinto_exact(f, pos + off, view)
+        h.update(view)
+        buf[off : off + m].copy_(stage, non_blocking=pinned)
+        if pinned:
+            events[j] = torch.cuda.Event()
+            events[j].record()
+        if progress is not None:
+            progress.update(m)
+    if pinned:
+        torch.cuda.synchronize(device)
+    return buf, h.hexdigest()
+
+
+# ----------------------------------------------------------------- rebuilding
+def rebuild_torch(buf, dtype_name, shape, stride, offset, requires_grad, kind):
+    import torch
+
+    t = torch.empty(0, dtype=getattr(torch, dtype_name), device=buf.device)
+    t.set_(buf.untyped_storage(), offset, shape, stride)
+    if kind == "param":
+        return torch.nn.Parameter(t, requires_grad=requires_grad)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def rebuild_array(buf, dtype, shape, strides, offset, writeable):
+    import numpy as np
+
+    a = np.ndarray(shape, dtype=dtype, buffer=buf, offset=offset, strides=strides)
+    if not writeable:
+        a.flags.writeable = False
+    return a

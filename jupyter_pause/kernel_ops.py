@@ -1,0 +1,73 @@
+"""What the server asks a kernel to do, run inside the kernel.
+
+The server calls these through :func:`jupyter_pause.server.kernels.call_in_kernel`
+as a silent user expression; each returns plain JSON-able data.  They are thin
+on purpose: the checkpoint logic is the engine's, the lifecycle the server's.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from typing import Any
+
+# The nonce planted at pause, held only in this process's memory.  A kernel
+# that still knows it after a resume is the very process that was paused
+# (restored from a platform snapshot); a fresh kernel cannot know it.
+_live_nonce: str | None = None
+
+
+def call(function: str, kwargs_json: str) -> str:
+    """Dispatch ``function(**kwargs)`` and wrap the outcome as JSON."""
+    try:
+        target = _OPERATIONS[function]
+        return json.dumps({"result": target(**json.loads(kwargs_json))}, default=str)
+    except Exception as e:  # reported to the server, which tells the user
+        message = f"{type(e).__name__}: {e}"
+        return json.dumps({"error": message, "traceback": traceback.format_exc()})
+
+
+def checkpoint(notebook: str, dir: str | None, nonce: str | None = None, keep: int | None = None):
+    """Checkpoint the whole namespace; plant ``nonce`` in memory and in the manifest."""
+    global _live_nonce
+    from .engine.api import checkpoint as engine_checkpoint
+
+    metadata = {"pause_nonce": nonce} if nonce else None
+    result = engine_checkpoint(
+        notebook=notebook, dir=dir, keep=keep, metadata=metadata, progress=False
+    )
+    if nonce:
+        _live_nonce = nonce
+    return {
+        "id": result.id,
+        "bytes": result.bytes_total,
+        "bytes_written": result.bytes_written,
+        "seconds": result.seconds,
+        "saved": list(result.saved),
+        "skipped": dict(result.skipped),
+    }
+
+
+def restore(notebook: str, dir: str | None, checkpoint_id: str | None = None):
+    """Restore a checkpoint into this (fresh) kernel's namespace."""
+    from .engine.api import restore as engine_restore
+
+    result = engine_restore(checkpoint_id, notebook=notebook, dir=dir)
+    return {
+        "id": result.id,
+        "restored": list(result.restored),
+        "bytes": result.bytes_read,
+        "seconds": result.seconds,
+        "metadata": result.metadata,
+    }
+
+
+def live_nonce() -> str | None:
+    return _live_nonce
+
+
+_OPERATIONS: dict[str, Any] = {
+    "checkpoint": checkpoint,
+    "restore": restore,
+    "live_nonce": live_nonce,
+}

@@ -1,0 +1,221 @@
+"""The pause lifecycle: one state machine per notebook session.
+
+A session is keyed by the notebook's server-relative path, not by its kernel,
+because pausing replaces the kernel and the user thinks of "my notebook".
+
+::
+
+    running ─► checkpointing ─► pausing ─► paused ─► resuming ─┬─► restoring ─► ready
+       ▲            │              │                            ▼         ▲
+       └────────────┴──────────────┘                  waiting-for-capacity┘
+                 (checkpoint only, or a pause that could not finish)
+
+    any step ─► failed (with a reason); failed ─► resuming | running | checkpointing
+
+This module is pure: no server, no I/O except :class:`SessionStore`'s JSON
+file.  The server's :mod:`jupyter_pause.server.manager` drives it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+
+class State(str, Enum):
+    RUNNING = "running"
+    CHECKPOINTING = "checkpointing"
+    PAUSING = "pausing"
+    PAUSED = "paused"
+    RESUMING = "resuming"
+    WAITING_FOR_CAPACITY = "waiting-for-capacity"
+    RESTORING = "restoring"
+    READY = "ready"
+    FAILED = "failed"
+
+    @property
+    def has_kernel(self) -> bool:
+        """Whether a live kernel belongs to the session in this state."""
+        return self in (State.RUNNING, State.CHECKPOINTING, State.PAUSING, State.READY)
+
+
+# Allowed moves; anything may also go to FAILED.
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.RUNNING: frozenset({State.CHECKPOINTING, State.PAUSED}),
+    State.READY: frozenset({State.RUNNING, State.CHECKPOINTING, State.PAUSED}),
+    State.CHECKPOINTING: frozenset({State.PAUSING, State.RUNNING}),
+    State.PAUSING: frozenset({State.PAUSED, State.RUNNING}),
+    # a paused notebook whose fresh kernel the user chose to work in
+    State.PAUSED: frozenset({State.RESUMING, State.RUNNING}),
+    State.RESUMING: frozenset({State.WAITING_FOR_CAPACITY, State.RESTORING, State.PAUSED}),
+    State.WAITING_FOR_CAPACITY: frozenset({State.RESTORING, State.PAUSED}),
+    State.RESTORING: frozenset({State.READY}),
+    State.FAILED: frozenset({State.RESUMING, State.RUNNING, State.CHECKPOINTING, State.PAUSED}),
+}
+
+# States in which an operation is in flight.
+BUSY_STATES = frozenset(
+    {
+        State.CHECKPOINTING,
+        State.PAUSING,
+        State.RESUMING,
+        State.WAITING_FOR_CAPACITY,
+        State.RESTORING,
+    }
+)
+
+
+class InvalidTransition(Exception):
+    """A move the lifecycle does not allow (a bug or a race, never user error)."""
+
+
+class OperationInProgress(Exception):
+    """Single flight: another operation already runs for this session."""
+
+    def __init__(self, path: str, operation: Operation):
+        self.path = path
+        self.operation = operation
+        super().__init__(
+            f"{operation.kind} {operation.id} is already running for {path!r}; "
+            "wait for it to finish"
+        )
+
+
+class LiveState(str, Enum):
+    """Is the kernel the very process that was paused, or a fresh one?"""
+
+    RESTORED = "restored"  # the kernel answered with the nonce planted at pause
+    FRESH = "fresh"  # a kernel that does not know the nonce
+    UNKNOWN = "unknown"  # never paused, or not asked yet
+
+
+@dataclass
+class Operation:
+    """One pause, resume or checkpoint of one session."""
+
+    kind: str  # "pause" | "resume" | "checkpoint"
+    path: str
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    started: float = field(default_factory=time.time)
+    finished: float | None = None
+    outcome: str = "running"  # running | succeeded | failed
+    error: str = ""
+    step: str = ""  # human-readable progress ("checkpointing 1.2 GB of 2.0 GB")
+    messages: list[str] = field(default_factory=list)  # things the user must be told
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Session:
+    """Where one notebook is in the lifecycle.  Persisted as JSON."""
+
+    path: str
+    state: State = State.RUNNING
+    since: float = field(default_factory=time.time)
+    kernel_id: str | None = None
+    kernel_name: str | None = None
+    operation: Operation | None = None
+    last_checkpoint: dict[str, Any] | None = None  # {id, time, bytes}
+    restored_from: str | None = None  # "checkpoint" | "snapshot"
+    live_state: LiveState = LiveState.UNKNOWN
+    pause_nonce: str | None = None
+    error: str | None = None
+    workload_class: str | None = None
+
+    def move(self, to: State, *, error: str | None = None) -> State:
+        """Move to ``to`` (or to FAILED with ``error``); returns the previous state."""
+        previous = self.state
+        if to != State.FAILED and to != previous and to not in TRANSITIONS[previous]:
+            raise InvalidTransition(f"{self.path}: {previous.value} -> {to.value}")
+        self.state = to
+        self.since = time.time()
+        self.error = error
+        return previous
+
+    @property
+    def busy(self) -> bool:
+        return self.operation is not None and self.operation.outcome == "running"
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["state"] = self.state.value
+        data["live_state"] = self.live_state.value
+        data["operation"] = self.operation.to_json() if self.operation else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Session:
+        data = dict(data)
+        data["state"] = State(data["state"])
+        data["live_state"] = LiveState(data.get("live_state", "unknown"))
+        op = data.get("operation")
+        data["operation"] = Operation(**op) if op else None
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+class SessionStore:
+    """Sessions persisted to one JSON file, rewritten atomically on each change.
+
+    A server restart must not forget that a notebook is paused: its kernel is
+    gone and only this file (and the checkpoint) say how to bring it back.
+    """
+
+    def __init__(self, path: str | Path | None):
+        self.path = Path(path) if path else None
+        self.sessions: dict[str, Session] = {}
+        if self.path and self.path.exists():
+            raw = json.loads(self.path.read_text())
+            self.sessions = {p: Session.from_json(s) for p, s in raw.get("sessions", {}).items()}
+
+    def get(self, path: str) -> Session:
+        if path not in self.sessions:
+            self.sessions[path] = Session(path=path)
+        return self.sessions[path]
+
+    def begin(self, path: str, kind: str, **options: Any) -> Operation:
+        """Start an operation on a session, enforcing single flight.
+
+        Checking and claiming happen in one synchronous call, so on one event
+        loop no two requests can both claim the session.
+        """
+        session = self.get(path)
+        if session.busy:
+            raise OperationInProgress(path, session.operation)
+        session.operation = Operation(kind=kind, path=path, options=options)
+        self.save()
+        return session.operation
+
+    def finish(self, path: str, *, error: str | None = None) -> Operation:
+        session = self.sessions[path]
+        op = session.operation
+        op.finished = time.time()
+        op.outcome = "failed" if error else "succeeded"
+        op.error = error or ""
+        self.save()
+        return op
+
+    def save(self) -> None:
+        if not self.path:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        payload = json.dumps(
+            {"version": 1, "sessions": {p: s.to_json() for p, s in self.sessions.items()}},
+            indent=1,
+        )
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".sessions-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)

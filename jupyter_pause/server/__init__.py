@@ -1,0 +1,1 @@
+"""The Jupyter Server extension: REST API, lifecycle manager, idle policy."""

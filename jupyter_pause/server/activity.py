@@ -1,0 +1,119 @@
+"""What the user did in each kernel, read from the kernel's IOPub channel.
+
+Jupyter Server's own ``last_activity`` moves for any tracked message, including
+our silent housekeeping requests.  Idleness and accounting need the user's
+activity only, so this monitor subscribes to each kernel's IOPub and keeps:
+
+* cell executions: ``execute_input`` (sent only for non-silent requests, so
+  never for ours) opens a cell; the ``status: idle`` with the same parent
+  closes it, with its duration;
+* comm traffic the user caused: a ``busy`` status whose parent is a
+  ``comm_msg`` from the frontend (a widget moved);
+* whether a user cell is running right now (``busy``).
+
+Listeners receive ``(path, kernel_id, event, info)`` with ``event`` one of
+``"cell-started"``, ``"cell-finished"``, ``"comm"``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from zmq.eventloop.zmqstream import ZMQStream
+
+
+@dataclass
+class KernelActivity:
+    kernel_id: str
+    path: str
+    started: float = field(default_factory=time.time)
+    last_user_activity: float = field(default_factory=time.time)
+    last_cell_finished: float | None = None
+    cells_executed: int = 0
+    running_cell: str | None = None  # parent msg_id of the user cell running now
+    running_since: float | None = None
+    stream: ZMQStream | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.running_cell is not None
+
+    def reset_clock(self, now: float | None = None) -> None:
+        """Start the idle clock afresh (after a resume or a postponement)."""
+        self.last_user_activity = time.time() if now is None else now
+
+
+Listener = Callable[[str, str, str, dict], None]
+
+
+class ActivityMonitor:
+    """One IOPub subscription per kernel, started and stopped by the manager."""
+
+    def __init__(self, kernel_manager):
+        self.kernel_manager = kernel_manager
+        self.kernels: dict[str, KernelActivity] = {}
+        self.listeners: list[Listener] = []
+
+    def watch(self, kernel_id: str, path: str) -> KernelActivity:
+        activity = self.kernels.get(kernel_id)
+        if activity is not None:
+            activity.path = path
+            return activity
+        activity = KernelActivity(kernel_id=kernel_id, path=path)
+        kernel = self.kernel_manager.get_kernel(kernel_id)
+        stream = kernel.connect_iopub()
+        session = kernel.session
+
+        def on_recv(parts):
+            _, msg = session.feed_identities(parts)
+            msg = session.deserialize(msg, content=True)
+            self._on_message(activity, msg)
+
+        stream.on_recv(on_recv)
+        activity.stream = stream
+        self.kernels[kernel_id] = activity
+        return activity
+
+    def unwatch(self, kernel_id: str) -> None:
+        activity = self.kernels.pop(kernel_id, None)
+        if activity and activity.stream is not None:
+            activity.stream.close()
+
+    def for_path(self, path: str) -> KernelActivity | None:
+        for activity in self.kernels.values():
+            if activity.path == path:
+                return activity
+        return None
+
+    def close(self) -> None:
+        for kernel_id in list(self.kernels):
+            self.unwatch(kernel_id)
+
+    def _on_message(self, activity: KernelActivity, msg: dict) -> None:
+        msg_type = msg["header"]["msg_type"]
+        parent = msg.get("parent_header") or {}
+        now = time.time()
+        if msg_type == "execute_input":
+            activity.running_cell = parent.get("msg_id")
+            activity.running_since = now
+            activity.last_user_activity = now
+            self._emit(activity, "cell-started", {})
+        elif msg_type == "status":
+            state = msg["content"].get("execution_state")
+            if state == "idle" and activity.running_cell and parent.get("msg_id") == activity.running_cell:
+                duration = now - (activity.running_since or now)
+                activity.running_cell = None
+                activity.running_since = None
+                activity.last_cell_finished = now
+                activity.last_user_activity = now
+                activity.cells_executed += 1
+                self._emit(activity, "cell-finished", {"duration": duration})
+            elif state == "busy" and parent.get("msg_type") == "comm_msg":
+                activity.last_user_activity = now
+                self._emit(activity, "comm", {})
+
+    def _emit(self, activity: KernelActivity, event: str, info: dict) -> None:
+        for listener in self.listeners:
+            listener(activity.path, activity.kernel_id, event, info)

@@ -1,0 +1,157 @@
+"""``PauseApp``: the Jupyter Server extension and all of its configuration.
+
+Every setting is a traitlet on this class (``c.PauseApp.<name>`` in
+``jupyter_server_config.py``).  ``initialize_settings`` builds the domain
+objects (ledger, session store, backend, manager) and hands them to the
+handlers through ``self.settings``; handlers hold no state of their own.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from pathlib import Path
+
+from jupyter_core.paths import jupyter_data_dir
+from jupyter_server.extension.application import ExtensionApp
+from jupyter_server.services.kernels.kernelmanager import ServerKernelManager
+from tornado.ioloop import IOLoop
+from traitlets import Float, Int, Type, Unicode, default
+
+from .. import __version__
+from ..backends.base import PauseBackend
+from ..ledger import Ledger
+from ..lifecycle import SessionStore
+from .handlers import ROUTES
+from .manager import PauseManager
+
+EVENT_SCHEMA = Path(__file__).parent.parent / "events" / "lifecycle.yaml"
+EVENT_SCHEMA_ID = "https://events.jupyter.org/jupyter_pause/lifecycle/v1"
+
+
+class PauseApp(ExtensionApp):
+    name = "jupyter_pause"
+    description = "Pause notebooks, release their accelerator, resume them later."
+    load_other_extensions = True
+
+    backend = Unicode(
+        "auto",
+        config=True,
+        help="""Where the accelerator lives: 'local' (stop the kernel),
+        'kubeflow-workspace', 'gke-pod-snapshot', or 'auto' (detect a pod,
+        else local).  Ignored when backend_class is set.""",
+    )
+    backend_class = Type(
+        default_value=None,
+        klass=PauseBackend,
+        allow_none=True,
+        config=True,
+        help="A PauseBackend subclass to use instead of the named backend.",
+    )
+    state_dir = Unicode(
+        config=True, help="Where the ledger and the session states are kept."
+    )
+    checkpoint_dir = Unicode(
+        config=True,
+        help="Root of the application checkpoints (one folder per notebook). "
+        "On Kubernetes, put it on the home volume.",
+    )
+    keep_checkpoints = Int(3, config=True, help="Checkpoints kept per notebook.")
+    kernel_call_timeout = Float(
+        3600, config=True, help="Seconds a checkpoint or restore inside a kernel may take."
+    )
+    idle_wait_timeout = Float(
+        6 * 3600, config=True, help="Seconds %pause waits for the running cell to finish."
+    )
+
+    @default("state_dir")
+    def _default_state_dir(self):
+        return os.path.join(jupyter_data_dir(), "pause")
+
+    @default("checkpoint_dir")
+    def _default_checkpoint_dir(self):
+        return os.environ.get("JUPYTER_PAUSE_CHECKPOINT_DIR") or os.path.join(
+            self.state_dir, "checkpoints"
+        )
+
+    def initialize_settings(self):
+        self.ledger = Ledger(Path(self.state_dir) / "ledger.sqlite3", user=getpass.getuser())
+        self._connect_event_bus()
+        self.backend_instance = self._make_backend()
+        self._prepare_kernels()
+        self.manager = PauseManager(
+            kernel_manager=self.serverapp.kernel_manager,
+            session_manager=self.serverapp.session_manager,
+            contents_manager=self.serverapp.contents_manager,
+            store=SessionStore(Path(self.state_dir) / "sessions.json"),
+            ledger=self.ledger,
+            backend=self.backend_instance,
+            checkpoint_dir=self.checkpoint_dir,
+            keep_checkpoints=self.keep_checkpoints,
+            kernel_call_timeout=self.kernel_call_timeout,
+            idle_wait_timeout=self.idle_wait_timeout,
+            log=self.log,
+        )
+        self.settings.update(
+            jupyter_pause_manager=self.manager,
+            jupyter_pause_ledger=self.ledger,
+            jupyter_pause_version=__version__,
+        )
+        IOLoop.current().add_callback(self._startup)
+
+    def initialize_handlers(self):
+        self.handlers.extend(ROUTES)
+
+    async def _startup(self):
+        report = await self.backend_instance.startup()
+        self.log.info(
+            "jupyter-pause %s: backend %s%s",
+            __version__,
+            self.backend_instance.name,
+            f", {report.detail}" if report.detail else "",
+        )
+
+    def _make_backend(self) -> PauseBackend:
+        cls = self.backend_class
+        if cls is None:
+            from ..backends import backend_class_for
+
+            cls = backend_class_for(self.backend)
+        return cls(parent=self, log=self.log)
+
+    def _prepare_kernels(self):
+        """Start IPython kernels with the magics loaded and their notebook known."""
+        kernel_manager = self.serverapp.kernel_manager
+        configured = kernel_manager.kernel_manager_class
+        if configured in (
+            "jupyter_server.services.kernels.kernelmanager.ServerKernelManager",
+            ServerKernelManager,
+        ):
+            kernel_manager.kernel_manager_class = "jupyter_pause.server.kernels.PauseKernelManager"
+        elif "PauseKernelManager" not in str(configured):
+            self.log.warning(
+                "jupyter-pause: kernel_manager_class is %s, so kernels will not load the "
+                "jupyter_pause magics by themselves; add `%%load_ext jupyter_pause` or "
+                "subclass jupyter_pause.server.kernels.PauseKernelManager",
+                configured,
+            )
+
+    def _connect_event_bus(self):
+        event_logger = getattr(self.serverapp, "event_logger", None)
+        if event_logger is None:
+            return
+        event_logger.register_event_schema(EVENT_SCHEMA)
+
+        def emit(event):
+            payload = {k: v for k, v in event.to_json().items() if k not in ("id", "user")}
+            event_logger.emit(schema_id=EVENT_SCHEMA_ID, data=payload)
+
+        self.ledger.listeners.append(emit)
+
+    async def stop_extension(self):
+        manager = getattr(self, "manager", None)
+        if manager is not None:
+            await manager.close()
+        ledger = getattr(self, "ledger", None)
+        if ledger is not None:
+            ledger.close()

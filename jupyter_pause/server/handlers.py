@@ -1,0 +1,174 @@
+"""HTTP in, HTTP out: one handler class per endpoint, built from a route table.
+
+Handlers parse the request, call the :class:`~.manager.PauseManager`, and turn
+its answers into JSON.  Domain errors are translated in one place,
+:func:`translate_errors`; nothing here decides anything about pausing.
+The contract is described in ``jupyter_pause/openapi.yaml``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+import tornado.web
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+
+from ..engine.errors import CheckpointError, CheckpointNotFound
+from ..lifecycle import OperationInProgress
+from .manager import PauseError
+
+NAMESPACE = "jupyter-pause/api"
+
+
+def translate_errors(method):
+    """Map domain exceptions to HTTP errors with a message the user can act on."""
+
+    @functools.wraps(method)
+    async def wrapper(self, *args, **kwargs):
+        try:
+            return await method(self, *args, **kwargs)
+        except PauseError as e:
+            raise tornado.web.HTTPError(e.status, str(e), reason=str(e)) from e
+        except OperationInProgress as e:
+            self.set_status(409)
+            self.finish(json.dumps({"message": str(e), "operation": e.operation.to_json()}))
+        except CheckpointNotFound as e:
+            raise tornado.web.HTTPError(404, str(e), reason=str(e)) from e
+        except CheckpointError as e:
+            raise tornado.web.HTTPError(400, str(e), reason=str(e)) from e
+
+    return wrapper
+
+
+class PauseHandler(ExtensionHandlerMixin, APIHandler):
+    """Base class: access to the manager and request-body helpers."""
+
+    @property
+    def manager(self):
+        return self.settings["jupyter_pause_manager"]
+
+    def body(self) -> dict[str, Any]:
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError as e:
+            raise PauseError(f"the request body is not JSON: {e}") from e
+        if not isinstance(body, dict):
+            raise PauseError("the request body must be a JSON object")
+        return body
+
+    async def path_argument(self, value: Any) -> str:
+        return await self.manager.check_path(value)
+
+    def write_json(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.finish(json.dumps(data, default=str))
+
+
+class StatusHandler(PauseHandler):
+    # Polled every few seconds by every open JupyterLab: never counts as activity.
+    _track_activity = False
+
+    @tornado.web.authenticated
+    @translate_errors
+    async def get(self):
+        status = await self.manager.status()
+        self.write_json({"version": self.settings["jupyter_pause_version"], **status})
+
+
+class PauseSessionHandler(PauseHandler):
+    @tornado.web.authenticated
+    @translate_errors
+    async def post(self):
+        body = self.body()
+        path = await self.path_argument(body.get("path"))
+        op = await self.manager.pause(
+            path, force=bool(body.get("force", False)), after_cell=bool(body.get("after_cell", False))
+        )
+        self.write_json({"operation": op.to_json()}, status=202)
+
+
+class ResumeSessionHandler(PauseHandler):
+    @tornado.web.authenticated
+    @translate_errors
+    async def post(self):
+        body = self.body()
+        path = await self.path_argument(body.get("path"))
+        checkpoint_id = body.get("checkpoint_id")
+        if checkpoint_id is not None and not isinstance(checkpoint_id, str):
+            raise PauseError("'checkpoint_id' must be a string")
+        op = await self.manager.resume(path, checkpoint_id=checkpoint_id)
+        self.write_json({"operation": op.to_json()}, status=202)
+
+
+class CheckpointSessionHandler(PauseHandler):
+    @tornado.web.authenticated
+    @translate_errors
+    async def post(self):
+        path = await self.path_argument(self.body().get("path"))
+        op = await self.manager.checkpoint(path)
+        self.write_json({"operation": op.to_json()}, status=202)
+
+
+class OperationHandler(PauseHandler):
+    _track_activity = False
+
+    @tornado.web.authenticated
+    @translate_errors
+    async def get(self, operation_id: str):
+        self.write_json(self.manager.operation(operation_id).to_json())
+
+
+class CheckpointsHandler(PauseHandler):
+    _track_activity = False
+
+    @tornado.web.authenticated
+    @translate_errors
+    async def get(self):
+        path = await self.path_argument(self.get_query_argument("path", None))
+        self.write_json({"path": path, "checkpoints": self.manager.list_checkpoints(path)})
+
+
+class CheckpointHandler(PauseHandler):
+    @tornado.web.authenticated
+    @translate_errors
+    async def delete(self, checkpoint_id: str):
+        path = await self.path_argument(self.get_query_argument("path", None))
+        self.manager.delete_checkpoint(path, checkpoint_id)
+        self.set_status(204)
+        self.finish()
+
+
+class EventsHandler(PauseHandler):
+    _track_activity = False
+
+    @tornado.web.authenticated
+    @translate_errors
+    async def get(self):
+        try:
+            since = float(self.get_query_argument("since", "0") or 0)
+            after_id = self.get_query_argument("after_id", None)
+            after_id = int(after_id) if after_id is not None else None
+        except ValueError as e:
+            raise PauseError(f"'since' must be seconds since the epoch and 'after_id' an integer: {e}") from e
+        path = self.get_query_argument("path", None)
+        events = self.settings["jupyter_pause_ledger"].events(since=since, path=path, after_id=after_id)
+        self.write_json({"events": [e.to_json() for e in events]})
+
+
+_OPERATION_ID = r"(?P<operation_id>[0-9a-f]{1,64})"
+_CHECKPOINT_ID = r"(?P<checkpoint_id>[A-Za-z0-9_.:-]{1,128})"
+
+#: (pattern under the base URL, handler class)
+ROUTES = [
+    (rf"{NAMESPACE}/status", StatusHandler),
+    (rf"{NAMESPACE}/sessions/pause", PauseSessionHandler),
+    (rf"{NAMESPACE}/sessions/resume", ResumeSessionHandler),
+    (rf"{NAMESPACE}/sessions/checkpoint", CheckpointSessionHandler),
+    (rf"{NAMESPACE}/operations/{_OPERATION_ID}", OperationHandler),
+    (rf"{NAMESPACE}/checkpoints", CheckpointsHandler),
+    (rf"{NAMESPACE}/checkpoints/{_CHECKPOINT_ID}", CheckpointHandler),
+    (rf"{NAMESPACE}/events", EventsHandler),
+]

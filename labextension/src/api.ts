@@ -1,0 +1,128 @@
+/**
+ * The jupyter-pause REST API as the frontend sees it.
+ *
+ * One place builds URLs and turns server errors into messages a user can act
+ * on; everything else imports the types and `requestAPI` from here.
+ */
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+/** Every state of the pause lifecycle (see jupyter_pause/lifecycle.py). */
+export type PauseState =
+  | 'running'
+  | 'checkpointing'
+  | 'pausing'
+  | 'paused'
+  | 'resuming'
+  | 'waiting-for-capacity'
+  | 'restoring'
+  | 'ready'
+  | 'failed';
+
+export interface IOperation {
+  id: string;
+  kind: 'pause' | 'resume' | 'checkpoint';
+  path: string;
+  started: number;
+  finished: number | null;
+  outcome: 'running' | 'succeeded' | 'failed';
+  error: string;
+  step: string;
+  messages: string[];
+}
+
+export interface ICheckpointSummary {
+  id: string;
+  time: string;
+  bytes: number;
+  objects?: string[];
+}
+
+export interface IAutoPause {
+  /** Seconds until the idle policy pauses this notebook. */
+  seconds_left: number;
+  workload_class: string;
+}
+
+export interface ISessionStatus {
+  path: string;
+  kernel_id: string | null;
+  execution_state: string | null;
+  last_activity: string | null;
+  state: PauseState;
+  since: number;
+  operation: IOperation | null;
+  last_checkpoint: ICheckpointSummary | null;
+  restored_from: string | null;
+  live_state: 'restored' | 'fresh' | 'unknown';
+  error: string | null;
+  workload_class?: string | null;
+  auto_pause?: IAutoPause | null;
+}
+
+export interface IStatus {
+  version: string;
+  backend: { name: string; scope: string; [key: string]: any };
+  sessions: ISessionStatus[];
+}
+
+/** Raised for any non-2xx answer, with the server's own message. */
+export class PauseAPIError extends Error {
+  constructor(
+    message: string,
+    readonly status: number
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * Call `{base_url}jupyter-pause/api/{endPoint}`.
+ *
+ * `track` false adds `no_track_activity=1`, so that polling never counts as
+ * user activity (the idle policy and the server's culler rely on it).
+ */
+export async function requestAPI<T>(
+  endPoint: string,
+  settings: ServerConnection.ISettings,
+  init: RequestInit = {},
+  track = true
+): Promise<T> {
+  let url = URLExt.join(settings.baseUrl, 'jupyter-pause', 'api', endPoint);
+  if (!track) {
+    url += (url.includes('?') ? '&' : '?') + 'no_track_activity=1';
+  }
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, init, settings);
+  } catch (error) {
+    throw new ServerConnection.NetworkError(error as TypeError);
+  }
+  const text = await response.text();
+  let data: any = text;
+  if (text.length > 0) {
+    try {
+      data = JSON.parse(text);
+    } catch {
+      // keep the text; it ends up in the error message below
+    }
+  }
+  if (!response.ok) {
+    const message =
+      (data && (data.message || data.reason)) || response.statusText;
+    throw new PauseAPIError(message, response.status);
+  }
+  return data as T;
+}
+
+/** POST a JSON body. */
+export function postAPI<T>(
+  endPoint: string,
+  settings: ServerConnection.ISettings,
+  body: unknown
+): Promise<T> {
+  return requestAPI<T>(endPoint, settings, {
+    method: 'POST',
+    body: JSON.stringify(body)
+  });
+}

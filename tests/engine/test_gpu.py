@@ -1,0 +1,60 @@
+"""CUDA round trips (skipped without a GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import jupyter_pause as jp
+from jupyter_pause.engine import store
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+
+def test_cuda_roundtrip_stays_on_device(ck):
+    model = torch.nn.Linear(64, 64).to("cuda:0", torch.bfloat16)
+    view = model.weight[:, ::2]
+    jp.checkpoint(namespace={"model": model, "view": view}, **ck)
+    m = store.get_manifest(ck["dir"], ck["notebook"])
+    assert {s.device for s in m.storages if s.owner == "model"} == {"cuda:0"}
+    out = {}
+    jp.restore(namespace=out, **ck)
+    w = out["model"].weight
+    assert w.device == torch.device("cuda:0") and w.dtype == torch.bfloat16
+    assert torch.equal(w, model.weight) and isinstance(w, torch.nn.Parameter)
+    assert out["view"].untyped_storage().data_ptr() == w.untyped_storage().data_ptr()
+
+
+def test_direct_to_device_load_no_cpu_copy(ck, monkeypatch):
+    """Data goes file -> pinned staging chunk -> GPU; no full-size CPU tensor is allocated."""
+    big = torch.randn(4096, 1024, device="cuda:0")  # 16 MiB
+    jp.checkpoint(namespace={"big": big}, **ck)
+    from jupyter_pause.engine import tensors
+
+    monkeypatch.setattr(tensors, "CHUNK", 1 << 20)
+    out = {}
+    jp.restore(namespace=out, **ck)
+    assert out["big"].is_cuda and torch.equal(out["big"], big)
+
+
+def test_cuda_to_cpu_mapping_and_back(ck):
+    t = torch.arange(10.0, device="cuda:0")
+    jp.checkpoint(namespace={"t": t}, **ck)
+    out = {}
+    jp.restore(namespace=out, device="cpu", **ck)
+    assert out["t"].device.type == "cpu"
+    jp.restore(namespace=out, device="cuda:0=cpu", **ck)
+    assert out["t"].device.type == "cpu"
+
+
+def test_cuda_rng_state(ck):
+    torch.cuda.manual_seed_all(7)
+    torch.rand(1, device="cuda")
+    jp.checkpoint(namespace={"x": 1}, **ck)
+    expected = torch.rand(3, device="cuda")
+    torch.cuda.manual_seed_all(99)
+    jp.restore(namespace={}, **ck)
+    assert torch.equal(torch.rand(3, device="cuda"), expected)

@@ -1,0 +1,122 @@
+"""GET status: truthful, authenticated, and never counted as activity."""
+
+import asyncio
+import json
+
+import pytest
+import tornado.httpclient
+
+from jupyter_pause import __version__
+
+
+async def start_session(jp_fetch, path):
+    r = await jp_fetch(
+        "api",
+        "sessions",
+        method="POST",
+        body=json.dumps({"path": path, "type": "notebook", "name": "demo.ipynb", "kernel": {"name": "python3"}}),
+    )
+    return json.loads(r.body)
+
+
+async def wait_for_state(jp_serverapp, kernel_id, state="idle", timeout=60):
+    """Wait until the server reports ``state`` for the kernel.
+
+    A new kernel reports "starting" until it answers a request that the
+    server sees on IOPub, so keep asking for kernel_info meanwhile.
+    """
+    kernel = jp_serverapp.kernel_manager.get_kernel(kernel_id)
+    client = kernel.client()
+    client.start_channels()
+    try:
+        for _ in range(int(timeout / 0.2)):
+            if kernel.execution_state == state:
+                return
+            if kernel.execution_state == "starting":
+                client.kernel_info()
+            await asyncio.sleep(0.2)
+    finally:
+        client.stop_channels()
+    raise AssertionError(f"kernel never became {state} (it is {kernel.execution_state})")
+
+
+async def get_status(jp_fetch):
+    r = await jp_fetch("jupyter-pause", "api", "status")
+    return json.loads(r.body)
+
+
+async def test_status_lists_a_notebook_session_with_its_real_state(jp_fetch, jp_serverapp, notebook_path):
+    model = await start_session(jp_fetch, notebook_path)
+    kernel_id = model["kernel"]["id"]
+    await wait_for_state(jp_serverapp, kernel_id, "idle")
+
+    status = await get_status(jp_fetch)
+
+    assert status["version"] == __version__
+    assert status["backend"]["name"] == "local"
+    (session,) = status["sessions"]
+    assert session["path"] == notebook_path
+    assert session["kernel_id"] == kernel_id
+    assert session["execution_state"] == "idle"
+    assert session["state"] == "running"
+    assert session["last_activity"]
+
+    # a busy kernel is reported busy, not from a stale cache
+    km = jp_serverapp.kernel_manager.get_kernel(kernel_id)
+    client = km.client()
+    client.start_channels()
+    try:
+        client.execute("import time; time.sleep(3)")
+        await wait_for_state(jp_serverapp, kernel_id, "busy")
+        (session,) = (await get_status(jp_fetch))["sessions"]
+        assert session["execution_state"] == "busy"
+    finally:
+        client.stop_channels()
+
+
+async def test_status_refuses_unauthenticated_requests(jp_fetch):
+    with pytest.raises(tornado.httpclient.HTTPClientError) as e:
+        await jp_fetch("jupyter-pause", "api", "status", headers={"Authorization": ""})
+    assert e.value.code == 403
+
+
+async def test_polling_status_is_not_activity(jp_fetch, jp_serverapp, notebook_path):
+    model = await start_session(jp_fetch, notebook_path)
+    kernel_id = model["kernel"]["id"]
+    await wait_for_state(jp_serverapp, kernel_id, "idle")
+    await asyncio.sleep(0.5)  # let the kernel's start-up messages settle
+    web_app = jp_serverapp.web_app
+    server_before = web_app.last_activity()
+    api_before = web_app.settings.get("api_last_activity")
+    kernel_before = jp_serverapp.kernel_manager.get_kernel(kernel_id).last_activity
+
+    for _ in range(5):
+        await get_status(jp_fetch)
+        await asyncio.sleep(0.05)
+
+    assert web_app.settings.get("api_last_activity") == api_before
+    assert web_app.last_activity() == server_before
+    assert jp_serverapp.kernel_manager.get_kernel(kernel_id).last_activity == kernel_before
+
+
+async def test_kernels_started_by_the_server_load_the_magics(jp_fetch, jp_serverapp, notebook_path):
+    model = await start_session(jp_fetch, notebook_path)
+    kernel_id = model["kernel"]["id"]
+    await wait_for_state(jp_serverapp, kernel_id, "idle")
+    client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=30)
+        reply = await client.execute_interactive(
+            "",
+            user_expressions={
+                "magics": "sorted(get_ipython().magics_manager.magics['line'])",
+                "notebook": "__import__('os').environ.get('JUPYTER_PAUSE_NOTEBOOK')",
+            },
+            timeout=30,
+        )
+    finally:
+        client.stop_channels()
+    expressions = reply["content"]["user_expressions"]
+    assert "'checkpoint'" in expressions["magics"]["data"]["text/plain"]
+    assert expressions["notebook"]["data"]["text/plain"] == repr(notebook_path)
