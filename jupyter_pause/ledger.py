@@ -33,7 +33,9 @@ class EventType(str, Enum):
     # pause
     PAUSE_REQUESTED = "pause-requested"  # data: auto (bool), force (bool), reason
     CHECKPOINT_STARTED = "checkpoint-started"
-    CHECKPOINT_FINISHED = "checkpoint-finished"  # data: checkpoint_id, bytes, bytes_written, seconds
+    CHECKPOINT_FINISHED = (
+        "checkpoint-finished"  # data: checkpoint_id, bytes, bytes_written, seconds
+    )
     CHECKPOINT_FAILED = "checkpoint-failed"  # data: error
     KERNEL_INTERRUPTED = "kernel-interrupted"  # a forced pause interrupted a busy kernel
     KERNEL_STOPPED = "kernel-stopped"
@@ -49,7 +51,9 @@ class EventType(str, Enum):
     CAPACITY_ACQUIRED = "capacity-acquired"
     KERNEL_STARTED = "kernel-started"
     RESTORE_STARTED = "restore-started"
-    RESTORE_FINISHED = "restore-finished"  # data: restored_from (checkpoint|snapshot), bytes, seconds
+    RESTORE_FINISHED = (
+        "restore-finished"  # data: restored_from (checkpoint|snapshot), bytes, seconds
+    )
     RESTORE_FAILED = "restore-failed"  # data: error
     FIRST_CELL_RUNNABLE = "first-cell-runnable"  # the session is ready
     # idle policy
@@ -175,7 +179,9 @@ class Ledger:
         after_id: int | None = None,
     ) -> list[LedgerEvent]:
         """Events in time order, filtered."""
-        return list(self._query(since=since, until=until, path=path, types=types, after_id=after_id))
+        return list(
+            self._query(since=since, until=until, path=path, types=types, after_id=after_id)
+        )
 
     def _query(self, *, since, until, path, types, after_id) -> Iterator[LedgerEvent]:
         clauses, params = [], []

@@ -28,7 +28,9 @@ class PauseMagics(Magics):
     @magic_arguments()
     @argument("names", nargs="*", help="objects to save (default: tracked + the whole namespace)")
     @argument("--list", "-l", action="store_true", help="list checkpoints instead of saving")
-    @argument("--dir", default=None, help="checkpoint root (default: $JUPYTER_PAUSE_CHECKPOINT_DIR)")
+    @argument(
+        "--dir", default=None, help="checkpoint root (default: $JUPYTER_PAUSE_CHECKPOINT_DIR)"
+    )
     @argument("--notebook", default=None, help="notebook key (default: $JPY_SESSION_NAME)")
     @argument("--keep", type=int, default=None, help="keep the last N checkpoints (default 3)")
     @argument("--trust", action="store_true", help="build on unsigned older checkpoints")
@@ -74,7 +76,9 @@ class PauseMagics(Magics):
             if len(objs) > 60:
                 objs = objs[:57] + "..."
             flag = "" if i.trusted else "  [unsigned]"
-            print(f"{i.id:<24} {i.time[:19].replace('T', ' '):<20} {fmt_bytes(i.bytes):>10}  {objs}{flag}")
+            print(
+                f"{i.id:<24} {i.time[:19].replace('T', ' '):<20} {fmt_bytes(i.bytes):>10}  {objs}{flag}"
+            )
 
     @magic_arguments()
     @argument("args", nargs="*", help="[checkpoint id] [names...] (default: latest, everything)")

@@ -23,7 +23,9 @@ def notebook_path(jp_root_dir):
     """An empty Python notebook on disk; returns its server-relative path."""
     nb = {
         "cells": [],
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "metadata": {
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
         "nbformat": 4,
         "nbformat_minor": 5,
     }

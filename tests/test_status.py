@@ -8,36 +8,7 @@ import tornado.httpclient
 
 from jupyter_pause import __version__
 
-
-async def start_session(jp_fetch, path):
-    r = await jp_fetch(
-        "api",
-        "sessions",
-        method="POST",
-        body=json.dumps({"path": path, "type": "notebook", "name": "demo.ipynb", "kernel": {"name": "python3"}}),
-    )
-    return json.loads(r.body)
-
-
-async def wait_for_state(jp_serverapp, kernel_id, state="idle", timeout=60):
-    """Wait until the server reports ``state`` for the kernel.
-
-    A new kernel reports "starting" until it answers a request that the
-    server sees on IOPub, so keep asking for kernel_info meanwhile.
-    """
-    kernel = jp_serverapp.kernel_manager.get_kernel(kernel_id)
-    client = kernel.client()
-    client.start_channels()
-    try:
-        for _ in range(int(timeout / 0.2)):
-            if kernel.execution_state == state:
-                return
-            if kernel.execution_state == "starting":
-                client.kernel_info()
-            await asyncio.sleep(0.2)
-    finally:
-        client.stop_channels()
-    raise AssertionError(f"kernel never became {state} (it is {kernel.execution_state})")
+from .helpers import start_session, wait_for_state
 
 
 async def get_status(jp_fetch):
@@ -45,7 +16,9 @@ async def get_status(jp_fetch):
     return json.loads(r.body)
 
 
-async def test_status_lists_a_notebook_session_with_its_real_state(jp_fetch, jp_serverapp, notebook_path):
+async def test_status_lists_a_notebook_session_with_its_real_state(
+    jp_fetch, jp_serverapp, notebook_path
+):
     model = await start_session(jp_fetch, notebook_path)
     kernel_id = model["kernel"]["id"]
     await wait_for_state(jp_serverapp, kernel_id, "idle")

@@ -325,6 +325,7 @@ class Trial:
         t0 = time.monotonic()
         session = c.open_notebook(path)
         kernel_id = session["kernel"]["id"]
+        c.status()  # let the server see the new kernel (it watches cell activity from then on)
         failed = None
         for i, src in enumerate(cells):
             res = c.execute(kernel_id, src, self.timeout)

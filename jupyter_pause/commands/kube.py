@@ -161,7 +161,9 @@ def _table(rows: list[list[str]]) -> str:
     if not rows:
         return ""
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return "\n".join(
+        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows
+    )
 
 
 # -- status -----------------------------------------------------------------------
@@ -640,15 +642,21 @@ def gc_checkpoints(root: str, older_than: float, *, dry_run: bool = False) -> di
 
 
 def _engine_delete():
-    """The engine's delete (it knows about shared blobs), else remove the folder."""
+    """Delete one checkpoint folder the way the engine does: under the notebook's
+    lock, then drop the blobs no remaining checkpoint references."""
     import shutil
 
     try:
         from ..engine import store
+    except ImportError:  # pragma: no cover - the engine ships with the package
+        store = None
+    if store is None or not hasattr(store, "locked") or not hasattr(store, "gc"):
+        return lambda nbdir, cid: shutil.rmtree(nbdir / cid)
+    remove = getattr(store, "_remove_checkpoint_dir", None) or shutil.rmtree
 
-        fn = getattr(store, "delete_checkpoint", None)
-    except ImportError:
-        fn = None
-    if fn is not None:
-        return lambda nbdir, cid: fn(nbdir, cid)
-    return lambda nbdir, cid: shutil.rmtree(nbdir / cid)
+    def delete(nbdir, cid):
+        with store.locked(nbdir):
+            remove(nbdir / cid)
+            store.gc(nbdir, locked_already=True)
+
+    return delete

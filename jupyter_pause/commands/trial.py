@@ -32,6 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser, name: str = "trial") -> None:
         help="capacity is made unavailable: the resume must report waiting-for-capacity",
     )
     parser.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        help="extra option for the server started here (repeatable),"
+        " e.g. --server-arg=--PauseApp.backend_class=my.Backend",
+    )
+    parser.add_argument(
         "--json", dest="json_path", help="write the result here (default: trial.json)"
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per step")
@@ -50,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         expect_capacity_wait=args.expect_capacity_wait,
         timeout=args.timeout,
         keep=args.keep,
+        server_args=args.server_arg,
         log=lambda msg: print(msg, file=sys.stderr),
     )
     sys.stdout.write(result.to_text())

@@ -165,7 +165,7 @@ def _is_trusted(folder: Path, key: bytes | None) -> bool:
         return signing.verify(
             (folder / MANIFEST).read_bytes(), (folder / SIGNATURE).read_text(), key
         )
-    except OSError:
+    except (OSError, UnicodeDecodeError):  # missing or mangled signature: not trusted
         return False
 
 

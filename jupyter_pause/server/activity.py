@@ -102,7 +102,11 @@ class ActivityMonitor:
             self._emit(activity, "cell-started", {})
         elif msg_type == "status":
             state = msg["content"].get("execution_state")
-            if state == "idle" and activity.running_cell and parent.get("msg_id") == activity.running_cell:
+            if (
+                state == "idle"
+                and activity.running_cell
+                and parent.get("msg_id") == activity.running_cell
+            ):
                 duration = now - (activity.running_since or now)
                 activity.running_cell = None
                 activity.running_since = None

@@ -48,9 +48,7 @@ class PauseApp(ExtensionApp):
         config=True,
         help="A PauseBackend subclass to use instead of the named backend.",
     )
-    state_dir = Unicode(
-        config=True, help="Where the ledger and the session states are kept."
-    )
+    state_dir = Unicode(config=True, help="Where the ledger and the session states are kept.")
     checkpoint_dir = Unicode(
         config=True,
         help="Root of the application checkpoints (one folder per notebook). "

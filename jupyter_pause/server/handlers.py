@@ -85,7 +85,9 @@ class PauseSessionHandler(PauseHandler):
         body = self.body()
         path = await self.path_argument(body.get("path"))
         op = await self.manager.pause(
-            path, force=bool(body.get("force", False)), after_cell=bool(body.get("after_cell", False))
+            path,
+            force=bool(body.get("force", False)),
+            after_cell=bool(body.get("after_cell", False)),
         )
         self.write_json({"operation": op.to_json()}, status=202)
 
@@ -152,9 +154,13 @@ class EventsHandler(PauseHandler):
             after_id = self.get_query_argument("after_id", None)
             after_id = int(after_id) if after_id is not None else None
         except ValueError as e:
-            raise PauseError(f"'since' must be seconds since the epoch and 'after_id' an integer: {e}") from e
+            raise PauseError(
+                f"'since' must be seconds since the epoch and 'after_id' an integer: {e}"
+            ) from e
         path = self.get_query_argument("path", None)
-        events = self.settings["jupyter_pause_ledger"].events(since=since, path=path, after_id=after_id)
+        events = self.settings["jupyter_pause_ledger"].events(
+            since=since, path=path, after_id=after_id
+        )
         self.write_json({"events": [e.to_json() for e in events]})
 
 

@@ -20,6 +20,9 @@ from typing import Any
 from jupyter_server.services.kernels.kernelmanager import ServerKernelManager
 
 NOTEBOOK_ENV = "JUPYTER_PAUSE_NOTEBOOK"
+CHECKPOINT_DIR_ENV = "JUPYTER_PAUSE_CHECKPOINT_DIR"
+SERVER_URL_ENV = "JUPYTER_PAUSE_SERVER_URL"
+SERVER_TOKEN_ENV = "JUPYTER_PAUSE_SERVER_TOKEN"
 
 
 class KernelCallError(Exception):
@@ -40,16 +43,37 @@ class PauseKernelManager(ServerKernelManager):
         return cmd
 
     async def _async_pre_start_kernel(self, **kw: Any):
-        env = dict(kw.get("env") or os.environ)
+        kw["env"] = {**(kw.get("env") or os.environ), **self._pause_env(kw.get("env") or {})}
+        return await super()._async_pre_start_kernel(**kw)
+
+    def _pause_env(self, env: dict[str, str]) -> dict[str, str]:
+        """What the kernel-side helpers need to know about their server.
+
+        The notebook's server-relative path keys its checkpoints; the server
+        URL and token let ``%pause`` ask this server to pause the notebook.
+        The token is the user's own (any process of the user can read it from
+        the runtime directory), so handing it to the user's kernel grants
+        nothing new.
+        """
+        extra: dict[str, str] = {}
+        mapping = self.parent  # the server's MappingKernelManager
+        serverapp = getattr(mapping, "parent", None)
         session_name = env.get("JPY_SESSION_NAME")
-        root_dir = getattr(self.parent, "root_dir", None)
+        root_dir = getattr(mapping, "root_dir", None)
         if session_name and root_dir:
             notebook = session_name
             if os.path.isabs(session_name):
                 notebook = os.path.relpath(session_name, root_dir)
-            env[NOTEBOOK_ENV] = notebook.replace(os.sep, "/")
-            kw["env"] = env
-        return await super()._async_pre_start_kernel(**kw)
+            extra[NOTEBOOK_ENV] = notebook.replace(os.sep, "/")
+        if serverapp is not None:
+            manager = serverapp.web_app.settings.get("jupyter_pause_manager")
+            if manager is not None and manager.checkpoint_dir:
+                extra[CHECKPOINT_DIR_ENV] = manager.checkpoint_dir
+            extra[SERVER_URL_ENV] = serverapp.connection_url
+            token = getattr(serverapp.identity_provider, "token", "")
+            if token:
+                extra[SERVER_TOKEN_ENV] = token
+        return extra
 
 
 async def call_in_kernel(kernel_manager, function: str, timeout: float = 60, **kwargs: Any) -> Any:

@@ -130,7 +130,10 @@ class PauseManager:
                 session.kernel_id = None
                 if session.state.has_kernel:
                     # the kernel went away without a pause (shut down or culled)
-                    session.move(State.FAILED, error="the kernel stopped without a pause; its live state is gone")
+                    session.move(
+                        State.FAILED,
+                        error="the kernel stopped without a pause; its live state is gone",
+                    )
                 self.store.save()
         return live
 
@@ -179,7 +182,9 @@ class PauseManager:
 
     # ------------------------------------------------------------ operations
 
-    async def pause(self, path: str, *, force: bool = False, after_cell: bool = False, auto: bool = False) -> Operation:
+    async def pause(
+        self, path: str, *, force: bool = False, after_cell: bool = False, auto: bool = False
+    ) -> Operation:
         live = await self.sync()
         session = self.store.get(path)
         if session.busy:
@@ -217,7 +222,9 @@ class PauseManager:
         if session.busy:
             raise OperationInProgress(path, session.operation)
         if session.state not in (State.PAUSED, State.FAILED):
-            raise PauseError(f"{path!r} is {session.state.value}; only a paused notebook resumes", status=409)
+            raise PauseError(
+                f"{path!r} is {session.state.value}; only a paused notebook resumes", status=409
+            )
         if checkpoint_id is None and not self.list_checkpoints(path):
             raise PauseError(f"{path!r} has no checkpoint to resume from", status=409)
         op = self._begin(path, "resume", checkpoint_id=checkpoint_id)
@@ -250,7 +257,9 @@ class PauseManager:
             await self._quiesce(session, op)
             activity = self.activity.for_path(path)
             if activity and activity.last_cell_finished:
-                self._record(EventType.ACTIVITY_ENDED, session, op, time_=activity.last_cell_finished)
+                self._record(
+                    EventType.ACTIVITY_ENDED, session, op, time_=activity.last_cell_finished
+                )
             if not await self._checkpoint(session, op, pause=True):
                 return
             self._move(session, State.PAUSING, op, "releasing the accelerator")
@@ -263,7 +272,14 @@ class PauseManager:
                 self._fail(session, op, error)
                 return
             released_at = (facts or {}).get("released_at", time.time())
-            self._record(EventType.ACCELERATOR_RELEASED, session, op, time_=released_at, kernel_id=kernel_id, **{k: v for k, v in (facts or {}).items() if k != "released_at"})
+            self._record(
+                EventType.ACCELERATOR_RELEASED,
+                session,
+                op,
+                time_=released_at,
+                kernel_id=kernel_id,
+                **{k: v for k, v in (facts or {}).items() if k != "released_at"},
+            )
             session.kernel_id = None
             self._move(session, State.PAUSED, op)
             self._record(EventType.PAUSED, session, op)
@@ -321,7 +337,11 @@ class PauseManager:
             self._move(session, State.RUNNING, op, error=error)
             self._fail(session, op, error)
             return False
-        session.last_checkpoint = {"id": result["id"], "time": time.time(), "bytes": result["bytes"]}
+        session.last_checkpoint = {
+            "id": result["id"],
+            "time": time.time(),
+            "bytes": result["bytes"],
+        }
         if nonce:
             session.pause_nonce = nonce
         if result.get("skipped"):
@@ -372,7 +392,9 @@ class PauseManager:
             def report_waiting(reason: str) -> None:
                 nonlocal waited
                 if session.state != State.WAITING_FOR_CAPACITY:
-                    self._move(session, State.WAITING_FOR_CAPACITY, op, f"waiting for capacity: {reason}")
+                    self._move(
+                        session, State.WAITING_FOR_CAPACITY, op, f"waiting for capacity: {reason}"
+                    )
                     self._record(EventType.WAITING_FOR_CAPACITY, session, op, reason=reason)
                 waited = True
 
@@ -403,7 +425,9 @@ class PauseManager:
                 checkpoint_id=checkpoint_id,
             )
             nonce = await call_in_kernel(km, "live_nonce", timeout=30)
-            session.live_state = LiveState.RESTORED if nonce and nonce == session.pause_nonce else LiveState.FRESH
+            session.live_state = (
+                LiveState.RESTORED if nonce and nonce == session.pause_nonce else LiveState.FRESH
+            )
             session.restored_from = "checkpoint"
             self._record(
                 EventType.RESTORE_FINISHED,
@@ -449,15 +473,31 @@ class PauseManager:
             # READY: the first cell after a resume ran.  PAUSED: the user chose
             # to work in a fresh kernel instead of resuming.
             self._move(session, State.RUNNING, None)
-        self._record(EventType.CELL_EXECUTED, session, None, duration=info.get("duration", 0), first_after_resume=first)
+        self._record(
+            EventType.CELL_EXECUTED,
+            session,
+            None,
+            duration=info.get("duration", 0),
+            first_after_resume=first,
+        )
 
-    def _move(self, session: Session, to: State, op: Operation | None, step: str = "", *, error: str | None = None) -> None:
+    def _move(
+        self,
+        session: Session,
+        to: State,
+        op: Operation | None,
+        step: str = "",
+        *,
+        error: str | None = None,
+    ) -> None:
         previous = session.move(to, error=error)
         if op is not None and step:
             op.step = step
         self.store.save()
         if previous != to:
-            self._record(EventType.STATE_CHANGED, session, op, **{"from": previous.value, "to": to.value})
+            self._record(
+                EventType.STATE_CHANGED, session, op, **{"from": previous.value, "to": to.value}
+            )
 
     def _finish(self, session: Session, op: Operation) -> None:
         op.step = "done"
@@ -476,7 +516,16 @@ class PauseManager:
             self._move(session, State.FAILED, op, error=message)
         self._fail(session, op, message)
 
-    def _record(self, type: EventType, session: Session, op: Operation | None, *, time_: float | None = None, kernel_id: str | None = None, **data: Any) -> None:
+    def _record(
+        self,
+        type: EventType,
+        session: Session,
+        op: Operation | None,
+        *,
+        time_: float | None = None,
+        kernel_id: str | None = None,
+        **data: Any,
+    ) -> None:
         self.ledger.record(
             type,
             path=session.path,

@@ -42,6 +42,8 @@ export interface IAutoPause {
   /** Seconds until the idle policy pauses this notebook. */
   seconds_left: number;
   workload_class: string;
+  /** The user should be warned now (the policy's warning period began). */
+  warning: boolean;
 }
 
 export interface ISessionStatus {

@@ -1,15 +1,25 @@
 /**
  * jupyter-pause frontend: small plugins that share one status model.
+ *
+ * - `jupyter-pause:model` polls `GET status` (never counted as activity);
+ * - `jupyter-pause:status-item` shows the current notebook's state;
+ * - `jupyter-pause:plugin` adds the commands, the toolbar buttons declared in
+ *   `schema/plugin.json`, the resume offer and the auto-pause warnings.
  */
 import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { INotebookTracker } from '@jupyterlab/notebook';
+import { ICommandPalette } from '@jupyterlab/apputils';
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { Token } from '@lumino/coreutils';
 
+import { PauseActions } from './actions';
+import { AutoPauseWarnings } from './autopause';
+import { pauseIcon, resumeIcon } from './icons';
 import { PauseStatusModel } from './model';
+import { ResumeOffer } from './resume';
 import { PauseStatusItem } from './statusbar';
 
 /** The shared status model, for other plugins (and other extensions). */
@@ -17,6 +27,12 @@ export const IPauseStatusModel = new Token<PauseStatusModel>(
   'jupyter-pause:IPauseStatusModel',
   'The latest jupyter-pause status, polled from the server.'
 );
+
+export namespace CommandIDs {
+  export const pause = 'jupyter-pause:pause';
+  export const resume = 'jupyter-pause:resume';
+  export const checkpoint = 'jupyter-pause:checkpoint';
+}
 
 const modelPlugin: JupyterFrontEndPlugin<PauseStatusModel> = {
   id: 'jupyter-pause:model',
@@ -54,4 +70,77 @@ const statusPlugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default [modelPlugin, statusPlugin];
+const actionsPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-pause:plugin',
+  description:
+    'Pause, Resume and Checkpoint commands, toolbar buttons, resume offer.',
+  autoStart: true,
+  requires: [IPauseStatusModel, INotebookTracker],
+  optional: [ICommandPalette],
+  activate: (
+    app: JupyterFrontEnd,
+    model: PauseStatusModel,
+    notebooks: INotebookTracker,
+    palette: ICommandPalette | null
+  ) => {
+    const actions = new PauseActions(model);
+    const current = (): NotebookPanel | null => notebooks.currentWidget;
+    const path = () => current()?.context.path ?? null;
+
+    app.commands.addCommand(CommandIDs.pause, {
+      label: 'Pause',
+      caption:
+        'Checkpoint this notebook, then stop its kernel and free its accelerator',
+      icon: args => (args.toolbar ? pauseIcon : undefined),
+      isEnabled: () => actions.canPause(path()),
+      isVisible: () => !actions.canResume(path()),
+      execute: async () => {
+        const panel = current();
+        if (panel) {
+          await actions.pause(panel);
+        }
+      }
+    });
+    app.commands.addCommand(CommandIDs.resume, {
+      label: 'Resume',
+      caption: 'Start a kernel and restore this notebook from its checkpoint',
+      icon: args => (args.toolbar ? resumeIcon : undefined),
+      isEnabled: () => actions.canResume(path()),
+      isVisible: () => actions.canResume(path()),
+      execute: async () => {
+        const panel = current();
+        if (panel) {
+          await actions.resume(panel);
+        }
+      }
+    });
+    app.commands.addCommand(CommandIDs.checkpoint, {
+      label: 'Checkpoint Now',
+      caption: "Save this notebook's live state without pausing",
+      isEnabled: () => actions.canCheckpoint(path()),
+      execute: async () => {
+        const panel = current();
+        if (panel) {
+          await actions.checkpoint(panel);
+        }
+      }
+    });
+    const refreshCommands = () => {
+      for (const id of Object.values(CommandIDs)) {
+        app.commands.notifyCommandChanged(id);
+      }
+    };
+    model.changed.connect(refreshCommands);
+    notebooks.currentChanged.connect(refreshCommands);
+
+    if (palette) {
+      for (const command of Object.values(CommandIDs)) {
+        palette.addItem({ command, category: 'Jupyter Pause' });
+      }
+    }
+    new ResumeOffer(model, actions, notebooks);
+    new AutoPauseWarnings(model, actions);
+  }
+};
+
+export default [modelPlugin, statusPlugin, actionsPlugin];

@@ -76,6 +76,7 @@ def notebook(pause_server, request):
     name = f"work/{request.node.name[:40]}.ipynb"
     (server.root_dir / name).write_text(json.dumps(notebook_json(["x = 41 + 1"])))
     kernel_id = client.open_notebook(name)["kernel"]["id"]
+    client.status()  # the server watches a kernel's cells once it has seen it
     assert client.execute(kernel_id, "x = 41 + 1").ok
     yield client, name, kernel_id
     client.close_notebook(name)
@@ -155,3 +156,22 @@ def test_trial_waiting_for_capacity_without_competing_restores(small_model_noteb
     resume = {c.name: c for c in next(s for s in result.steps if s.name == "resume").checks}
     assert resume["reports waiting-for-capacity"].ok
     assert resume["no competing restore"].ok
+
+
+def test_report_from_a_real_servers_events(notebook):
+    """The server's ledger carries what the report needs (field names included)."""
+    from jupyter_pause.accounting.report import build_report
+
+    client, path, kernel_id = notebook
+    assert client.execute(kernel_id, "import time; time.sleep(0.2)").ok
+    assert client.wait(client.pause(path), 120)["outcome"] == "succeeded"
+    assert client.wait(client.resume(path), 120)["outcome"] == "succeeded"
+    data = build_report(client.ledger_events()).to_json()
+    nb = next(g for g in data["by_notebook"] if g["key"] == path)
+    assert nb["pauses"]["count"] >= 1
+    assert nb["pause_latency_s"]["n"] >= 1
+    assert nb["resume_latency_s"]["n"] >= 1
+    assert nb["restores"]["checkpoint"] >= 1
+    assert nb["checkpoint_bytes"]["n"] >= 1
+    assert nb["gpu_hours"]["allocated"] > 0 and nb["gpu_hours"]["released"] > 0
+    assert nb["gpu_hours"]["active"] > 0  # CELL_EXECUTED carries data.duration

@@ -96,7 +96,9 @@ def test_cell_defined_objects_roundtrip_in_fresh_process(ck, tmp_path):
     res = jp.checkpoint(namespace=ns, dir=ck["dir"], notebook="nb", progress=False)
     assert res.skipped.keys() <= {"dataclasses", "functools", "math", "collections", "torch"}
     script = f"import jupyter_pause as jp\nDIR = {ck['dir']!r}\n" + CHECKS
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert "OK" in proc.stdout
 
@@ -124,7 +126,9 @@ def test_class_no_longer_exists(ck, tmp_path, monkeypatch):
     (pkg / "gone_mod.py").unlink()
     monkeypatch.delitem(sys.modules, "gone_mod")
     out = {}
-    with pytest.raises(jp_errors().RestoreFailed, match=r"thing.*gone_mod\.Thing.*no longer exists"):
+    with pytest.raises(
+        jp_errors().RestoreFailed, match=r"thing.*gone_mod\.Thing.*no longer exists"
+    ):
         jp.restore(None, "thing", namespace=out, **ck)
     assert out == {}  # nothing half-restored
     with pytest.warns(UserWarning, match="thing"):
@@ -153,5 +157,3 @@ def test_enum_in_cell_is_skipped_with_reason(ck):
     res = jp.checkpoint(namespace=ns, **ck)
     assert "Enum" in res.skipped["Color"] and "c" in res.skipped
     assert res.saved == ["ok"]
-
-

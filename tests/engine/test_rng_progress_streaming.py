@@ -56,7 +56,9 @@ def test_progress_format():
     p = progress.Progress("x", 2_000_000_000, enabled=False)
     p.done = 1_000_000_000
     text = p.bar(p.start + 2.0)
-    assert "50.0%" in text and "1.0 GB/2.0 GB" in text and "500.0 MB/s" in text and "ETA 2.0 s" in text
+    assert (
+        "50.0%" in text and "1.0 GB/2.0 GB" in text and "500.0 MB/s" in text and "ETA 2.0 s" in text
+    )
 
 
 def test_streaming_memory_stays_near_one_tensor(ck):

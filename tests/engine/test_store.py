@@ -24,7 +24,9 @@ def test_ids_are_utc_seconds_with_suffix(ck):
     assert a.id != b.id
     ids = [i.id for i in jp.list_checkpoints(ck["dir"], ck["notebook"])]
     assert ids == sorted(ids, key=paths.id_sort_key) and ids[-1] == b.id
-    assert sorted(["2026-01-01T00-00-00-10", "2026-01-01T00-00-00-2"], key=paths.id_sort_key)[0].endswith("-2")
+    assert sorted(["2026-01-01T00-00-00-10", "2026-01-01T00-00-00-2"], key=paths.id_sort_key)[
+        0
+    ].endswith("-2")
 
 
 def test_notebook_folder_is_safe(tmp_path):
@@ -116,7 +118,9 @@ def test_delete_latest_and_metadata(ck, nbdir):
     assert latest.objects == ["a"] and latest.bytes > 0 and latest.time.endswith("+00:00")
     store.delete_checkpoint(ck["dir"], ck["notebook"], b.id)
     assert [c.id for c in jp.list_checkpoints(ck["dir"], ck["notebook"])] == [a.id]
-    assert set(f"blobs/{p.name}" for p in (nbdir / "blobs").iterdir()) == store.referenced_files(nbdir)
+    assert set(f"blobs/{p.name}" for p in (nbdir / "blobs").iterdir()) == store.referenced_files(
+        nbdir
+    )
     r = jp.restore(namespace={}, **ck)
     assert r.metadata == {"pause_nonce": "n1"}
     with pytest.raises(errors.CheckpointNotFound):
@@ -150,10 +154,10 @@ def test_store_importable_without_torch(ck):
         import sys
         sys.modules["torch"] = None; sys.modules["numpy"] = None; sys.modules["safetensors"] = None
         from jupyter_pause.engine import store
-        infos = store.list_checkpoints({ck['dir']!r}, {ck['notebook']!r})
+        infos = store.list_checkpoints({ck["dir"]!r}, {ck["notebook"]!r})
         assert len(infos) == 1 and infos[0].objects == ["t"], infos
-        store.verify_checkpoint({ck['dir']!r}, {ck['notebook']!r})
-        assert store.latest_checkpoint({ck['dir']!r}, {ck['notebook']!r}, verify=True).id == infos[0].id
+        store.verify_checkpoint({ck["dir"]!r}, {ck["notebook"]!r})
+        assert store.latest_checkpoint({ck["dir"]!r}, {ck["notebook"]!r}, verify=True).id == infos[0].id
         print("OK")
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -13,8 +13,6 @@ import jupyter_pause as jp
 from jupyter_pause.engine import store
 from jupyter_pause.engine.api import RNG_RECORD
 
-from .conftest import main_ns
-
 
 def roundtrip(ns, ck, **kw):
     jp.checkpoint(namespace=ns, **ck, **kw)
@@ -32,7 +30,8 @@ def ptr(t):
 
 
 @pytest.mark.parametrize(
-    "dtype", [torch.bfloat16, torch.float16, torch.float32, torch.int64, torch.bool, torch.complex64]
+    "dtype",
+    [torch.bfloat16, torch.float16, torch.float32, torch.int64, torch.bool, torch.complex64],
 )
 def test_dtypes_and_values(ck, dtype):
     t = (torch.randn(5, 3) * 10).to(dtype)
@@ -43,7 +42,12 @@ def test_dtypes_and_values(ck, dtype):
 
 def test_non_contiguous_strides_and_offsets(ck):
     base = torch.arange(60, dtype=torch.float32).reshape(3, 4, 5)
-    ns = {"base": base, "tr": base.transpose(0, 2), "sl": base[1:, ::2, 3], "ex": base[0, 0].expand(4, 5)}
+    ns = {
+        "base": base,
+        "tr": base.transpose(0, 2),
+        "sl": base[1:, ::2, 3],
+        "ex": base[0, 0].expand(4, 5),
+    }
     out = roundtrip(ns, ck)
     for k, v in ns.items():
         assert out[k].stride() == v.stride(), k
@@ -141,7 +145,9 @@ def test_tensors_are_not_in_the_pickle(ck, nbdir):
 
 
 def test_weights_are_plain_safetensors(ck, nbdir):
-    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.Linear(1024, 16)).to(torch.bfloat16)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.Linear(1024, 16)).to(
+        torch.bfloat16
+    )
     jp.checkpoint(namespace={"model": model}, **ck)
     m = store.get_manifest(ck["dir"], ck["notebook"])
     (rel,) = {s.file for s in user_storages(m)}

@@ -15,7 +15,15 @@ import yaml
 from .controllers import Controllers, Scenario
 from .server import KubeEmulator, Request, rbac_allows
 
-__all__ = ["Cluster", "Controllers", "KubeEmulator", "Request", "Scenario", "rbac_allows", "load_roles"]
+__all__ = [
+    "Cluster",
+    "Controllers",
+    "KubeEmulator",
+    "Request",
+    "Scenario",
+    "rbac_allows",
+    "load_roles",
+]
 
 REPO = Path(__file__).resolve().parents[2]
 RBAC_DIR = REPO / "deploy" / "rbac"
@@ -67,7 +75,9 @@ class Cluster:
         self.emu.add_token("admin-token", "admin")
         self.emu.add_token("controller-token", "system:controller")
         for principal in PRINCIPALS:
-            self.emu.add_token(f"{principal}-token", principal, role_rules(principal) if enforce_rbac else None)
+            self.emu.add_token(
+                f"{principal}-token", principal, role_rules(principal) if enforce_rbac else None
+            )
         self.kubeconfig = str(tmp_path / "kubeconfig")
         users = ["admin", *PRINCIPALS]
         config = {
@@ -76,7 +86,8 @@ class Cluster:
             "clusters": [{"name": "emulator", "cluster": {"server": self.emu.url}}],
             "users": [{"name": u, "user": {"token": f"{u}-token"}} for u in users],
             "contexts": [
-                {"name": u, "context": {"cluster": "emulator", "user": u, "namespace": NAMESPACE}} for u in users
+                {"name": u, "context": {"cluster": "emulator", "user": u, "namespace": NAMESPACE}}
+                for u in users
             ],
             "current-context": "user",
         }
@@ -120,7 +131,10 @@ class Cluster:
             self.emu.create(
                 "PodSnapshotStorageConfig",
                 None,
-                {"metadata": {"name": "notebooks-storage"}, "spec": {"snapshotStorageConfig": {"gcs": {"bucket": "snapshots"}}}},
+                {
+                    "metadata": {"name": "notebooks-storage"},
+                    "spec": {"snapshotStorageConfig": {"gcs": {"bucket": "snapshots"}}},
+                },
             )
         if policy and not self.emu.find("PodSnapshotPolicy", NAMESPACE, "notebooks"):
             self.emu.create(
@@ -152,7 +166,11 @@ class Cluster:
                             "serviceAccountName": "notebook",
                             "nodeSelector": {"cloud.google.com/gke-accelerator": accelerator},
                             "containers": [
-                                {"name": "notebook", "image": image, "resources": {"limits": {"nvidia.com/gpu": 1}}}
+                                {
+                                    "name": "notebook",
+                                    "image": image,
+                                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                                }
                             ],
                         },
                     },
@@ -162,7 +180,9 @@ class Cluster:
         self.wait_for(lambda: self.pod_ready(f"{name}-0"), what=f"pod {name}-0 ready")
         return sts
 
-    def add_workspace(self, name: str = WORKSPACE, addon: bool = False, paused: bool = False) -> dict:
+    def add_workspace(
+        self, name: str = WORKSPACE, addon: bool = False, paused: bool = False
+    ) -> dict:
         ann = {"podsnapshot.gke.kubeflow.org/enabled": "true"} if addon else {}
         ws = self.emu.create(
             "Workspace",
@@ -172,7 +192,9 @@ class Cluster:
                 "spec": {
                     "paused": paused,
                     "kind": "jupyterlab-resumable",
-                    "podTemplate": {"options": {"imageConfig": "jupyterlab-gpu-2.6", "podConfig": "gpu-t4"}},
+                    "podTemplate": {
+                        "options": {"imageConfig": "jupyterlab-gpu-2.6", "podConfig": "gpu-t4"}
+                    },
                 },
             },
         )

@@ -1,3 +1,4 @@
+# ruff: noqa: B023  (the mutate callbacks run at once, inside their loop iteration)
 """Scripted controller behaviour for the emulator: what GKE and Kubeflow would do.
 
 One background thread reconciles every ``tick`` seconds:
@@ -30,6 +31,7 @@ One background thread reconciles every ``tick`` seconds:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
@@ -67,7 +69,10 @@ class Scenario:
 def _hash_spec(spec: dict) -> str:
     """The "distilled pod spec" a snapshot must match (containers, images, volumes, runtime)."""
     keep = {
-        "containers": [{k: c.get(k) for k in ("name", "image", "command", "args")} for c in spec.get("containers") or []],
+        "containers": [
+            {k: c.get(k) for k in ("name", "image", "command", "args")}
+            for c in spec.get("containers") or []
+        ],
         "runtimeClassName": spec.get("runtimeClassName"),
         "volumes": spec.get("volumes"),
     }
@@ -79,9 +84,19 @@ def _set_condition(obj: dict, type_: str, status: str, reason: str = "", message
     for c in conds:
         if c.get("type") == type_:
             if (c.get("status"), c.get("reason"), c.get("message")) != (status, reason, message):
-                c.update(status=status, reason=reason, message=message, lastTransitionTime=now_iso())
+                c.update(
+                    status=status, reason=reason, message=message, lastTransitionTime=now_iso()
+                )
             return
-    conds.append({"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": now_iso()})
+    conds.append(
+        {
+            "type": type_,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": now_iso(),
+        }
+    )
 
 
 def _cond(obj: dict, type_: str) -> dict | None:
@@ -129,12 +144,25 @@ class Controllers:
             time.sleep(self.tick)
 
     # -- helpers --
-    def event(self, ns: str, obj: dict, reason: str, message: str, type_: str = "Normal", component: str = "") -> None:
+    def event(
+        self,
+        ns: str,
+        obj: dict,
+        reason: str,
+        message: str,
+        type_: str = "Normal",
+        component: str = "",
+    ) -> None:
         meta = obj["metadata"]
         name = f"{meta['name']}.{hashlib.sha1((reason + message).encode()).hexdigest()[:10]}"
         existing = self.emu.find("Event", ns, name)
         if existing:
-            self.emu.mutate("Event", ns, name, lambda e: e.update(count=e.get("count", 1) + 1, lastTimestamp=now_iso()))
+            self.emu.mutate(
+                "Event",
+                ns,
+                name,
+                lambda e: e.update(count=e.get("count", 1) + 1, lastTimestamp=now_iso()),
+            )
             return
         self.emu.create(
             "Event",
@@ -159,7 +187,11 @@ class Controllers:
         )
 
     def _admission(self, verb, res, old, new, principal):
-        if res.kind == "PodSnapshot" and principal not in self.emu.controller_principals and verb in ("create", "update", "patch"):
+        if (
+            res.kind == "PodSnapshot"
+            and principal not in self.emu.controller_principals
+            and verb in ("create", "update", "patch")
+        ):
             raise ApiError(
                 422,
                 "Invalid",
@@ -172,14 +204,20 @@ class Controllers:
             if ann.get(ADDON + "enabled") == "true":
                 was, now = bool(old["spec"].get("paused")), bool(new["spec"].get("paused"))
                 if not was and now and ann.get(ADDON + "checkpoint-state") != "Ready":
-                    pods = self.emu.list("Pod", old["metadata"]["namespace"], f"{WS_LABEL}={old['metadata']['name']}")
+                    pods = self.emu.list(
+                        "Pod", old["metadata"]["namespace"], f"{WS_LABEL}={old['metadata']['name']}"
+                    )
                     if pods:
                         new["spec"]["paused"] = False
                         ann[ADDON + "checkpoint-state"] = "Checkpointing"
                         ann[ADDON + "checkpoint-started-at"] = now_iso()
                         new["metadata"]["annotations"] = ann
                 if was and not now:
-                    ann[ADDON + "checkpoint-state"] = "Restoring" if ann.get(ADDON + "last-checkpoint-name") else ann.get(ADDON + "checkpoint-state", "")
+                    ann[ADDON + "checkpoint-state"] = (
+                        "Restoring"
+                        if ann.get(ADDON + "last-checkpoint-name")
+                        else ann.get(ADDON + "checkpoint-state", "")
+                    )
                     new["metadata"]["annotations"] = ann
         return new
 
@@ -205,11 +243,22 @@ class Controllers:
                 "spec": {
                     "runtimeClassName": "gvisor" if ann.get(ADDON + "enabled") == "true" else None,
                     "nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"},
-                    "containers": [{"name": "main", "image": image, "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": image,
+                            "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                        }
+                    ],
                 },
             }
-            if ann.get(ADDON + "state") == "Restoring" or (ann.get(ADDON + "checkpoint-state") == "Restoring" and ann.get(ADDON + "last-checkpoint-name")):
-                template["metadata"]["annotations"] = {"podsnapshot.gke.io/ps-name": ann.get(ADDON + "last-checkpoint-name")}
+            if ann.get(ADDON + "state") == "Restoring" or (
+                ann.get(ADDON + "checkpoint-state") == "Restoring"
+                and ann.get(ADDON + "last-checkpoint-name")
+            ):
+                template["metadata"]["annotations"] = {
+                    "podsnapshot.gke.io/ps-name": ann.get(ADDON + "last-checkpoint-name")
+                }
             replicas = 0 if paused else 1
             if sts is None:
                 self.emu.create(
@@ -219,13 +268,29 @@ class Controllers:
                         "metadata": {
                             "name": sts_name,
                             "labels": {WS_LABEL: name},
-                            "ownerReferences": [{"apiVersion": "kubeflow.org/v1beta1", "kind": "Workspace", "name": name, "uid": ws["metadata"]["uid"]}],
+                            "ownerReferences": [
+                                {
+                                    "apiVersion": "kubeflow.org/v1beta1",
+                                    "kind": "Workspace",
+                                    "name": name,
+                                    "uid": ws["metadata"]["uid"],
+                                }
+                            ],
                         },
-                        "spec": {"replicas": replicas, "selector": {"matchLabels": {WS_LABEL: name}}, "template": template},
+                        "spec": {
+                            "replicas": replicas,
+                            "selector": {"matchLabels": {WS_LABEL: name}},
+                            "template": template,
+                        },
                     },
                 )
             elif sts["spec"].get("replicas") != replicas or sts["spec"].get("template") != template:
-                self.emu.mutate("StatefulSet", ns, sts_name, lambda s: s["spec"].update(replicas=replicas, template=template))
+                self.emu.mutate(
+                    "StatefulSet",
+                    ns,
+                    sts_name,
+                    lambda s: s["spec"].update(replicas=replicas, template=template),
+                )
             pods = self.emu.list("Pod", ns, f"{WS_LABEL}={name}")
             pod = pods[0] if pods else None
             if pod is None:
@@ -243,8 +308,16 @@ class Controllers:
                 "podTemplatePod": {"name": pod["metadata"]["name"]} if pod else {},
                 "pauseTime": int(time.time() * 1000) if state == "Paused" else 0,
             }
-            if ws.get("status", {}).get("state") != state or ws.get("status", {}).get("podTemplatePod") != status["podTemplatePod"]:
-                self.emu.mutate("Workspace", ns, name, lambda w: w.__setitem__("status", {**(w.get("status") or {}), **status}))
+            if (
+                ws.get("status", {}).get("state") != state
+                or ws.get("status", {}).get("podTemplatePod") != status["podTemplatePod"]
+            ):
+                self.emu.mutate(
+                    "Workspace",
+                    ns,
+                    name,
+                    lambda w: w.__setitem__("status", {**(w.get("status") or {}), **status}),
+                )
             if self.scenario.workspace_addon and ann.get(ADDON + "enabled") == "true":
                 self._addon(ws, pod)
 
@@ -271,7 +344,11 @@ class Controllers:
                 )
             trig = self.emu.find("PodSnapshotManualTrigger", ns, trigger)
             if trig is None:
-                self.emu.create("PodSnapshotManualTrigger", ns, {"metadata": {"name": trigger}, "spec": {"targetPod": pod["metadata"]["name"]}})
+                self.emu.create(
+                    "PodSnapshotManualTrigger",
+                    ns,
+                    {"metadata": {"name": trigger}, "spec": {"targetPod": pod["metadata"]["name"]}},
+                )
                 return
             created = (trig.get("status") or {}).get("snapshotCreated")
             snap_name = created.get("name") if isinstance(created, dict) else created
@@ -284,7 +361,11 @@ class Controllers:
                     w["spec"]["paused"] = True
 
                 self.emu.mutate("Workspace", ns, name, finish)
-        elif state == "Restoring" and pod is not None and (_cond(pod, "Ready") or {}).get("status") == "True":
+        elif (
+            state == "Restoring"
+            and pod is not None
+            and (_cond(pod, "Ready") or {}).get("status") == "True"
+        ):
             for snap in self.emu.list("PodSnapshot", ns, f"{TRIGGERED_BY}={trigger}"):
                 self._delete_snapshot(ns, snap["metadata"]["name"])
             trig = self.emu.find("PodSnapshotManualTrigger", ns, trigger)
@@ -298,10 +379,8 @@ class Controllers:
             self.emu.mutate("Workspace", ns, name, clear)
 
     def _delete_snapshot(self, ns: str, name: str) -> None:
-        try:
+        with contextlib.suppress(ApiError):
             self.emu.store.delete(self.emu.resource("PodSnapshot"), ns, name)
-        except ApiError:
-            pass
 
     def statefulsets(self) -> None:
         sc = self.scenario
@@ -330,9 +409,18 @@ class Controllers:
             replicas = 1 if pod else 0
             status = sts.get("status") or {}
             if status.get("replicas") != replicas or status.get("readyReplicas") != ready:
-                self.emu.mutate("StatefulSet", ns, name, lambda s: s.__setitem__("status", {"replicas": replicas, "readyReplicas": ready}))
+                self.emu.mutate(
+                    "StatefulSet",
+                    ns,
+                    name,
+                    lambda s: s.__setitem__(
+                        "status", {"replicas": replicas, "readyReplicas": ready}
+                    ),
+                )
 
-    def _create_pod(self, ns: str, sts: dict, pod_name: str, restored_from: str | None = None) -> dict:
+    def _create_pod(
+        self, ns: str, sts: dict, pod_name: str, restored_from: str | None = None
+    ) -> dict:
         template = sts["spec"].get("template") or {}
         labels = dict((template.get("metadata") or {}).get("labels") or {})
         labels["statefulset.kubernetes.io/pod-name"] = pod_name
@@ -347,7 +435,13 @@ class Controllers:
                     "labels": labels,
                     "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
                     "ownerReferences": [
-                        {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": sts["metadata"]["name"], "uid": sts["metadata"]["uid"], "controller": True}
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "StatefulSet",
+                            "name": sts["metadata"]["name"],
+                            "uid": sts["metadata"]["uid"],
+                            "controller": True,
+                        }
                     ],
                 },
                 "spec": spec,
@@ -371,7 +465,9 @@ class Controllers:
             if explicit and snap["metadata"]["name"] != explicit:
                 continue
             policy = self.emu.find("PodSnapshotPolicy", ns, snap["spec"].get("policyName", ""))
-            if policy is None or not match_selector_obj(policy["spec"].get("selector"), pod["metadata"].get("labels") or {}):
+            if policy is None or not match_selector_obj(
+                policy["spec"].get("selector"), pod["metadata"].get("labels") or {}
+            ):
                 continue
             if meta["hash"] != _hash_spec(pod.get("spec") or {}):
                 continue
@@ -381,7 +477,11 @@ class Controllers:
     def pods(self) -> None:
         sc = self.scenario
         for pod in self.emu.list("Pod"):
-            ns, name, uid = pod["metadata"]["namespace"], pod["metadata"]["name"], pod["metadata"]["uid"]
+            ns, name, uid = (
+                pod["metadata"]["namespace"],
+                pod["metadata"]["name"],
+                pod["metadata"]["uid"],
+            )
             born = self.pod_born.setdefault(uid, time.monotonic())
             if pod["metadata"].get("deletionTimestamp"):
                 seen = self.deleting.setdefault(uid, time.monotonic())
@@ -392,18 +492,48 @@ class Controllers:
             scheduled = _cond(pod, "PodScheduled")
             if phase == "Pending" and not (scheduled and scheduled.get("status") == "True"):
                 waited = time.monotonic() - born
-                blocked = sc.capacity == "unavailable" and (sc.capacity_after is None or waited < sc.capacity_after)
+                blocked = sc.capacity == "unavailable" and (
+                    sc.capacity_after is None or waited < sc.capacity_after
+                )
                 if blocked:
                     msg = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
                     if not scheduled or scheduled.get("reason") != "Unschedulable":
-                        self.emu.mutate("Pod", ns, name, lambda p: _set_condition(p, "PodScheduled", "False", "Unschedulable", msg))
+                        self.emu.mutate(
+                            "Pod",
+                            ns,
+                            name,
+                            lambda p: _set_condition(
+                                p, "PodScheduled", "False", "Unschedulable", msg
+                            ),
+                        )
                         self.event(ns, pod, "FailedScheduling", msg, "Warning", "default-scheduler")
                         if sc.scale_up == "triggered":
-                            self.event(ns, pod, "TriggeredScaleUp", "pod triggered scale-up: [{https://www.googleapis.com/compute/v1/projects/p/zones/us-central1-a/instanceGroups/gke-gpu-pool 0->1 (max: 4)}]", "Normal", "cluster-autoscaler")
+                            self.event(
+                                ns,
+                                pod,
+                                "TriggeredScaleUp",
+                                "pod triggered scale-up: [{https://www.googleapis.com/compute/v1/projects/p/zones/us-central1-a/instanceGroups/gke-gpu-pool 0->1 (max: 4)}]",
+                                "Normal",
+                                "cluster-autoscaler",
+                            )
                         elif sc.scale_up == "not_triggered":
-                            self.event(ns, pod, "NotTriggerScaleUp", "pod didn't trigger scale-up: 1 max node group size reached", "Normal", "cluster-autoscaler")
+                            self.event(
+                                ns,
+                                pod,
+                                "NotTriggerScaleUp",
+                                "pod didn't trigger scale-up: 1 max node group size reached",
+                                "Normal",
+                                "cluster-autoscaler",
+                            )
                         elif sc.scale_up == "failed":
-                            self.event(ns, pod, "FailedScaleUp", "Node scale up in zones us-central1-a associated with this pod failed: GCE quota exceeded. Pod is at risk of not being scheduled.", "Warning", "cluster-autoscaler")
+                            self.event(
+                                ns,
+                                pod,
+                                "FailedScaleUp",
+                                "Node scale up in zones us-central1-a associated with this pod failed: GCE quota exceeded. Pod is at risk of not being scheduled.",
+                                "Warning",
+                                "cluster-autoscaler",
+                            )
                     continue
 
                 def schedule(p):
@@ -411,7 +541,14 @@ class Controllers:
                     p["spec"]["nodeName"] = "gke-gpu-pool-node-1"
 
                 self.emu.mutate("Pod", ns, name, schedule)
-                self.event(ns, pod, "Scheduled", f"Successfully assigned {ns}/{name} to gke-gpu-pool-node-1", "Normal", "default-scheduler")
+                self.event(
+                    ns,
+                    pod,
+                    "Scheduled",
+                    f"Successfully assigned {ns}/{name} to gke-gpu-pool-node-1",
+                    "Normal",
+                    "default-scheduler",
+                )
                 self.pod_born[uid] = time.monotonic()
                 continue
             if phase == "Pending" and time.monotonic() - born >= sc.pod_start_delay:
@@ -423,19 +560,35 @@ class Controllers:
                     _set_condition(p, "ContainersReady", "True")
                     _set_condition(p, "Ready", "True")
                     p["status"]["containerStatuses"] = [
-                        {"name": c["name"], "image": c.get("image"), "imageID": f"{c.get('image')}@sha256:{'0' * 64}", "ready": True, "state": {"running": {"startedAt": now_iso()}}}
+                        {
+                            "name": c["name"],
+                            "image": c.get("image"),
+                            "imageID": f"{c.get('image')}@sha256:{'0' * 64}",
+                            "ready": True,
+                            "restartCount": 0,
+                            "state": {"running": {"startedAt": now_iso()}},
+                        }
                         for c in p["spec"].get("containers") or []
                     ]
                     if snap:
                         snap_obj = self.emu.find("PodSnapshot", ns, snap)
                         snap_uid = snap_obj["metadata"]["uid"] if snap_obj else snap
-                        _set_condition(p, "PodRestored", "True", "Restored", f"Pod restored from snapshot {snap_uid}")
+                        _set_condition(
+                            p,
+                            "PodRestored",
+                            "True",
+                            "Restored",
+                            f"Pod restored from snapshot {snap_uid}",
+                        )
 
                 self.emu.mutate("Pod", ns, name, run)
                 if snap:
                     self.restored_pods.append(name)
                     self.emu.store.mutate(
-                        self.emu.resource("PodSnapshot"), ns, snap, lambda s: s["status"].__setitem__("lastAccessTime", now_iso())
+                        self.emu.resource("PodSnapshot"),
+                        ns,
+                        snap,
+                        lambda s: s["status"].__setitem__("lastAccessTime", now_iso()),
                     )
 
     def triggers(self) -> None:
@@ -452,7 +605,11 @@ class Controllers:
             policy = None
             if pod is not None:
                 for p in self.emu.list("PodSnapshotPolicy", ns):
-                    if p["spec"].get("triggerConfig", {}).get("type") == "manual" and match_selector_obj(p["spec"].get("selector"), pod["metadata"].get("labels") or {}):
+                    if p["spec"].get("triggerConfig", {}).get(
+                        "type"
+                    ) == "manual" and match_selector_obj(
+                        p["spec"].get("selector"), pod["metadata"].get("labels") or {}
+                    ):
                         policy = p
                         break
             if pod is None or policy is None or sc.trigger_outcome == "fail":
@@ -475,19 +632,42 @@ class Controllers:
                 res,
                 ns,
                 {
-                    "metadata": {"name": snap_name, "labels": {TRIGGERED_BY: name}, "finalizers": [SNAP_FINALIZER]},
+                    "metadata": {
+                        "name": snap_name,
+                        "labels": {TRIGGERED_BY: name},
+                        "finalizers": [SNAP_FINALIZER],
+                    },
                     "spec": {"policyName": policy["metadata"]["name"]},
                     "status": {
                         "conditions": [
-                            {"type": "Ready", "status": "False", "reason": "AwaitingCheckpoint", "message": "", "lastTransitionTime": now_iso()},
-                            {"type": "Checkpoint", "status": "False", "reason": "AwaitingCheckpoint", "message": "", "lastTransitionTime": now_iso()},
+                            {
+                                "type": "Ready",
+                                "status": "False",
+                                "reason": "AwaitingCheckpoint",
+                                "message": "",
+                                "lastTransitionTime": now_iso(),
+                            },
+                            {
+                                "type": "Checkpoint",
+                                "status": "False",
+                                "reason": "AwaitingCheckpoint",
+                                "message": "",
+                                "lastTransitionTime": now_iso(),
+                            },
                         ]
                     },
                 },
             )
-            self.snapshot_meta[snap_name] = {"hash": _hash_spec(pod.get("spec") or {}), "pod": target, "at": time.monotonic(), "sts": self._owner(pod)}
+            self.snapshot_meta[snap_name] = {
+                "hash": _hash_spec(pod.get("spec") or {}),
+                "pod": target,
+                "at": time.monotonic(),
+                "sts": self._owner(pod),
+            }
             self.snap_created_at[snap_name] = time.monotonic()
-            created: Any = {"name": snap_name} if sc.snapshot_created_shape == "object" else snap_name
+            created: Any = (
+                {"name": snap_name} if sc.snapshot_created_shape == "object" else snap_name
+            )
 
             def complete(t, created=created):
                 t["status"] = {"observedGeneration": 1, "snapshotCreated": created}
@@ -516,7 +696,9 @@ class Controllers:
                 path = self.bucket.pop(name, None)
                 if policy is None and path:
                     self.orphaned.append(path)
-                self.emu.store.mutate(res, ns, name, lambda s: s["metadata"].__setitem__("finalizers", []))
+                self.emu.store.mutate(
+                    res, ns, name, lambda s: s["metadata"].__setitem__("finalizers", [])
+                )
                 continue
             ready = _cond(snap, "Ready") or {}
             if ready.get("status") == "True":
@@ -528,13 +710,22 @@ class Controllers:
                 continue
             if sc.trigger_outcome == "checkpoint_failed":
                 if (_cond(snap, "Checkpoint") or {}).get("reason") != "Failed":
-                    self.emu.store.mutate(res, ns, name, lambda s: _set_condition(s, "Checkpoint", "False", "Failed", "runsc error: exit status 128"))
+                    self.emu.store.mutate(
+                        res,
+                        ns,
+                        name,
+                        lambda s: _set_condition(
+                            s, "Checkpoint", "False", "Failed", "runsc error: exit status 128"
+                        ),
+                    )
                 continue
 
             def ready_now(s):
                 _set_condition(s, "Ready", "True", "AllSnapshotsAvailable", "")
                 _set_condition(s, "Checkpoint", "True", "Succeeded", "")
-                s["status"]["storageStatus"] = {"gcs": {"observedGCSPath": f"gs://snapshots/{ns}/{name}/"}}
+                s["status"]["storageStatus"] = {
+                    "gcs": {"observedGCSPath": f"gs://snapshots/{ns}/{name}/"}
+                }
 
             self.emu.store.mutate(res, ns, name, ready_now)
             self.bucket[name] = f"gs://snapshots/{ns}/{name}/"
@@ -558,7 +749,13 @@ class Controllers:
             p["status"]["phase"] = "Running"
             _set_condition(p, "Ready", "True")
             snap_obj = self.emu.find("PodSnapshot", ns, snap_name)
-            _set_condition(p, "PodRestored", "True", "Restored", f"Pod restored from snapshot {snap_obj['metadata']['uid'] if snap_obj else snap_name}")
+            _set_condition(
+                p,
+                "PodRestored",
+                "True",
+                "Restored",
+                f"Pod restored from snapshot {snap_obj['metadata']['uid'] if snap_obj else snap_name}",
+            )
 
         self.emu.mutate("Pod", ns, pod["metadata"]["name"], running)
         self.restored_pods.append(pod_name)

@@ -59,7 +59,13 @@ RESOURCES = [
     Resource("", "v1", "pods", "Pod"),
     Resource("", "v1", "events", "Event", status_subresource=False),
     Resource("apps", "v1", "statefulsets", "StatefulSet"),
-    Resource("podsnapshot.gke.io", "v1", "podsnapshotstorageconfigs", "PodSnapshotStorageConfig", namespaced=False),
+    Resource(
+        "podsnapshot.gke.io",
+        "v1",
+        "podsnapshotstorageconfigs",
+        "PodSnapshotStorageConfig",
+        namespaced=False,
+    ),
     Resource("podsnapshot.gke.io", "v1", "podsnapshotpolicies", "PodSnapshotPolicy"),
     Resource("podsnapshot.gke.io", "v1", "podsnapshotmanualtriggers", "PodSnapshotManualTrigger"),
     Resource("podsnapshot.gke.io", "v1", "podsnapshots", "PodSnapshot"),
@@ -241,7 +247,9 @@ def json_patch(doc: Any, ops: list[dict]) -> Any:
             if kind == "test":
                 if _resolve(doc, parts) != op.get("value"):
                     raise ApiError(
-                        422, "Invalid", f"the server rejected our request due to an error in our request: test failed for {op.get('path')}"
+                        422,
+                        "Invalid",
+                        f"the server rejected our request due to an error in our request: test failed for {op.get('path')}",
                     )
                 continue
             if kind in ("copy", "move"):
@@ -277,7 +285,9 @@ def json_patch(doc: Any, ops: list[dict]) -> Any:
             else:
                 raise ApiError(422, "Invalid", f"unknown JSON patch op {kind!r}")
         except (KeyError, IndexError, ValueError, TypeError):
-            raise ApiError(422, "Invalid", f"JSON patch {kind} {op.get('path')}: path not found") from None
+            raise ApiError(
+                422, "Invalid", f"JSON patch {kind} {op.get('path')}: path not found"
+            ) from None
     return doc
 
 
@@ -334,7 +344,9 @@ class Store:
         return str(self.rv)
 
     def _emit(self, type_: str, res: Resource, obj: dict) -> None:
-        self.log.append((self.rv, type_, self.key(res), obj["metadata"].get("namespace"), copy.deepcopy(obj)))
+        self.log.append(
+            (self.rv, type_, self.key(res), obj["metadata"].get("namespace"), copy.deepcopy(obj))
+        )
         self.cond.notify_all()
         for listener in list(self.listeners):
             listener(type_, res, obj)
@@ -352,7 +364,9 @@ class Store:
         except ApiError:
             return None
 
-    def list(self, res: Resource, ns: str | None, label_selector=None, field_selector=None) -> list[dict]:
+    def list(
+        self, res: Resource, ns: str | None, label_selector=None, field_selector=None
+    ) -> list[dict]:
         with self.cond:
             out = []
             for (key, ons, _name), obj in sorted(self.objects.items()):
@@ -375,7 +389,9 @@ class Store:
                 meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
             name = meta.get("name")
             if not name or not NAME_RE.match(name) or len(name) > 253:
-                raise ApiError(422, "Invalid", f'{res.kind} "{name}" is invalid: metadata.name: Invalid value')
+                raise ApiError(
+                    422, "Invalid", f'{res.kind} "{name}" is invalid: metadata.name: Invalid value'
+                )
             ns = ns if res.namespaced else None
             k = (self.key(res), ns, name)
             if k in self.objects:
@@ -395,7 +411,9 @@ class Store:
             self._emit("ADDED", res, obj)
             return copy.deepcopy(obj)
 
-    def replace(self, res: Resource, ns: str | None, name: str, obj: dict, *, check_rv: bool = True) -> dict:
+    def replace(
+        self, res: Resource, ns: str | None, name: str, obj: dict, *, check_rv: bool = True
+    ) -> dict:
         """Update; a stale ``metadata.resourceVersion`` in ``obj`` is a 409."""
         with self.cond:
             ns = ns if res.namespaced else None
@@ -484,9 +502,13 @@ class KubeEmulator:
         self.requests: list[Request] = []
         self.tokens: dict[str, str] = {}  # bearer token -> principal
         self.rbac: dict[str, list[dict]] = {}  # principal -> Role rules (absent: unrestricted)
-        self.admission: list[Any] = []  # fn(verb, res, old, new, principal) -> new (may raise ApiError)
+        self.admission: list[
+            Any
+        ] = []  # fn(verb, res, old, new, principal) -> new (may raise ApiError)
         self.controller_principals = {"system:controller"}
-        self.response_delay = None  # fn(Request) -> seconds to hold a response (after it was computed)
+        self.response_delay = (
+            None  # fn(Request) -> seconds to hold a response (after it was computed)
+        )
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.stopping = threading.Event()
@@ -501,7 +523,12 @@ class KubeEmulator:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, name="k8s-emulator", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.02},
+            name="k8s-emulator",
+            daemon=True,
+        )
         self._thread.start()
         return self
 
@@ -541,7 +568,9 @@ class KubeEmulator:
     def find(self, kind: str, ns: str | None, name: str) -> dict | None:
         return self.store.find(BY_KIND[kind], ns, name)
 
-    def list(self, kind: str, ns: str | None = None, label_selector: str | None = None) -> list[dict]:
+    def list(
+        self, kind: str, ns: str | None = None, label_selector: str | None = None
+    ) -> list[dict]:
         return self.store.list(BY_KIND[kind], ns, label_selector)
 
     def create(self, kind: str, ns: str | None, obj: dict) -> dict:
@@ -633,14 +662,18 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self, method: str) -> None:
         emu = self.emulator
         principal = self._principal()
-        req = Request(principal, "?", "", "", None, None, content_type=self.headers.get("Content-Type", ""))
+        req = Request(
+            principal, "?", "", "", None, None, content_type=self.headers.get("Content-Type", "")
+        )
         body = None
         try:
             if method in ("POST", "PUT", "PATCH"):
                 body = self._body()
             res, ns, name, sub, query = self._parse()
             verb = {
-                "GET": "get" if name else ("watch" if query.get("watch") in ("true", "1") else "list"),
+                "GET": "get"
+                if name
+                else ("watch" if query.get("watch") in ("true", "1") else "list"),
                 "POST": "create",
                 "PUT": "update",
                 "PATCH": "patch",
@@ -652,7 +685,11 @@ class _Handler(BaseHTTPRequestHandler):
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             rules = emu.rbac.get(principal)
             if rules is not None:
-                check_name = name or (field_selector_name(query.get("fieldSelector")) if verb in ("list", "watch") else None)
+                check_name = name or (
+                    field_selector_name(query.get("fieldSelector"))
+                    if verb in ("list", "watch")
+                    else None
+                )
                 if not rbac_allows(rules, verb, res.group, req.resource, check_name):
                     raise ApiError(
                         403,
@@ -708,32 +745,49 @@ class _Handler(BaseHTTPRequestHandler):
                         if not isinstance(body, list):
                             raise ApiError(400, "BadRequest", "a JSON patch must be a list")
                         new = json_patch(current, body)
-                    elif ctype in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+                    elif ctype in (
+                        "application/merge-patch+json",
+                        "application/strategic-merge-patch+json",
+                    ):
                         if not isinstance(body, dict):
                             raise ApiError(400, "BadRequest", "a merge patch must be an object")
                         new = merge_patch(current, body)
                     else:
-                        raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {ctype})")
+                        raise ApiError(
+                            415,
+                            "UnsupportedMediaType",
+                            f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {ctype})",
+                        )
                 if not isinstance(new, dict):
                     raise ApiError(400, "BadRequest", "a JSON object is required")
                 sent_rv = (new.get("metadata") or {}).get("resourceVersion")
                 if sub == "scale":
                     replicas = (new.get("spec") or {}).get("replicas")
                     if not isinstance(replicas, int) or replicas < 0:
-                        raise ApiError(422, "Invalid", f'Scale.autoscaling "{name}" is invalid: spec.replicas: Invalid value')
+                        raise ApiError(
+                            422,
+                            "Invalid",
+                            f'Scale.autoscaling "{name}" is invalid: spec.replicas: Invalid value',
+                        )
                     full = copy.deepcopy(old)
                     full["spec"]["replicas"] = replicas
-                    full["metadata"]["resourceVersion"] = sent_rv or old["metadata"]["resourceVersion"]
+                    full["metadata"]["resourceVersion"] = (
+                        sent_rv or old["metadata"]["resourceVersion"]
+                    )
                     new = full
                 elif sub == "status":
                     full = copy.deepcopy(old)
                     full["status"] = new.get("status")
-                    full["metadata"]["resourceVersion"] = sent_rv or old["metadata"]["resourceVersion"]
+                    full["metadata"]["resourceVersion"] = (
+                        sent_rv or old["metadata"]["resourceVersion"]
+                    )
                     new = full
                 elif res.status_subresource:
                     new["status"] = copy.deepcopy(old.get("status"))
                 if sent_rv is None:
-                    new.setdefault("metadata", {})["resourceVersion"] = old["metadata"]["resourceVersion"]
+                    new.setdefault("metadata", {})["resourceVersion"] = old["metadata"][
+                        "resourceVersion"
+                    ]
                 new = self._admit(verb, res, old, new, principal)
                 validate(res, new)
                 out = store.replace(res, ns, name, new)
@@ -771,7 +825,9 @@ class _Handler(BaseHTTPRequestHandler):
         def wanted(obj, ons):
             if res.namespaced and ns is not None and ons != ns:
                 return False
-            return match_labels(labels, obj["metadata"].get("labels") or {}) and match_fields(fields, obj)
+            return match_labels(labels, obj["metadata"].get("labels") or {}) and match_fields(
+                fields, obj
+            )
 
         try:
             with store.cond:
@@ -780,7 +836,9 @@ class _Handler(BaseHTTPRequestHandler):
                     cursor = len(store.log)
                 else:
                     initial = []
-                    cursor = next((i for i, e in enumerate(store.log) if e[0] > int(since)), len(store.log))
+                    cursor = next(
+                        (i for i, e in enumerate(store.log) if e[0] > int(since)), len(store.log)
+                    )
             for obj in initial:
                 send("ADDED", obj)
             while time.monotonic() < deadline and not self.emulator.stopping.is_set():
@@ -813,7 +871,12 @@ def scale_of(sts: dict) -> dict:
         "spec": {"replicas": (sts.get("spec") or {}).get("replicas", 1)},
         "status": {
             "replicas": (sts.get("status") or {}).get("replicas", 0),
-            "selector": ",".join(f"{k}={v}" for k, v in (((sts.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}).items()),
+            "selector": ",".join(
+                f"{k}={v}"
+                for k, v in (
+                    ((sts.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+                ).items()
+            ),
         },
     }
 
@@ -824,7 +887,9 @@ def validate(res: Resource, obj: dict) -> None:
 
     def invalid(msg):
         name = (obj.get("metadata") or {}).get("name")
-        return ApiError(422, "Invalid", f'{res.kind}.{res.group or "core"} "{name}" is invalid: {msg}')
+        return ApiError(
+            422, "Invalid", f'{res.kind}.{res.group or "core"} "{name}" is invalid: {msg}'
+        )
 
     if res.kind == "PodSnapshotManualTrigger":
         if not isinstance(spec.get("targetPod"), str) or not spec.get("targetPod"):

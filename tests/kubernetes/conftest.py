@@ -43,7 +43,9 @@ def make_cluster(tmp_path, fingerprint_env):
     yield make
     for c in clusters:
         c.stop()
-        SESSION_REQUESTS.extend(r for r in c.emu.requests if r.principal not in ("admin", "system:controller"))
+        SESSION_REQUESTS.extend(
+            r for r in c.emu.requests if r.principal not in ("admin", "system:controller")
+        )
         assert not c.ctl.errors, c.ctl.errors
 
 
@@ -104,7 +106,18 @@ def main(argv: list[str]) -> int:
 
 def cli(cluster: Cluster, *argv: str, context: str = "user", capsys=None):
     """Run ``jupyter pause ARGV`` against the emulator; returns (rc, stdout)."""
-    rc = main([*argv[:1], "--kubeconfig", cluster.kubeconfig, "--context", context, "--poll-interval", "0.02", *argv[1:]])
+    rc = main(
+        [
+            *argv[:1],
+            "--kubeconfig",
+            cluster.kubeconfig,
+            "--context",
+            context,
+            "--poll-interval",
+            "0.02",
+            *argv[1:],
+        ]
+    )
     out = capsys.readouterr().out if capsys else ""
     return rc, out
 
@@ -119,14 +132,22 @@ def sessions():
             state=State.PAUSING,
             kernel_id="k1",
             kernel_name="python3",
-            last_checkpoint={"id": "2026-11-30T18-02-11", "time": 1_790_000_000.0, "bytes": 6_300_000_000},
+            last_checkpoint={
+                "id": "2026-11-30T18-02-11",
+                "time": 1_790_000_000.0,
+                "bytes": 6_300_000_000,
+            },
         ),
         Session(
             path="eval.ipynb",
             state=State.PAUSING,
             kernel_id="k2",
             kernel_name="python3",
-            last_checkpoint={"id": "2026-11-30T18-02-12", "time": 1_790_000_001.0, "bytes": 1_000_000},
+            last_checkpoint={
+                "id": "2026-11-30T18-02-12",
+                "time": 1_790_000_001.0,
+                "bytes": 1_000_000,
+            },
         ),
     ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 
@@ -17,6 +18,10 @@ def pause(cluster, sessions, shutdown_kernel):
     facts = asyncio.run(pod_backend(cluster).release(sessions, shutdown_kernel))
     cluster.wait_for(lambda: cluster.pod() is None, what="pod gone")
     return facts
+
+
+def has_event(cluster, reason):
+    return any(e["reason"] == reason for e in cluster.emu.list("Event", NAMESPACE))
 
 
 def status_json(cluster, capsys, name="nb"):
@@ -46,14 +51,12 @@ def test_status_through_the_lifecycle(cluster, sessions, shutdown_kernel, capsys
 def test_snapshotting_is_reported(make_cluster, sessions, shutdown_kernel, capsys):
     cluster = make_cluster(Scenario(trigger_outcome="never_ready"))
     cluster.add_gke_notebook()
-    backend = pod_backend(cluster, snapshot_timeout=3)
+    backend = pod_backend(cluster, snapshot_timeout=1)
     done = threading.Event()
 
     def run():
-        try:
+        with contextlib.suppress(Exception):
             asyncio.run(backend.release(sessions, shutdown_kernel))
-        except Exception:
-            pass
         done.set()
 
     threading.Thread(target=run, daemon=True).start()
@@ -71,7 +74,9 @@ def test_waiting_for_capacity_then_ready(make_cluster, sessions, shutdown_kernel
     cluster.scenario.scale_up = "not_triggered"
     rc, out = cli(cluster, "resume", "nb", capsys=capsys)
     assert rc == 0
-    cluster.wait_for(lambda: len(cluster.emu.list("Event", NAMESPACE)) >= 2, what="scheduler events")
+    cluster.wait_for(
+        lambda: len(cluster.emu.list("Event", NAMESPACE)) >= 2, what="scheduler events"
+    )
     st = status_json(cluster, capsys)
     assert st["state"] == "waiting-for-capacity"
     assert "Insufficient nvidia.com/gpu" in st["reason"]
@@ -92,7 +97,9 @@ def test_scale_up_failure_on_gce_quota(make_cluster, sessions, shutdown_kernel, 
     cluster.scenario.capacity = "unavailable"
     cluster.scenario.scale_up = "failed"
     cli(cluster, "resume", "nb", capsys=capsys)
-    cluster.wait_for(lambda: len(cluster.emu.list("Event", NAMESPACE)) >= 2, what="scheduler events")
+    cluster.wait_for(
+        lambda: len(cluster.emu.list("Event", NAMESPACE)) >= 2, what="scheduler events"
+    )
     st = status_json(cluster, capsys)
     assert st["state"] == "waiting-for-capacity" and st["scale_up"] == "failed"
     assert "GCE quota exceeded" in st["detail"]["scale_up_message"]
@@ -104,7 +111,7 @@ def test_resource_quota_refusal_is_failed(make_cluster, sessions, shutdown_kerne
     pause(cluster, sessions, shutdown_kernel)
     cluster.scenario.quota_refuses = True
     cli(cluster, "resume", "nb", capsys=capsys)
-    cluster.wait_for(lambda: cluster.emu.list("Event", NAMESPACE), what="FailedCreate")
+    cluster.wait_for(lambda: has_event(cluster, "FailedCreate"), what="FailedCreate")
     st = status_json(cluster, capsys)
     assert st["state"] == "failed" and "exceeded quota" in st["reason"]
     # the quota is raised: the StatefulSet creates the pod
@@ -118,7 +125,9 @@ def test_concurrent_resumes_are_single_flight(make_cluster, sessions, shutdown_k
     pause(cluster, sessions, shutdown_kernel)
     cluster.scenario.capacity = "unavailable"  # keep it waiting: no server clears the lock
     # Hold every read of the StatefulSet a little, so that the resumes race on the same version.
-    cluster.emu.response_delay = lambda r: 0.2 if (r.verb, r.resource) == ("get", "statefulsets") else 0
+    cluster.emu.response_delay = lambda r: (
+        0.2 if (r.verb, r.resource) == ("get", "statefulsets") else 0
+    )
     n = 8
     barrier = threading.Barrier(n)
     codes = []
@@ -126,7 +135,9 @@ def test_concurrent_resumes_are_single_flight(make_cluster, sessions, shutdown_k
     def resume():
         barrier.wait()
         codes.append(
-            main(["resume", "--kubeconfig", cluster.kubeconfig, "--context", "user", "--json", "nb"])
+            main(
+                ["resume", "--kubeconfig", cluster.kubeconfig, "--context", "user", "--json", "nb"]
+            )
         )
 
     threads = [threading.Thread(target=resume) for _ in range(n)]
@@ -135,7 +146,11 @@ def test_concurrent_resumes_are_single_flight(make_cluster, sessions, shutdown_k
     for t in threads:
         t.join(20)
     assert sorted(codes) == [0] + [3] * (n - 1), codes
-    scale_patches = [r for r in cluster.emu.requests if r.resource == "statefulsets/scale" and r.principal == "user"]
+    scale_patches = [
+        r
+        for r in cluster.emu.requests
+        if r.resource == "statefulsets/scale" and r.principal == "user"
+    ]
     assert len(scale_patches) == 1
     conflicts = [r for r in cluster.emu.requests if r.principal == "user" and r.code == 409]
     assert conflicts, "the lock must be a compare-and-swap"
@@ -215,7 +230,9 @@ def _age_snapshot(cluster, name, days):
     cluster.emu.backdate("PodSnapshot", NAMESPACE, name, days * 86400)
 
 
-def test_gc_deletes_expired_snapshots_before_policies(make_cluster, sessions, shutdown_kernel, capsys):
+def test_gc_deletes_expired_snapshots_before_policies(
+    make_cluster, sessions, shutdown_kernel, capsys
+):
     cluster = make_cluster()
     cluster.add_gke_notebook()
     old = pause(cluster, sessions, shutdown_kernel)["snapshot"]
@@ -224,15 +241,33 @@ def test_gc_deletes_expired_snapshots_before_policies(make_cluster, sessions, sh
     # (another image: with an identical pod spec GKE would restore nb2-0 from nb's snapshot)
     cluster.add_gke_notebook("nb2", image="us-docker.pkg.dev/p/notebooks/torch:2.7")
     fresh_trigger = {
-        "metadata": {"name": "jupyter-pause-nb2", "labels": {"app.kubernetes.io/managed-by": "jupyter-pause"}},
+        "metadata": {
+            "name": "jupyter-pause-nb2",
+            "labels": {"app.kubernetes.io/managed-by": "jupyter-pause"},
+        },
         "spec": {"targetPod": "nb2-0"},
     }
     cluster.emu.create("PodSnapshotManualTrigger", NAMESPACE, fresh_trigger)
-    cluster.wait_for(lambda: len(cluster.emu.list("PodSnapshot", NAMESPACE)) == 2, what="second snapshot")
-    fresh = next(s["metadata"]["name"] for s in cluster.emu.list("PodSnapshot", NAMESPACE) if s["metadata"]["name"] != old)
+    cluster.wait_for(
+        lambda: len(cluster.emu.list("PodSnapshot", NAMESPACE)) == 2, what="second snapshot"
+    )
+    fresh = next(
+        s["metadata"]["name"]
+        for s in cluster.emu.list("PodSnapshot", NAMESPACE)
+        if s["metadata"]["name"] != old
+    )
 
     # --delete-policy is refused while a snapshot still uses the policy
-    rc, out = cli(cluster, "gc", "--older-than", "7d", "--delete-policy", "notebooks", context="gc", capsys=capsys)
+    rc, out = cli(
+        cluster,
+        "gc",
+        "--older-than",
+        "7d",
+        "--delete-policy",
+        "notebooks",
+        context="gc",
+        capsys=capsys,
+    )
     assert rc == 1
     assert f"  {old}" in out and "kept policy notebooks" in out
     assert cluster.emu.find("PodSnapshot", NAMESPACE, old) is None  # finalizer done: gone
@@ -243,12 +278,23 @@ def test_gc_deletes_expired_snapshots_before_policies(make_cluster, sessions, sh
     assert cluster.ctl.orphaned == [] and old not in cluster.ctl.bucket
 
     # once everything is expired the policy goes too, after its snapshots
-    rc, out = cli(cluster, "gc", "--older-than", "0s", "--delete-policy", "notebooks", context="gc", capsys=capsys)
+    rc, out = cli(
+        cluster,
+        "gc",
+        "--older-than",
+        "0s",
+        "--delete-policy",
+        "notebooks",
+        context="gc",
+        capsys=capsys,
+    )
     assert rc == 0, out
     assert cluster.emu.find("PodSnapshotPolicy", NAMESPACE, "notebooks") is None
     assert cluster.ctl.orphaned == [], "a policy deleted before its snapshots orphans their files"
     assert cluster.ctl.bucket == {}
-    gc_requests = [(r.verb, r.resource) for r in cluster.emu.requests_by("gc") if r.verb == "delete"]
+    gc_requests = [
+        (r.verb, r.resource) for r in cluster.emu.requests_by("gc") if r.verb == "delete"
+    ]
     last_snapshot_delete = max(i for i, r in enumerate(gc_requests) if r[1] == "podsnapshots")
     policy_delete = gc_requests.index(("delete", "podsnapshotpolicies"))
     assert policy_delete > last_snapshot_delete
@@ -270,10 +316,23 @@ def test_gc_checkpoints_keeps_the_newest(tmp_path, cluster, capsys):
         (nb / cid).mkdir(parents=True)
     only = root / "eval.ipynb-0123456789" / "2020-01-01T00-00-00"
     only.mkdir(parents=True)
-    rc, out = cli(cluster, "gc", "--older-than", "7d", "--checkpoints-dir", str(root), "--json", context="gc", capsys=capsys)
+    rc, out = cli(
+        cluster,
+        "gc",
+        "--older-than",
+        "7d",
+        "--checkpoints-dir",
+        str(root),
+        "--json",
+        context="gc",
+        capsys=capsys,
+    )
     assert rc == 0
     data = json.loads(out)["checkpoints"]
-    assert sorted(data["deleted"]) == ["train.ipynb-0123456789/2020-01-01T00-00-00", "train.ipynb-0123456789/2020-01-02T00-00-00"]
+    assert sorted(data["deleted"]) == [
+        "train.ipynb-0123456789/2020-01-01T00-00-00",
+        "train.ipynb-0123456789/2020-01-02T00-00-00",
+    ]
     assert only.exists() and (nb / "2099-01-01T00-00-00").exists()
 
 
@@ -284,17 +343,29 @@ def test_status_of_a_missing_workspace(cluster, capsys):
 
 
 def test_status_derivation_is_pure():
-    owner = {"spec": {"replicas": 1}, "metadata": {"annotations": {"jupyter-pause.io/state": "resuming"}}}
+    owner = {
+        "spec": {"replicas": 1},
+        "metadata": {"annotations": {"jupyter-pause.io/state": "resuming"}},
+    }
     pod = {
         "metadata": {"name": "nb-0"},
         "status": {
             "phase": "Pending",
-            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/1 nodes"}],
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/1 nodes",
+                }
+            ],
         },
     }
     st = status_mod.derive("nb", "StatefulSet", owner, pod, [])
     assert st.state == "waiting-for-capacity" and st.reason == "0/1 nodes" and st.scale_up is None
-    pod["status"]["containerStatuses"] = [{"state": {"waiting": {"reason": "ImagePullBackOff", "message": "no"}}}]
+    pod["status"]["containerStatuses"] = [
+        {"state": {"waiting": {"reason": "ImagePullBackOff", "message": "no"}}}
+    ]
     pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
     assert status_mod.derive("nb", "StatefulSet", owner, pod, []).state == "failed"
 

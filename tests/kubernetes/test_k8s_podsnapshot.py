@@ -44,7 +44,10 @@ def test_pause_snapshots_then_scales_down(make_cluster, sessions, shutdown_kerne
     assert a["jupyter-pause.io/replicas"] == "1"
     fingerprint = json.loads(a["jupyter-pause.io/fingerprint"])
     assert fingerprint["gpu_model"] == "Tesla T4"
-    assert fingerprint["image"].endswith("torch:2.6") and fingerprint["accelerator"] == "nvidia-tesla-t4"
+    assert (
+        fingerprint["image"].endswith("torch:2.6")
+        and fingerprint["accelerator"] == "nvidia-tesla-t4"
+    )
     checkpoints = json.loads(a["jupyter-pause.io/checkpoints"])
     assert [c["path"] for c in checkpoints] == ["train.ipynb", "eval.ipynb"]
     # kernels stay alive inside the snapshot: the backend never shuts them down
@@ -100,10 +103,18 @@ def test_snapshot_never_ready_times_out(make_cluster, sessions, shutdown_kernel)
     assert "not ready after 0.5 s" in msg and "PodSnapshot" in msg and "keeps running" in msg
     assert cluster.pod_ready() is not None
     a = ann(cluster)
-    assert a["jupyter-pause.io/state"] == "failed" and "keeps running" in a["jupyter-pause.io/message"]
+    assert (
+        a["jupyter-pause.io/state"] == "failed" and "keeps running" in a["jupyter-pause.io/message"]
+    )
     # the late snapshot must not be restored at some later pod restart
-    cluster.wait_for(lambda: not cluster.emu.list("PodSnapshot", NAMESPACE), what="partial snapshot deleted")
-    assert ledger.events(types=[EventType.SNAPSHOT_FAILED])[0].data["error"].startswith("the pod snapshot was not ready")
+    cluster.wait_for(
+        lambda: not cluster.emu.list("PodSnapshot", NAMESPACE), what="partial snapshot deleted"
+    )
+    assert (
+        ledger.events(types=[EventType.SNAPSHOT_FAILED])[0]
+        .data["error"]
+        .startswith("the pod snapshot was not ready")
+    )
     rc = None
     # the CLI shows the failure while the pod keeps running
     from jupyter_pause.backends.kubernetes import status as status_mod
@@ -133,9 +144,13 @@ def test_restored_copy_does_not_scale_down(make_cluster, sessions, shutdown_kern
     pod = cluster.pod_ready()
     assert pod is not None and any(c["type"] == "PodRestored" for c in pod["status"]["conditions"])
     a = ann(cluster)
-    assert a["jupyter-pause.io/state"] == "ready" and a["jupyter-pause.io/restored-from"] == "snapshot"
+    assert (
+        a["jupyter-pause.io/state"] == "ready" and a["jupyter-pause.io/restored-from"] == "snapshot"
+    )
     # single use: the consumed snapshot and its trigger are deleted
-    cluster.wait_for(lambda: not cluster.emu.list("PodSnapshot", NAMESPACE), what="snapshot deleted")
+    cluster.wait_for(
+        lambda: not cluster.emu.list("PodSnapshot", NAMESPACE), what="snapshot deleted"
+    )
     assert cluster.emu.find("PodSnapshotManualTrigger", NAMESPACE, "jupyter-pause-nb") is None
     assert EventType.ACCELERATOR_RELEASED not in types(ledger)
     changed = ledger.events(types=[EventType.STATE_CHANGED])[-1]
@@ -162,10 +177,14 @@ def test_startup_after_restore(make_cluster, sessions, shutdown_kernel, capsys):
     assert ann(cluster)["jupyter-pause.io/restored-from"] == "snapshot"
     assert "jupyter-pause.io/resume-operation" not in ann(cluster)
     assert EventType.CAPACITY_ACQUIRED in types(ledger)
-    cluster.wait_for(lambda: not cluster.emu.list("PodSnapshot", NAMESPACE), what="snapshot consumed")
+    cluster.wait_for(
+        lambda: not cluster.emu.list("PodSnapshot", NAMESPACE), what="snapshot consumed"
+    )
 
 
-def test_silent_cold_start_falls_back_to_checkpoints(make_cluster, sessions, shutdown_kernel, capsys):
+def test_silent_cold_start_falls_back_to_checkpoints(
+    make_cluster, sessions, shutdown_kernel, capsys
+):
     cluster = make_cluster(Scenario(restore="cold"))
     cluster.add_gke_notebook()
     _pause_and_resume(cluster, sessions, shutdown_kernel, capsys)
@@ -181,7 +200,9 @@ def test_silent_cold_start_falls_back_to_checkpoints(make_cluster, sessions, shu
     changed = ledger.events(types=[EventType.STATE_CHANGED])[-1]
     assert changed.data["restored_from"] == "checkpoint"
     # the stale snapshot must not be restored by a later pod restart
-    cluster.wait_for(lambda: not cluster.emu.list("PodSnapshot", NAMESPACE), what="snapshot deleted")
+    cluster.wait_for(
+        lambda: not cluster.emu.list("PodSnapshot", NAMESPACE), what="snapshot deleted"
+    )
 
 
 def test_cold_start_explains_a_different_gpu(make_cluster, sessions, shutdown_kernel, capsys):
@@ -191,8 +212,12 @@ def test_cold_start_explains_a_different_gpu(make_cluster, sessions, shutdown_ke
     cluster.wait_for(lambda: cluster.pod() is None, what="pod gone")
 
     def to_l4(s):
-        s["spec"]["template"]["spec"]["nodeSelector"]["cloud.google.com/gke-accelerator"] = "nvidia-l4"
-        s["spec"]["template"]["spec"]["containers"][0]["image"] = "us-docker.pkg.dev/p/notebooks/torch:2.7"
+        s["spec"]["template"]["spec"]["nodeSelector"]["cloud.google.com/gke-accelerator"] = (
+            "nvidia-l4"
+        )
+        s["spec"]["template"]["spec"]["containers"][0]["image"] = (
+            "us-docker.pkg.dev/p/notebooks/torch:2.7"
+        )
 
     cluster.emu.mutate("StatefulSet", NAMESPACE, "nb", to_l4)
     rc, out = cli(cluster, "resume", "nb", capsys=capsys)
@@ -215,7 +240,9 @@ def test_startup_of_a_pod_never_paused(cluster):
     assert ledger.events() == []
 
 
-def test_waiting_for_capacity_is_recorded_after_resume(make_cluster, sessions, shutdown_kernel, capsys):
+def test_waiting_for_capacity_is_recorded_after_resume(
+    make_cluster, sessions, shutdown_kernel, capsys
+):
     cluster = make_cluster()
     cluster.add_gke_notebook()
     asyncio.run(pod_backend(cluster).release(sessions, shutdown_kernel))
@@ -224,7 +251,14 @@ def test_waiting_for_capacity_is_recorded_after_resume(make_cluster, sessions, s
     rc, out = cli(cluster, "resume", "nb", capsys=capsys)
     assert rc == 0
     rc, out = cli(cluster, "status", "nb", capsys=capsys)
-    cluster.wait_for(lambda: cluster.emu.list("Event", NAMESPACE) and cluster.pod() and cluster.pod()["status"]["conditions"], what="unschedulable")
+    cluster.wait_for(
+        lambda: (
+            cluster.emu.list("Event", NAMESPACE)
+            and cluster.pod()
+            and cluster.pod()["status"]["conditions"]
+        ),
+        what="unschedulable",
+    )
     rc, out = cli(cluster, "status", "nb", capsys=capsys)
     assert "waiting-for-capacity" in out and "Insufficient nvidia.com/gpu" in out
     assert "autoscaler is adding a node" in out

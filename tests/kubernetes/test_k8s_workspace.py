@@ -35,7 +35,10 @@ def test_pause_without_snapshot_addon(cluster, sessions, shutdown_kernel, capsys
     a = ann(cluster)
     assert a["jupyter-pause.io/state"] == "paused"
     assert '"image_config":"jupyterlab-gpu-2.6"' in a["jupyter-pause.io/fingerprint"]
-    assert [e.type for e in ledger.events()] == [EventType.WORKSPACE_STOPPED, EventType.ACCELERATOR_RELEASED]
+    assert [e.type for e in ledger.events()] == [
+        EventType.WORKSPACE_STOPPED,
+        EventType.ACCELERATOR_RELEASED,
+    ]
     assert shutdown_kernel.calls == []
 
     rc, out = cli(cluster, "status", WORKSPACE, capsys=capsys)
@@ -84,7 +87,9 @@ def test_addon_snapshot_hangs_then_stop_times_out(make_cluster, sessions, shutdo
     cluster.add_workspace(addon=True)
     ledger = Ledger()
     with pytest.raises(BackendError) as info:
-        asyncio.run(ws_backend(cluster, ledger, stop_timeout=0.4).release(sessions, shutdown_kernel))
+        asyncio.run(
+            ws_backend(cluster, ledger, stop_timeout=0.4).release(sessions, shutdown_kernel)
+        )
     assert "did not stop within 0.4 s" in str(info.value) and "keeps running" in str(info.value)
     assert cluster.pod_ready(POD)
     assert ann(cluster)["jupyter-pause.io/state"] == "failed"
@@ -101,14 +106,18 @@ def test_restored_copy_of_a_workspace(make_cluster, sessions, shutdown_kernel):
 
     def pause():
         try:
-            result["facts"] = asyncio.run(ws_backend(cluster, stop_timeout=5).release(sessions, shutdown_kernel))
+            result["facts"] = asyncio.run(
+                ws_backend(cluster, stop_timeout=5).release(sessions, shutdown_kernel)
+            )
         except Exception as e:  # pragma: no cover - reported below
             result["error"] = e
 
     thread = threading.Thread(target=pause)
     thread.start()
     cluster.wait_for(
-        lambda: ann(cluster).get("podsnapshot.gke.kubeflow.org/checkpoint-state") == "Checkpointing",
+        lambda: (
+            ann(cluster).get("podsnapshot.gke.kubeflow.org/checkpoint-state") == "Checkpointing"
+        ),
         what="add-on checkpointing",
     )
     time.sleep(0.1)
@@ -122,7 +131,11 @@ def test_restored_copy_of_a_workspace(make_cluster, sessions, shutdown_kernel):
         p["status"]["conditions"] = [
             {"type": "PodScheduled", "status": "True"},
             {"type": "Ready", "status": "True"},
-            {"type": "PodRestored", "status": "True", "message": "Pod restored from snapshot snap-1"},
+            {
+                "type": "PodRestored",
+                "status": "True",
+                "message": "Pod restored from snapshot snap-1",
+            },
         ]
 
     cluster.emu.mutate("Pod", NAMESPACE, pod["metadata"]["name"], restored)

@@ -20,6 +20,7 @@ against.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -38,7 +39,9 @@ SERVICEACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
-INSTALL_HINT = "the Kubernetes backends need the kubernetes client: pip install 'jupyter-pause[kubernetes]'"
+INSTALL_HINT = (
+    "the Kubernetes backends need the kubernetes client: pip install 'jupyter-pause[kubernetes]'"
+)
 
 
 class KubeError(BackendError):
@@ -107,7 +110,9 @@ def kubeconfig_namespace(kubeconfig: str | None = None, context: str | None = No
     """The namespace of the kubeconfig's (current) context, if any."""
     k8s = import_kubernetes()
     try:
-        contexts, active = k8s.config.list_kube_config_contexts(config_file=kubeconfig)
+        contexts, active = k8s.config.list_kube_config_contexts(
+            config_file=kubeconfig or os.environ.get("KUBECONFIG") or None
+        )
     except Exception:
         return None
     if context:
@@ -170,7 +175,8 @@ class KubeClient:
             else:
                 try:
                     self._api_client = k8s.config.new_client_from_config(
-                        config_file=self.kubeconfig, context=self.context
+                        config_file=self.kubeconfig or os.environ.get("KUBECONFIG") or None,
+                        context=self.context,
                     )
                 except Exception as e:
                     raise BackendError(
@@ -182,10 +188,8 @@ class KubeClient:
     def reset(self) -> None:
         """Drop pooled connections (after a snapshot restore they are dead)."""
         if self._api_client is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self._api_client.close()
-            except Exception:
-                pass
         self._api_client = None
 
     def close(self) -> None:

@@ -245,7 +245,9 @@ class KubeBackend(PauseBackend):
         try:
             self.ledger.record(type_, **data)
         except Exception:  # the ledger must never break a pause
-            self.log.warning("jupyter-pause: could not write %s to the ledger", type_, exc_info=True)
+            self.log.warning(
+                "jupyter-pause: could not write %s to the ledger", type_, exc_info=True
+            )
 
     async def is_restored_copy(self, start_uid: str, pod_name: str) -> dict | None:
         """If this process now runs in a different pod than at ``start_uid``, that pod.

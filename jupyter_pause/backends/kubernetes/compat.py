@@ -15,6 +15,7 @@ overrides fields, for tests and for platforms that know better.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
 import json
@@ -104,7 +105,9 @@ def _torch_versions() -> dict[str, str]:
     if spec and spec.origin:
         version_py = Path(spec.origin).parent / "version.py"
         try:
-            m = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", version_py.read_text(), re.M)
+            m = re.search(
+                r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", version_py.read_text(), re.M
+            )
             if m:
                 out["cuda"] = m.group(1)
         except OSError:
@@ -145,10 +148,8 @@ def collect(pod: dict | None = None, container: str | None = None) -> dict[str, 
     out.update(_nvidia_smi())
     override = os.environ.get("JUPYTER_PAUSE_FINGERPRINT")
     if override:
-        try:
+        with contextlib.suppress(ValueError):
             out.update(json.loads(override))
-        except ValueError:
-            pass
     return out
 
 
@@ -180,6 +181,8 @@ def parse_target(pairs: list[str] | None) -> dict[str, str]:
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or key not in FIELDS:
-            raise ValueError(f"--target {pair!r}: expected KEY=VALUE with KEY in {', '.join(FIELDS)}")
+            raise ValueError(
+                f"--target {pair!r}: expected KEY=VALUE with KEY in {', '.join(FIELDS)}"
+            )
         out[key] = value
     return out

@@ -34,7 +34,9 @@ def detect_backend_class(logger=None, client: KubeClient | None = None):
         client = client or KubeClient(namespace=namespace, request_timeout=10.0, retries=1)
         pod = client.get_pod(pod_name)
     except BackendError as e:
-        logger.warning("jupyter-pause: in pod %s but cannot read it (%s); using the local backend", pod_name, e)
+        logger.warning(
+            "jupyter-pause: in pod %s but cannot read it (%s); using the local backend", pod_name, e
+        )
         return None
     labels = (pod.get("metadata") or {}).get("labels") or {}
     if labels.get(WORKSPACE_LABEL):

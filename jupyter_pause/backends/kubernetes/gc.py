@@ -27,9 +27,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .client import KubeClient, KubeError, NotFound
-from .common import TRIGGER_PREFIX, TRIGGERED_BY_LABEL, MANAGED_BY, parse_time
+from .common import MANAGED_BY, TRIGGER_PREFIX, TRIGGERED_BY_LABEL, parse_time
 
-_UNITS = {"s": 1, "min": 60, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "mo": 30 * 86400, "y": 365 * 86400}
+_UNITS = {
+    "s": 1,
+    "min": 60,
+    "m": 60,
+    "h": 3600,
+    "d": 86400,
+    "w": 7 * 86400,
+    "mo": 30 * 86400,
+    "y": 365 * 86400,
+}
 
 
 def parse_duration(text: str) -> float:
@@ -142,7 +151,11 @@ def collect_garbage(
 
     # 3b. policies last, and only when no snapshot (even a terminating one) uses them.
     for policy in delete_policies or []:
-        users = [s["metadata"]["name"] for s in client.list_snapshots() if (s.get("spec") or {}).get("policyName") == policy]
+        users = [
+            s["metadata"]["name"]
+            for s in client.list_snapshots()
+            if (s.get("spec") or {}).get("policyName") == policy
+        ]
         if users:
             report.refused_policies[policy] = (
                 f"{len(users)} snapshot(s) still use it ({', '.join(sorted(users)[:5])}); deleting "

@@ -217,7 +217,9 @@ class GkePodSnapshotBackend(KubeBackend):
             except (Forbidden, Invalid) as e:
                 raise SnapshotFailed(f"the snapshot trigger was refused: {e}") from None
 
-    async def _wait_for_snapshot(self, trigger: str, pod_name: str, start_uid: str, started: float) -> str:
+    async def _wait_for_snapshot(
+        self, trigger: str, pod_name: str, start_uid: str, started: float
+    ) -> str:
         """The name of the ready PodSnapshot; raises SnapshotFailed or Restored."""
         deadline = started + self.snapshot_timeout
         snapshot = None
@@ -230,9 +232,15 @@ class GkePodSnapshotBackend(KubeBackend):
                 await self._check_restored(start_uid, pod_name)
                 raise SnapshotFailed(f"the snapshot trigger {trigger} disappeared")
             triggered = condition(obj, "Triggered")
-            if triggered and triggered.get("status") == "False" and triggered.get("reason") in ("Failed", "Error"):
+            if (
+                triggered
+                and triggered.get("status") == "False"
+                and triggered.get("reason") in ("Failed", "Error")
+            ):
                 await self._check_restored(start_uid, pod_name)
-                raise SnapshotFailed(f"the pod snapshot failed: {triggered.get('message') or triggered.get('reason')}")
+                raise SnapshotFailed(
+                    f"the pod snapshot failed: {triggered.get('message') or triggered.get('reason')}"
+                )
             snapshot = snapshot_created(obj) or snapshot
             if snapshot:
                 try:

@@ -55,7 +55,11 @@ class WorkspaceStatus:
 
 
 def event_time(event: dict, first: bool = False) -> float | None:
-    keys = ("firstTimestamp", "eventTime", "lastTimestamp") if first else ("lastTimestamp", "eventTime", "firstTimestamp")
+    keys = (
+        ("firstTimestamp", "eventTime", "lastTimestamp")
+        if first
+        else ("lastTimestamp", "eventTime", "firstTimestamp")
+    )
     for key in keys:
         t = parse_time(event.get(key))
         if t is not None:
@@ -71,7 +75,9 @@ def _latest(events: list[dict], reasons) -> dict | None:
 def capacity_state(pod: dict, events: list[dict]) -> dict[str, Any] | None:
     """For a Pending pod that cannot be scheduled: reason, since, scale-up outcome."""
     sched = condition(pod, "PodScheduled")
-    unschedulable = bool(sched) and sched.get("status") == "False" and sched.get("reason") == "Unschedulable"
+    unschedulable = (
+        bool(sched) and sched.get("status") == "False" and sched.get("reason") == "Unschedulable"
+    )
     failed = _latest(events, ("FailedScheduling",))
     if not unschedulable and not failed:
         return None
@@ -79,7 +85,10 @@ def capacity_state(pod: dict, events: list[dict]) -> dict[str, Any] | None:
         return None
     reason = (failed or {}).get("message") or (sched or {}).get("message") or "unschedulable"
     firsts = [event_time(e, first=True) for e in events if e.get("reason") == "FailedScheduling"]
-    since = min([t for t in firsts if t] or [parse_time((sched or {}).get("lastTransitionTime")) or 0]) or None
+    since = (
+        min([t for t in firsts if t] or [parse_time((sched or {}).get("lastTransitionTime")) or 0])
+        or None
+    )
     scale_up, scale_msg = None, ""
     latest_scale = _latest(events, (SCALE_UP_TRIGGERED, *SCALE_UP_FAILED))
     if latest_scale:
@@ -131,7 +140,11 @@ def derive(
             return done("paused", message if mine == "paused" else "")
         quota = _latest(owner_events, ("FailedCreate",))
         if quota:
-            return done("failed", f"the pod cannot be created: {quota.get('message', '')}", event_time(quota))
+            return done(
+                "failed",
+                f"the pod cannot be created: {quota.get('message', '')}",
+                event_time(quota),
+            )
         return done("restoring", "waiting for the pod to be created")
 
     meta = pod.get("metadata") or {}

@@ -24,6 +24,7 @@ Resume: ``spec.paused=false`` (``jupyter pause resume`` or the dashboard).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -165,10 +166,8 @@ class KubeflowWorkspaceBackend(KubeBackend):
                 seconds=round(time.monotonic() - started, 3),
             )
             facts["snapshot"] = snapshot
-        try:
+        with contextlib.suppress(KubeError):
             await self.annotate(state="paused", message=None, snapshot=snapshot)
-        except KubeError:
-            pass
         self.record(EventType.WORKSPACE_STOPPED, workspace=ws_name, pod=pod_name)
         self.record(
             EventType.ACCELERATOR_RELEASED,

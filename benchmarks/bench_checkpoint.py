@@ -1,0 +1,416 @@
+"""Benchmark the checkpoint engine against the limits of the disk it runs on.
+
+    python benchmarks/bench_checkpoint.py [--size-gb 2] [--rounds 3] [--dir PATH]
+
+Every number is a ratio against a baseline measured *in the same run, on the same
+disk, with the same bytes*, in paired rounds (order alternated, median of the
+per-round ratios), as docs/reference performance-limits.md §9 asks:
+
+  T1  checkpoint of a bf16 state_dict (incl. fsync) / `dd if=/dev/zero conv=fsync`
+      of the same byte count (target <= 1.1), and / a raw Python write + fsync
+  T3  cold restore in a fresh process / cold `dd` read of the same file (<= 1.15)
+  T5  second checkpoint of the unchanged model / first (<= 0.02), in-process
+      (version-counter fast path) and cross-process (xxh3 of everything)
+  T9  mixed namespace (200 MB array + the model + 10,000 small objects) vs
+      dill.dump_session/load_session and plain pickle (protocol 5), each save
+      fsynced, each load in a fresh process
+
+"Cold" = the page cache of the files involved dropped with posix_fadvise(DONTNEED)
+after fsync (per file; no effect on other processes), or with --drop-caches
+(`echo 3 > /proc/sys/vm/drop_caches`, needs root). The report says which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MB = 1_000_000
+
+
+# --------------------------------------------------------------------------- the model
+MAKE_MODEL = """
+import numpy as np, torch
+def make_model(size_bytes, seed=0):
+    '''A TinyLlama-shaped bf16 state_dict of about size_bytes, random (incompressible) data.'''
+    h, inter, kv, vocab = 2048, 5632, 256, 32000
+    layer = [("self_attn.q_proj.weight", (h, h)), ("self_attn.k_proj.weight", (kv, h)),
+             ("self_attn.v_proj.weight", (kv, h)), ("self_attn.o_proj.weight", (h, h)),
+             ("mlp.gate_proj.weight", (inter, h)), ("mlp.up_proj.weight", (inter, h)),
+             ("mlp.down_proj.weight", (h, inter)), ("input_layernorm.weight", (h,)),
+             ("post_attention_layernorm.weight", (h,))]
+    per_layer = sum(int(np.prod(s)) for _, s in layer) * 2
+    embed = vocab * h * 2
+    shapes = []
+    if size_bytes > 3 * embed:
+        shapes.append(("model.embed_tokens.weight", (vocab, h)))
+        shapes.append(("lm_head.weight", (vocab, h)))
+        rest = size_bytes - 2 * embed
+    else:
+        rest = size_bytes
+    n_layers = max(1, round(rest / per_layer))
+    for i in range(n_layers):
+        shapes += [(f"model.layers.{i}.{n}", s) for n, s in layer]
+    rng = np.random.default_rng(seed)
+    sd = {}
+    for name, shape in shapes:
+        n = int(np.prod(shape))
+        raw = rng.integers(0, 2**16, size=n, dtype=np.uint16)
+        sd[name] = torch.from_numpy(raw).view(torch.bfloat16).reshape(shape)
+    return sd
+"""
+_defs: dict = {}
+exec(MAKE_MODEL, _defs)
+make_model = _defs["make_model"]
+
+
+# --------------------------------------------------------------------------- helpers
+def drop_cache(paths, use_sysctl: bool) -> None:
+    if use_sysctl:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def files_under(d: Path) -> list[Path]:
+    return [p for p in d.rglob("*") if p.is_file()]
+
+
+def timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def dd_write(path: Path, nbytes: int) -> float:
+    count = max(1, round(nbytes / (16 << 20)))
+    t = time.perf_counter()
+    subprocess.run(
+        ["dd", "if=/dev/zero", f"of={path}", "bs=16M", f"count={count}", "conv=fsync"],
+        check=True,
+        capture_output=True,
+    )
+    dt = time.perf_counter() - t
+    return dt * nbytes / (count * (16 << 20))  # scale to exactly the same byte count
+
+
+def dd_read(path: Path) -> float:
+    t = time.perf_counter()
+    subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=16M"], check=True, capture_output=True)
+    return time.perf_counter() - t
+
+
+def raw_write(path: Path, sd) -> float:
+    t = time.perf_counter()
+    with open(path, "wb", buffering=0) as f:
+        for v in sd.values():
+            f.write(memoryview(v.view(-1).view(__import__("torch").uint8).numpy()))
+        os.fsync(f.fileno())
+    return time.perf_counter() - t
+
+
+def run_child(code: str, env=None) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-3000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def fmt(xs):
+    return f"{median(xs):.3f} [{min(xs):.3f}-{max(xs):.3f}]" if xs else "n/a"
+
+
+# --------------------------------------------------------------------------- benchmarks
+def bench_state_dict(args, work: Path, env) -> dict:
+    import torch
+
+    import jupyter_pause as jp
+    from jupyter_pause.engine import store, tensors
+
+    sd = make_model(int(args.size_gb * 1e9))
+    nbytes = sum(v.numel() * v.element_size() for v in sd.values())
+    print(f"state_dict: {len(sd)} bf16 tensors, {nbytes / 1e9:.3f} GB", flush=True)
+    jp.checkpoint(namespace={"w": torch.ones(4)}, dir=work / "warmup", notebook="w", progress=False)
+    r = {
+        k: []
+        for k in ("ck_dd", "ck_raw", "second_fast", "second_hash", "restore_dd", "restore_warm")
+    }
+    times = {k: [] for k in ("ck", "dd", "raw", "second_fast", "second_hash", "restore", "dd_read")}
+    for rnd in range(args.rounds):
+        ckdir = work / f"sd{rnd}"
+        raw_f = work / "raw.bin"
+        dd_f = work / "dd.bin"
+
+        def ck(ckdir=ckdir):
+            return jp.checkpoint(
+                "model", namespace={"model": sd}, dir=ckdir, notebook="nb", progress=False
+            )
+
+        steps = [
+            ("ck", ck),
+            ("dd", lambda dd_f=dd_f: dd_write(dd_f, nbytes)),
+            ("raw", lambda raw_f=raw_f: raw_write(raw_f, sd)),
+        ]
+        if rnd % 2:
+            steps.reverse()
+        res = {}
+        for name, fn in steps:
+            os.sync()
+            dt, out = timed(fn)
+            res[name] = out if name != "ck" else dt
+            if name == "ck":
+                first = out
+        t_ck, t_dd, t_raw = res["ck"], res["dd"], res["raw"]
+        for p in (raw_f, dd_f):
+            p.unlink(missing_ok=True)
+        # T5: unchanged second checkpoint, in-process (version counters) and cross-process (hash)
+        t2, second = timed(ck)
+        assert not second.files_written, second
+        tensors._CACHE.clear()
+        t3, third = timed(ck)
+        assert not third.files_written
+        # T3: cold restore in a fresh process vs cold dd read of the same blob file(s)
+        nbdir = Path(first.path).parent
+        m = store.get_manifest(ckdir, "nb", first.id)
+        blobs = sorted({nbdir / s.file for s in m.storages if s.owner == "model"})
+        code = textwrap.dedent(f"""
+            import json, time
+            t0 = time.perf_counter()
+            import torch, jupyter_pause as jp
+            from jupyter_pause.engine import api
+            t1 = time.perf_counter()
+            ns = {{}}
+            jp.restore({first.id!r}, "model", namespace=ns, dir={str(ckdir)!r}, notebook="nb", progress=False)
+            t2 = time.perf_counter()
+            jp.restore({first.id!r}, "model", namespace=ns, dir={str(ckdir)!r}, notebook="nb", progress=False)
+            t3 = time.perf_counter()
+            print(json.dumps({{"import": t1 - t0, "restore": t2 - t1, "warm": t3 - t2}}))
+        """)
+        order = ["restore", "dd"] if rnd % 2 == 0 else ["dd", "restore"]
+        for what in order:
+            drop_cache(files_under(nbdir), args.drop_caches)
+            if what == "dd":
+                t_ddr = sum(dd_read(b) for b in blobs)
+            else:
+                child = run_child(code, env)
+        r["ck_dd"].append(t_ck / t_dd)
+        r["ck_raw"].append(t_ck / t_raw)
+        r["second_fast"].append(t2 / t_ck)
+        r["second_hash"].append(t3 / t_ck)
+        r["restore_dd"].append(child["restore"] / t_ddr)
+        times["ck"].append(t_ck)
+        times["dd"].append(t_dd)
+        times["raw"].append(t_raw)
+        times["second_fast"].append(t2)
+        times["second_hash"].append(t3)
+        times["restore"].append(child["restore"])
+        times["dd_read"].append(t_ddr)
+        print(
+            f"  round {rnd + 1}: checkpoint {t_ck:.2f}s  dd {t_dd:.2f}s  raw {t_raw:.2f}s  "
+            f"2nd {t2 * 1000:.0f}ms (hash {t3 * 1000:.0f}ms)  restore {child['restore']:.2f}s "
+            f"(warm {child['warm']:.2f}s, imports {child['import']:.2f}s)  dd read {t_ddr:.2f}s",
+            flush=True,
+        )
+        shutil.rmtree(ckdir, ignore_errors=True)
+    del torch
+    return {"bytes": nbytes, "tensors": len(sd), "ratios": r, "times": times}
+
+
+MIXED_SETUP = (
+    MAKE_MODEL
+    + """
+import numpy as np
+model = make_model(SIZE)
+array = np.random.default_rng(1).random(25_000_000)          # 200 MB float64
+small = [{"id": i, "name": f"item{i}", "tags": [i % 7, i % 11], "score": i / 3} for i in range(10_000)]
+"""
+)
+
+MIXED_SAVE = {
+    "jupyter_pause": """
+import jupyter_pause as jp
+t = time.perf_counter()
+jp.checkpoint(dir=OUT, notebook="mixed", progress=False)
+dt = time.perf_counter() - t
+""",
+    "dill": """
+import dill, warnings
+warnings.simplefilter("ignore")
+t = time.perf_counter()
+with open(OUT + "/session.dill", "wb") as f:
+    dill.dump_session(f)
+    f.flush(); os.fsync(f.fileno())
+dt = time.perf_counter() - t
+""",
+    "pickle": """
+import pickle
+t = time.perf_counter()
+with open(OUT + "/state.pkl", "wb") as f:
+    pickle.dump({"model": model, "array": array, "small": small}, f, protocol=5)
+    f.flush(); os.fsync(f.fileno())
+dt = time.perf_counter() - t
+""",
+}
+
+MIXED_LOAD = {
+    "jupyter_pause": """
+import jupyter_pause as jp
+t = time.perf_counter()
+jp.restore(dir=OUT, notebook="mixed", progress=False)
+dt = time.perf_counter() - t
+assert len(small) == 10_000 and array.shape == (25_000_000,)
+""",
+    "dill": """
+import dill, warnings
+warnings.simplefilter("ignore")
+t = time.perf_counter()
+with open(OUT + "/session.dill", "rb") as f:
+    dill.load_session(f)
+dt = time.perf_counter() - t
+assert len(small) == 10_000 and array.shape == (25_000_000,)
+""",
+    "pickle": """
+import pickle
+t = time.perf_counter()
+with open(OUT + "/state.pkl", "rb") as f:
+    d = pickle.load(f)
+dt = time.perf_counter() - t
+assert len(d["small"]) == 10_000
+""",
+}
+
+
+def bench_mixed(args, work: Path, env) -> dict:
+    try:
+        import dill  # noqa: F401
+
+        methods = ["jupyter_pause", "dill", "pickle"]
+    except ImportError:
+        methods = ["jupyter_pause", "pickle"]
+        print("  (dill not installed: skipping it)")
+    save = {m: [] for m in methods}
+    load = {m: [] for m in methods}
+    sizes = {}
+    for rnd in range(args.mixed_rounds):
+        order = methods if rnd % 2 == 0 else list(reversed(methods))
+        for m in order:
+            out = work / f"mixed-{m}"
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            head = f"import os, time, json, sys\nOUT = {str(out)!r}\nSIZE = {int(args.size_gb * 1e9)}\n"
+            res = run_child(
+                head + MIXED_SETUP + MIXED_SAVE[m] + "\nprint(json.dumps({'dt': dt}))", env
+            )
+            save[m].append(res["dt"])
+            sizes[m] = sum(p.stat().st_size for p in files_under(out))
+            drop_cache(files_under(out), args.drop_caches)
+            res = run_child(head + MIXED_LOAD[m] + "\nprint(json.dumps({'dt': dt}))", env)
+            load[m].append(res["dt"])
+            shutil.rmtree(out, ignore_errors=True)
+        print(
+            f"  round {rnd + 1}: "
+            + "  ".join(f"{m} save {save[m][-1]:.2f}s load {load[m][-1]:.2f}s" for m in methods),
+            flush=True,
+        )
+    return {"save": save, "load": load, "sizes": sizes}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--size-gb", type=float, default=2.0, help="state_dict size (default 2)")
+    ap.add_argument("--rounds", type=int, default=5, help="paired rounds for T1/T3/T5 (default 5)")
+    ap.add_argument("--mixed-rounds", type=int, default=2, help="rounds of the mixed namespace run")
+    ap.add_argument("--dir", default=None, help="where to write (default: $TMPDIR or /tmp)")
+    ap.add_argument(
+        "--drop-caches", action="store_true", help="use /proc/sys/vm/drop_caches (root)"
+    )
+    ap.add_argument("--skip-mixed", action="store_true")
+    ap.add_argument("--json", default=None, help="also write the raw results to this file")
+    args = ap.parse_args(argv)
+
+    work = Path(tempfile.mkdtemp(prefix="bench-jp-", dir=args.dir))
+    env = dict(os.environ)
+    env["JUPYTER_DATA_DIR"] = str(work / "jupyter-data")  # never touch the user's key
+    os.environ["JUPYTER_DATA_DIR"] = env["JUPYTER_DATA_DIR"]
+    env.pop("JPY_SESSION_NAME", None)
+    cache = (
+        "drop_caches sysctl" if args.drop_caches else "posix_fadvise(DONTNEED) per file after fsync"
+    )
+    print(f"writing to {work} ({shutil.disk_usage(work).free / 1e9:.0f} GB free); cold = {cache}")
+    try:
+        sd = bench_state_dict(args, work, env)
+        mixed = None if args.skip_mixed else bench_mixed(args, work, env)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    r = sd["ratios"]
+    print()
+    print(
+        f"== state_dict {sd['bytes'] / 1e9:.2f} GB, {sd['tensors']} bf16 tensors, {args.rounds} paired rounds =="
+    )
+    print("ratio                                          median [min-max]        target")
+    print(f"T1 checkpoint / dd zeros conv=fsync             {fmt(r['ck_dd']):<24} <= 1.1")
+    print(f"T1 checkpoint / raw Python write + fsync        {fmt(r['ck_raw']):<24} <= 1.3")
+    print(f"T3 cold restore (fresh process) / cold dd read  {fmt(r['restore_dd']):<24} <= 1.15")
+    print(f"T5 unchanged 2nd checkpoint / first (in-proc)   {fmt(r['second_fast']):<24} <= 0.02")
+    print(f"T5 unchanged 2nd checkpoint / first (xxh3 all)  {fmt(r['second_hash']):<24} <= 0.05")
+    t = sd["times"]
+    print(
+        f"seconds (median): checkpoint {median(t['ck']):.2f}, dd {median(t['dd']):.2f}, "
+        f"raw {median(t['raw']):.2f}, 2nd {median(t['second_fast']) * 1000:.0f} ms / "
+        f"{median(t['second_hash']) * 1000:.0f} ms, restore {median(t['restore']):.2f}, "
+        f"dd read {median(t['dd_read']):.2f}"
+    )
+    if mixed:
+        print()
+        print(
+            "== mixed namespace: 200 MB array + model + 10,000 small objects (fresh processes) =="
+        )
+        print("method          save s (median)   load s (median)   size")
+        for m in mixed["save"]:
+            print(
+                f"{m:<15} {median(mixed['save'][m]):>10.2f}        {median(mixed['load'][m]):>10.2f}"
+                f"        {mixed['sizes'][m] / 1e9:.2f} GB"
+            )
+        jps, jpl = median(mixed["save"]["jupyter_pause"]), median(mixed["load"]["jupyter_pause"])
+        for m in mixed["save"]:
+            if m != "jupyter_pause":
+                print(
+                    f"jupyter_pause / {m}: save {jps / median(mixed['save'][m]):.2f}, "
+                    f"load {jpl / median(mixed['load'][m]):.2f}"
+                )
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"state_dict": sd, "mixed": mixed, "cold": cache}, indent=1)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

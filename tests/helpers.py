@@ -1,0 +1,87 @@
+"""Helpers for tests that drive a real server and real kernels."""
+
+import asyncio
+import json
+
+
+async def start_session(jp_fetch, path):
+    r = await jp_fetch(
+        "api",
+        "sessions",
+        method="POST",
+        body=json.dumps(
+            {"path": path, "type": "notebook", "name": "demo.ipynb", "kernel": {"name": "python3"}}
+        ),
+    )
+    return json.loads(r.body)
+
+
+async def wait_for_state(jp_serverapp, kernel_id, state="idle", timeout=60):
+    """Wait until the server reports ``state`` for the kernel.
+
+    A new kernel reports "starting" until it answers a request that the
+    server sees on IOPub, so keep asking for kernel_info meanwhile.
+    """
+    kernel = jp_serverapp.kernel_manager.get_kernel(kernel_id)
+    client = kernel.client()
+    client.start_channels()
+    try:
+        for _ in range(int(timeout / 0.2)):
+            if kernel.execution_state == state:
+                return
+            if kernel.execution_state == "starting":
+                client.kernel_info()
+            await asyncio.sleep(0.2)
+    finally:
+        client.stop_channels()
+    raise AssertionError(f"kernel never became {state} (it is {kernel.execution_state})")
+
+
+async def execute(jp_serverapp, kernel_id, code, timeout=60):
+    """Run ``code`` in the kernel as a user cell; returns the text of its result."""
+    kernel = jp_serverapp.kernel_manager.get_kernel(kernel_id)
+    client = kernel.client()
+    client.start_channels()
+    outputs = []
+
+    def hook(msg):
+        if msg["msg_type"] in ("execute_result", "stream", "error"):
+            outputs.append(msg["content"])
+
+    try:
+        await client.wait_for_ready(timeout=timeout)
+        reply = await client.execute_interactive(code, timeout=timeout, output_hook=hook)
+    finally:
+        client.stop_channels()
+    if reply["content"]["status"] != "ok":
+        raise AssertionError(f"cell failed: {reply['content'].get('evalue')} {outputs}")
+    texts = []
+    for out in outputs:
+        if "data" in out:
+            texts.append(out["data"]["text/plain"])
+        elif "text" in out:
+            texts.append(out["text"])
+    return "".join(texts).strip()
+
+
+async def api(jp_fetch, *parts, method="GET", body=None, **kwargs):
+    """Call jupyter-pause's API; returns (status code, JSON)."""
+    if body is not None:
+        kwargs["body"] = json.dumps(body)
+    response = await jp_fetch("jupyter-pause", "api", *parts, method=method, raise_error=False, **kwargs)
+    return response.code, (json.loads(response.body) if response.body else None)
+
+
+async def wait_operation(jp_fetch, operation_id, timeout=120):
+    for _ in range(int(timeout / 0.1)):
+        code, op = await api(jp_fetch, "operations", operation_id)
+        assert code == 200, op
+        if op["outcome"] != "running":
+            return op
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"operation {operation_id} did not finish")
+
+
+async def session_status(jp_fetch, path):
+    _, status = await api(jp_fetch, "status")
+    return next(s for s in status["sessions"] if s["path"] == path)

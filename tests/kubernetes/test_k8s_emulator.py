@@ -1,0 +1,191 @@
+"""The emulator itself, through the official client: the API semantics the tests rely on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import NAMESPACE
+
+from jupyter_pause.backends.kubernetes.client import Conflict, Invalid, KubeClient, NotFound
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def admin(cluster):
+    return KubeClient(
+        kubeconfig=cluster.kubeconfig, context="admin", use_in_cluster=False, retries=0
+    )
+
+
+def test_crud_resource_versions_and_errors(cluster, admin):
+    with pytest.raises(NotFound):
+        admin.get_statefulset("nb")
+    cluster.add_gke_notebook()
+    cluster.wait_for(
+        lambda: admin.get_statefulset("nb").get("status", {}).get("readyReplicas") == 1,
+        what="steady",
+    )
+    sts = admin.get_statefulset("nb")
+    rv = sts["metadata"]["resourceVersion"]
+    # compare-and-swap: the current version wins once, a stale one is a 409
+    patched = admin.patch_statefulset(
+        "nb", {"metadata": {"resourceVersion": rv, "annotations": {"a": "1"}}}
+    )
+    assert int(patched["metadata"]["resourceVersion"]) > int(rv)
+    with pytest.raises(Conflict, match="has been modified"):
+        admin.patch_statefulset(
+            "nb", {"metadata": {"resourceVersion": rv, "annotations": {"a": "2"}}}
+        )
+    # merge patch: null removes
+    admin.patch_statefulset("nb", {"metadata": {"annotations": {"a": None}}})
+    assert "a" not in (admin.get_statefulset("nb")["metadata"].get("annotations") or {})
+    # scale subresource
+    assert admin.scale_statefulset("nb", 0)["spec"]["replicas"] == 0
+    with pytest.raises(Invalid):
+        admin.scale_statefulset("nb", -1)
+    # create twice: AlreadyExists
+    body = {"metadata": {"name": "t"}, "spec": {"targetPod": "nb-0"}}
+    admin.create_trigger(body)
+    with pytest.raises(Conflict, match="already exists"):
+        admin.create_trigger(body)
+    with pytest.raises(Invalid, match="targetPod"):
+        admin.create_trigger({"metadata": {"name": "t2"}, "spec": {}})
+    admin.delete_trigger("t")
+    with pytest.raises(NotFound):
+        admin.delete_trigger("t")
+
+
+def test_json_patch_test_op_and_workspaces(cluster, admin):
+    cluster.add_workspace()
+    admin.patch_workspace(
+        "myws",
+        [
+            {"op": "test", "path": "/spec/paused", "value": False},
+            {"op": "replace", "path": "/spec/paused", "value": True},
+        ],
+    )
+    assert admin.get_workspace("myws")["spec"]["paused"] is True
+    with pytest.raises(Invalid, match="test failed"):
+        admin.patch_workspace("myws", [{"op": "test", "path": "/spec/paused", "value": False}])
+    assert [w["metadata"]["name"] for w in admin.list_workspaces()] == ["myws"]
+
+
+def test_podsnapshots_cannot_be_written(cluster, admin):
+    cluster.add_gke_notebook()
+    admin.create_trigger({"metadata": {"name": "t"}, "spec": {"targetPod": "nb-0"}})
+    snaps = cluster.wait_for(
+        lambda: admin.list_snapshots("gke-pod-snapshot-triggered-by=t"), what="snapshot"
+    )
+    name = snaps[0]["metadata"]["name"]
+    with pytest.raises(Invalid, match="ValidatingAdmissionPolicy"):
+        admin._call(
+            admin.custom.patch_namespaced_custom_object,
+            "podsnapshot.gke.io",
+            "v1",
+            NAMESPACE,
+            "podsnapshots",
+            name,
+            {"metadata": {"labels": {"mine": "yes"}}},
+            raw=False,
+        )
+
+
+def test_apply_patch_is_refused(cluster, admin):
+    cluster.add_gke_notebook()
+    from kubernetes.client import ApiException
+
+    with pytest.raises(ApiException) as info:
+        admin.apps.patch_namespaced_stateful_set(
+            "nb", NAMESPACE, {"metadata": {}}, _content_type="application/apply-patch+yaml"
+        )
+    assert info.value.status == 415
+
+
+def test_watch_streams_changes(cluster, admin):
+    from kubernetes import watch
+
+    cluster.add_gke_notebook()
+    seen = []
+    w = watch.Watch()
+
+    def follow():
+        for event in w.stream(admin.core.list_namespaced_pod, NAMESPACE, timeout_seconds=5):
+            seen.append((event["type"], event["object"].metadata.name))
+            if event["type"] == "DELETED":
+                w.stop()
+                break
+
+    t = threading.Thread(target=follow)
+    t.start()
+    cluster.wait_for(lambda: seen, what="initial ADDED")
+    admin.scale_statefulset("nb", 0)
+    t.join(5)
+    assert seen[0] == ("ADDED", "nb-0")
+    assert ("MODIFIED", "nb-0") in seen and seen[-1] == ("DELETED", "nb-0")
+
+
+def test_selectors(cluster, admin):
+    cluster.add_gke_notebook()
+    assert [p["metadata"]["name"] for p in admin.list_pods("app=nb")] == ["nb-0"]
+    assert admin.list_pods("app=other") == []
+    assert admin.list_pods("app in (nb,x),!missing") != []
+    assert admin.list_events("nb-0", "Pod")
+    assert admin.list_events("nope", "Pod") == []
+
+
+def test_rbac_is_enforced(cluster):
+    user = KubeClient(
+        kubeconfig=cluster.kubeconfig, context="sa-pod-snapshot", use_in_cluster=False, retries=0
+    )
+    from jupyter_pause.backends.kubernetes.client import Forbidden
+
+    cluster.add_gke_notebook()
+    cluster.add_gke_notebook("other", image="x:1")
+    assert user.get_pod("nb-0")
+    with pytest.raises(Forbidden):
+        user.get_pod("other-0")  # resourceNames pins its own pod
+    with pytest.raises(Forbidden):
+        user.list_pods()
+
+
+def test_detect_backend(cluster, monkeypatch):
+    from jupyter_pause.backends.kubernetes import detect_backend_class
+    from jupyter_pause.backends.kubernetes.podsnapshot import GkePodSnapshotBackend
+    from jupyter_pause.backends.kubernetes.workspace import KubeflowWorkspaceBackend
+
+    monkeypatch.delenv("POD_NAME", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert detect_backend_class() is None  # not in a pod
+    cluster.add_gke_notebook()
+    cluster.add_workspace()
+    monkeypatch.setenv("KUBECONFIG", cluster.kubeconfig)
+    monkeypatch.setenv("POD_NAMESPACE", NAMESPACE)
+    monkeypatch.setenv("POD_NAME", "nb-0")
+    assert detect_backend_class() is GkePodSnapshotBackend
+    monkeypatch.setenv("POD_NAME", "ws-myws-0")
+    assert detect_backend_class() is KubeflowWorkspaceBackend
+    monkeypatch.setenv("POD_NAME", "missing-0")
+    assert detect_backend_class() is None
+
+
+def test_snapshot_pod_jupyter_config():
+    """The shipped config: ipc transport, a poll selector, the runtime dir off the volume."""
+    config = REPO / "jupyter-config" / "kubernetes" / "jupyter_server_config.py"
+    code = (
+        "import asyncio, os, sys\n"
+        "from traitlets.config.loader import PyFileConfigLoader\n"
+        f"cfg = PyFileConfigLoader({config.name!r}, path={str(config.parent)!r}).load_config()\n"
+        "loop = asyncio.new_event_loop()\n"
+        "print(cfg.KernelManager.transport, type(loop._selector).__name__, os.environ['JUPYTER_RUNTIME_DIR'])\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "JUPYTER_RUNTIME_DIR"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["ipc", "PollSelector", "/tmp/jupyter-runtime"]

@@ -1,0 +1,234 @@
+"""Pause and resume a notebook end to end with a real server and real kernels."""
+
+import asyncio
+from pathlib import Path
+
+from jupyter_pause.engine import store as checkpoint_store
+
+from .helpers import api, execute, session_status, start_session, wait_for_state, wait_operation
+
+
+async def running_notebook(jp_fetch, jp_serverapp, path, code):
+    model = await start_session(jp_fetch, path)
+    kernel_id = model["kernel"]["id"]
+    await wait_for_state(jp_serverapp, kernel_id, "idle")
+    await execute(jp_serverapp, kernel_id, code)
+    return kernel_id
+
+
+def event_types(jp_serverapp, path):
+    ledger = jp_serverapp.web_app.settings["jupyter_pause_ledger"]
+    return [e.type.value for e in ledger.events(path=path)]
+
+
+async def test_pause_then_resume_brings_the_same_objects_back(jp_fetch, jp_serverapp, notebook_path):
+    kernel_id = await running_notebook(
+        jp_fetch,
+        jp_serverapp,
+        notebook_path,
+        "import numpy as np\nweights = np.arange(12, dtype=np.float32).reshape(3, 4)\n"
+        "notes = {'epoch': 7, 'loss': [0.5, 0.25]}",
+    )
+
+    code, body = await api(jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path})
+    assert code == 202, body
+    op = await wait_operation(jp_fetch, body["operation"]["id"])
+    assert op["outcome"] == "succeeded", op
+
+    session = await session_status(jp_fetch, notebook_path)
+    assert session["state"] == "paused"
+    assert session["kernel_id"] is None
+    assert kernel_id not in jp_serverapp.kernel_manager  # the process is gone
+    assert session["last_checkpoint"]["bytes"] > 0
+
+    code, body = await api(jp_fetch, "sessions", "resume", method="POST", body={"path": notebook_path})
+    assert code == 202, body
+    op = await wait_operation(jp_fetch, body["operation"]["id"])
+    assert op["outcome"] == "succeeded", op
+
+    session = await session_status(jp_fetch, notebook_path)
+    assert session["state"] == "ready"
+    assert session["restored_from"] == "checkpoint"
+    assert session["live_state"] == "fresh"  # a new process with restored state
+    new_kernel = session["kernel_id"]
+    assert new_kernel and new_kernel != kernel_id
+    assert await execute(jp_serverapp, new_kernel, "float(weights.sum()), notes['loss'][1]") == "(66.0, 0.25)"
+
+    await asyncio.sleep(0.3)  # the first cell's idle status reaches the monitor
+    session = await session_status(jp_fetch, notebook_path)
+    assert session["state"] == "running"
+    types = event_types(jp_serverapp, notebook_path)
+    for expected in (
+        "pause-requested",
+        "checkpoint-started",
+        "checkpoint-finished",
+        "kernel-stopped",
+        "accelerator-released",
+        "paused",
+        "resume-requested",
+        "kernel-started",
+        "restore-finished",
+        "first-cell-runnable",
+    ):
+        assert expected in types, (expected, types)
+    cells = [e for e in jp_serverapp.web_app.settings["jupyter_pause_ledger"].events(path=notebook_path) if e.type.value == "cell-executed"]
+    assert cells[-1].data["first_after_resume"] is True
+    assert cells[-1].data["duration"] >= 0
+
+
+async def test_a_failed_checkpoint_leaves_the_kernel_running(jp_fetch, jp_serverapp, notebook_path):
+    kernel_id = await running_notebook(
+        jp_fetch,
+        jp_serverapp,
+        notebook_path,
+        "import threading, jupyter_pause as jp\nlock = jp.track(threading.Lock(), 'lock')\nkept = 5",
+    )
+    code, body = await api(jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path})
+    assert code == 202
+    op = await wait_operation(jp_fetch, body["operation"]["id"])
+
+    assert op["outcome"] == "failed"
+    assert "lock" in op["error"] and "keeps running" in op["error"]
+    session = await session_status(jp_fetch, notebook_path)
+    assert session["state"] == "running"
+    assert "lock" in session["error"]
+    assert session["kernel_id"] == kernel_id
+    assert await execute(jp_serverapp, kernel_id, "kept") == "5"
+    assert "checkpoint-failed" in event_types(jp_serverapp, notebook_path)
+    assert "kernel-stopped" not in event_types(jp_serverapp, notebook_path)
+
+
+async def test_resume_from_a_corrupt_checkpoint_fails_and_offers_the_older_one(
+    jp_fetch, jp_serverapp, notebook_path
+):
+    await running_notebook(jp_fetch, jp_serverapp, notebook_path, "import numpy as np\nvalue = np.ones(1000)")
+    code, body = await api(jp_fetch, "sessions", "checkpoint", method="POST", body={"path": notebook_path})
+    assert code == 202
+    assert (await wait_operation(jp_fetch, body["operation"]["id"]))["outcome"] == "succeeded"
+    older = (await session_status(jp_fetch, notebook_path))["last_checkpoint"]["id"]
+    await asyncio.sleep(1.1)  # checkpoint ids have a resolution of one second
+    kernel_id = (await session_status(jp_fetch, notebook_path))["kernel_id"]
+    await execute(jp_serverapp, kernel_id, "value = value * 2")
+    code, body = await api(jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path})
+    assert (await wait_operation(jp_fetch, body["operation"]["id"]))["outcome"] == "succeeded"
+    latest = (await session_status(jp_fetch, notebook_path))["last_checkpoint"]["id"]
+    assert latest != older
+
+    # flip one byte in every data file the latest checkpoint owns
+    manager = jp_serverapp.web_app.settings["jupyter_pause_manager"]
+    info = next(c for c in checkpoint_store.list_checkpoints(manager.checkpoint_dir, notebook_path) if c.id == latest)
+    corrupted = 0
+    for file in Path(info.path).rglob("*"):
+        if file.is_file() and file.name != "manifest.json" and file.stat().st_size > 0:
+            data = bytearray(file.read_bytes())
+            data[len(data) // 2] ^= 0xFF
+            file.write_bytes(bytes(data))
+            corrupted += 1
+    assert corrupted
+
+    code, body = await api(jp_fetch, "sessions", "resume", method="POST", body={"path": notebook_path})
+    assert code == 202, body
+    op = await wait_operation(jp_fetch, body["operation"]["id"])
+    assert op["outcome"] == "failed"
+    assert older in op["error"]
+    session = await session_status(jp_fetch, notebook_path)
+    assert session["state"] == "failed"
+    assert session["kernel_id"] is None
+
+    code, body = await api(
+        jp_fetch, "sessions", "resume", method="POST", body={"path": notebook_path, "checkpoint_id": older}
+    )
+    op = await wait_operation(jp_fetch, body["operation"]["id"])
+    assert op["outcome"] == "succeeded", op
+    kernel_id = (await session_status(jp_fetch, notebook_path))["kernel_id"]
+    assert await execute(jp_serverapp, kernel_id, "float(value.sum())") == "1000.0"
+
+
+async def test_single_flight_under_concurrent_requests(jp_fetch, jp_serverapp, notebook_path):
+    await running_notebook(jp_fetch, jp_serverapp, notebook_path, "x = 1")
+
+    async def pause():
+        return await api(jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path})
+
+    answers = await asyncio.gather(*(pause() for _ in range(20)))
+    accepted = [body for code, body in answers if code == 202]
+    refused = [body for code, body in answers if code == 409]
+    assert len(accepted) == 1 and len(refused) == 19
+    assert all(accepted[0]["operation"]["id"] in r["message"] or r.get("operation") for r in refused)
+    await wait_operation(jp_fetch, accepted[0]["operation"]["id"])
+
+    async def resume():
+        return await api(jp_fetch, "sessions", "resume", method="POST", body={"path": notebook_path})
+
+    answers = await asyncio.gather(*(resume() for _ in range(20)))
+    accepted = [body for code, body in answers if code == 202]
+    assert len(accepted) == 1
+    assert all(code == 409 for code, _ in answers if code != 202)
+    op = await wait_operation(jp_fetch, accepted[0]["operation"]["id"])
+    assert op["outcome"] == "succeeded"
+    types = event_types(jp_serverapp, notebook_path)
+    assert types.count("restore-started") == 1
+
+
+async def test_a_busy_kernel_is_paused_only_with_force(jp_fetch, jp_serverapp, notebook_path):
+    kernel_id = await running_notebook(jp_fetch, jp_serverapp, notebook_path, "y = 2")
+    client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
+    client.start_channels()
+    try:
+        client.execute("import time\nwhile True: time.sleep(0.1)")
+        await wait_for_state(jp_serverapp, kernel_id, "busy")
+        code, body = await api(jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path})
+        assert code == 409 and "busy" in body["message"]
+
+        code, body = await api(
+            jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path, "force": True}
+        )
+        assert code == 202
+        op = await wait_operation(jp_fetch, body["operation"]["id"])
+    finally:
+        client.stop_channels()
+    assert op["outcome"] == "succeeded", op
+    assert any("interrupted" in m for m in op["messages"])
+    assert "kernel-interrupted" in event_types(jp_serverapp, notebook_path)
+
+
+async def test_bad_requests_get_clear_errors(jp_fetch, notebook_path):
+    cases = [
+        ({}, 400, "path"),
+        ({"path": 7}, 400, "path"),
+        ({"path": "../outside.ipynb"}, 400, "outside"),
+        ({"path": "/etc/passwd"}, 404, "no notebook"),
+        ({"path": "missing.ipynb"}, 404, "no notebook"),
+    ]
+    for body, status, words in cases:
+        code, answer = await api(jp_fetch, "sessions", "pause", method="POST", body=body)
+        assert code == status, (body, code, answer)
+        assert words in answer["message"]
+    response = await jp_fetch(
+        "jupyter-pause", "api", "sessions", "pause", method="POST", body="{not json", raise_error=False
+    )
+    assert response.code == 400
+    code, answer = await api(jp_fetch, "operations", "abc123")
+    assert code == 404
+    code, answer = await api(jp_fetch, "sessions", "resume", method="POST", body={"path": notebook_path})
+    assert code == 409 and "only a paused notebook resumes" in answer["message"]
+    code, answer = await api(jp_fetch, "checkpoints", params={"path": "../../etc"})
+    assert code == 400
+
+
+async def test_checkpoints_can_be_listed_and_deleted(jp_fetch, jp_serverapp, notebook_path):
+    await running_notebook(jp_fetch, jp_serverapp, notebook_path, "z = list(range(10))")
+    code, body = await api(jp_fetch, "sessions", "checkpoint", method="POST", body={"path": notebook_path})
+    assert (await wait_operation(jp_fetch, body["operation"]["id"]))["outcome"] == "succeeded"
+
+    code, listing = await api(jp_fetch, "checkpoints", params={"path": notebook_path})
+    assert code == 200
+    (checkpoint,) = listing["checkpoints"]
+    assert "z" in checkpoint["objects"] and checkpoint["bytes"] > 0
+
+    code, _ = await api(jp_fetch, "checkpoints", checkpoint["id"], method="DELETE", params={"path": notebook_path})
+    assert code == 204
+    code, listing = await api(jp_fetch, "checkpoints", params={"path": notebook_path})
+    assert listing["checkpoints"] == []
+    code, answer = await api(jp_fetch, "checkpoints", "2020-01-01T00-00-00", method="DELETE", params={"path": notebook_path})
+    assert code == 404
