@@ -28,7 +28,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jupyter pause", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="jupyter pause", description="Pause and resume notebooks; account for GPU time."
+    )
     from . import __version__
 
     parser.add_argument("--version", action="version", version=__version__)

@@ -37,11 +37,13 @@ class EventType(str, Enum):
         "checkpoint-finished"  # data: checkpoint_id, bytes, bytes_written, seconds
     )
     CHECKPOINT_FAILED = "checkpoint-failed"  # data: error
+    CHECKPOINT_DELETED = "checkpoint-deleted"  # data: checkpoint_id, bytes
     KERNEL_INTERRUPTED = "kernel-interrupted"  # a forced pause interrupted a busy kernel
     KERNEL_STOPPED = "kernel-stopped"
     SNAPSHOT_REQUESTED = "snapshot-requested"  # Kubernetes backends; data: name
     SNAPSHOT_READY = "snapshot-ready"  # data: name, bytes
     SNAPSHOT_FAILED = "snapshot-failed"  # data: error
+    SNAPSHOT_DELETED = "snapshot-deleted"  # data: name, bytes
     WORKSPACE_STOPPED = "workspace-stopped"  # the pod / workspace is gone
     ACCELERATOR_RELEASED = "accelerator-released"  # data: gpus, gpu_model
     PAUSED = "paused"

@@ -41,8 +41,12 @@ class KernelActivity:
         return self.running_cell is not None
 
     def reset_clock(self, now: float | None = None) -> None:
-        """Start the idle clock afresh (after a resume or a postponement)."""
-        self.last_user_activity = time.time() if now is None else now
+        """Start the idle clock afresh (after a resume or a postponement).
+
+        Stale timestamps never count: after a snapshot restore the wall clock
+        jumps by the whole pause, which must not read as idleness.
+        """
+        self.started = self.last_user_activity = time.time() if now is None else now
 
 
 Listener = Callable[[str, str, str, dict], None]

@@ -16,13 +16,15 @@ from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.services.kernels.kernelmanager import ServerKernelManager
 from tornado.ioloop import IOLoop
-from traitlets import Float, Int, Type, Unicode, default
+from traitlets import Bool, Dict, Float, Int, Type, Unicode, default
 
 from .. import __version__
 from ..backends.base import PauseBackend
+from ..idle import load_classes
 from ..ledger import Ledger
 from ..lifecycle import SessionStore
 from .handlers import ROUTES
+from .idle import IdleWatcher
 from .manager import PauseManager
 
 EVENT_SCHEMA = Path(__file__).parent.parent / "events" / "lifecycle.yaml"
@@ -62,6 +64,22 @@ class PauseApp(ExtensionApp):
         6 * 3600, config=True, help="Seconds %pause waits for the running cell to finish."
     )
 
+    auto_pause = Bool(True, config=True, help="Apply the idle policies (warn, then pause or checkpoint).")
+    workload_classes = Dict(
+        config=True,
+        help="""Idle policies by workload class, merged over the built-in ones
+        (gpu-interactive, cpu-small, long-running, never).  Each maps setting
+        names to values, e.g. {"gpu-interactive": {"idle_threshold": 1800,
+        "min_running_time": 600, "warn_before": 300, "gpu_utilization_counts":
+        true, "action": "pause"}}.  idle_threshold null means never.""",
+    )
+    default_workload_class = Unicode(
+        "gpu-interactive",
+        config=True,
+        help="The class of a session whose notebook, kernelspec and environment name none.",
+    )
+    idle_check_interval = Float(30, config=True, help="Seconds between two idle checks.")
+
     @default("state_dir")
     def _default_state_dir(self):
         return os.path.join(jupyter_data_dir(), "pause")
@@ -90,6 +108,17 @@ class PauseApp(ExtensionApp):
             idle_wait_timeout=self.idle_wait_timeout,
             log=self.log,
         )
+        self._watch_kernel_starts()
+        self.idle_watcher = None
+        if self.auto_pause:
+            self.idle_watcher = IdleWatcher(
+                self.manager,
+                load_classes(self.workload_classes),
+                self.default_workload_class,
+                self.idle_check_interval,
+                self.log,
+            )
+            self._warn_about_culling()
         self.settings.update(
             jupyter_pause_manager=self.manager,
             jupyter_pause_ledger=self.ledger,
@@ -101,6 +130,8 @@ class PauseApp(ExtensionApp):
         self.handlers.extend(ROUTES)
 
     async def _startup(self):
+        if self.idle_watcher is not None:
+            self.idle_watcher.start()
         report = await self.backend_instance.startup()
         self.log.info(
             "jupyter-pause %s: backend %s%s",
@@ -108,6 +139,23 @@ class PauseApp(ExtensionApp):
             self.backend_instance.name,
             f", {report.detail}" if report.detail else "",
         )
+
+    def _warn_about_culling(self):
+        """Jupyter's own culler shuts kernels down (state lost): it must not fire first."""
+        kernel_manager = self.serverapp.kernel_manager
+        cull = getattr(kernel_manager, "cull_idle_timeout", 0) or 0
+        pausing = [
+            c.idle_threshold for c in self.idle_watcher.classes.values() if c.acts and c.action == "pause"
+        ]
+        if cull and pausing and cull <= max(pausing):
+            self.log.warning(
+                "jupyter-pause: MappingKernelManager.cull_idle_timeout=%ss kills idle kernels "
+                "(losing their state) before jupyter-pause auto-pauses them after up to %ss. "
+                "Set cull_idle_timeout to 0 or above the longest idle_threshold; "
+                "see docs/ARCHITECTURE.md#idle-policy.",
+                cull,
+                int(max(pausing)),
+            )
 
     def _make_backend(self) -> PauseBackend:
         cls = self.backend_class
@@ -146,7 +194,17 @@ class PauseApp(ExtensionApp):
 
         self.ledger.listeners.append(emit)
 
+    def _watch_kernel_starts(self):
+        event_logger = getattr(self.serverapp, "event_logger", None)
+        if event_logger is not None:
+            event_logger.add_listener(
+                schema_id="https://events.jupyter.org/jupyter_server/kernel_actions/v1",
+                listener=self.manager.on_kernel_action,
+            )
+
     async def stop_extension(self):
+        if getattr(self, "idle_watcher", None) is not None:
+            self.idle_watcher.stop()
         manager = getattr(self, "manager", None)
         if manager is not None:
             await manager.close()

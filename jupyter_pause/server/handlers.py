@@ -164,6 +164,31 @@ class EventsHandler(PauseHandler):
         self.write_json({"events": [e.to_json() for e in events]})
 
 
+class ActivityHandler(PauseHandler):
+    # Probes poll this; reading activity must never create any.
+    _track_activity = False
+
+    @tornado.web.authenticated
+    @translate_errors
+    async def get(self):
+        watcher = self.manager.idle
+        if watcher is None:
+            raise PauseError("auto-pause is off (PauseApp.auto_pause = False)", status=404)
+        self.write_json(await watcher.report())
+
+
+class PostponeHandler(PauseHandler):
+    @tornado.web.authenticated
+    @translate_errors
+    async def post(self):
+        path = await self.path_argument(self.body().get("path"))
+        watcher = self.manager.idle
+        if watcher is None:
+            raise PauseError("auto-pause is off (PauseApp.auto_pause = False)", status=409)
+        await self.manager.sync()
+        self.write_json({"path": path, "idle_clock_started": watcher.postpone(path)})
+
+
 _OPERATION_ID = r"(?P<operation_id>[0-9a-f]{1,64})"
 _CHECKPOINT_ID = r"(?P<checkpoint_id>[A-Za-z0-9_.:-]{1,128})"
 
@@ -176,5 +201,7 @@ ROUTES = [
     (rf"{NAMESPACE}/operations/{_OPERATION_ID}", OperationHandler),
     (rf"{NAMESPACE}/checkpoints", CheckpointsHandler),
     (rf"{NAMESPACE}/checkpoints/{_CHECKPOINT_ID}", CheckpointHandler),
+    (rf"{NAMESPACE}/sessions/postpone", PostponeHandler),
     (rf"{NAMESPACE}/events", EventsHandler),
+    (rf"{NAMESPACE}/activity", ActivityHandler),
 ]

@@ -18,7 +18,6 @@ import os
 import posixpath
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from ..engine import store as checkpoint_store
@@ -76,8 +75,8 @@ class PauseManager:
         self.operations: dict[str, Operation] = {}
         self._tasks: set[asyncio.Task] = set()
         self._first_cell_pending: set[str] = set()
-        #: called with (path) -> workload class name; set by the idle policy
-        self.classify: Callable[[str, str | None], str] | None = None
+        #: the idle watcher (jupyter_pause.server.idle), when auto-pause is on
+        self.idle = None
 
     # ------------------------------------------------------------------ paths
 
@@ -90,7 +89,7 @@ class PauseManager:
             raise PauseError(f"path {path!r} is outside the server's root directory")
         if clean not in self.store.sessions:
             try:
-                exists = await _maybe_await(self.contents_manager.file_exists(clean))
+                exists = await maybe_await(self.contents_manager.file_exists(clean))
             except Exception:  # the contents manager refuses hidden or outside paths
                 exists = False
             if not exists:
@@ -117,6 +116,7 @@ class PauseManager:
                 # kernel) until the user runs a cell in it.
                 session.kernel_id = kernel["id"]
                 session.kernel_name = kernel.get("name")
+                self._record(EventType.KERNEL_STARTED, session, None, started_by="user")
                 if session.state in (State.PAUSED, State.FAILED):
                     session.live_state = LiveState.FRESH
                 if session.state == State.FAILED:
@@ -137,6 +137,19 @@ class PauseManager:
                 self.store.save()
         return live
 
+    async def on_kernel_action(self, logger, schema_id: str, data: dict) -> None:
+        """Jupyter Server's kernel_actions event: watch a new kernel from its start,
+        so that no cell escapes the ledger.  Its session (the notebook path) is
+        saved just after the kernel starts, so wait for it briefly."""
+        if data.get("action") != "start" or not data.get("kernel_id"):
+            return
+        for _ in range(50):
+            live = await self.jupyter_sessions()
+            if any(m["kernel"]["id"] == data["kernel_id"] for m in live.values()):
+                await self.sync()
+                return
+            await asyncio.sleep(0.1)
+
     async def status(self) -> dict[str, Any]:
         live = await self.sync()
         sessions = []
@@ -153,6 +166,8 @@ class PauseManager:
                 }
             )
             sessions[-1].pop("pause_nonce", None)
+            if self.idle is not None:
+                sessions[-1]["auto_pause"] = await self.idle.auto_pause_status(session)
         return {"backend": self.backend.describe(), "sessions": sessions}
 
     def operation(self, operation_id: str) -> Operation:
@@ -176,8 +191,16 @@ class PauseManager:
         return sorted(listing, key=lambda c: c["id"], reverse=True)
 
     def delete_checkpoint(self, path: str, checkpoint_id: str) -> None:
+        listed = {c["id"]: c for c in self.list_checkpoints(path)}
         checkpoint_store.delete_checkpoint(
             dir=self.checkpoint_dir, notebook=path, checkpoint_id=checkpoint_id
+        )
+        self._record(
+            EventType.CHECKPOINT_DELETED,
+            self.store.get(path),
+            None,
+            checkpoint_id=checkpoint_id,
+            bytes=listed.get(checkpoint_id, {}).get("bytes", 0),
         )
 
     # ------------------------------------------------------------ operations
@@ -294,14 +317,14 @@ class PauseManager:
         if op.options.get("after_cell"):
             op.step = "waiting for the running cell to finish"
             await self._wait_idle(kernel_id, self.idle_wait_timeout)
-        elif self._execution_state(kernel_id) == "busy" and op.options.get("force"):
+        elif self.execution_state(kernel_id) == "busy" and op.options.get("force"):
             op.step = "interrupting the running cell"
             await self.kernel_manager.interrupt_kernel(kernel_id)
             op.messages.append("The running cell was interrupted so that the notebook could pause.")
             self._record(EventType.KERNEL_INTERRUPTED, session, op)
             await self._wait_idle(kernel_id, 30)
 
-    def _execution_state(self, kernel_id: str) -> str | None:
+    def execution_state(self, kernel_id: str) -> str | None:
         try:
             return self.kernel_manager.get_kernel(kernel_id).execution_state
         except KeyError:
@@ -310,7 +333,7 @@ class PauseManager:
     async def _wait_idle(self, kernel_id: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         await asyncio.sleep(0.1)
-        while self._execution_state(kernel_id) == "busy":
+        while self.execution_state(kernel_id) == "busy":
             if time.monotonic() > deadline:
                 raise PauseError(f"the kernel stayed busy for {timeout:.0f} s", status=409)
             await asyncio.sleep(0.1)
@@ -402,7 +425,7 @@ class PauseManager:
             if waited:
                 self._record(EventType.CAPACITY_ACQUIRED, session, op)
             kernel_id = session.kernel_id  # a fresh kernel JupyterLab already started
-            if kernel_id is None or self._execution_state(kernel_id) is None:
+            if kernel_id is None or self.execution_state(kernel_id) is None:
                 op.step = "starting a kernel"
                 model = await self.session_manager.create_session(
                     path=path,
@@ -509,7 +532,7 @@ class PauseManager:
 
     def _unexpected(self, session: Session, op: Operation, error: Exception) -> None:
         message = f"{op.kind} failed unexpectedly: {error}"
-        alive = session.kernel_id and self._execution_state(session.kernel_id) is not None
+        alive = session.kernel_id and self.execution_state(session.kernel_id) is not None
         if alive and session.state in BUSY_STATES | {State.RUNNING}:
             self._move(session, State.RUNNING, op, error=message)
         else:
@@ -542,7 +565,7 @@ class PauseManager:
         self.activity.close()
 
 
-async def _maybe_await(value):
+async def maybe_await(value):
     if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
         return await value
     return value

@@ -231,3 +231,24 @@ def test_helpers():
     assert parse_time("2025-01-06") == DAY1
     assert parse_time("2d", now=DAY2) == DAY2 - 2 * 24 * H
     assert parse_time(str(DAY1)) == DAY1
+
+
+def test_failed_restore_that_stopped_its_kernel_stays_released():
+    """The server's order on a failed resume: the kernel it started is stopped again."""
+    p = "c.ipynb"
+    evs = [
+        ev(at(DAY1, 9), E.KERNEL_STARTED, p),
+        ev(at(DAY1, 10), E.PAUSE_REQUESTED, p),
+        ev(at(DAY1, 10), E.ACCELERATOR_RELEASED, p),
+        ev(at(DAY1, 11), E.RESUME_REQUESTED, p),
+        ev(at(DAY1, 11, 0, 10), E.KERNEL_STARTED, p),
+        ev(at(DAY1, 11, 0, 20), E.RESTORE_FAILED, p, error="corrupt"),
+        ev(at(DAY1, 11, 0, 30), E.KERNEL_STOPPED, p),
+        ev(at(DAY1, 11, 0, 30), E.OPERATION_FAILED, p, operation="resume", error="corrupt"),
+    ]
+    data = build_report(evs, since=DAY1, until=at(DAY1, 12)).to_json()
+    gh = data["totals"]["gpu_hours"]
+    assert gh["allocated"] == pytest.approx((H + 20) / H)  # 9-10 and the 20 s restore attempt
+    assert gh["released"] == pytest.approx((2 * H - 20) / H)
+    assert gh["stopped"] == 0
+    assert data["totals"]["restores"]["failed"] == 1

@@ -74,9 +74,7 @@ def test_waiting_for_capacity_then_ready(make_cluster, sessions, shutdown_kernel
     cluster.scenario.scale_up = "not_triggered"
     rc, out = cli(cluster, "resume", "nb", capsys=capsys)
     assert rc == 0
-    cluster.wait_for(
-        lambda: len(cluster.emu.list("Event", NAMESPACE)) >= 2, what="scheduler events"
-    )
+    cluster.wait_for(lambda: has_event(cluster, "NotTriggerScaleUp"), what="scheduler events")
     st = status_json(cluster, capsys)
     assert st["state"] == "waiting-for-capacity"
     assert "Insufficient nvidia.com/gpu" in st["reason"]
@@ -97,9 +95,7 @@ def test_scale_up_failure_on_gce_quota(make_cluster, sessions, shutdown_kernel, 
     cluster.scenario.capacity = "unavailable"
     cluster.scenario.scale_up = "failed"
     cli(cluster, "resume", "nb", capsys=capsys)
-    cluster.wait_for(
-        lambda: len(cluster.emu.list("Event", NAMESPACE)) >= 2, what="scheduler events"
-    )
+    cluster.wait_for(lambda: has_event(cluster, "FailedScaleUp"), what="scheduler events")
     st = status_json(cluster, capsys)
     assert st["state"] == "waiting-for-capacity" and st["scale_up"] == "failed"
     assert "GCE quota exceeded" in st["detail"]["scale_up_message"]

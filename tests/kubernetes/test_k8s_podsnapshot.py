@@ -250,12 +250,9 @@ def test_waiting_for_capacity_is_recorded_after_resume(
     cluster.scenario.capacity = "unavailable"
     rc, out = cli(cluster, "resume", "nb", capsys=capsys)
     assert rc == 0
-    rc, out = cli(cluster, "status", "nb", capsys=capsys)
     cluster.wait_for(
-        lambda: (
-            cluster.emu.list("Event", NAMESPACE)
-            and cluster.pod()
-            and cluster.pod()["status"]["conditions"]
+        lambda: any(
+            e["reason"] == "TriggeredScaleUp" for e in cluster.emu.list("Event", NAMESPACE)
         ),
         what="unschedulable",
     )

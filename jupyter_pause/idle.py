@@ -1,0 +1,194 @@
+"""What counts as idle, and what each workload class does about it.
+
+This is the one definition of idleness in jupyter-pause.  A notebook session
+is idle when, for the whole threshold of its workload class:
+
+1. its kernel is not busy (a busy kernel is never idle, however quiet it is);
+2. no cell was executed (user cells only: our own housekeeping requests are
+   silent and do not count);
+3. no comm/widget traffic that the user caused;
+4. when the class asks for it and NVML can tell, its GPU utilisation stayed
+   under the class's threshold.
+
+Status polling, by our frontend or by probes, never counts: those requests do
+not reach the kernel at all.  After a resume (including a snapshot restore,
+where the wall clock jumps) the idle clock starts from the resume.
+
+Pure functions and dataclasses: the server's watcher feeds in facts and acts
+on the verdicts.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+#: The classes every installation has; ``PauseApp.workload_classes`` adds or overrides.
+DEFAULT_CLASSES: dict[str, dict[str, Any]] = {
+    "gpu-interactive": {
+        "idle_threshold": 30 * 60,
+        "min_running_time": 10 * 60,
+        "warn_before": 5 * 60,
+        "gpu_utilization_counts": True,
+        "action": "pause",
+    },
+    "cpu-small": {
+        "idle_threshold": 60 * 60,
+        "min_running_time": 0,
+        "warn_before": 0,
+        "gpu_utilization_counts": False,
+        "action": "checkpoint",
+    },
+    "long-running": {
+        "idle_threshold": 2 * 3600,
+        "min_running_time": 0,
+        "warn_before": 10 * 60,
+        "gpu_utilization_counts": True,
+        "action": "pause",
+    },
+    "never": {"idle_threshold": None, "action": "none"},
+}
+
+ACTIONS = ("pause", "checkpoint", "none")
+
+
+@dataclass(frozen=True)
+class WorkloadClass:
+    """An idle policy.  Times are seconds; ``idle_threshold=None`` never acts."""
+
+    name: str
+    idle_threshold: float | None = 30 * 60
+    min_running_time: float = 0
+    warn_before: float = 0
+    gpu_utilization_counts: bool = False
+    gpu_utilization_threshold: float = 5.0  # percent
+    #: "pause" (checkpoint, then free the accelerator), "checkpoint" (save
+    #: state, keep running) or "none" (never act automatically)
+    action: str = "pause"
+
+    @classmethod
+    def from_config(cls, name: str, settings: dict[str, Any]) -> WorkloadClass:
+        known = {f.name for f in fields(cls)} - {"name"}
+        unknown = set(settings) - known
+        if unknown:
+            raise ValueError(
+                f"workload class {name!r}: unknown setting(s) {sorted(unknown)}; "
+                f"known: {sorted(known)}"
+            )
+        policy = cls(name=name, **settings)
+        if policy.action not in ACTIONS:
+            raise ValueError(f"workload class {name!r}: action must be one of {ACTIONS}")
+        return policy
+
+    @property
+    def acts(self) -> bool:
+        return self.idle_threshold is not None and self.action != "none"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def load_classes(overrides: dict[str, dict[str, Any]] | None = None) -> dict[str, WorkloadClass]:
+    merged = {name: dict(settings) for name, settings in DEFAULT_CLASSES.items()}
+    for name, settings in (overrides or {}).items():
+        merged[name] = {**merged.get(name, {}), **settings}
+    return {name: WorkloadClass.from_config(name, settings) for name, settings in merged.items()}
+
+
+METADATA_KEY = "jupyter_pause"
+ENV_CLASS = "JUPYTER_PAUSE_WORKLOAD_CLASS"
+
+
+def resolve_class(
+    *,
+    notebook_metadata: dict[str, Any] | None,
+    kernelspec_metadata: dict[str, Any] | None,
+    environ: dict[str, str] | None = None,
+    default: str,
+) -> tuple[str, str]:
+    """A session's class and where it came from, in this order: the notebook's
+    metadata, the kernelspec's metadata, the server's environment (on
+    Kubernetes set from a pod label), the default."""
+    environ = os.environ if environ is None else environ
+    for source, metadata in (("notebook", notebook_metadata), ("kernelspec", kernelspec_metadata)):
+        name = ((metadata or {}).get(METADATA_KEY) or {}).get("workload_class")
+        if name:
+            return name, source
+    if environ.get(ENV_CLASS):
+        return environ[ENV_CLASS], "environment"
+    return default, "default"
+
+
+@dataclass
+class ActivityFacts:
+    """What the server knows about one session at ``now`` (epoch seconds)."""
+
+    now: float
+    started: float  # when the kernel (or the resumed session) started
+    last_user_activity: float  # last cell end, cell start or user comm message
+    busy: bool  # a user cell runs now, or the kernel reports busy
+    gpu_utilization: float | None = None  # percent, None when unknown
+
+
+@dataclass
+class Verdict:
+    idle: bool
+    idle_seconds: float
+    reasons: list[str] = field(default_factory=list)
+    #: seconds until the policy acts; None when it never will
+    seconds_left: float | None = None
+    warn: bool = False
+    act: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def judge(facts: ActivityFacts, policy: WorkloadClass) -> Verdict:
+    """Decide whether a session is idle and whether the policy acts now."""
+    idle_seconds = max(0.0, facts.now - facts.last_user_activity)
+    running = max(0.0, facts.now - facts.started)
+    reasons: list[str] = []
+    if facts.busy:
+        return Verdict(False, 0.0, ["the kernel is busy running a cell"])
+    if (
+        policy.gpu_utilization_counts
+        and facts.gpu_utilization is not None
+        and facts.gpu_utilization >= policy.gpu_utilization_threshold
+    ):
+        return Verdict(
+            False,
+            0.0,
+            [f"GPU utilisation {facts.gpu_utilization:.0f}% ≥ {policy.gpu_utilization_threshold:.0f}%"],
+        )
+    reasons.append(f"no cell or widget activity for {idle_seconds:.0f} s")
+    if policy.gpu_utilization_counts and facts.gpu_utilization is None:
+        reasons.append("GPU utilisation unknown (no NVML), not counted")
+    if not policy.acts:
+        reasons.append(f"class {policy.name!r} never acts automatically")
+        return Verdict(True, idle_seconds, reasons)
+    due_idle = policy.idle_threshold - idle_seconds
+    due_running = policy.min_running_time - running
+    seconds_left = max(due_idle, due_running, 0.0)
+    if due_running > 0 and due_running >= due_idle:
+        reasons.append(f"running for {running:.0f} s, less than the class minimum {policy.min_running_time:.0f} s")
+    act = seconds_left <= 0
+    warn = policy.warn_before > 0 and not act and seconds_left <= policy.warn_before
+    return Verdict(True, idle_seconds, reasons, seconds_left=seconds_left, warn=warn, act=act)
+
+
+def probe_output(sessions: list[dict[str, Any]]) -> dict[str, Any]:
+    """The JSON a Kubeflow Workspace ``podExec`` activity probe expects.
+
+    A busy kernel is activity now (``has_activity: true``); otherwise the
+    most recent user activity (ISO 8601) is reported as ``last_activity``.
+    The server's own ``last_activity`` is not used: an open JupyterLab tab
+    polls ``/api/sessions`` and would keep every workspace awake.
+    """
+    if any(s.get("busy") for s in sessions):
+        return {"has_activity": True}
+    times = [s["last_activity"] for s in sessions if s.get("last_activity")]
+    if not times:
+        return {"has_activity": False}
+    return {"last_activity": max(times)}

@@ -1,0 +1,251 @@
+"""The idle watcher: applies each session's workload class, periodically.
+
+It reads facts from the manager's :class:`~.activity.ActivityMonitor` (user
+activity only), asks :func:`jupyter_pause.idle.judge` for a verdict, warns,
+and then acts through the manager's normal operations, so an auto-pause is a
+pause like any other: checkpoint first, and if that fails nothing is shut
+down.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from tornado.ioloop import PeriodicCallback
+
+from ..idle import ActivityFacts, Verdict, WorkloadClass, judge, resolve_class
+from ..ledger import EventType
+from ..lifecycle import OperationInProgress, State
+from .manager import PauseError, maybe_await
+
+
+def iso(ts: float | None) -> str | None:
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat() if ts else None
+
+
+def gpu_utilization(pid: int | None) -> float | None:
+    """Utilisation (%) of the GPUs the process uses, or None when NVML can't tell."""
+    if pid is None:
+        return None
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver, no GPU
+        return None
+    try:
+        used = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            pids = {p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)}
+            if pid in pids:
+                used.append(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+        return max(used) if used else None
+    except Exception:
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+class IdleWatcher:
+    def __init__(self, manager, classes: dict[str, WorkloadClass], default_class: str, interval: float, log):
+        if default_class not in classes:
+            raise ValueError(f"default workload class {default_class!r} is not one of {sorted(classes)}")
+        self.manager = manager
+        self.classes = classes
+        self.default_class = default_class
+        self.interval = interval
+        self.log = log
+        self._warned: set[str] = set()
+        self._auto_checkpointed: dict[str, float] = {}
+        self._resolved: dict[str, tuple[str, str]] = {}  # kernel id -> (class, source)
+        self._callback: PeriodicCallback | None = None
+        manager.idle = self
+
+    def start(self) -> None:
+        self._callback = PeriodicCallback(self.check, self.interval * 1000)
+        self._callback.start()
+
+    def stop(self) -> None:
+        if self._callback is not None:
+            self._callback.stop()
+
+    # ---------------------------------------------------------------- facts
+
+    async def workload_class(self, session) -> tuple[WorkloadClass, str]:
+        """The session's class, resolved once per kernel (notebook metadata,
+        kernelspec, environment, default)."""
+        key = session.kernel_id or session.path
+        if key not in self._resolved:
+            notebook_metadata = kernelspec_metadata = None
+            try:
+                model = await maybe_await(self.manager.contents_manager.get(session.path, content=True))
+                notebook_metadata = dict(model["content"].get("metadata", {}))
+            except Exception:
+                self.log.debug("jupyter-pause: no notebook metadata for %s", session.path)
+            if session.kernel_name:
+                try:
+                    spec_manager = self.manager.kernel_manager.kernel_spec_manager
+                    spec = await maybe_await(spec_manager.get_kernel_spec(session.kernel_name))
+                    kernelspec_metadata = spec.metadata
+                except Exception:
+                    self.log.debug("jupyter-pause: no kernelspec %s", session.kernel_name)
+            self._resolved[key] = resolve_class(
+                notebook_metadata=notebook_metadata,
+                kernelspec_metadata=kernelspec_metadata,
+                default=self.default_class,
+            )
+        name, source = self._resolved[key]
+        if name not in self.classes:
+            self.log.warning("jupyter-pause: unknown workload class %r for %s; using %r", name, session.path, self.default_class)
+            name, source = self.default_class, f"default (unknown class {name!r})"
+        session.workload_class = name
+        return self.classes[name], source
+
+    def verdict(self, session, policy: WorkloadClass, now: float | None = None) -> Verdict | None:
+        activity = self.manager.activity.for_path(session.path)
+        if activity is None or not session.kernel_id:
+            return None
+        now = time.time() if now is None else now
+        kernel_busy = self.manager.execution_state(session.kernel_id) == "busy"
+        pid = None
+        if policy.gpu_utilization_counts:
+            try:
+                pid = self.manager.kernel_manager.get_kernel(session.kernel_id).provisioner.pid
+            except Exception:
+                pid = None
+        facts = ActivityFacts(
+            now=now,
+            started=activity.started,
+            last_user_activity=activity.last_user_activity,
+            busy=activity.busy or kernel_busy,
+            gpu_utilization=gpu_utilization(pid) if policy.gpu_utilization_counts else None,
+        )
+        return judge(facts, policy)
+
+    # -------------------------------------------------------------- acting
+
+    async def check(self) -> None:
+        """One round: warn, then act on sessions whose time has come."""
+        await self.manager.sync()
+        for path, session in list(self.manager.store.sessions.items()):
+            if session.busy or session.state not in (State.RUNNING, State.READY) or not session.kernel_id:
+                self._warned.discard(path)
+                continue
+            policy, _ = await self.workload_class(session)
+            verdict = self.verdict(session, policy)
+            if verdict is None:
+                continue
+            if verdict.warn and path not in self._warned:
+                self._warned.add(path)
+                self.manager.ledger.record(
+                    EventType.AUTO_PAUSE_WARNED,
+                    path=path,
+                    kernel_id=session.kernel_id,
+                    workload_class=policy.name,
+                    seconds_left=verdict.seconds_left,
+                    action=policy.action,
+                )
+            elif not verdict.warn and not verdict.act:
+                self._warned.discard(path)
+            if verdict.act:
+                await self._act(session, policy)
+
+    async def _act(self, session, policy: WorkloadClass) -> None:
+        path = session.path
+        activity = self.manager.activity.for_path(path)
+        self._warned.discard(path)
+        try:
+            if policy.action == "pause":
+                self.log.info("jupyter-pause: auto-pausing idle notebook %s (class %s)", path, policy.name)
+                await self.manager.pause(path, auto=True)
+            elif policy.action == "checkpoint":
+                if self._auto_checkpointed.get(path) == activity.last_user_activity:
+                    return  # nothing happened since the last automatic checkpoint
+                self._auto_checkpointed[path] = activity.last_user_activity
+                await self.manager.checkpoint(path)
+        except (PauseError, OperationInProgress) as e:
+            self.log.info("jupyter-pause: auto-%s of %s skipped: %s", policy.action, path, e)
+            activity.reset_clock()  # try again one threshold later, not every round
+
+    def postpone(self, path: str) -> float:
+        """"Keep running": the idle clock starts again now."""
+        activity = self.manager.activity.for_path(path)
+        if activity is None:
+            raise PauseError(f"{path!r} has no running kernel", status=409)
+        activity.reset_clock()
+        self._warned.discard(path)
+        session = self.manager.store.get(path)
+        self.manager.ledger.record(
+            EventType.AUTO_PAUSE_POSTPONED,
+            path=path,
+            kernel_id=session.kernel_id or "",
+            workload_class=session.workload_class or "",
+            until=activity.last_user_activity,
+        )
+        return activity.last_user_activity
+
+    # ------------------------------------------------------------ reporting
+
+    async def auto_pause_status(self, session) -> dict[str, Any] | None:
+        """The ``auto_pause`` field of a session in ``GET status``."""
+        if session.state not in (State.RUNNING, State.READY) or not session.kernel_id:
+            return None
+        policy, _ = await self.workload_class(session)
+        verdict = self.verdict(session, policy)
+        if verdict is None or verdict.seconds_left is None or not verdict.idle:
+            return None
+        return {
+            "seconds_left": verdict.seconds_left,
+            "workload_class": policy.name,
+            "action": policy.action,
+            "warning": session.path in self._warned,
+        }
+
+    async def report(self) -> dict[str, Any]:
+        """``GET activity``: per session and server-wide, with the reasons."""
+        await self.manager.sync()
+        now = time.time()
+        sessions = []
+        for path, session in sorted(self.manager.store.sessions.items()):
+            if not session.kernel_id:
+                continue
+            policy, source = await self.workload_class(session)
+            verdict = self.verdict(session, policy, now)
+            activity = self.manager.activity.for_path(path)
+            if verdict is None or activity is None:
+                continue
+            sessions.append(
+                {
+                    "path": path,
+                    "kernel_id": session.kernel_id,
+                    "state": session.state.value,
+                    "workload_class": policy.name,
+                    "workload_class_source": source,
+                    "policy": policy.to_json(),
+                    "busy": not verdict.idle,
+                    "idle": verdict.idle,
+                    "idle_seconds": verdict.idle_seconds,
+                    "last_activity": iso(activity.last_user_activity),
+                    "reasons": verdict.reasons,
+                    "seconds_left": verdict.seconds_left,
+                    "warning": path in self._warned,
+                }
+            )
+        last = max((self.manager.activity.for_path(s["path"]).last_user_activity for s in sessions), default=None)
+        busy = any(s["busy"] for s in sessions)
+        server = {
+            "idle": not busy,
+            "idle_seconds": 0.0 if busy or last is None else now - last,
+            "last_activity": iso(last),
+            "reason": (
+                "a kernel is busy"
+                if busy
+                else ("no running kernels" if not sessions else "every kernel is idle")
+            ),
+        }
+        return {"server": server, "sessions": sessions}

@@ -1,0 +1,220 @@
+"""Auto-pause: idleness judged like a person would, per workload class."""
+
+import asyncio
+import json
+
+import pytest
+
+from jupyter_pause.cli import main as cli_main
+from jupyter_pause.idle import ActivityFacts, WorkloadClass, judge, load_classes, probe_output, resolve_class
+
+from .helpers import api, execute, session_status, start_session, wait_for_state
+
+THRESHOLD = 3
+
+
+@pytest.fixture
+def jp_server_config(jp_server_config):
+    return {
+        **jp_server_config,
+        "PauseApp": {
+            "backend": "local",
+            "idle_check_interval": 0.25,
+            "workload_classes": {
+                "gpu-interactive": {
+                    "idle_threshold": THRESHOLD,
+                    "min_running_time": 0,
+                    "warn_before": 2,
+                    "gpu_utilization_counts": False,
+                },
+                "cpu-small": {"idle_threshold": THRESHOLD, "warn_before": 0},
+            },
+        },
+    }
+
+
+def write_notebook(jp_root_dir, name, workload_class=None):
+    metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    if workload_class:
+        metadata["jupyter_pause"] = {"workload_class": workload_class}
+    nb = {"cells": [], "metadata": metadata, "nbformat": 4, "nbformat_minor": 5}
+    (jp_root_dir / name).write_text(json.dumps(nb))
+    return name
+
+
+async def open_notebook(jp_fetch, jp_serverapp, path):
+    model = await start_session(jp_fetch, path)
+    kernel_id = model["kernel"]["id"]
+    await wait_for_state(jp_serverapp, kernel_id, "idle")
+    await execute(jp_serverapp, kernel_id, "x = 1")
+    return kernel_id
+
+
+async def wait_state(jp_fetch, path, state, timeout=20):
+    for _ in range(int(timeout / 0.2)):
+        if (await session_status(jp_fetch, path))["state"] == state:
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{path} never became {state}")
+
+
+def ledger_events(jp_serverapp, path, type_):
+    ledger = jp_serverapp.web_app.settings["jupyter_pause_ledger"]
+    return [e for e in ledger.events(path=path) if e.type.value == type_]
+
+
+async def test_an_idle_notebook_is_warned_then_paused(jp_fetch, jp_serverapp, jp_root_dir):
+    path = write_notebook(jp_root_dir, "idle.ipynb")
+    kernel_id = await open_notebook(jp_fetch, jp_serverapp, path)
+
+    # polling the status (as every open JupyterLab does) does not keep it awake
+    for _ in range(int(THRESHOLD / 0.2) + 40):
+        session = await session_status(jp_fetch, path)
+        if session["state"] != "running":
+            break
+        await asyncio.sleep(0.2)
+    await wait_state(jp_fetch, path, "paused")
+
+    assert kernel_id not in jp_serverapp.kernel_manager
+    (requested,) = ledger_events(jp_serverapp, path, "pause-requested")
+    assert requested.data["auto"] is True
+    (warned,) = ledger_events(jp_serverapp, path, "auto-pause-warned")
+    assert warned.time < requested.time
+    assert warned.workload_class == "gpu-interactive"
+
+
+async def test_a_busy_kernel_printing_nothing_is_never_paused(jp_fetch, jp_serverapp, jp_root_dir):
+    path = write_notebook(jp_root_dir, "busy.ipynb")
+    kernel_id = await open_notebook(jp_fetch, jp_serverapp, path)
+    client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
+    client.start_channels()
+    try:
+        client.execute("import time; time.sleep(THRESHOLD * 3)".replace("THRESHOLD", str(THRESHOLD)))
+        await wait_for_state(jp_serverapp, kernel_id, "busy")
+        await asyncio.sleep(THRESHOLD * 2)
+        session = await session_status(jp_fetch, path)
+        assert session["state"] == "running"
+        code, activity = await api(jp_fetch, "activity")
+        (entry,) = [s for s in activity["sessions"] if s["path"] == path]
+        assert entry["idle"] is False and entry["busy"] is True
+        assert "busy" in entry["reasons"][0]
+        assert activity["server"]["idle"] is False
+    finally:
+        client.stop_channels()
+    assert not ledger_events(jp_serverapp, path, "pause-requested")
+
+
+async def test_keep_running_postpones_by_one_threshold(jp_fetch, jp_serverapp, jp_root_dir):
+    path = write_notebook(jp_root_dir, "keep.ipynb")
+    await open_notebook(jp_fetch, jp_serverapp, path)
+    for _ in range(100):
+        auto = (await session_status(jp_fetch, path)).get("auto_pause")
+        if auto and auto["warning"]:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("no auto-pause warning in the status")
+    assert auto["workload_class"] == "gpu-interactive" and auto["seconds_left"] <= 2
+
+    code, body = await api(jp_fetch, "sessions", "postpone", method="POST", body={"path": path})
+    assert code == 200, body
+    after = (await session_status(jp_fetch, path))["auto_pause"]
+    assert after["seconds_left"] > auto["seconds_left"] and not after["warning"]
+    assert ledger_events(jp_serverapp, path, "auto-pause-postponed")
+    await wait_state(jp_fetch, path, "paused")  # one threshold later, it does pause
+
+
+async def test_a_class_that_forbids_auto_pause_is_honoured(jp_fetch, jp_serverapp, jp_root_dir):
+    path = write_notebook(jp_root_dir, "never.ipynb", workload_class="never")
+    await open_notebook(jp_fetch, jp_serverapp, path)
+    await asyncio.sleep(THRESHOLD * 2)
+    assert (await session_status(jp_fetch, path))["state"] == "running"
+    code, activity = await api(jp_fetch, "activity")
+    (entry,) = activity["sessions"]
+    assert entry["workload_class"] == "never" and entry["workload_class_source"] == "notebook"
+    assert entry["idle"] is True and entry["idle_seconds"] >= THRESHOLD
+    assert any("never acts" in r for r in entry["reasons"])
+    assert not ledger_events(jp_serverapp, path, "pause-requested")
+
+
+async def test_a_checkpoint_only_class_checkpoints_and_keeps_running(jp_fetch, jp_serverapp, jp_root_dir):
+    path = write_notebook(jp_root_dir, "small.ipynb", workload_class="cpu-small")
+    kernel_id = await open_notebook(jp_fetch, jp_serverapp, path)
+    for _ in range(100):
+        if ledger_events(jp_serverapp, path, "checkpoint-finished"):
+            break
+        await asyncio.sleep(0.2)
+    else:
+        raise AssertionError("no automatic checkpoint")
+    await asyncio.sleep(THRESHOLD + 1)
+    session = await session_status(jp_fetch, path)
+    assert session["state"] == "running" and session["kernel_id"] == kernel_id
+    # nothing happened since: no second checkpoint of the same state
+    assert len(ledger_events(jp_serverapp, path, "checkpoint-finished")) == 1
+
+
+async def test_the_activity_probe_command_prints_kubeflow_json(jp_fetch, jp_serverapp, jp_root_dir, tmp_path, capsys, monkeypatch):
+    path = write_notebook(jp_root_dir, "probe.ipynb", workload_class="never")
+    await open_notebook(jp_fetch, jp_serverapp, path)
+    out = tmp_path / "probe.json"
+    monkeypatch.setenv("OUTPUT_JSON_PATH", str(out))
+    argv = ["activity", "--json", "--url", jp_serverapp.connection_url, "--token", jp_serverapp.identity_provider.token]
+    assert await asyncio.to_thread(cli_main, argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert set(printed) == {"last_activity"}
+    assert json.loads(out.read_text()) == printed
+
+
+async def test_culling_before_auto_pause_is_warned_at_start(jp_configurable_serverapp, capfd):
+    jp_configurable_serverapp(
+        config={
+            "ServerApp": {"jpserver_extensions": {"jupyter_pause": True}},
+            "MappingKernelManager": {"cull_idle_timeout": 60},
+            "PauseApp": {"backend": "local"},
+        }
+    )
+    assert "cull_idle_timeout=60s kills idle kernels" in capfd.readouterr().err
+
+
+# ------------------------------------------------------------ pure policy
+
+
+def test_class_resolution_order():
+    nb = {"jupyter_pause": {"workload_class": "a"}}
+    spec = {"jupyter_pause": {"workload_class": "b"}}
+    env = {"JUPYTER_PAUSE_WORKLOAD_CLASS": "c"}
+    assert resolve_class(notebook_metadata=nb, kernelspec_metadata=spec, environ=env, default="d") == ("a", "notebook")
+    assert resolve_class(notebook_metadata={}, kernelspec_metadata=spec, environ=env, default="d") == ("b", "kernelspec")
+    assert resolve_class(notebook_metadata=None, kernelspec_metadata={}, environ=env, default="d") == ("c", "environment")
+    assert resolve_class(notebook_metadata=None, kernelspec_metadata=None, environ={}, default="d") == ("d", "default")
+
+
+def test_judge_verdicts():
+    policy = WorkloadClass("p", idle_threshold=100, min_running_time=500, warn_before=30)
+    busy = judge(ActivityFacts(now=1000, started=0, last_user_activity=0, busy=True), policy)
+    assert not busy.idle and not busy.act
+    young = judge(ActivityFacts(now=400, started=0, last_user_activity=0, busy=False), policy)
+    assert young.idle and not young.act and young.seconds_left == 100
+    assert any("minimum" in r for r in young.reasons)
+    warn = judge(ActivityFacts(now=1080, started=0, last_user_activity=1000, busy=False), policy)
+    assert warn.warn and not warn.act and warn.seconds_left == 20
+    act = judge(ActivityFacts(now=1100, started=0, last_user_activity=1000, busy=False), policy)
+    assert act.act
+    gpu = WorkloadClass("g", idle_threshold=10, gpu_utilization_counts=True)
+    hot = judge(ActivityFacts(now=100, started=0, last_user_activity=0, busy=False, gpu_utilization=80), gpu)
+    assert not hot.idle and "GPU" in hot.reasons[0]
+
+
+def test_unknown_settings_are_refused():
+    with pytest.raises(ValueError, match="unknown setting"):
+        load_classes({"x": {"idle_treshold": 5}})
+    with pytest.raises(ValueError, match="action"):
+        load_classes({"x": {"action": "kill"}})
+
+
+def test_probe_output_counts_busy_kernels_as_active():
+    assert probe_output([{"busy": True, "last_activity": "2026-01-01T00:00:00+00:00"}]) == {"has_activity": True}
+    assert probe_output(
+        [{"busy": False, "last_activity": "2026-01-01T00:00:00+00:00"}, {"busy": False, "last_activity": "2026-01-02T00:00:00+00:00"}]
+    ) == {"last_activity": "2026-01-02T00:00:00+00:00"}
+    assert probe_output([]) == {"has_activity": False}
