@@ -523,9 +523,7 @@ def restore(
         raise CheckpointNotFound(checkpoint_id, str(nbdir))
     device_of_name = tensors.parse_device_map(device)
 
-    print('DBG pre-lock', time.monotonic()-t0, flush=True)
     with store.locked(nbdir, shared=True):
-        print('DBG locked', time.monotonic()-t0, flush=True)
         ids = store.checkpoint_ids(nbdir)
         if checkpoint_id is None:
             if not ids:
@@ -558,10 +556,8 @@ def restore(
         data = store.verify_pickle(nbdir, m, trust=trust)
         total = sum(m.storages[i].nbytes for i in needed)
         bar = Progress("restore", total, enabled=progress)
-        print('DBG before read', time.monotonic()-t0, flush=True)
         buffers = tensors.read_storages(nbdir, m, needed, lambda s: device_of_name(s.device), bar)
 
-    print('DBG unlocked', time.monotonic()-t0, flush=True)
     # only now, with everything verified, run the pickles
     loader = _Loader(buffers)
     objs, failures = pickling.load_records(data, m.records, upto, loader, ns)
@@ -577,7 +573,6 @@ def restore(
         restored.append(n)
         if m.objects[n].tracked:
             _TRACKED[n] = ns[n]
-    print('DBG assigned', time.monotonic()-t0, flush=True)
     notes: list[str] = []
     reimported: list[str] = []
     if not names:

@@ -367,8 +367,10 @@ class PauseManager:
         }
         if nonce:
             session.pause_nonce = nonce
-        if result.get("skipped"):
-            names = ", ".join(f"{k} ({v})" for k, v in sorted(result["skipped"].items()))
+        # the user's own variables that could not be saved (IPython's internals are no news)
+        skipped = {k: v for k, v in (result.get("skipped") or {}).items() if not k.startswith("<")}
+        if skipped:
+            names = ", ".join(f"{k} ({v})" for k, v in sorted(skipped.items()))
             op.messages.append(f"Not saved: {names}")
         self._record(
             EventType.CHECKPOINT_FINISHED,
@@ -378,7 +380,7 @@ class PauseManager:
             bytes=result["bytes"],
             bytes_written=result["bytes_written"],
             seconds=result["seconds"],
-            skipped=sorted(result.get("skipped") or {}),
+            skipped=sorted(skipped),
         )
         return True
 
