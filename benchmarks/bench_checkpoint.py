@@ -276,29 +276,31 @@ dt = time.perf_counter() - t
 """,
 }
 
+# Loading replaces __main__'s variables (that is the point), so the load scripts time
+# themselves with names the saved namespace does not contain.
 MIXED_LOAD = {
     "jupyter_pause": """
 import jupyter_pause as jp
-t = time.perf_counter()
+t_load_start = time.perf_counter()
 jp.restore(dir=OUT, notebook="mixed", progress=False)
-dt = time.perf_counter() - t
+t_load = time.perf_counter() - t_load_start
 assert len(small) == 10_000 and array.shape == (25_000_000,)
 """,
     "dill": """
 import dill, warnings
 warnings.simplefilter("ignore")
-t = time.perf_counter()
+t_load_start = time.perf_counter()
 with open(OUT + "/session.dill", "rb") as f:
     dill.load_session(f)
-dt = time.perf_counter() - t
+t_load = time.perf_counter() - t_load_start
 assert len(small) == 10_000 and array.shape == (25_000_000,)
 """,
     "pickle": """
 import pickle
-t = time.perf_counter()
+t_load_start = time.perf_counter()
 with open(OUT + "/state.pkl", "rb") as f:
     d = pickle.load(f)
-dt = time.perf_counter() - t
+t_load = time.perf_counter() - t_load_start
 assert len(d["small"]) == 10_000
 """,
 }
@@ -328,7 +330,7 @@ def bench_mixed(args, work: Path, env) -> dict:
             save[m].append(res["dt"])
             sizes[m] = sum(p.stat().st_size for p in files_under(out))
             drop_cache(files_under(out), args.drop_caches)
-            res = run_child(head + MIXED_LOAD[m] + "\nprint(json.dumps({'dt': dt}))", env)
+            res = run_child(head + MIXED_LOAD[m] + "\nprint(json.dumps({'dt': t_load}))", env)
             load[m].append(res["dt"])
             shutil.rmtree(out, ignore_errors=True)
         print(

@@ -56,7 +56,8 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     State.PAUSED: frozenset({State.RESUMING, State.RUNNING}),
     State.RESUMING: frozenset({State.WAITING_FOR_CAPACITY, State.RESTORING, State.PAUSED}),
     State.WAITING_FOR_CAPACITY: frozenset({State.RESTORING, State.PAUSED}),
-    State.RESTORING: frozenset({State.READY}),
+    # PAUSED: a platform restore did not bring the kernel back (the checkpoint will)
+    State.RESTORING: frozenset({State.READY, State.PAUSED}),
     State.FAILED: frozenset({State.RESUMING, State.RUNNING, State.CHECKPOINTING, State.PAUSED}),
 }
 

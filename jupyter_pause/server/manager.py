@@ -285,31 +285,103 @@ class PauseManager:
                 )
             if not await self._checkpoint(session, op, pause=True):
                 return
-            self._move(session, State.PAUSING, op, "releasing the accelerator")
-            kernel_id = session.kernel_id
+            group = [session]
+            if self.backend.scope == "server":
+                # the accelerator belongs to the pod: every notebook goes with it
+                others = await self._checkpoint_others(session, op)
+                if others is None:
+                    return
+                group += others
+            for member in group:
+                self._move(member, State.PAUSING, op, "releasing the accelerator")
+            kernel_ids = {m.path: m.kernel_id for m in group}
             try:
-                facts = await self.backend.release([session], self._shutdown_kernel)
+                facts = dict(await self.backend.release(group, self._shutdown_kernel) or {})
             except Exception as e:
                 error = f"could not release the accelerator: {e}; the kernel keeps running"
-                self._move(session, State.RUNNING, op, error=error)
+                for member in group:
+                    alive = member.kernel_id and self.execution_state(member.kernel_id) is not None
+                    self._move(member, State.RUNNING if alive else State.FAILED, op, error=error)
                 self._fail(session, op, error)
                 return
-            released_at = (facts or {}).get("released_at", time.time())
-            self._record(
-                EventType.ACCELERATOR_RELEASED,
-                session,
-                op,
-                time_=released_at,
-                kernel_id=kernel_id,
-                **{k: v for k, v in (facts or {}).items() if k != "released_at"},
-            )
-            session.kernel_id = None
-            self._move(session, State.PAUSED, op)
-            self._record(EventType.PAUSED, session, op)
+            restored_from = facts.pop("restored_from", None)
+            released_at = facts.pop("released_at", None) or time.time()
+            for member in group:
+                self._record(
+                    EventType.ACCELERATOR_RELEASED,
+                    member,
+                    op,
+                    time_=released_at,
+                    kernel_id=kernel_ids[member.path],
+                    **facts,
+                )
+                if restored_from != "snapshot":
+                    member.kernel_id = None
+                self._move(member, State.PAUSED, op)
+                self._record(EventType.PAUSED, member, op)
+            if restored_from == "snapshot":
+                # This very process was snapshotted and has just been restored.
+                for member in group:
+                    await self._came_back_live(member, op)
             self._finish(session, op)
         except Exception as e:  # a bug or an unexpected platform failure: say so
             self.log.exception("jupyter-pause: pause of %s failed", path)
             self._unexpected(session, op, e)
+
+    async def _checkpoint_others(self, session: Session, op: Operation) -> list[Session] | None:
+        """Checkpoint every other live notebook (server-scope backends).
+
+        If one fails, nothing is released: the pod stays, every kernel keeps
+        running, and the error names the notebook.
+        """
+        others = [
+            s
+            for s in self.store.sessions.values()
+            if s is not session and s.kernel_id and s.state in (State.RUNNING, State.READY)
+        ]
+        for other in others:
+            if not await self._checkpoint(other, op, pause=True, report=False):
+                error = (
+                    f"the workspace was not paused: checkpoint of {other.path} failed "
+                    f"({other.error}); every kernel keeps running"
+                )
+                for done in [session, *others]:
+                    if done.state == State.CHECKPOINTING:
+                        self._move(done, State.RUNNING, op)
+                self._move(session, State.RUNNING, op, error=error)
+                self._fail(session, op, error)
+                return None
+        return others
+
+    async def _came_back_live(self, session: Session, op: Operation) -> None:
+        """After a platform snapshot restore: the kernels are the very processes
+        that were paused; prove it with their nonces and report ready."""
+        self._record(EventType.RESUME_REQUESTED, session, op, restored_from="snapshot")
+        self._move(session, State.RESUMING, op)
+        self._move(session, State.RESTORING, op, "checking the restored kernels")
+        nonce = None
+        if session.kernel_id:
+            try:
+                km = self.kernel_manager.get_kernel(session.kernel_id)
+                nonce = await call_in_kernel(km, "live_nonce", timeout=30)
+            except (KernelCallError, KeyError):
+                nonce = None
+        if nonce and nonce == session.pause_nonce:
+            session.live_state = LiveState.RESTORED
+            session.restored_from = "snapshot"
+            self._record(EventType.RESTORE_FINISHED, session, op, restored_from="snapshot")
+            activity = self.activity.watch(session.kernel_id, session.path)
+            activity.reset_clock()  # the wall clock jumped by the whole pause
+            self._first_cell_pending.add(session.path)
+            self._move(session, State.READY, op)
+            self._record(EventType.FIRST_CELL_RUNNABLE, session, op)
+        else:
+            # the snapshot did not bring this kernel back: the checkpoint will
+            error = "the snapshot did not bring the kernel back; resume from the checkpoint"
+            self._record(EventType.RESTORE_FAILED, session, op, error=error, restored_from="snapshot")
+            session.kernel_id = None
+            session.live_state = LiveState.UNKNOWN
+            self._move(session, State.PAUSED, op)
 
     async def _quiesce(self, session: Session, op: Operation) -> None:
         """Make sure no user cell runs: wait (after_cell) or interrupt (force)."""
@@ -338,8 +410,13 @@ class PauseManager:
                 raise PauseError(f"the kernel stayed busy for {timeout:.0f} s", status=409)
             await asyncio.sleep(0.1)
 
-    async def _checkpoint(self, session: Session, op: Operation, *, pause: bool) -> bool:
-        """Checkpoint the session's kernel; on failure the kernel keeps running."""
+    async def _checkpoint(
+        self, session: Session, op: Operation, *, pause: bool, report: bool = True
+    ) -> bool:
+        """Checkpoint the session's kernel; on failure the kernel keeps running.
+
+        ``report`` False leaves failing the operation to the caller.
+        """
         self._move(session, State.CHECKPOINTING, op, "checkpointing the kernel's state")
         self._record(EventType.CHECKPOINT_STARTED, session, op)
         nonce = uuid.uuid4().hex if pause else None
@@ -358,7 +435,8 @@ class PauseManager:
             error = f"checkpoint failed, so the notebook was not paused and its kernel keeps running: {e}"
             self._record(EventType.CHECKPOINT_FAILED, session, op, error=str(e))
             self._move(session, State.RUNNING, op, error=error)
-            self._fail(session, op, error)
+            if report:
+                self._fail(session, op, error)
             return False
         session.last_checkpoint = {
             "id": result["id"],

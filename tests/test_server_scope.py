@@ -1,0 +1,58 @@
+"""Backends whose accelerator belongs to the whole server (a pod).
+
+The Kubernetes backends are tested against the API emulator in
+tests/kubernetes; here a small in-process backend stands in for "the platform"
+so that the manager's side is tested with real kernels: every notebook is
+checkpointed before anything is released, and a live snapshot restore is
+recognised by the kernels' nonces.
+"""
+
+import pytest
+
+from jupyter_pause.backends.base import PauseBackend
+
+from .helpers import api, execute, session_status, start_session, wait_for_state, wait_operation
+
+
+class SnapshotLikeBackend(PauseBackend):
+    """Releases by "snapshotting": the processes stay, as after a restore."""
+
+    name = "snapshot-like"
+    scope = "server"
+    released: list = []
+
+    async def release(self, sessions, shutdown_kernel):
+        SnapshotLikeBackend.released.append(sorted(s.path for s in sessions))
+        return {"restored_from": "snapshot", "snapshot": "snap-1"}
+
+
+@pytest.fixture
+def jp_server_config(jp_server_config):
+    return {**jp_server_config, "PauseApp": {"backend_class": SnapshotLikeBackend, "auto_pause": False}}
+
+
+async def test_pausing_one_notebook_checkpoints_all_and_a_live_restore_is_recognised(
+    jp_fetch, jp_serverapp, jp_root_dir, notebook_path
+):
+    (jp_root_dir / "work" / "other.ipynb").write_text((jp_root_dir / notebook_path).read_text())
+    kernels = {}
+    for path, code in ((notebook_path, "a = 1"), ("work/other.ipynb", "b = 2")):
+        model = await start_session(jp_fetch, path)
+        kernels[path] = model["kernel"]["id"]
+        await wait_for_state(jp_serverapp, kernels[path], "idle")
+        await execute(jp_serverapp, kernels[path], code)
+
+    code, body = await api(jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path})
+    assert code == 202
+    op = await wait_operation(jp_fetch, body["operation"]["id"])
+    assert op["outcome"] == "succeeded", op
+
+    assert SnapshotLikeBackend.released[-1] == sorted(kernels)
+    for path, kernel_id in kernels.items():
+        session = await session_status(jp_fetch, path)
+        assert session["state"] == "ready"
+        assert session["restored_from"] == "snapshot"
+        assert session["live_state"] == "restored"  # the nonce planted at pause is still in memory
+        assert session["kernel_id"] == kernel_id
+        assert session["last_checkpoint"]["id"]  # the fallback exists for both
+    assert await execute(jp_serverapp, kernels["work/other.ipynb"], "b") == "2"
