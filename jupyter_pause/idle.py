@@ -160,7 +160,9 @@ def judge(facts: ActivityFacts, policy: WorkloadClass) -> Verdict:
         return Verdict(
             False,
             0.0,
-            [f"GPU utilisation {facts.gpu_utilization:.0f}% ≥ {policy.gpu_utilization_threshold:.0f}%"],
+            [
+                f"GPU utilisation {facts.gpu_utilization:.0f}% ≥ {policy.gpu_utilization_threshold:.0f}%"
+            ],
         )
     reasons.append(f"no cell or widget activity for {idle_seconds:.0f} s")
     if policy.gpu_utilization_counts and facts.gpu_utilization is None:
@@ -172,7 +174,9 @@ def judge(facts: ActivityFacts, policy: WorkloadClass) -> Verdict:
     due_running = policy.min_running_time - running
     seconds_left = max(due_idle, due_running, 0.0)
     if due_running > 0 and due_running >= due_idle:
-        reasons.append(f"running for {running:.0f} s, less than the class minimum {policy.min_running_time:.0f} s")
+        reasons.append(
+            f"running for {running:.0f} s, less than the class minimum {policy.min_running_time:.0f} s"
+        )
     act = seconds_left <= 0
     warn = policy.warn_before > 0 and not act and seconds_left <= policy.warn_before
     return Verdict(True, idle_seconds, reasons, seconds_left=seconds_left, warn=warn, act=act)

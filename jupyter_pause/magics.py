@@ -1,4 +1,4 @@
-"""IPython magics: ``%checkpoint`` and ``%restore`` (``%pause`` is added by the lead).
+"""IPython magics: ``%checkpoint``, ``%restore`` and ``%pause``.
 
 Loaded in every kernel (``%load_ext jupyter_pause`` or the kernel config), so this
 module imports nothing heavy: the engine, and through it torch/numpy, are
@@ -8,7 +8,12 @@ add a magic by adding a decorated method.
 
 from __future__ import annotations
 
+import json
+import os
 import sys
+import time
+import urllib.error
+import urllib.request
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
@@ -31,7 +36,7 @@ class PauseMagics(Magics):
     @argument(
         "--dir", default=None, help="checkpoint root (default: $JUPYTER_PAUSE_CHECKPOINT_DIR)"
     )
-    @argument("--notebook", default=None, help="notebook key (default: $JPY_SESSION_NAME)")
+    @argument("--notebook", default=None, help="notebook key (default: this notebook's path)")
     @argument("--keep", type=int, default=None, help="keep the last N checkpoints (default 3)")
     @argument("--trust", action="store_true", help="build on unsigned older checkpoints")
     @argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
@@ -114,6 +119,87 @@ class PauseMagics(Magics):
         for note in res.notes:
             print(f"  note: {note}")
         return None
+
+    @magic_arguments()
+    @argument("--force", action="store_true", help="interrupt a running cell instead of waiting")
+    @argument("--status", action="store_true", help="print this notebook's pause state and return")
+    @line_magic
+    def pause(self, line=""):
+        """Pause this notebook: once this cell returns, checkpoint, stop the kernel, free the GPU.
+
+        The server does the pause (the same one as the toolbar's Pause
+        button), so the kernel must have been started by a Jupyter server
+        with jupyter-pause enabled.
+        """
+        args = parse_argstring(self.pause, line)
+        try:
+            server = ServerLink.from_environment()
+            if args.status:
+                session = server.session()
+                if session is None:
+                    print(f"{server.notebook}: not known to the server yet (running)")
+                    return
+                since = time.strftime("%H:%M:%S", time.localtime(session["since"]))
+                error = f"; last error: {session['error']}" if session.get("error") else ""
+                print(f"{server.notebook}: {session['state']} since {since}{error}")
+                return
+            op = server.post(
+                "sessions/pause", {"path": server.notebook, "after_cell": True, "force": args.force}
+            )["operation"]
+        except ServerLinkError as e:
+            raise UsageError(str(e)) from None
+        print(
+            f"Pausing {server.notebook} once this cell finishes (operation {op['id']}): "
+            "its state is checkpointed first, then the kernel stops and frees its accelerator."
+        )
+
+
+class ServerLinkError(Exception):
+    pass
+
+
+class ServerLink:
+    """This kernel's way back to the Jupyter server that started it."""
+
+    def __init__(self, url: str, token: str, notebook: str):
+        self.url, self.token, self.notebook = url, token, notebook
+
+    @classmethod
+    def from_environment(cls) -> ServerLink:
+        url = os.environ.get("JUPYTER_PAUSE_SERVER_URL")
+        notebook = os.environ.get("JUPYTER_PAUSE_NOTEBOOK")
+        if not url or not notebook:
+            raise ServerLinkError(
+                "%pause needs a notebook kernel started by a Jupyter server with jupyter-pause "
+                "enabled; here, use %checkpoint to save the state"
+            )
+        return cls(url, os.environ.get("JUPYTER_PAUSE_SERVER_TOKEN", ""), notebook)
+
+    def _request(self, method: str, endpoint: str, body: dict | None = None) -> dict:
+        request = urllib.request.Request(
+            f"{self.url.rstrip('/')}/jupyter-pause/api/{endpoint}",
+            method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            try:
+                message = json.loads(e.read()).get("message", e.reason)
+            except ValueError:
+                message = e.reason
+            raise ServerLinkError(f"the server refused: {message}") from None
+        except OSError as e:
+            raise ServerLinkError(f"cannot reach the Jupyter server at {self.url}: {e}") from None
+
+    def post(self, endpoint: str, body: dict) -> dict:
+        return self._request("POST", endpoint, body)
+
+    def session(self) -> dict | None:
+        status = self._request("GET", "status?no_track_activity=1")
+        return next((s for s in status["sessions"] if s["path"] == self.notebook), None)
 
 
 def load_ipython_extension(ipython) -> None:

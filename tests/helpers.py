@@ -68,7 +68,9 @@ async def api(jp_fetch, *parts, method="GET", body=None, **kwargs):
     """Call jupyter-pause's API; returns (status code, JSON)."""
     if body is not None:
         kwargs["body"] = json.dumps(body)
-    response = await jp_fetch("jupyter-pause", "api", *parts, method=method, raise_error=False, **kwargs)
+    response = await jp_fetch(
+        "jupyter-pause", "api", *parts, method=method, raise_error=False, **kwargs
+    )
     return response.code, (json.loads(response.body) if response.body else None)
 
 

@@ -6,7 +6,14 @@ import json
 import pytest
 
 from jupyter_pause.cli import main as cli_main
-from jupyter_pause.idle import ActivityFacts, WorkloadClass, judge, load_classes, probe_output, resolve_class
+from jupyter_pause.idle import (
+    ActivityFacts,
+    WorkloadClass,
+    judge,
+    load_classes,
+    probe_output,
+    resolve_class,
+)
 
 from .helpers import api, execute, session_status, start_session, wait_for_state
 
@@ -89,7 +96,9 @@ async def test_a_busy_kernel_printing_nothing_is_never_paused(jp_fetch, jp_serve
     client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
     client.start_channels()
     try:
-        client.execute("import time; time.sleep(THRESHOLD * 3)".replace("THRESHOLD", str(THRESHOLD)))
+        client.execute(
+            "import time; time.sleep(THRESHOLD * 3)".replace("THRESHOLD", str(THRESHOLD))
+        )
         await wait_for_state(jp_serverapp, kernel_id, "busy")
         await asyncio.sleep(THRESHOLD * 2)
         session = await session_status(jp_fetch, path)
@@ -137,7 +146,9 @@ async def test_a_class_that_forbids_auto_pause_is_honoured(jp_fetch, jp_serverap
     assert not ledger_events(jp_serverapp, path, "pause-requested")
 
 
-async def test_a_checkpoint_only_class_checkpoints_and_keeps_running(jp_fetch, jp_serverapp, jp_root_dir):
+async def test_a_checkpoint_only_class_checkpoints_and_keeps_running(
+    jp_fetch, jp_serverapp, jp_root_dir
+):
     path = write_notebook(jp_root_dir, "small.ipynb", workload_class="cpu-small")
     kernel_id = await open_notebook(jp_fetch, jp_serverapp, path)
     for _ in range(100):
@@ -153,12 +164,21 @@ async def test_a_checkpoint_only_class_checkpoints_and_keeps_running(jp_fetch, j
     assert len(ledger_events(jp_serverapp, path, "checkpoint-finished")) == 1
 
 
-async def test_the_activity_probe_command_prints_kubeflow_json(jp_fetch, jp_serverapp, jp_root_dir, tmp_path, capsys, monkeypatch):
+async def test_the_activity_probe_command_prints_kubeflow_json(
+    jp_fetch, jp_serverapp, jp_root_dir, tmp_path, capsys, monkeypatch
+):
     path = write_notebook(jp_root_dir, "probe.ipynb", workload_class="never")
     await open_notebook(jp_fetch, jp_serverapp, path)
     out = tmp_path / "probe.json"
     monkeypatch.setenv("OUTPUT_JSON_PATH", str(out))
-    argv = ["activity", "--json", "--url", jp_serverapp.connection_url, "--token", jp_serverapp.identity_provider.token]
+    argv = [
+        "activity",
+        "--json",
+        "--url",
+        jp_serverapp.connection_url,
+        "--token",
+        jp_serverapp.identity_provider.token,
+    ]
     assert await asyncio.to_thread(cli_main, argv) == 0
     printed = json.loads(capsys.readouterr().out)
     assert set(printed) == {"last_activity"}
@@ -183,10 +203,18 @@ def test_class_resolution_order():
     nb = {"jupyter_pause": {"workload_class": "a"}}
     spec = {"jupyter_pause": {"workload_class": "b"}}
     env = {"JUPYTER_PAUSE_WORKLOAD_CLASS": "c"}
-    assert resolve_class(notebook_metadata=nb, kernelspec_metadata=spec, environ=env, default="d") == ("a", "notebook")
-    assert resolve_class(notebook_metadata={}, kernelspec_metadata=spec, environ=env, default="d") == ("b", "kernelspec")
-    assert resolve_class(notebook_metadata=None, kernelspec_metadata={}, environ=env, default="d") == ("c", "environment")
-    assert resolve_class(notebook_metadata=None, kernelspec_metadata=None, environ={}, default="d") == ("d", "default")
+    assert resolve_class(
+        notebook_metadata=nb, kernelspec_metadata=spec, environ=env, default="d"
+    ) == ("a", "notebook")
+    assert resolve_class(
+        notebook_metadata={}, kernelspec_metadata=spec, environ=env, default="d"
+    ) == ("b", "kernelspec")
+    assert resolve_class(
+        notebook_metadata=None, kernelspec_metadata={}, environ=env, default="d"
+    ) == ("c", "environment")
+    assert resolve_class(
+        notebook_metadata=None, kernelspec_metadata=None, environ={}, default="d"
+    ) == ("d", "default")
 
 
 def test_judge_verdicts():
@@ -201,7 +229,9 @@ def test_judge_verdicts():
     act = judge(ActivityFacts(now=1100, started=0, last_user_activity=1000, busy=False), policy)
     assert act.act
     gpu = WorkloadClass("g", idle_threshold=10, gpu_utilization_counts=True)
-    hot = judge(ActivityFacts(now=100, started=0, last_user_activity=0, busy=False, gpu_utilization=80), gpu)
+    hot = judge(
+        ActivityFacts(now=100, started=0, last_user_activity=0, busy=False, gpu_utilization=80), gpu
+    )
     assert not hot.idle and "GPU" in hot.reasons[0]
 
 
@@ -213,8 +243,13 @@ def test_unknown_settings_are_refused():
 
 
 def test_probe_output_counts_busy_kernels_as_active():
-    assert probe_output([{"busy": True, "last_activity": "2026-01-01T00:00:00+00:00"}]) == {"has_activity": True}
+    assert probe_output([{"busy": True, "last_activity": "2026-01-01T00:00:00+00:00"}]) == {
+        "has_activity": True
+    }
     assert probe_output(
-        [{"busy": False, "last_activity": "2026-01-01T00:00:00+00:00"}, {"busy": False, "last_activity": "2026-01-02T00:00:00+00:00"}]
+        [
+            {"busy": False, "last_activity": "2026-01-01T00:00:00+00:00"},
+            {"busy": False, "last_activity": "2026-01-02T00:00:00+00:00"},
+        ]
     ) == {"last_activity": "2026-01-02T00:00:00+00:00"}
     assert probe_output([]) == {"has_activity": False}

@@ -3,6 +3,8 @@
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from jupyter_pause.engine import store as checkpoint_store
 
 from .helpers import api, execute, session_status, start_session, wait_for_state, wait_operation
@@ -21,7 +23,9 @@ def event_types(jp_serverapp, path):
     return [e.type.value for e in ledger.events(path=path)]
 
 
-async def test_pause_then_resume_brings_the_same_objects_back(jp_fetch, jp_serverapp, notebook_path):
+async def test_pause_then_resume_brings_the_same_objects_back(
+    jp_fetch, jp_serverapp, notebook_path
+):
     kernel_id = await running_notebook(
         jp_fetch,
         jp_serverapp,
@@ -30,7 +34,9 @@ async def test_pause_then_resume_brings_the_same_objects_back(jp_fetch, jp_serve
         "notes = {'epoch': 7, 'loss': [0.5, 0.25]}",
     )
 
-    code, body = await api(jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path})
+    code, body = await api(
+        jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path}
+    )
     assert code == 202, body
     op = await wait_operation(jp_fetch, body["operation"]["id"])
     assert op["outcome"] == "succeeded", op
@@ -41,7 +47,9 @@ async def test_pause_then_resume_brings_the_same_objects_back(jp_fetch, jp_serve
     assert kernel_id not in jp_serverapp.kernel_manager  # the process is gone
     assert session["last_checkpoint"]["bytes"] > 0
 
-    code, body = await api(jp_fetch, "sessions", "resume", method="POST", body={"path": notebook_path})
+    code, body = await api(
+        jp_fetch, "sessions", "resume", method="POST", body={"path": notebook_path}
+    )
     assert code == 202, body
     op = await wait_operation(jp_fetch, body["operation"]["id"])
     assert op["outcome"] == "succeeded", op
@@ -52,7 +60,10 @@ async def test_pause_then_resume_brings_the_same_objects_back(jp_fetch, jp_serve
     assert session["live_state"] == "fresh"  # a new process with restored state
     new_kernel = session["kernel_id"]
     assert new_kernel and new_kernel != kernel_id
-    assert await execute(jp_serverapp, new_kernel, "float(weights.sum()), notes['loss'][1]") == "(66.0, 0.25)"
+    assert (
+        await execute(jp_serverapp, new_kernel, "float(weights.sum()), notes['loss'][1]")
+        == "(66.0, 0.25)"
+    )
 
     await asyncio.sleep(0.3)  # the first cell's idle status reaches the monitor
     session = await session_status(jp_fetch, notebook_path)
@@ -71,7 +82,11 @@ async def test_pause_then_resume_brings_the_same_objects_back(jp_fetch, jp_serve
         "first-cell-runnable",
     ):
         assert expected in types, (expected, types)
-    cells = [e for e in jp_serverapp.web_app.settings["jupyter_pause_ledger"].events(path=notebook_path) if e.type.value == "cell-executed"]
+    cells = [
+        e
+        for e in jp_serverapp.web_app.settings["jupyter_pause_ledger"].events(path=notebook_path)
+        if e.type.value == "cell-executed"
+    ]
     assert cells[-1].data["first_after_resume"] is True
     assert cells[-1].data["duration"] >= 0
 
@@ -83,7 +98,9 @@ async def test_a_failed_checkpoint_leaves_the_kernel_running(jp_fetch, jp_server
         notebook_path,
         "import threading, jupyter_pause as jp\nlock = jp.track(threading.Lock(), 'lock')\nkept = 5",
     )
-    code, body = await api(jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path})
+    code, body = await api(
+        jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path}
+    )
     assert code == 202
     op = await wait_operation(jp_fetch, body["operation"]["id"])
 
@@ -101,22 +118,32 @@ async def test_a_failed_checkpoint_leaves_the_kernel_running(jp_fetch, jp_server
 async def test_resume_from_a_corrupt_checkpoint_fails_and_offers_the_older_one(
     jp_fetch, jp_serverapp, notebook_path
 ):
-    await running_notebook(jp_fetch, jp_serverapp, notebook_path, "import numpy as np\nvalue = np.ones(1000)")
-    code, body = await api(jp_fetch, "sessions", "checkpoint", method="POST", body={"path": notebook_path})
+    await running_notebook(
+        jp_fetch, jp_serverapp, notebook_path, "import numpy as np\nvalue = np.ones(1000)"
+    )
+    code, body = await api(
+        jp_fetch, "sessions", "checkpoint", method="POST", body={"path": notebook_path}
+    )
     assert code == 202
     assert (await wait_operation(jp_fetch, body["operation"]["id"]))["outcome"] == "succeeded"
     older = (await session_status(jp_fetch, notebook_path))["last_checkpoint"]["id"]
     await asyncio.sleep(1.1)  # checkpoint ids have a resolution of one second
     kernel_id = (await session_status(jp_fetch, notebook_path))["kernel_id"]
     await execute(jp_serverapp, kernel_id, "value = value * 2")
-    code, body = await api(jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path})
+    code, body = await api(
+        jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path}
+    )
     assert (await wait_operation(jp_fetch, body["operation"]["id"]))["outcome"] == "succeeded"
     latest = (await session_status(jp_fetch, notebook_path))["last_checkpoint"]["id"]
     assert latest != older
 
     # flip one byte in every data file the latest checkpoint owns
     manager = jp_serverapp.web_app.settings["jupyter_pause_manager"]
-    info = next(c for c in checkpoint_store.list_checkpoints(manager.checkpoint_dir, notebook_path) if c.id == latest)
+    info = next(
+        c
+        for c in checkpoint_store.list_checkpoints(manager.checkpoint_dir, notebook_path)
+        if c.id == latest
+    )
     corrupted = 0
     for file in Path(info.path).rglob("*"):
         if file.is_file() and file.name != "manifest.json" and file.stat().st_size > 0:
@@ -126,7 +153,9 @@ async def test_resume_from_a_corrupt_checkpoint_fails_and_offers_the_older_one(
             corrupted += 1
     assert corrupted
 
-    code, body = await api(jp_fetch, "sessions", "resume", method="POST", body={"path": notebook_path})
+    code, body = await api(
+        jp_fetch, "sessions", "resume", method="POST", body={"path": notebook_path}
+    )
     assert code == 202, body
     op = await wait_operation(jp_fetch, body["operation"]["id"])
     assert op["outcome"] == "failed"
@@ -136,7 +165,11 @@ async def test_resume_from_a_corrupt_checkpoint_fails_and_offers_the_older_one(
     assert session["kernel_id"] is None
 
     code, body = await api(
-        jp_fetch, "sessions", "resume", method="POST", body={"path": notebook_path, "checkpoint_id": older}
+        jp_fetch,
+        "sessions",
+        "resume",
+        method="POST",
+        body={"path": notebook_path, "checkpoint_id": older},
     )
     op = await wait_operation(jp_fetch, body["operation"]["id"])
     assert op["outcome"] == "succeeded", op
@@ -154,11 +187,15 @@ async def test_single_flight_under_concurrent_requests(jp_fetch, jp_serverapp, n
     accepted = [body for code, body in answers if code == 202]
     refused = [body for code, body in answers if code == 409]
     assert len(accepted) == 1 and len(refused) == 19
-    assert all(accepted[0]["operation"]["id"] in r["message"] or r.get("operation") for r in refused)
+    assert all(
+        accepted[0]["operation"]["id"] in r["message"] or r.get("operation") for r in refused
+    )
     await wait_operation(jp_fetch, accepted[0]["operation"]["id"])
 
     async def resume():
-        return await api(jp_fetch, "sessions", "resume", method="POST", body={"path": notebook_path})
+        return await api(
+            jp_fetch, "sessions", "resume", method="POST", body={"path": notebook_path}
+        )
 
     answers = await asyncio.gather(*(resume() for _ in range(20)))
     accepted = [body for code, body in answers if code == 202]
@@ -177,11 +214,17 @@ async def test_a_busy_kernel_is_paused_only_with_force(jp_fetch, jp_serverapp, n
     try:
         client.execute("import time\nwhile True: time.sleep(0.1)")
         await wait_for_state(jp_serverapp, kernel_id, "busy")
-        code, body = await api(jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path})
+        code, body = await api(
+            jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path}
+        )
         assert code == 409 and "busy" in body["message"]
 
         code, body = await api(
-            jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path, "force": True}
+            jp_fetch,
+            "sessions",
+            "pause",
+            method="POST",
+            body={"path": notebook_path, "force": True},
         )
         assert code == 202
         op = await wait_operation(jp_fetch, body["operation"]["id"])
@@ -205,12 +248,20 @@ async def test_bad_requests_get_clear_errors(jp_fetch, notebook_path):
         assert code == status, (body, code, answer)
         assert words in answer["message"]
     response = await jp_fetch(
-        "jupyter-pause", "api", "sessions", "pause", method="POST", body="{not json", raise_error=False
+        "jupyter-pause",
+        "api",
+        "sessions",
+        "pause",
+        method="POST",
+        body="{not json",
+        raise_error=False,
     )
     assert response.code == 400
     code, answer = await api(jp_fetch, "operations", "abc123")
     assert code == 404
-    code, answer = await api(jp_fetch, "sessions", "resume", method="POST", body={"path": notebook_path})
+    code, answer = await api(
+        jp_fetch, "sessions", "resume", method="POST", body={"path": notebook_path}
+    )
     assert code == 409 and "only a paused notebook resumes" in answer["message"]
     code, answer = await api(jp_fetch, "checkpoints", params={"path": "../../etc"})
     assert code == 400
@@ -218,7 +269,9 @@ async def test_bad_requests_get_clear_errors(jp_fetch, notebook_path):
 
 async def test_checkpoints_can_be_listed_and_deleted(jp_fetch, jp_serverapp, notebook_path):
     await running_notebook(jp_fetch, jp_serverapp, notebook_path, "z = list(range(10))")
-    code, body = await api(jp_fetch, "sessions", "checkpoint", method="POST", body={"path": notebook_path})
+    code, body = await api(
+        jp_fetch, "sessions", "checkpoint", method="POST", body={"path": notebook_path}
+    )
     assert (await wait_operation(jp_fetch, body["operation"]["id"]))["outcome"] == "succeeded"
 
     code, listing = await api(jp_fetch, "checkpoints", params={"path": notebook_path})
@@ -226,9 +279,79 @@ async def test_checkpoints_can_be_listed_and_deleted(jp_fetch, jp_serverapp, not
     (checkpoint,) = listing["checkpoints"]
     assert "z" in checkpoint["objects"] and checkpoint["bytes"] > 0
 
-    code, _ = await api(jp_fetch, "checkpoints", checkpoint["id"], method="DELETE", params={"path": notebook_path})
+    code, _ = await api(
+        jp_fetch, "checkpoints", checkpoint["id"], method="DELETE", params={"path": notebook_path}
+    )
     assert code == 204
     code, listing = await api(jp_fetch, "checkpoints", params={"path": notebook_path})
     assert listing["checkpoints"] == []
-    code, answer = await api(jp_fetch, "checkpoints", "2020-01-01T00-00-00", method="DELETE", params={"path": notebook_path})
+    code, answer = await api(
+        jp_fetch,
+        "checkpoints",
+        "2020-01-01T00-00-00",
+        method="DELETE",
+        params={"path": notebook_path},
+    )
     assert code == 404
+
+
+async def test_the_report_counts_the_pause_and_renders_as_a_page(
+    jp_fetch, jp_serverapp, notebook_path
+):
+    await running_notebook(
+        jp_fetch, jp_serverapp, notebook_path, "import numpy as np\nm = np.ones(4096)"
+    )
+    code, body = await api(
+        jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path}
+    )
+    assert (await wait_operation(jp_fetch, body["operation"]["id"]))["outcome"] == "succeeded"
+
+    code, report = await api(jp_fetch, "report")
+    assert code == 200
+    assert report["totals"]["pauses"]["count"] == 1
+    assert report["storage"]["bytes_now"] > 4096 * 8  # the checkpoint's files on disk
+    (notebook,) = report["by_notebook"]
+    assert notebook["key"] == notebook_path
+
+    response = await jp_fetch("jupyter-pause", "api", "report.html")
+    assert response.headers["Content-Type"].startswith("text/html")
+    assert "script-src" not in response.headers["Content-Security-Policy"]
+    page = response.body.decode()
+    assert "<svg" in page and notebook_path in page
+    code, answer = await api(jp_fetch, "report", params={"since": "yesterday"})
+    assert code == 400
+
+
+async def test_the_pause_magic_pauses_its_own_notebook_after_the_cell(
+    jp_fetch, jp_serverapp, notebook_path
+):
+    kernel_id = await running_notebook(jp_fetch, jp_serverapp, notebook_path, "kept = 'yes'")
+    assert "running since" in await execute(jp_serverapp, kernel_id, "%pause --status")
+
+    output = await execute(jp_serverapp, kernel_id, "%pause\nprint('the cell finishes first')")
+    assert "once this cell finishes" in output and "the cell finishes first" in output
+    for _ in range(300):
+        session = await session_status(jp_fetch, notebook_path)
+        if session["state"] == "paused":
+            break
+        await asyncio.sleep(0.1)
+    assert session["state"] == "paused"
+    assert kernel_id not in jp_serverapp.kernel_manager
+
+    code, body = await api(
+        jp_fetch, "sessions", "resume", method="POST", body={"path": notebook_path}
+    )
+    await wait_operation(jp_fetch, body["operation"]["id"])
+    kernel_id = (await session_status(jp_fetch, notebook_path))["kernel_id"]
+    assert await execute(jp_serverapp, kernel_id, "kept") == "'yes'"
+
+
+def test_the_pause_magic_says_what_to_do_without_a_server(monkeypatch):
+    from IPython.core.error import UsageError
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.delenv("JUPYTER_PAUSE_SERVER_URL", raising=False)
+    shell = InteractiveShell.instance()
+    shell.extension_manager.load_extension("jupyter_pause")
+    with pytest.raises(UsageError, match="use %checkpoint"):
+        shell.run_line_magic("pause", "")

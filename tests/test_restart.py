@@ -11,7 +11,10 @@ def test_a_restarted_server_still_knows_the_paused_notebook_and_resumes_it(tmp_p
     nb = {"cells": [], "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
           "nbformat": 4, "nbformat_minor": 5}  # fmt: skip
     (root / "nb.ipynb").write_text(json.dumps(nb))
-    env = {"JUPYTER_DATA_DIR": str(tmp_path / "data"), "JUPYTER_CONFIG_DIR": str(tmp_path / "config")}
+    env = {
+        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+    }
 
     with LocalServer(root, tmp_path / "state", env=env) as server:
         client = server.start()

@@ -28,7 +28,10 @@ class SnapshotLikeBackend(PauseBackend):
 
 @pytest.fixture
 def jp_server_config(jp_server_config):
-    return {**jp_server_config, "PauseApp": {"backend_class": SnapshotLikeBackend, "auto_pause": False}}
+    return {
+        **jp_server_config,
+        "PauseApp": {"backend_class": SnapshotLikeBackend, "auto_pause": False},
+    }
 
 
 async def test_pausing_one_notebook_checkpoints_all_and_a_live_restore_is_recognised(
@@ -42,7 +45,9 @@ async def test_pausing_one_notebook_checkpoints_all_and_a_live_restore_is_recogn
         await wait_for_state(jp_serverapp, kernels[path], "idle")
         await execute(jp_serverapp, kernels[path], code)
 
-    code, body = await api(jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path})
+    code, body = await api(
+        jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path}
+    )
     assert code == 202
     op = await wait_operation(jp_fetch, body["operation"]["id"])
     assert op["outcome"] == "succeeded", op

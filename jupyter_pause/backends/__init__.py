@@ -7,6 +7,8 @@ whole pod away after every kernel has been checkpointed.
 
 from __future__ import annotations
 
+import importlib
+
 from .base import PauseBackend
 
 
@@ -22,10 +24,15 @@ def backend_class_for(name: str) -> type[PauseBackend]:
         except ImportError:  # the kubernetes extra is not installed
             return LocalBackend
         return detect_backend_class() or LocalBackend
-    from .kubernetes import BACKENDS
+    if name not in KUBERNETES_BACKENDS:
+        known = ", ".join(["auto", "local", *KUBERNETES_BACKENDS])
+        raise ValueError(f"unknown jupyter-pause backend {name!r}; choose one of {known}")
+    module, _, cls = KUBERNETES_BACKENDS[name].rpartition(".")
+    return getattr(importlib.import_module(module), cls)
 
-    try:
-        return BACKENDS[name]
-    except KeyError:
-        known = ", ".join(["auto", "local", *BACKENDS])
-        raise ValueError(f"unknown jupyter-pause backend {name!r}; choose one of {known}") from None
+
+#: name -> class; imported on demand (the kubernetes client is an extra)
+KUBERNETES_BACKENDS = {
+    "gke-pod-snapshot": "jupyter_pause.backends.kubernetes.podsnapshot.GkePodSnapshotBackend",
+    "kubeflow-workspace": "jupyter_pause.backends.kubernetes.workspace.KubeflowWorkspaceBackend",
+}

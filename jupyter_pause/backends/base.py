@@ -48,6 +48,11 @@ class PauseBackend(LoggingConfigurable):
     #: one notebook pauses them all, so every running kernel is checkpointed.
     scope = "notebook"
 
+    def __init__(self, ledger=None, **kwargs):
+        super().__init__(**kwargs)
+        #: the server's ledger, for events only the platform sees (snapshots, capacity)
+        self.ledger = ledger
+
     async def release(self, sessions: list[Session], shutdown_kernel: Callable) -> dict[str, Any]:
         """Free the accelerator of ``sessions`` after their checkpoints are durable.
 

@@ -61,7 +61,9 @@ def run(args) -> int:
     for s in report["sessions"]:
         verdict = "idle" if s["idle"] else "active"
         left = "" if s["seconds_left"] is None else f", acts in {s['seconds_left']:.0f} s"
-        print(f"  {s['path']}: {verdict} for {s['idle_seconds']:.0f} s [{s['workload_class']}{left}]")
+        print(
+            f"  {s['path']}: {verdict} for {s['idle_seconds']:.0f} s [{s['workload_class']}{left}]"
+        )
         for reason in s["reasons"]:
             print(f"      {reason}")
     return 0

@@ -46,10 +46,17 @@ def checkpoint_root(dir: str | os.PathLike | None = None) -> Path:
 
 
 def notebook_key(notebook: str | None = None) -> str:
-    """The notebook's key: explicit, else ``JPY_SESSION_NAME`` (set by Jupyter Server), else 'default'."""
+    """The notebook's key: explicit, else its server-relative path
+    (``JUPYTER_PAUSE_NOTEBOOK``, set by jupyter-pause's kernel manager, so the
+    magics and the server agree), else ``JPY_SESSION_NAME`` (set by Jupyter
+    Server; may be absolute), else 'default'."""
     if notebook:
         return str(notebook)
-    return os.environ.get("JPY_SESSION_NAME") or DEFAULT_NOTEBOOK
+    return (
+        os.environ.get("JUPYTER_PAUSE_NOTEBOOK")
+        or os.environ.get("JPY_SESSION_NAME")
+        or DEFAULT_NOTEBOOK
+    )
 
 
 def folder_name(key: str) -> str:

@@ -64,7 +64,9 @@ class PauseApp(ExtensionApp):
         6 * 3600, config=True, help="Seconds %pause waits for the running cell to finish."
     )
 
-    auto_pause = Bool(True, config=True, help="Apply the idle policies (warn, then pause or checkpoint).")
+    auto_pause = Bool(
+        True, config=True, help="Apply the idle policies (warn, then pause or checkpoint)."
+    )
     workload_classes = Dict(
         config=True,
         help="""Idle policies by workload class, merged over the built-in ones
@@ -133,6 +135,7 @@ class PauseApp(ExtensionApp):
         if self.idle_watcher is not None:
             self.idle_watcher.start()
         report = await self.backend_instance.startup()
+        await self.manager.came_back(report)
         self.log.info(
             "jupyter-pause %s: backend %s%s",
             __version__,
@@ -145,7 +148,9 @@ class PauseApp(ExtensionApp):
         kernel_manager = self.serverapp.kernel_manager
         cull = getattr(kernel_manager, "cull_idle_timeout", 0) or 0
         pausing = [
-            c.idle_threshold for c in self.idle_watcher.classes.values() if c.acts and c.action == "pause"
+            c.idle_threshold
+            for c in self.idle_watcher.classes.values()
+            if c.acts and c.action == "pause"
         ]
         if cull and pausing and cull <= max(pausing):
             self.log.warning(
@@ -163,7 +168,7 @@ class PauseApp(ExtensionApp):
             from ..backends import backend_class_for
 
             cls = backend_class_for(self.backend)
-        return cls(parent=self, log=self.log)
+        return cls(parent=self, log=self.log, ledger=self.ledger)
 
     def _prepare_kernels(self):
         """Start IPython kernels with the magics loaded and their notebook known."""

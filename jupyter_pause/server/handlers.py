@@ -13,8 +13,9 @@ import json
 from typing import Any
 
 import tornado.web
-from jupyter_server.base.handlers import APIHandler
+from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
+from tornado.httputil import responses
 
 from ..engine.errors import CheckpointError, CheckpointNotFound
 from ..lifecycle import OperationInProgress
@@ -24,21 +25,20 @@ NAMESPACE = "jupyter-pause/api"
 
 
 def translate_errors(method):
-    """Map domain exceptions to HTTP errors with a message the user can act on."""
+    """Map domain exceptions to HTTP answers with a message the user can act on."""
 
     @functools.wraps(method)
     async def wrapper(self, *args, **kwargs):
         try:
             return await method(self, *args, **kwargs)
         except PauseError as e:
-            raise tornado.web.HTTPError(e.status, str(e), reason=str(e)) from e
+            self.send_failure(e.status, str(e))
         except OperationInProgress as e:
-            self.set_status(409)
-            self.finish(json.dumps({"message": str(e), "operation": e.operation.to_json()}))
+            self.send_failure(409, str(e), operation=e.operation.to_json())
         except CheckpointNotFound as e:
-            raise tornado.web.HTTPError(404, str(e), reason=str(e)) from e
+            self.send_failure(404, str(e))
         except CheckpointError as e:
-            raise tornado.web.HTTPError(400, str(e), reason=str(e)) from e
+            self.send_failure(400, str(e))
 
     return wrapper
 
@@ -65,6 +65,10 @@ class PauseHandler(ExtensionHandlerMixin, APIHandler):
     def write_json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
         self.finish(json.dumps(data, default=str))
+
+    def send_failure(self, status: int, message: str, **extra: Any) -> None:
+        """A JSON error body, as Jupyter's APIHandler writes them."""
+        self.write_json({"message": message, "reason": responses.get(status), **extra}, status)
 
 
 class StatusHandler(PauseHandler):
@@ -189,6 +193,57 @@ class PostponeHandler(PauseHandler):
         self.write_json({"path": path, "idle_clock_started": watcher.postpone(path)})
 
 
+def build_report(handler: PauseHandler):
+    """The accounting report for the request's ``since``/``until`` (epoch seconds)."""
+    from ..accounting.report import build_report
+
+    try:
+        since = handler.get_query_argument("since", None)
+        until = handler.get_query_argument("until", None)
+        since = float(since) if since else None
+        until = float(until) if until else None
+    except ValueError as e:
+        raise PauseError(f"'since' and 'until' are seconds since the epoch: {e}") from e
+    return build_report(
+        handler.settings["jupyter_pause_ledger"],
+        since=since,
+        until=until,
+        storage=handler.manager.storage_by_notebook(),
+    )
+
+
+class ReportHandler(PauseHandler):
+    """GPU-time accounting over a period (JSON)."""
+
+    _track_activity = False
+
+    @tornado.web.authenticated
+    @translate_errors
+    async def get(self):
+        self.write_json(build_report(self).to_json())
+
+
+class ReportPageHandler(ExtensionHandlerMixin, JupyterHandler):
+    """The same report as a self-contained page with plots (no scripts)."""
+
+    manager = PauseHandler.manager
+
+    def send_failure(self, status: int, message: str, **extra: Any) -> None:
+        raise tornado.web.HTTPError(status, reason=message)
+
+    @tornado.web.authenticated
+    @translate_errors
+    async def get(self):
+        from ..accounting.html import render_html
+
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.set_header(
+            "Content-Security-Policy",
+            "default-src 'none'; style-src 'unsafe-inline'; img-src data:",
+        )
+        self.finish(render_html(build_report(self)))
+
+
 _OPERATION_ID = r"(?P<operation_id>[0-9a-f]{1,64})"
 _CHECKPOINT_ID = r"(?P<checkpoint_id>[A-Za-z0-9_.:-]{1,128})"
 
@@ -204,4 +259,6 @@ ROUTES = [
     (rf"{NAMESPACE}/sessions/postpone", PostponeHandler),
     (rf"{NAMESPACE}/events", EventsHandler),
     (rf"{NAMESPACE}/activity", ActivityHandler),
+    (rf"{NAMESPACE}/report", ReportHandler),
+    (rf"{NAMESPACE}/report\.html", ReportPageHandler),
 ]

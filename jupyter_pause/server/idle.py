@@ -52,9 +52,13 @@ def gpu_utilization(pid: int | None) -> float | None:
 
 
 class IdleWatcher:
-    def __init__(self, manager, classes: dict[str, WorkloadClass], default_class: str, interval: float, log):
+    def __init__(
+        self, manager, classes: dict[str, WorkloadClass], default_class: str, interval: float, log
+    ):
         if default_class not in classes:
-            raise ValueError(f"default workload class {default_class!r} is not one of {sorted(classes)}")
+            raise ValueError(
+                f"default workload class {default_class!r} is not one of {sorted(classes)}"
+            )
         self.manager = manager
         self.classes = classes
         self.default_class = default_class
@@ -83,7 +87,9 @@ class IdleWatcher:
         if key not in self._resolved:
             notebook_metadata = kernelspec_metadata = None
             try:
-                model = await maybe_await(self.manager.contents_manager.get(session.path, content=True))
+                model = await maybe_await(
+                    self.manager.contents_manager.get(session.path, content=True)
+                )
                 notebook_metadata = dict(model["content"].get("metadata", {}))
             except Exception:
                 self.log.debug("jupyter-pause: no notebook metadata for %s", session.path)
@@ -101,7 +107,12 @@ class IdleWatcher:
             )
         name, source = self._resolved[key]
         if name not in self.classes:
-            self.log.warning("jupyter-pause: unknown workload class %r for %s; using %r", name, session.path, self.default_class)
+            self.log.warning(
+                "jupyter-pause: unknown workload class %r for %s; using %r",
+                name,
+                session.path,
+                self.default_class,
+            )
             name, source = self.default_class, f"default (unknown class {name!r})"
         session.workload_class = name
         return self.classes[name], source
@@ -133,7 +144,11 @@ class IdleWatcher:
         """One round: warn, then act on sessions whose time has come."""
         await self.manager.sync()
         for path, session in list(self.manager.store.sessions.items()):
-            if session.busy or session.state not in (State.RUNNING, State.READY) or not session.kernel_id:
+            if (
+                session.busy
+                or session.state not in (State.RUNNING, State.READY)
+                or not session.kernel_id
+            ):
                 self._warned.discard(path)
                 continue
             policy, _ = await self.workload_class(session)
@@ -161,7 +176,9 @@ class IdleWatcher:
         self._warned.discard(path)
         try:
             if policy.action == "pause":
-                self.log.info("jupyter-pause: auto-pausing idle notebook %s (class %s)", path, policy.name)
+                self.log.info(
+                    "jupyter-pause: auto-pausing idle notebook %s (class %s)", path, policy.name
+                )
                 await self.manager.pause(path, auto=True)
             elif policy.action == "checkpoint":
                 if self._auto_checkpointed.get(path) == activity.last_user_activity:
@@ -173,7 +190,7 @@ class IdleWatcher:
             activity.reset_clock()  # try again one threshold later, not every round
 
     def postpone(self, path: str) -> float:
-        """"Keep running": the idle clock starts again now."""
+        """ "Keep running": the idle clock starts again now."""
         activity = self.manager.activity.for_path(path)
         if activity is None:
             raise PauseError(f"{path!r} has no running kernel", status=409)
@@ -236,7 +253,10 @@ class IdleWatcher:
                     "warning": path in self._warned,
                 }
             )
-        last = max((self.manager.activity.for_path(s["path"]).last_user_activity for s in sessions), default=None)
+        last = max(
+            (self.manager.activity.for_path(s["path"]).last_user_activity for s in sessions),
+            default=None,
+        )
         busy = any(s["busy"] for s in sessions)
         server = {
             "idle": not busy,

@@ -20,6 +20,7 @@ import time
 import uuid
 from typing import Any
 
+from ..engine import paths as checkpoint_paths
 from ..engine import store as checkpoint_store
 from ..ledger import EventType, Ledger
 from ..lifecycle import (
@@ -137,6 +138,22 @@ class PauseManager:
                 self.store.save()
         return live
 
+    async def came_back(self, report) -> None:
+        """The server has started: after a cold start on a platform, paused
+        notebooks wait for Resume from their checkpoints (the store kept them
+        paused), or resume by themselves when the backend is so configured."""
+        if not report.info.get("auto_resume"):
+            return
+        for path, session in list(self.store.sessions.items()):
+            if session.state == State.PAUSED:
+                self.log.info(
+                    "jupyter-pause: resuming %s from its checkpoint after a cold start", path
+                )
+                try:
+                    await self.resume(path)
+                except (PauseError, OperationInProgress) as e:
+                    self.log.warning("jupyter-pause: could not resume %s: %s", path, e)
+
     async def on_kernel_action(self, logger, schema_id: str, data: dict) -> None:
         """Jupyter Server's kernel_actions event: watch a new kernel from its start,
         so that no cell escapes the ledger.  Its session (the notebook path) is
@@ -190,8 +207,25 @@ class PauseManager:
         ]
         return sorted(listing, key=lambda c: c["id"], reverse=True)
 
+    def storage_by_notebook(self) -> dict[str, int]:
+        """Bytes each known notebook's checkpoints occupy on disk now (for reports).
+
+        Measured on disk: incremental checkpoints share files, so adding up
+        their sizes would count shared tensors twice.
+        """
+        usage = {}
+        for path in self.store.sessions:
+            folder = checkpoint_paths.notebook_dir(self.checkpoint_dir, path)
+            files = folder.rglob("*") if folder.is_dir() else ()
+            usage[path] = sum(f.stat().st_size for f in files if f.is_file())
+        return usage
+
     def delete_checkpoint(self, path: str, checkpoint_id: str) -> None:
+        if not checkpoint_paths.is_checkpoint_id(checkpoint_id):
+            raise PauseError(f"{checkpoint_id!r} is not a checkpoint id (like 2026-11-30T18-02-11)")
         listed = {c["id"]: c for c in self.list_checkpoints(path)}
+        if checkpoint_id not in listed:
+            raise PauseError(f"{path!r} has no checkpoint {checkpoint_id!r}", status=404)
         checkpoint_store.delete_checkpoint(
             dir=self.checkpoint_dir, notebook=path, checkpoint_id=checkpoint_id
         )
@@ -248,8 +282,14 @@ class PauseManager:
             raise PauseError(
                 f"{path!r} is {session.state.value}; only a paused notebook resumes", status=409
             )
-        if checkpoint_id is None and not self.list_checkpoints(path):
+        available = [c["id"] for c in self.list_checkpoints(path)]
+        if not available:
             raise PauseError(f"{path!r} has no checkpoint to resume from", status=409)
+        if checkpoint_id is not None and checkpoint_id not in available:
+            raise PauseError(
+                f"{path!r} has no checkpoint {checkpoint_id!r}; it has {', '.join(available)}",
+                status=404,
+            )
         op = self._begin(path, "resume", checkpoint_id=checkpoint_id)
         self._record(EventType.RESUME_REQUESTED, session, op)
         self._spawn(self._run_resume(session, op, checkpoint_id), op)
@@ -305,6 +345,7 @@ class PauseManager:
                 self._fail(session, op, error)
                 return
             restored_from = facts.pop("restored_from", None)
+            facts.pop("info", None)
             released_at = facts.pop("released_at", None) or time.time()
             for member in group:
                 self._record(
@@ -378,7 +419,9 @@ class PauseManager:
         else:
             # the snapshot did not bring this kernel back: the checkpoint will
             error = "the snapshot did not bring the kernel back; resume from the checkpoint"
-            self._record(EventType.RESTORE_FAILED, session, op, error=error, restored_from="snapshot")
+            self._record(
+                EventType.RESTORE_FAILED, session, op, error=error, restored_from="snapshot"
+            )
             session.kernel_id = None
             session.live_state = LiveState.UNKNOWN
             self._move(session, State.PAUSED, op)

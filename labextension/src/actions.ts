@@ -24,6 +24,9 @@ const RESUMABLE: PauseState[] = ['paused', 'failed'];
 export class PauseActions {
   constructor(private readonly _model: PauseStatusModel) {}
 
+  /** Operations started from this page: their outcome is reported by `_run`. */
+  readonly ownOperations = new Set<string>();
+
   session(path: string | null | undefined): ISessionStatus | null {
     return this._model.session(path);
   }
@@ -143,6 +146,7 @@ export class PauseActions {
       );
       return null;
     }
+    this.ownOperations.add(op.id);
     await this._model.refresh();
     const id = Notification.emit(`${verb} ${path}…`, 'in-progress', {
       autoClose: false
@@ -156,7 +160,7 @@ export class PauseActions {
           {},
           false
         );
-      } catch (error) {
+      } catch {
         // the server may be briefly unreachable (a snapshot restore); keep asking
         continue;
       }

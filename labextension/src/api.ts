@@ -42,6 +42,7 @@ export interface IAutoPause {
   /** Seconds until the idle policy pauses this notebook. */
   seconds_left: number;
   workload_class: string;
+  action: 'pause' | 'checkpoint';
   /** The user should be warned now (the policy's warning period began). */
   warning: boolean;
 }

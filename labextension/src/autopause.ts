@@ -1,5 +1,7 @@
 /**
- * Warn before an auto-pause, with a "Keep running" button.
+ * Warn before an auto-pause, with a "Keep running" button, and report what
+ * went wrong in operations this page did not start (an auto-pause whose
+ * checkpoint failed, a pause asked for with `%pause`).
  *
  * The server decides (idle policy); this only shows its decision, once per
  * warning period, and withdraws the notification when the danger passed.
@@ -19,6 +21,7 @@ export class AutoPauseWarnings {
   }
 
   private _update(): void {
+    this._reportErrors();
     const warned = new Set<string>();
     for (const session of this._model.status?.sessions ?? []) {
       const auto = session.auto_pause;
@@ -54,5 +57,20 @@ export class AutoPauseWarnings {
     }
   }
 
+  private _reportErrors(): void {
+    for (const session of this._model.status?.sessions ?? []) {
+      const error = session.error;
+      const previous = this._errors.get(session.path);
+      this._errors.set(session.path, error);
+      const own =
+        session.operation &&
+        this._actions.ownOperations.has(session.operation.id);
+      if (error && error !== previous && previous !== undefined && !own) {
+        Notification.error(`${session.path}: ${error}`, { autoClose: false });
+      }
+    }
+  }
+
+  private _errors = new Map<string, string | null>();
   private _shown = new Map<string, string>();
 }

@@ -19,6 +19,7 @@ import { PauseActions } from './actions';
 import { AutoPauseWarnings } from './autopause';
 import { pauseIcon, resumeIcon } from './icons';
 import { PauseStatusModel } from './model';
+import { createReportWidget } from './report';
 import { ResumeOffer } from './resume';
 import { PauseStatusItem } from './statusbar';
 
@@ -28,11 +29,12 @@ export const IPauseStatusModel = new Token<PauseStatusModel>(
   'The latest jupyter-pause status, polled from the server.'
 );
 
-export namespace CommandIDs {
-  export const pause = 'jupyter-pause:pause';
-  export const resume = 'jupyter-pause:resume';
-  export const checkpoint = 'jupyter-pause:checkpoint';
-}
+export const CommandIDs = {
+  pause: 'jupyter-pause:pause',
+  resume: 'jupyter-pause:resume',
+  checkpoint: 'jupyter-pause:checkpoint',
+  report: 'jupyter-pause:report'
+} as const;
 
 const modelPlugin: JupyterFrontEndPlugin<PauseStatusModel> = {
   id: 'jupyter-pause:model',
@@ -123,6 +125,16 @@ const actionsPlugin: JupyterFrontEndPlugin<void> = {
         if (panel) {
           await actions.checkpoint(panel);
         }
+      }
+    });
+    app.commands.addCommand(CommandIDs.report, {
+      label: 'GPU-Time Report',
+      caption:
+        'Accelerator hours allocated, used and released; pause and resume latencies',
+      execute: () => {
+        const widget = createReportWidget(app.serviceManager.serverSettings);
+        app.shell.add(widget, 'main');
+        app.shell.activateById(widget.id);
       }
     });
     const refreshCommands = () => {

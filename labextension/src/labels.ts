@@ -47,7 +47,7 @@ export function describeSession(
   if (session.state !== 'running' && session.state !== 'ready') {
     text += ` · ${formatElapsed(now - session.since)}`;
   }
-  if (session.auto_pause && session.state === 'running') {
+  if (session.auto_pause?.warning && session.state === 'running') {
     text += ` · auto-pause in ${formatElapsed(session.auto_pause.seconds_left)}`;
   }
   return text;

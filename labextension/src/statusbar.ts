@@ -5,7 +5,7 @@
 import { Widget } from '@lumino/widgets';
 
 import { PauseStatusModel } from './model';
-import { describeSession } from './labels';
+import { describeSession, formatElapsed } from './labels';
 
 export class PauseStatusItem extends Widget {
   constructor(
@@ -36,9 +36,13 @@ export class PauseStatusItem extends Widget {
     } else if (session) {
       text = describeSession(session);
       state = session.state;
+      const auto = session.auto_pause;
+      const policy = auto
+        ? ` (policy ${auto.workload_class}: ${auto.action} after ${formatElapsed(auto.seconds_left)} more idle)`
+        : '';
       this.node.title = session.error
         ? `${path}: ${session.error}`
-        : `${path}: ${session.state}`;
+        : `${path}: ${session.state}${policy}`;
     } else if (path) {
       text = 'Pause: no kernel';
       state = 'none';

@@ -86,7 +86,8 @@ class LabServer:
             return json.loads(text) if text else None
 
     def lab_url(self, path: str = "") -> str:
-        return f"{self.url}lab/tree/{path}?token={self.token}"
+        tree = f"/tree/{path}" if path else ""
+        return f"{self.url}lab{tree}?token={self.token}"
 
     def stop(self) -> None:
         self.process.terminate()

@@ -13,7 +13,7 @@ STATUS = "[data-jp-pause='status']"
 
 def wait_status(page, text, timeout=90_000):
     page.wait_for_function(
-        f"document.querySelector(\"{STATUS}\")?.textContent.startsWith({text!r})", timeout=timeout
+        f'document.querySelector("{STATUS}")?.textContent.startsWith({text!r})', timeout=timeout
     )
 
 

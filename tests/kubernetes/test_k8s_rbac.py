@@ -44,6 +44,7 @@ def tour(cluster, sessions, shutdown_kernel, capsys):
     assert cli(cluster, "list", capsys=capsys)[0] == 0
     assert cli(cluster, "resume", "nb", capsys=capsys)[0] == 0
     cluster.wait_for(lambda: cluster.pod_ready(), what="pod back")
+    assert cli(cluster, "status", "nb", capsys=capsys)[0] == 0  # a pod: its events too
     asyncio.run(pod_backend(cluster).startup())
     cluster.scenario.trigger_outcome = "fail"
     with pytest.raises(BackendError):

@@ -210,8 +210,7 @@ class KubeBackend(PauseBackend):
     ).tag(config=True)
 
     def __init__(self, ledger=None, client: KubeClient | None = None, **kwargs):
-        super().__init__(**kwargs)
-        self.ledger = ledger
+        super().__init__(ledger=ledger, **kwargs)
         self._client = client
 
     # -- plumbing ----------------------------------------------------------

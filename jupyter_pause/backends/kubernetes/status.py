@@ -20,6 +20,7 @@ from typing import Any
 from .client import KubeClient, NotFound
 from .common import (
     A_MESSAGE,
+    A_PAUSED_AT,
     A_RESTORED_FROM,
     A_RESUME_OP,
     A_STATE,
@@ -137,7 +138,9 @@ def derive(
         if pause_intent:
             if mine == "failed":
                 return done("failed", message)
-            return done("paused", message if mine == "paused" else "")
+            return done(
+                "paused", message if mine == "paused" else "", parse_time(ann.get(A_PAUSED_AT))
+            )
         quota = _latest(owner_events, ("FailedCreate",))
         if quota:
             return done(
