@@ -17,6 +17,13 @@ def wait_status(page, text, timeout=90_000):
     )
 
 
+def demo_session(lab):
+    sessions = lab.api("GET", "jupyter-pause/api/status")["sessions"]
+    matching = [s for s in sessions if s["path"] == DEMO.name]
+    assert len(matching) == 1, sessions
+    return matching[0]
+
+
 def run_cell(page, index, expect):
     """Run the code cell at ``index`` (as a user: select it, Shift+Enter) and wait for ``expect``."""
     cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
@@ -39,7 +46,7 @@ def test_pause_reload_resume_and_check(lab, page, tmp_path):
     wait_status(page, "Pause: Paused")
     assert page.locator("jp-button[data-command='jupyter-pause:resume']").is_visible()
     page.screenshot(path=str(tmp_path / "paused.png"))
-    (session,) = lab.api("GET", "jupyter-pause/api/status")["sessions"]
+    session = demo_session(lab)
     assert session["state"] == "paused" and session["last_checkpoint"]["bytes"] > 0
 
     page.reload()
@@ -56,5 +63,5 @@ def test_pause_reload_resume_and_check(lab, page, tmp_path):
     page.screenshot(path=str(tmp_path / "resumed.png"))
     assert "FAIL" not in output.replace("ALL PASS", "")
     assert "a fresh kernel with the checkpointed state" in output
-    (session,) = lab.api("GET", "jupyter-pause/api/status")["sessions"]
+    session = demo_session(lab)
     assert session["restored_from"] == "checkpoint" and session["state"] == "running"
