@@ -355,3 +355,22 @@ def test_the_pause_magic_says_what_to_do_without_a_server(monkeypatch):
     shell.extension_manager.load_extension("jupyter_pause")
     with pytest.raises(UsageError, match="use %checkpoint"):
         shell.run_line_magic("pause", "")
+
+
+async def test_ledger_events_are_emitted_on_the_jupyter_event_bus(jp_fetch, jp_serverapp, notebook_path):
+    from jupyter_pause.server.app import EVENT_SCHEMA_ID
+
+    received = []
+
+    async def listener(logger, schema_id, data):
+        received.append(data)
+
+    jp_serverapp.event_logger.add_listener(schema_id=EVENT_SCHEMA_ID, listener=listener)
+    await running_notebook(jp_fetch, jp_serverapp, notebook_path, "q = 1")
+    code, body = await api(jp_fetch, "sessions", "checkpoint", method="POST", body={"path": notebook_path})
+    await wait_operation(jp_fetch, body["operation"]["id"])
+    await asyncio.sleep(0.2)
+    types = [e["type"] for e in received if e["path"] == notebook_path]
+    assert "checkpoint-started" in types and "checkpoint-finished" in types
+    finished = next(e for e in received if e["type"] == "checkpoint-finished")
+    assert finished["data"]["bytes"] > 0 and finished["operation_id"] == body["operation"]["id"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import svg
-from .report import Report, fmt_bytes, fmt_time
+from .report import Report, fmt_bytes, fmt_time, scoped_groups
 from .svg import esc
 
 CSS = """
@@ -192,21 +192,15 @@ def _groups_table(data: dict[str, Any]) -> str:
         "<th>resume p50 s</th><th>resume p95 s</th></tr>"
     )
     rows = []
-    for scope, groups in (
-        ("total", [data["totals"]]),
-        ("notebook", data["by_notebook"]),
-        ("user", data["by_user"]),
-        ("class", data["by_class"]),
-    ):
-        for g in groups:
-            gh = g["gpu_hours"]
-            rows.append(
-                f"<tr><td>{scope}</td><td>{esc(g['key'])}</td><td>{gh['allocated']:.2f}</td>"
-                f"<td>{gh['active']:.2f}</td><td>{gh['idle_allocated']:.2f}</td>"
-                f"<td>{gh['released']:.2f}</td><td>{gh['always_on']:.2f}</td>"
-                f"<td>{g['pauses']['count']}</td><td>{g['pauses']['interruptions']}</td>"
-                f"<td>{_f(g['resume_latency_s']['median'])}</td><td>{_f(g['resume_latency_s']['p95'])}</td></tr>"
-            )
+    for scope, g in scoped_groups(data):
+        gh = g["gpu_hours"]
+        rows.append(
+            f"<tr><td>{scope}</td><td>{esc(g['key'])}</td><td>{gh['allocated']:.2f}</td>"
+            f"<td>{gh['active']:.2f}</td><td>{gh['idle_allocated']:.2f}</td>"
+            f"<td>{gh['released']:.2f}</td><td>{gh['always_on']:.2f}</td>"
+            f"<td>{g['pauses']['count']}</td><td>{g['pauses']['interruptions']}</td>"
+            f"<td>{_f(g['resume_latency_s']['median'])}</td><td>{_f(g['resume_latency_s']['p95'])}</td></tr>"
+        )
     return "<table class='groups'>" + head + "".join(rows) + "</table>"
 
 

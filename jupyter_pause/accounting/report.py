@@ -640,40 +640,34 @@ class Report:
     def group_rows(self) -> list[dict[str, Any]]:
         data = self.to_json()
         rows = []
-        for scope, groups in (
-            ("total", [data["totals"]]),
-            ("notebook", data["by_notebook"]),
-            ("user", data["by_user"]),
-            ("class", data["by_class"]),
-        ):
-            for g in groups:
-                gh = g["gpu_hours"]
-                rows.append(
-                    {
-                        "scope": scope,
-                        "key": g["key"],
-                        "sessions": g["sessions"],
-                        "allocated_h": round(gh["allocated"], 4),
-                        "active_h": round(gh["active"], 4),
-                        "idle_allocated_h": round(gh["idle_allocated"], 4),
-                        "released_h": round(gh["released"], 4),
-                        "always_on_h": round(gh["always_on"], 4),
-                        "pauses": g["pauses"]["count"],
-                        "auto_pauses": g["pauses"]["auto"],
-                        "interruptions": g["pauses"]["interruptions"],
-                        "resumes": g["pauses"]["resumes"],
-                        "pause_median_s": _r(g["pause_latency_s"]["median"]),
-                        "pause_p95_s": _r(g["pause_latency_s"]["p95"]),
-                        "resume_median_s": _r(g["resume_latency_s"]["median"]),
-                        "resume_p95_s": _r(g["resume_latency_s"]["p95"]),
-                        "capacity_wait_total_s": _r(g["capacity_wait_s"]["total"]),
-                        "restores_snapshot": g["restores"]["snapshot"],
-                        "restores_checkpoint": g["restores"]["checkpoint"],
-                        "restores_failed": g["restores"]["failed"],
-                        "checkpoint_max_bytes": g["checkpoint_bytes"]["max"] or 0,
-                        "storage_bytes_now": g["storage_bytes_now"],
-                    }
-                )
+        for scope, g in scoped_groups(data):
+            gh = g["gpu_hours"]
+            rows.append(
+                {
+                    "scope": scope,
+                    "key": g["key"],
+                    "sessions": g["sessions"],
+                    "allocated_h": round(gh["allocated"], 4),
+                    "active_h": round(gh["active"], 4),
+                    "idle_allocated_h": round(gh["idle_allocated"], 4),
+                    "released_h": round(gh["released"], 4),
+                    "always_on_h": round(gh["always_on"], 4),
+                    "pauses": g["pauses"]["count"],
+                    "auto_pauses": g["pauses"]["auto"],
+                    "interruptions": g["pauses"]["interruptions"],
+                    "resumes": g["pauses"]["resumes"],
+                    "pause_median_s": _r(g["pause_latency_s"]["median"]),
+                    "pause_p95_s": _r(g["pause_latency_s"]["p95"]),
+                    "resume_median_s": _r(g["resume_latency_s"]["median"]),
+                    "resume_p95_s": _r(g["resume_latency_s"]["p95"]),
+                    "capacity_wait_total_s": _r(g["capacity_wait_s"]["total"]),
+                    "restores_snapshot": g["restores"]["snapshot"],
+                    "restores_checkpoint": g["restores"]["checkpoint"],
+                    "restores_failed": g["restores"]["failed"],
+                    "checkpoint_max_bytes": g["checkpoint_bytes"]["max"] or 0,
+                    "storage_bytes_now": g["storage_bytes_now"],
+                }
+            )
         return rows
 
     def to_csv(self, table: str = "groups") -> str:
@@ -715,27 +709,21 @@ class Report:
             "interrupt.",
         ]
         rows = []
-        for scope, groups in (
-            ("total", [data["totals"]]),
-            ("notebook", data["by_notebook"]),
-            ("user", data["by_user"]),
-            ("class", data["by_class"]),
-        ):
-            for g in groups:
-                gh = g["gpu_hours"]
-                rows.append(
-                    [
-                        scope,
-                        g["key"],
-                        f"{gh['allocated']:.2f}",
-                        f"{gh['active']:.2f}",
-                        f"{gh['idle_allocated']:.2f}",
-                        f"{gh['released']:.2f}",
-                        f"{gh['always_on']:.2f}",
-                        str(g["pauses"]["count"]),
-                        str(g["pauses"]["interruptions"]),
-                    ]
-                )
+        for scope, g in scoped_groups(data):
+            gh = g["gpu_hours"]
+            rows.append(
+                [
+                    scope,
+                    g["key"],
+                    f"{gh['allocated']:.2f}",
+                    f"{gh['active']:.2f}",
+                    f"{gh['idle_allocated']:.2f}",
+                    f"{gh['released']:.2f}",
+                    f"{gh['always_on']:.2f}",
+                    str(g["pauses"]["count"]),
+                    str(g["pauses"]["interruptions"]),
+                ]
+            )
         lines += table(head, rows, right=range(2, 9))
         t = data["totals"]
         lines += ["", "Latency (seconds)"]
@@ -808,6 +796,14 @@ def table(head: list[str], rows: list[list[str]], right: Iterable[int] = ()) -> 
         ).rstrip()
 
     return [line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+
+
+def scoped_groups(data: dict[str, Any]):
+    """(scope, group) for the totals, then each notebook, user and class."""
+    yield "total", data["totals"]
+    for scope, key in (("notebook", "by_notebook"), ("user", "by_user"), ("class", "by_class")):
+        for group in data[key]:
+            yield scope, group
 
 
 def build_report(

@@ -93,7 +93,7 @@ class CheckpointResult:
     saved: list[str]
     skipped: dict[str, str]
     bytes_written: int
-    bytes_total: int
+    bytes_total: int  # tensor bytes referenced + the pickle
     seconds: float
     bytes_reused: int = 0
     files: list[str] = field(default_factory=list)  # blob files this checkpoint references
@@ -465,7 +465,7 @@ def _write_checkpoint(
         saved=list(entries),
         skipped=skipped,
         bytes_written=manifest.bytes_written,
-        bytes_total=total,
+        bytes_total=total + pickle_entry.bytes,  # what the checkpoint holds, as listings say
         seconds=seconds,
         bytes_reused=reused,
         files=sorted(files),
