@@ -357,7 +357,9 @@ def test_the_pause_magic_says_what_to_do_without_a_server(monkeypatch):
         shell.run_line_magic("pause", "")
 
 
-async def test_ledger_events_are_emitted_on_the_jupyter_event_bus(jp_fetch, jp_serverapp, notebook_path):
+async def test_ledger_events_are_emitted_on_the_jupyter_event_bus(
+    jp_fetch, jp_serverapp, notebook_path
+):
     from jupyter_pause.server.app import EVENT_SCHEMA_ID
 
     received = []
@@ -367,7 +369,9 @@ async def test_ledger_events_are_emitted_on_the_jupyter_event_bus(jp_fetch, jp_s
 
     jp_serverapp.event_logger.add_listener(schema_id=EVENT_SCHEMA_ID, listener=listener)
     await running_notebook(jp_fetch, jp_serverapp, notebook_path, "q = 1")
-    code, body = await api(jp_fetch, "sessions", "checkpoint", method="POST", body={"path": notebook_path})
+    code, body = await api(
+        jp_fetch, "sessions", "checkpoint", method="POST", body={"path": notebook_path}
+    )
     await wait_operation(jp_fetch, body["operation"]["id"])
     await asyncio.sleep(0.2)
     types = [e["type"] for e in received if e["path"] == notebook_path]
