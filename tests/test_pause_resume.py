@@ -378,3 +378,17 @@ async def test_ledger_events_are_emitted_on_the_jupyter_event_bus(
     assert "checkpoint-started" in types and "checkpoint-finished" in types
     finished = next(e for e in received if e["type"] == "checkpoint-finished")
     assert finished["data"]["bytes"] > 0 and finished["operation_id"] == body["operation"]["id"]
+
+
+async def test_a_kernel_shut_down_by_the_user_is_forgotten(jp_fetch, jp_serverapp, notebook_path):
+    kernel_id = await running_notebook(jp_fetch, jp_serverapp, notebook_path, "w = 1")
+    assert (await session_status(jp_fetch, notebook_path))["state"] == "running"
+    await jp_fetch("api", "kernels", kernel_id, method="DELETE")
+    _, status = await api(jp_fetch, "status")
+    assert [s for s in status["sessions"] if s["path"] == notebook_path] == []
+    stopped = [
+        e
+        for e in jp_serverapp.web_app.settings["jupyter_pause_ledger"].events(path=notebook_path)
+        if e.type.value == "kernel-stopped"
+    ]
+    assert stopped and stopped[-1].data["stopped_by"] == "user"

@@ -121,20 +121,19 @@ class PauseManager:
                 if session.state in (State.PAUSED, State.FAILED):
                     session.live_state = LiveState.FRESH
                 if session.state == State.FAILED:
-                    session.move(State.RUNNING)
+                    self._move(session, State.RUNNING, None)
                 self.store.save()
             if not session.busy:
                 self.activity.watch(kernel["id"], path)
-        for path, session in self.store.sessions.items():
+        for path, session in list(self.store.sessions.items()):
             if session.kernel_id and path not in live and not session.busy:
                 self.activity.unwatch(session.kernel_id)
+                self._record(EventType.KERNEL_STOPPED, session, None, stopped_by="user")
                 session.kernel_id = None
                 if session.state.has_kernel:
-                    # the kernel went away without a pause (shut down or culled)
-                    session.move(
-                        State.FAILED,
-                        error="the kernel stopped without a pause; its live state is gone",
-                    )
+                    # shut down outside a pause (by the user, or culled): nothing
+                    # left to track; its checkpoints stay for %restore
+                    del self.store.sessions[path]
                 self.store.save()
         return live
 
