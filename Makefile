@@ -34,8 +34,11 @@ $(VENV)/bin/jlpm:
 	$(BIN)/pip install --quiet "jupyter-builder>=1.2,<2"
 
 # --- the two README commands --------------------------------------------
+# containers and CI machines often run as root, which jupyter refuses by default
+ROOT_ARGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
 lab: $(STAMP)
-	$(BIN)/jupyter lab --notebook-dir=notebooks $(JUPYTER_ARGS)
+	$(BIN)/jupyter lab --notebook-dir=notebooks $(ROOT_ARGS) $(JUPYTER_ARGS)
 
 test: $(STAMP) browser lint check-wheel
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -8,6 +8,7 @@ on purpose: the checkpoint logic is the engine's, the lifecycle the server's.
 from __future__ import annotations
 
 import json
+import sys
 import traceback
 from typing import Any
 
@@ -39,6 +40,7 @@ def checkpoint(notebook: str, dir: str | None, nonce: str | None = None, keep: i
     if nonce:
         _live_nonce = nonce
     return {
+        **gpu_usage(),
         "id": result.id,
         "bytes": result.bytes_total,
         "bytes_written": result.bytes_written,
@@ -54,12 +56,27 @@ def restore(notebook: str, dir: str | None, checkpoint_id: str | None = None):
 
     result = engine_restore(checkpoint_id, notebook=notebook, dir=dir)
     return {
+        **gpu_usage(),
         "id": result.id,
         "restored": list(result.restored),
         "bytes": result.bytes_read,
         "seconds": result.seconds,
         "metadata": result.metadata,
     }
+
+
+def gpu_usage() -> dict[str, Any]:
+    """How many GPUs this process holds memory on, and which model (for accounting).
+
+    Only asks torch when the notebook imported it and initialised CUDA:
+    a CPU notebook holds no accelerator, whatever the machine has.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return {"gpus": 0}
+    used = [i for i in range(torch.cuda.device_count()) if torch.cuda.memory_reserved(i) > 0]
+    model = torch.cuda.get_device_name(used[0]) if used else None
+    return {"gpus": len(used), "gpu_model": model}
 
 
 def live_nonce() -> str | None:

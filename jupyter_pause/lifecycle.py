@@ -132,6 +132,7 @@ class Session:
     pause_nonce: str | None = None
     error: str | None = None
     workload_class: str | None = None
+    gpus: int | None = None  # accelerators the kernel held at its last checkpoint
 
     def move(self, to: State, *, error: str | None = None) -> State:
         """Move to ``to`` (or to FAILED with ``error``); returns the previous state."""

@@ -88,6 +88,9 @@ async def test_pause_then_resume_brings_the_same_objects_back(
         if e.type.value == "cell-executed"
     ]
     assert cells[-1].data["first_after_resume"] is True
+    ledger = jp_serverapp.web_app.settings["jupyter_pause_ledger"]
+    (released,) = ledger.events(path=notebook_path, types=["accelerator-released"])
+    assert released.data["gpus"] == 0  # a CPU notebook held no accelerator
     assert cells[-1].data["duration"] >= 0
 
 

@@ -353,6 +353,7 @@ class PauseManager:
                     op,
                     time_=released_at,
                     kernel_id=kernel_ids[member.path],
+                    gpus=member.gpus,
                     **facts,
                 )
                 if restored_from != "snapshot":
@@ -485,6 +486,7 @@ class PauseManager:
             "time": time.time(),
             "bytes": result["bytes"],
         }
+        session.gpus = result.get("gpus")
         if nonce:
             session.pause_nonce = nonce
         # the user's own variables that could not be saved (IPython's internals are no news)
@@ -501,6 +503,7 @@ class PauseManager:
             bytes_written=result["bytes_written"],
             seconds=result["seconds"],
             skipped=sorted(skipped),
+            gpus=result.get("gpus"),
         )
         return True
 
@@ -582,6 +585,7 @@ class PauseManager:
                 checkpoint_id=result["id"],
                 bytes=result["bytes"],
                 seconds=result["seconds"],
+                gpus=result.get("gpus"),
             )
             activity = self.activity.watch(kernel_id, path)
             activity.reset_clock()
