@@ -291,11 +291,15 @@ def free_port() -> int:
 
 @dataclass
 class LocalServer:
-    """``jupyter server`` with jupyter-pause in a subprocess, in its own directories."""
+    """``jupyter server`` with jupyter-pause in a subprocess, in its own directories.
+
+    ``app="jupyterlab"`` serves JupyterLab too (the browser tests use it).
+    """
 
     root_dir: Path
     state_dir: Path
     backend: str = "local"
+    app: str = "jupyter_server"
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     token: str = field(default_factory=lambda: secrets.token_hex(16))
@@ -322,7 +326,7 @@ class LocalServer:
         cmd = [
             sys.executable,
             "-m",
-            "jupyter_server",
+            self.app,
             "--no-browser",
             "--ServerApp.ip=127.0.0.1",
             f"--ServerApp.port={self.port}",

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from jupyter_pause.accounting.client import LocalServer
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -27,75 +23,38 @@ CHROMIUM_ARGS = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class Lab:
+    """JupyterLab with jupyter-pause in a subprocess, isolated in ``home``."""
 
-
-class LabServer:
-    def __init__(self, root: Path, home: Path, extra_args: list[str] = ()):
-        self.root = root
-        self.port = _free_port()
-        self.token = secrets.token_hex(16)
-        self.url = f"http://127.0.0.1:{self.port}/"
+    def __init__(self, home: Path, extra_args: list[str] = ()):
+        self.root = home / "root"
+        self.root.mkdir(exist_ok=True)
         env = {
-            **os.environ,
             "HOME": str(home),
             "JUPYTER_CONFIG_DIR": str(home / ".jupyter"),
             "JUPYTER_DATA_DIR": str(home / "data"),
-            "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
             "IPYTHONDIR": str(home / ".ipython"),
         }
-        self.log = open(home / "server.log", "w")  # noqa: SIM115 (closed in stop)
-        self.process = subprocess.Popen(
-            [
-                sys.executable, "-m", "jupyterlab", "--no-browser",
-                f"--port={self.port}", "--ip=127.0.0.1",
-                f"--IdentityProvider.token={self.token}",
-                f"--ServerApp.root_dir={root}",
-                "--ServerApp.allow_unauthenticated_access=False", "--allow-root",
-                "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-                *extra_args,
-            ],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        self._wait_ready()
-
-    def _wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"jupyter lab exited: {self.process.returncode}")
-            try:
-                self.api("GET", "api/status")
-                return
-            except OSError:
-                time.sleep(0.3)
-        raise RuntimeError("jupyter lab did not start")
+        args = [
+            "--ServerApp.allow_unauthenticated_access=False",
+            "--LabApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            *extra_args,
+        ]
+        self.server = LocalServer(
+            self.root, home / "state", app="jupyterlab", env=env, extra_args=args
+        )
+        self.client = self.server.start()
 
     def api(self, method: str, path: str, body: dict | None = None):
-        request = urllib.request.Request(
-            self.url + path,
-            method=method,
-            data=json.dumps(body).encode() if body is not None else None,
-            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            text = response.read()
-            return json.loads(text) if text else None
+        return self.client.request(method, path, body)
 
     def lab_url(self, path: str = "") -> str:
         tree = f"/tree/{path}" if path else ""
-        return f"{self.url}lab{tree}?token={self.token}"
+        return f"{self.server.url}lab{tree}?token={self.server.token}"
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-        self.log.close()
+        self.server.stop()
 
 
 # Playwright's sync API runs its own event loop on this thread; pytest-jupyter's
@@ -115,10 +74,8 @@ def jp_server_cleanup():
 def lab_factory(tmp_path):
     servers = []
 
-    def start(extra_args: list[str] = ()) -> LabServer:
-        root = tmp_path / "root"
-        root.mkdir(exist_ok=True)
-        server = LabServer(root, tmp_path, list(extra_args))
+    def start(extra_args: list[str] = ()) -> Lab:
+        server = Lab(tmp_path, list(extra_args))
         servers.append(server)
         return server
 
