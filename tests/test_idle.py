@@ -253,3 +253,22 @@ def test_probe_output_counts_busy_kernels_as_active():
         ]
     ) == {"last_activity": "2026-01-02T00:00:00+00:00"}
     assert probe_output([]) == {"has_activity": False}
+
+
+async def test_the_idle_clock_starts_from_the_resume(jp_fetch, jp_serverapp, jp_root_dir):
+    path = write_notebook(jp_root_dir, "again.ipynb")
+    await open_notebook(jp_fetch, jp_serverapp, path)
+    await wait_state(jp_fetch, path, "paused")  # auto-paused after THRESHOLD idle seconds
+    await asyncio.sleep(1)
+    code, body = await api(jp_fetch, "sessions", "resume", method="POST", body={"path": path})
+    assert code == 202
+    for _ in range(300):
+        code, op = await api(jp_fetch, "operations", body["operation"]["id"])
+        if op["outcome"] != "running":
+            break
+        await asyncio.sleep(0.1)
+    assert op["outcome"] == "succeeded", op
+    code, activity = await api(jp_fetch, "activity")
+    (entry,) = [s for s in activity["sessions"] if s["path"] == path]
+    # the last cell ran more than THRESHOLD + 1 s ago; the clock counts from the resume
+    assert entry["idle_seconds"] < THRESHOLD
