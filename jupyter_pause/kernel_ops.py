@@ -68,15 +68,18 @@ def restore(notebook: str, dir: str | None, checkpoint_id: str | None = None):
 def gpu_usage() -> dict[str, Any]:
     """How many GPUs this process holds memory on, and which model (for accounting).
 
-    Only asks torch when the notebook imported it and initialised CUDA:
-    a CPU notebook holds no accelerator, whatever the machine has.
+    Only asks torch when the notebook imported it and initialised CUDA.
+    Nothing is said when no GPU is in use: reports then count the session's
+    allocation as one accelerator (the slot it was given), as documented in
+    docs/accounting.md.
     """
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
-        return {"gpus": 0}
+        return {}
     used = [i for i in range(torch.cuda.device_count()) if torch.cuda.memory_reserved(i) > 0]
-    model = torch.cuda.get_device_name(used[0]) if used else None
-    return {"gpus": len(used), "gpu_model": model}
+    if not used:
+        return {}
+    return {"gpus": len(used), "gpu_model": torch.cuda.get_device_name(used[0])}
 
 
 def live_nonce() -> str | None:
