@@ -202,6 +202,7 @@ def bench_state_dict(args, work: Path, env) -> dict:
             t0 = time.perf_counter()
             import torch, jupyter_pause as jp
             from jupyter_pause.engine import api
+            import jupyter_core.paths  # loaded in every Jupyter kernel; the key's path needs it
             t1 = time.perf_counter()
             ns = {{}}
             jp.restore({first.id!r}, "model", namespace=ns, dir={str(ckdir)!r}, notebook="nb", progress=False)

@@ -38,7 +38,8 @@ import xxhash
 from .errors import CorruptCheckpoint, DeviceUnavailable
 from .manifest import FileEntry, StorageEntry
 
-CHUNK = 64 << 20  # bytes per write/read/copy step: bounds the extra memory
+CHUNK = 64 << 20  # bytes per device<->host staging step: bounds the extra memory
+CPU_CHUNK = 8 << 20  # bytes per write/hash step from host memory (cache-sized)
 SMALL_FILE = 1 << 20  # objects with less new data than this share one file
 FAST_PATH_MIN = 1 << 20  # below this, hashing is cheaper than being clever
 
@@ -328,14 +329,13 @@ def _iter_chunks(s: Storage, chunk: int = CHUNK):
     """Yield the storage's bytes as memoryviews of at most ``chunk`` bytes (one copy for GPU)."""
     if s.nbytes == 0:
         return
-    if s.kind == "numpy":
-        mv = memoryview(s.data)
-        for off in range(0, s.nbytes, chunk):
-            yield mv[off : off + chunk]
-    elif s.data.device.type == "cpu":
-        mv = memoryview(s.data.numpy())
-        for off in range(0, s.nbytes, chunk):
-            yield mv[off : off + chunk]
+    if s.kind == "numpy" or s.data.device.type == "cpu":
+        # host memory: no copy at all, and small slices, so that the hash that follows each
+        # write finds the bytes still in the CPU cache (no second trip to memory)
+        mv = memoryview(s.data if s.kind == "numpy" else s.data.numpy())
+        step = min(chunk, CPU_CHUNK)
+        for off in range(0, s.nbytes, step):
+            yield mv[off : off + step]
     else:
         for off in range(0, s.nbytes, chunk):
             yield memoryview(s.data[off : off + chunk].cpu().numpy())
@@ -555,151 +555,238 @@ def check_device(device: str, owner: str) -> None:
 def read_storages(nbdir, manifest, indices, device_of, progress=None) -> dict[int, Any]:
     """Read the given storages into freshly allocated buffers on their target devices,
     checking each against its xxh3 digest as it streams in. Raises CorruptCheckpoint naming
-    the object; returns {storage index: flat uint8 buffer}."""
+    the object; returns {storage index: flat uint8 buffer}.
+
+    CPU buffers are allocated once, with their final size, and filled by positioned reads
+    straight from the file (no intermediate copy), 8 MiB at a time, each chunk hashed while
+    it is still in the CPU cache. Fresh memory costs the kernel a zeroed page per 4 KiB
+    (~0.3 s/GiB on the dev VM: as much as the disk read itself); a helper thread maps the
+    pages just ahead of the reader (``_Prefaulter``), so on two or more cores that cost
+    leaves the critical path and a cold restore runs at about the speed of the disk."""
     from .store import read_safetensors_header
 
     by_file: dict[str, list[int]] = {}
     for i in indices:
         by_file.setdefault(manifest.storages[i].file, []).append(i)
-    out: dict[int, Any] = {}
-    # Fresh memory costs a page fault per 4 KiB, paid inside readinto() on the reading
-    # thread (~0.2 s/GiB on the dev VM, ~35% of a cold read). A helper thread allocates
-    # and pre-faults the next CPU buffers while this thread reads, so restore runs at
-    # disk speed; the memory used is the same.
+    # 1. every header first (small reads), checked against the manifest before any data
     plan = []
     for rel, idxs in sorted(by_file.items()):
-        plan.append((rel, idxs))
-    with _Prefaulter() as pre:
-        for rel, idxs in plan:
-            path = nbdir / rel
-            entry = manifest.files[rel]
-            try:
-                start, raw, header = read_safetensors_header(path)
-            except (OSError, ValueError) as e:
-                owner = manifest.storages[idxs[0]].owner
-                raise CorruptCheckpoint(owner, str(path), str(e)) from None
-            if xxhash.xxh3_128_hexdigest(raw) != entry.header_xxh3:
-                raise CorruptCheckpoint(
-                    manifest.storages[idxs[0]].owner, str(path), "header changed"
-                )
-            idxs.sort(key=lambda i: header[manifest.storages[i].key]["data_offsets"][0])
-            for i in idxs:
-                s = manifest.storages[i]
-                if s.kind == "numpy" or device_of(s) == "cpu":
-                    pre.submit(i, s.kind, s.nbytes)
+        path = nbdir / rel
+        entry = manifest.files[rel]
+        try:
+            start, raw, header = read_safetensors_header(path)
+        except (OSError, ValueError) as e:
+            owner = manifest.storages[idxs[0]].owner
+            raise CorruptCheckpoint(owner, str(path), str(e)) from None
+        if xxhash.xxh3_128_hexdigest(raw) != entry.header_xxh3:
+            raise CorruptCheckpoint(manifest.storages[idxs[0]].owner, str(path), "header changed")
+        items = []
+        for i in idxs:
+            s = manifest.storages[i]
+            b, e = header[s.key]["data_offsets"]
+            if e - b != s.nbytes:
+                raise CorruptCheckpoint(s.owner, str(path), f"tensor {s.key!r} has the wrong size")
+            items.append((start + b, i))
+        items.sort()
+        plan.append((path, items))
+    # 2. allocate the CPU buffers (address space only: nothing is touched yet) in read order
+    bufs: dict[int, Any] = {}
+    for _path, items in plan:
+        for _pos, i in items:
+            s = manifest.storages[i]
+            if s.kind == "numpy" or device_of(s) == "cpu":
+                bufs[i] = _empty(s.kind, s.nbytes)
+    out: dict[int, Any] = {}
+    # 3. read, the helper mapping pages ahead of us
+    with _Prefaulter([bufs[i] for _p, items in plan for _pos, i in items if i in bufs]) as pre:
+        for path, items in plan:
             with open(path, "rb", buffering=0) as f:
                 with contextlib.suppress(AttributeError, OSError):
                     os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
-                for i in idxs:
+                for pos, i in items:
                     s = manifest.storages[i]
-                    b, e = header[s.key]["data_offsets"]
-                    if e - b != s.nbytes:
-                        raise CorruptCheckpoint(
-                            s.owner, str(path), f"tensor {s.key!r} has the wrong size"
-                        )
-                    buf, got = _read_one(f, start + b, s, device_of(s), progress, pre.get(i))
+                    buf, got = _read_one(f, pos, s, device_of(s), progress, bufs.get(i), pre)
                     if got != s.xxh3:
                         raise CorruptCheckpoint(s.owner, str(path), f"tensor {s.key!r}")
                     out[i] = buf
     return out
 
 
-PREFAULT_AHEAD = 256 << 20  # bytes allocated ahead of the reader
+PREFAULT_AHEAD = 256 << 20  # bytes mapped ahead of the reader, at most
+PREFAULT_PIECE = 16 << 20  # bytes mapped per step of the helper
+READ_CHUNK = CPU_CHUNK  # CPU reads: small enough that the hash finds the chunk in cache
+_MADV_POPULATE_WRITE = 23  # Linux >= 5.14
+_madvise: Any = None  # libc.madvise via ctypes; False once known to be unavailable
+
+
+def _populate(ptr: int, nbytes: int) -> bool:
+    """Map (and zero) the pages of ``[ptr, ptr + nbytes)`` with one ``madvise`` call instead
+    of one page fault per 4 KiB. It never changes the memory's contents, so it may race
+    with a reader filling the same range. False where the kernel or platform cannot."""
+    global _madvise
+    if _madvise is None:
+        _madvise = False
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+                libc.madvise.restype = ctypes.c_int
+                _madvise = libc.madvise  # a ctypes call releases the GIL
+            except (OSError, AttributeError):
+                pass
+    if not _madvise:
+        return False
+    page = 4096
+    start = (ptr + page - 1) // page * page  # partial first/last pages fault on read
+    end = (ptr + nbytes) // page * page
+    if end > start and _madvise(start, end - start, _MADV_POPULATE_WRITE) != 0:
+        _madvise = False  # EINVAL: kernel older than 5.14; touch pages from now on
+        return False
+    return True
+
+
+def _empty(kind: str, nbytes: int):
+    if kind == "numpy":
+        import numpy as np
+
+        return np.empty(nbytes, dtype=np.uint8)
+    import torch
+
+    return torch.empty(nbytes, dtype=torch.uint8)
+
+
+def _addr_and_array(buf):
+    """(address, numpy uint8 view) of a flat CPU buffer (torch tensor or numpy array)."""
+    if isinstance(buf, memoryview):
+        import numpy as np
+
+        buf = np.frombuffer(buf, dtype=np.uint8)
+    if hasattr(buf, "data_ptr"):
+        return buf.data_ptr(), buf.numpy()
+    return (buf.ctypes.data if buf.size else 0), buf
 
 
 class _Prefaulter:
-    """Allocates + touches buffers on a helper thread, at most PREFAULT_AHEAD bytes ahead."""
+    """Maps the pages of the buffers the reader is about to fill, on a helper thread,
+    piece by piece, at most PREFAULT_AHEAD bytes ahead of it.
 
-    def __init__(self):
-        import concurrent.futures
+    With ``madvise(MADV_POPULATE_WRITE)`` the reader never waits: mapping does not touch
+    the contents, and pieces the reader already passed are skipped. Without it the helper
+    writes one byte per page, so the reader waits until a chunk is mapped before filling
+    it (never the other way round)."""
 
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jp-prefault")
-        self._queue: list[tuple[int, str, int]] = []
-        self._futures: dict[int, Any] = {}
-        self._ahead = 0
+    def __init__(self, bufs: list):
+        import threading
+
+        self._segs = [(*_addr_and_array(b), len(b)) for b in bufs]
+        self._total = sum(n for *_, n in self._segs)
+        self._reader = 0  # bytes (in read order) the reader has filled
+        self._mapped = 0  # bytes the helper has mapped
+        self._done = False  # helper finished (or gave up): never wait for it again
+        self._stop = False
+        self._cv = threading.Condition()
+        self._thread = None
+        self._touch = False
+        if self._total < PREFAULT_PIECE:
+            self._done = True
+            return
+        # decide the mode once, before the reader starts: mapping the first piece here
+        # tells whether madvise works (a switch to writing pages later could race the reader)
+        addr, _arr, n = next(seg for seg in self._segs if seg[2])
+        self._touch = not _populate(addr, min(n, PREFAULT_PIECE))
+        self._thread = threading.Thread(target=self._run, name="jp-prefault", daemon=True)
+        self._thread.start()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join()
         return False
 
-    def submit(self, i: int, kind: str, nbytes: int) -> None:
-        self._queue.append((i, kind, nbytes))
-        self._pump()
+    def _run(self) -> None:
+        try:
+            base = 0
+            for addr, arr, n in self._segs:
+                for off in range(0, n, PREFAULT_PIECE):
+                    m = min(PREFAULT_PIECE, n - off)
+                    with self._cv:
+                        while not self._stop and base + off >= self._reader + PREFAULT_AHEAD:
+                            self._cv.wait()
+                        if self._stop:
+                            return
+                        behind = base + off + m <= self._reader
+                    if self._touch:
+                        # the reader waits for us (before()), so this memory is still unused
+                        arr[off : off + m : 4096] = 0
+                    elif not behind and not _populate(addr + off, m):
+                        return  # e.g. ENOMEM: let the reader fault its own pages
+                    with self._cv:
+                        self._mapped = base + off + m
+                        self._cv.notify_all()
+                base += n
+        finally:
+            with self._cv:
+                self._done = True
+                self._cv.notify_all()
 
-    def _pump(self) -> None:
-        while self._queue and (self._ahead < PREFAULT_AHEAD or not self._futures):
-            i, kind, nbytes = self._queue.pop(0)
-            self._futures[i] = (self._pool.submit(_alloc, kind, nbytes), nbytes)
-            self._ahead += nbytes
+    def before(self, end: int) -> None:
+        """The reader is about to fill up to global byte ``end``."""
+        if self._done or not self._touch:
+            return
+        with self._cv:
+            while not self._done and self._mapped < end:
+                self._cv.wait()
 
-    def get(self, i: int):
-        item = self._futures.pop(i, None)
-        if item is None:
-            return None
-        fut, nbytes = item
-        self._ahead -= nbytes
-        buf = fut.result()
-        self._pump()
-        return buf
-
-
-def _alloc(kind: str, nbytes: int):
-    if kind == "numpy":
-        import numpy as np
-
-        buf = np.empty(nbytes, dtype=np.uint8)
-        arr = buf
-    else:
-        import torch
-
-        buf = torch.empty(nbytes, dtype=torch.uint8)
-        arr = buf.numpy()
-    if nbytes >= 1 << 16:
-        arr[::4096] = 0  # one write per page: the kernel maps it now (numpy drops the GIL)
-    return buf
-
-
-def _readinto_exact(f, pos: int, view) -> None:
-    f.seek(pos)
-    while len(view):
-        n = f.readinto(view)
-        if not n:
-            raise OSError("unexpected end of file")
-        view = view[n:]
+    def after(self, end: int) -> None:
+        """The reader has filled up to global byte ``end``."""
+        self._reader = end
+        if self._done:
+            return
+        with self._cv:
+            self._cv.notify_all()
 
 
-def _read_one(f, pos: int, s, device: str, progress, buf=None):
+class _NoPrefault:
+    _reader = 0
+
+    def before(self, end: int) -> None:
+        pass
+
+    def after(self, end: int) -> None:
+        self._reader = end
+
+
+def _read_one(f, pos: int, s, device: str, progress, buf=None, pre=None):
     h = xxhash.xxh3_128()
     n = s.nbytes
-    if s.kind == "numpy":
-        import numpy as np
-
+    if s.kind == "numpy" or device == "cpu":
         if buf is None:
-            buf = np.empty(n, dtype=np.uint8)
-        mv = memoryview(buf)
-        for off in range(0, n, CHUNK):
-            part = mv[off : off + CHUNK]
-            _readinto_exact(f, pos + off, part)
-            h.update(part)
+            buf = _empty(s.kind, n)
+        if pre is None:
+            pre = _NoPrefault()
+        mv = memoryview(buf if s.kind == "numpy" else buf.numpy())
+        fd = f.fileno()
+        base = pre._reader
+        for off in range(0, n, READ_CHUNK):
+            part = mv[off : off + READ_CHUNK]
+            pre.before(base + off + len(part))
+            _pread_exact(fd, pos + off, part)
+            h.update(part)  # still in cache: hashing costs no second trip to memory
+            pre.after(base + off + len(part))
             if progress is not None:
                 progress.update(len(part))
+        if n == 0:
+            pre.after(base)
         return buf, h.hexdigest()
     import torch
 
-    if device == "cpu":
-        if buf is None:
-            buf = torch.empty(n, dtype=torch.uint8)
-        mv = memoryview(buf.numpy())
-        for off in range(0, n, CHUNK):
-            part = mv[off : off + CHUNK]
-            _readinto_exact(f, pos + off, part)
-            h.update(part)
-            if progress is not None:
-                progress.update(len(part))
-        return buf, h.hexdigest()
     # Straight to the device: read chunks into two pinned staging buffers and copy them
     # up asynchronously, so disk reads and host-to-device copies overlap (T10).
     buf = torch.empty(n, dtype=torch.uint8, device=device)
@@ -725,6 +812,29 @@ def _read_one(f, pos: int, s, device: str, progress, buf=None):
     if pinned:
         torch.cuda.synchronize(device)
     return buf, h.hexdigest()
+
+
+def _pread_exact(fd: int, pos: int, view) -> None:
+    """Fill ``view`` from file offset ``pos`` (one positioned read per call, no seek)."""
+    while len(view):
+        n = os.preadv(fd, [view], pos) if _HAS_PREADV else _pread_into(fd, pos, view)
+        if not n:
+            raise OSError("unexpected end of file")
+        view = view[n:]
+        pos += n
+
+
+_HAS_PREADV = hasattr(os, "preadv")
+
+
+def _pread_into(fd: int, pos: int, view) -> int:
+    data = os.pread(fd, len(view), pos)
+    view[: len(data)] = data
+    return len(data)
+
+
+def _readinto_exact(f, pos: int, view) -> None:
+    _pread_exact(f.fileno(), pos, view)
 
 
 # ----------------------------------------------------------------- rebuilding

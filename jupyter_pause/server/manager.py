@@ -489,8 +489,13 @@ class PauseManager:
         session.gpus = result.get("gpus")
         if nonce:
             session.pause_nonce = nonce
-        # the user's own variables that could not be saved (IPython's internals are no news)
-        skipped = {k: v for k, v in (result.get("skipped") or {}).items() if not k.startswith("<")}
+        # the user's own variables that could not be saved (IPython's internals,
+        # and modules, which are re-imported on restore, are no news)
+        skipped = {
+            k: v
+            for k, v in (result.get("skipped") or {}).items()
+            if not k.startswith("<") and not v.startswith("module")
+        }
         if skipped:
             names = ", ".join(f"{k} ({v})" for k, v in sorted(skipped.items()))
             op.messages.append(f"Not saved: {names}")

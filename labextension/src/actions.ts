@@ -12,6 +12,7 @@ import { NotebookPanel } from '@jupyterlab/notebook';
 import {
   IOperation,
   ISessionStatus,
+  IStatus,
   PauseState,
   postAPI,
   requestAPI
@@ -80,7 +81,17 @@ export class PauseActions {
     if (panel.context.model.dirty) {
       await panel.context.save(); // outputs worth studying are on disk before the kernel goes
     }
-    return this._run('sessions/pause', { path, force }, 'Pausing', path);
+    const op = await this._run(
+      'sessions/pause',
+      { path, force },
+      'Pausing',
+      path
+    );
+    if (op?.outcome === 'succeeded') {
+      // the kernel is gone: let the notebook say "No Kernel" instead of a stale "Idle"
+      panel.sessionContext.session?.dispose();
+    }
+    return op;
   }
 
   async resume(
@@ -118,8 +129,15 @@ export class PauseActions {
 
   /** After a resume, attach the notebook to the kernel that holds its state. */
   private async _connect(panel: NotebookPanel): Promise<void> {
-    await this._model.refresh();
-    const kernelId = this.session(panel.context.path)?.kernel_id;
+    // ask the server directly: the polled model may not have caught up yet
+    const status = await requestAPI<IStatus>(
+      'status',
+      this._model.serverSettings,
+      {},
+      false
+    );
+    const path = panel.context.path;
+    const kernelId = status.sessions.find(s => s.path === path)?.kernel_id;
     const sessionContext = panel.sessionContext;
     if (kernelId && sessionContext.session?.kernel?.id !== kernelId) {
       await sessionContext.changeKernel({ id: kernelId });

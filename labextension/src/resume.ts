@@ -1,8 +1,10 @@
 /**
  * When a paused notebook is opened, say so and offer to resume it.
  *
- * Asked once per notebook and page load; the palette and toolbar keep the
- * Resume action available after "Open without resuming".
+ * Asked once per notebook and page load, and only when the notebook was
+ * already paused when this page first saw it (not right after the user
+ * paused it here); the toolbar and palette keep Resume available after
+ * "Open without resuming".
  */
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
@@ -29,11 +31,13 @@ export class ResumeOffer {
     }
     const path = panel.context.path;
     const session = this._model.session(path);
-    if (!session || session.state !== 'paused' || this._asked.has(path)) {
+    if (!session || this._seen.has(path)) {
       return;
     }
-    this._asked.add(path);
-    void this._offer(panel);
+    this._seen.add(path);
+    if (session.state === 'paused') {
+      void this._offer(panel);
+    }
   }
 
   private async _offer(panel: NotebookPanel): Promise<void> {
@@ -63,5 +67,5 @@ export class ResumeOffer {
     }
   }
 
-  private _asked = new Set<string>();
+  private _seen = new Set<string>();
 }

@@ -46,6 +46,8 @@ def test_pause_reload_resume_and_check(lab, page, tmp_path):
     wait_status(page, "Pause: Paused")
     assert page.locator("jp-button[data-command='jupyter-pause:resume']").is_visible()
     page.screenshot(path=str(tmp_path / "paused.png"))
+    # JupyterLab's own kernel indicator agrees: the kernel is gone
+    page.locator(".jp-Toolbar-kernelName", has_text="No Kernel").wait_for()
     session = demo_session(lab)
     assert session["state"] == "paused" and session["last_checkpoint"]["bytes"] > 0
 
@@ -59,9 +61,32 @@ def test_pause_reload_resume_and_check(lab, page, tmp_path):
         timeout=120_000,
     )
 
+    page.locator(".jp-Toolbar-kernelName", has_text="Python 3").wait_for()
     output = run_cell(page, 4, "ALL PASS")
     page.screenshot(path=str(tmp_path / "resumed.png"))
     assert "FAIL" not in output.replace("ALL PASS", "")
     assert "a fresh kernel with the checkpointed state" in output
     session = demo_session(lab)
     assert session["restored_from"] == "checkpoint" and session["state"] == "running"
+
+
+def test_pause_and_resume_in_the_same_tab(lab, page):
+    shutil.copy(DEMO, lab.root / DEMO.name)
+    page.goto(lab.lab_url(DEMO.name))
+    wait_status(page, "Pause: Running")
+    run_cell(page, 1, "parameters")
+    run_cell(page, 2, "fingerprint")
+
+    page.locator("jp-button[data-command='jupyter-pause:pause']").click()
+    wait_status(page, "Pause: Paused")
+    # no resume offer for a notebook the user has just paused here
+    assert page.locator(".jp-Dialog").count() == 0
+
+    page.locator("jp-button[data-command='jupyter-pause:resume']").click()
+    page.wait_for_function(
+        f"['Pause: Ready', 'Pause: Running'].includes(document.querySelector(\"{STATUS}\")?.textContent)",
+        timeout=120_000,
+    )
+    page.locator(".jp-Toolbar-kernelName", has_text="Python 3").wait_for()
+    output = run_cell(page, 4, "ALL PASS")
+    assert "a fresh kernel with the checkpointed state" in output

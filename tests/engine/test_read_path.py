@@ -1,0 +1,112 @@
+"""The restore read path: positioned reads in small chunks into buffers allocated once,
+pages mapped ahead by a helper thread (madvise, or writing one byte per page where the
+kernel cannot), hashes checked chunk by chunk. Every mode must give the same bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import jupyter_pause as jp
+from jupyter_pause.engine import errors, store, tensors
+
+
+@pytest.fixture
+def small_steps(monkeypatch):
+    """Chunks and pieces of a few KiB, so a small checkpoint exercises every boundary."""
+    monkeypatch.setattr(tensors, "READ_CHUNK", 12_288)
+    monkeypatch.setattr(tensors, "PREFAULT_PIECE", 8192)
+    monkeypatch.setattr(tensors, "PREFAULT_AHEAD", 20_480)
+    monkeypatch.setattr(tensors, "CPU_CHUNK", 10_000)
+
+
+def namespace():
+    g = torch.Generator().manual_seed(3)
+    model = torch.nn.Linear(300, 200)  # weight 240 kB, bias 800 B
+    return {
+        "model": model,
+        "big": torch.randint(0, 255, (123_457,), dtype=torch.uint8, generator=g),
+        "arr": np.random.default_rng(4).random(33_333),  # numpy, odd size
+        "empty": torch.empty(0),
+        "view": model.weight[10:20],
+    }
+
+
+def check(out, ns):
+    assert torch.equal(out["model"].weight, ns["model"].weight)
+    assert torch.equal(out["model"].bias, ns["model"].bias)
+    assert isinstance(out["model"].weight, torch.nn.Parameter)
+    assert torch.equal(out["big"], ns["big"])
+    assert np.array_equal(out["arr"], ns["arr"])
+    assert out["empty"].numel() == 0
+    w = out["model"].weight
+    assert out["view"].untyped_storage().data_ptr() == w.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("mode", ["madvise", "touch", "none"])
+def test_every_prefault_mode_restores_the_same_bytes(ck, small_steps, monkeypatch, mode):
+    ns = namespace()
+    jp.checkpoint(namespace=ns, **ck)
+    if mode == "touch":  # kernel without MADV_POPULATE_WRITE
+        monkeypatch.setattr(tensors, "_populate", lambda ptr, n: False)
+    elif mode == "none":  # too little to be worth a helper thread
+        monkeypatch.setattr(tensors, "PREFAULT_PIECE", 1 << 40)
+    out = {}
+    jp.restore(namespace=out, **ck)
+    check(out, ns)
+
+
+def test_helper_that_gives_up_half_way_is_harmless(ck, small_steps, monkeypatch):
+    ns = namespace()
+    jp.checkpoint(namespace=ns, **ck)
+    calls = {"n": 0}
+    real = tensors._populate
+
+    def flaky(ptr, n):  # works at first (so madvise mode is chosen), then fails (ENOMEM)
+        calls["n"] += 1
+        return calls["n"] < 4 and real(ptr, n)
+
+    monkeypatch.setattr(tensors, "_populate", flaky)
+    out = {}
+    jp.restore(namespace=out, **ck)
+    check(out, ns)
+
+
+def test_populate_keeps_contents():
+    t = torch.arange(3 << 20, dtype=torch.int32).view(torch.uint8)
+    before = t.clone()
+    tensors._populate(t.data_ptr(), t.numel())
+    assert torch.equal(t, before)
+
+
+def test_corruption_in_a_later_chunk_is_caught(ck, nbdir, small_steps):
+    ns = namespace()
+    res = jp.checkpoint(namespace=ns, **ck)
+    m = store.get_manifest(ck["dir"], ck["notebook"], res.id)
+    s = next(s for s in m.storages if s.owner == "big")
+    start, _raw, header = store.read_safetensors_header(nbdir / s.file)
+    b, _e = header[s.key]["data_offsets"]
+    with open(nbdir / s.file, "r+b") as f:  # flip one byte deep inside the tensor
+        f.seek(start + b + 100_000)
+        byte = f.read(1)
+        f.seek(start + b + 100_000)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    out = {}
+    with pytest.raises(errors.CorruptCheckpoint, match="big"):
+        jp.restore(namespace=out, **ck)
+    assert out == {}
+
+
+def test_small_write_chunks_keep_files_plain_safetensors(ck, nbdir, small_steps):
+    from safetensors.torch import load_file
+
+    ns = namespace()
+    res = jp.checkpoint(namespace=ns, **ck)
+    m = store.get_manifest(ck["dir"], ck["notebook"], res.id)
+    w = next(s for s in m.storages if s.owner == "model" and s.shape == [200, 300])
+    sd = load_file(nbdir / w.file)
+    assert torch.equal(sd[w.key], ns["model"].weight.detach())
+    big = next(s for s in m.storages if s.owner == "big")
+    assert torch.equal(load_file(nbdir / big.file)[big.key], ns["big"])
+    store.verify_checkpoint(ck["dir"], ck["notebook"], res.id)
