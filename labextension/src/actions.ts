@@ -8,8 +8,10 @@
  */
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { NotebookPanel } from '@jupyterlab/notebook';
+import { Widget } from '@lumino/widgets';
 
 import {
+  ICheckpointSummary,
   IOperation,
   ISessionStatus,
   IStatus,
@@ -17,6 +19,7 @@ import {
   postAPI,
   requestAPI
 } from './api';
+import { formatBytes } from './labels';
 import { PauseStatusModel } from './model';
 
 const PAUSABLE: PauseState[] = ['running', 'ready'];
@@ -99,6 +102,14 @@ export class PauseActions {
     checkpointId?: string
   ): Promise<IOperation | null> {
     const path = panel.context.path;
+    if (!checkpointId && this.session(path)?.state === 'failed') {
+      // the last resume failed (say, a corrupt checkpoint): let the user pick
+      const picked = await this._pickCheckpoint(path);
+      if (picked === null) {
+        return null;
+      }
+      checkpointId = picked;
+    }
     const body: Record<string, unknown> = { path };
     if (checkpointId) {
       body.checkpoint_id = checkpointId;
@@ -125,6 +136,36 @@ export class PauseActions {
         `Could not postpone the auto-pause: ${(error as Error).message}`
       );
     }
+  }
+
+  /** Ask which checkpoint to resume from, newest first; null when cancelled. */
+  private async _pickCheckpoint(path: string): Promise<string | null> {
+    const { checkpoints } = await requestAPI<{
+      checkpoints: ICheckpointSummary[];
+    }>(
+      `checkpoints?path=${encodeURIComponent(path)}`,
+      this._model.serverSettings,
+      {},
+      false
+    );
+    const select = document.createElement('select');
+    select.className = 'jp-PauseCheckpointPicker';
+    for (const c of checkpoints) {
+      const option = document.createElement('option');
+      option.value = c.id;
+      option.textContent = `${c.id} · ${formatBytes(c.bytes)} · ${(c.objects ?? []).length} objects`;
+      select.appendChild(option);
+    }
+    const body = document.createElement('div');
+    const text = document.createElement('p');
+    text.textContent = `The last resume failed: ${this.session(path)?.error ?? ''} Resume from:`;
+    body.append(text, select);
+    const answer = await showDialog({
+      title: 'Resume from which checkpoint?',
+      body: new Widget({ node: body }),
+      buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Resume' })]
+    });
+    return answer.button.accept ? select.value : null;
   }
 
   /** After a resume, attach the notebook to the kernel that holds its state. */

@@ -1,9 +1,13 @@
 """Pause and resume the demo notebook the way a user does, in a real browser."""
 
+import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
+
+from .conftest import write_notebook
 
 pytestmark = pytest.mark.browser
 
@@ -25,10 +29,14 @@ def demo_session(lab):
 
 
 def run_cell(page, index, expect):
-    """Run the code cell at ``index`` (as a user: select it, Shift+Enter) and wait for ``expect``."""
+    """Run the code cell at ``index`` (as a user: select it, Shift+Enter) and wait for
+    ``expect`` in its output (or, when None, for its execution count)."""
     cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
     cell.locator(".jp-InputArea-editor").click()
     page.keyboard.press("Shift+Enter")
+    if expect is None:
+        cell.locator(".jp-InputPrompt", has_text=re.compile(r"\[\d+\]")).wait_for(timeout=120_000)
+        return ""
     cell.locator(".jp-OutputArea-output", has_text=expect).first.wait_for(timeout=120_000)
     return cell.locator(".jp-OutputArea").inner_text()
 
@@ -90,3 +98,44 @@ def test_pause_and_resume_in_the_same_tab(lab, page):
     page.locator(".jp-Toolbar-kernelName", has_text="Python 3").wait_for()
     output = run_cell(page, 4, "ALL PASS")
     assert "a fresh kernel with the checkpointed state" in output
+
+
+def test_a_failed_resume_offers_the_older_checkpoints(lab, page):
+    from jupyter_pause.engine import store
+
+    write_notebook(lab.root, "two.ipynb", ["x = 'older'", "x = 'newer'", "print(x)"])
+    page.goto(lab.lab_url("two.ipynb"))
+    wait_status(page, "Pause: Running")
+    run_cell(page, 0, None)
+    op = lab.api("POST", "jupyter-pause/api/sessions/checkpoint", {"path": "two.ipynb"})[
+        "operation"
+    ]
+    assert lab.client.wait(op)["outcome"] == "succeeded"
+    time.sleep(1.1)  # checkpoint ids have a one-second resolution
+    run_cell(page, 1, None)
+    page.locator("jp-button[data-command='jupyter-pause:pause']").click()
+    wait_status(page, "Pause: Paused")
+
+    infos = sorted(
+        store.list_checkpoints(lab.server.checkpoint_dir, "two.ipynb"), key=lambda c: c.id
+    )
+    older, newer = infos[0].id, infos[-1].id
+    pickle_file = Path(infos[-1].path) / "objects.pkl"
+    data = bytearray(pickle_file.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    pickle_file.write_bytes(bytes(data))
+
+    page.locator("jp-button[data-command='jupyter-pause:resume']").click()
+    wait_status(page, "Pause: Failed")
+    page.locator("jp-button[data-command='jupyter-pause:resume']").click()
+    dialog = page.locator(".jp-Dialog", has_text="Resume from which checkpoint?")
+    dialog.wait_for()
+    assert newer in dialog.inner_text() and older in dialog.inner_text()
+    dialog.locator("select").select_option(older)
+    dialog.get_by_role("button", name="Resume").click()
+    page.wait_for_function(
+        f"['Pause: Ready', 'Pause: Running'].includes(document.querySelector(\"{STATUS}\")?.textContent)",
+        timeout=120_000,
+    )
+    page.locator(".jp-Toolbar-kernelName", has_text="Python 3").wait_for()
+    assert "older" in run_cell(page, 2, "older")
