@@ -84,6 +84,13 @@ async def wait_operation(jp_fetch, operation_id, timeout=120):
     raise AssertionError(f"operation {operation_id} did not finish")
 
 
+async def operate(jp_fetch, verb, path, **body):
+    """POST sessions/<verb> for ``path``, expect 202, and wait for the operation's end."""
+    code, answer = await api(jp_fetch, "sessions", verb, method="POST", body={"path": path, **body})
+    assert code == 202, answer
+    return await wait_operation(jp_fetch, answer["operation"]["id"])
+
+
 async def session_status(jp_fetch, path):
     _, status = await api(jp_fetch, "status")
     return next(s for s in status["sessions"] if s["path"] == path)

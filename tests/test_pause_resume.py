@@ -7,7 +7,15 @@ import pytest
 
 from jupyter_pause.engine import store as checkpoint_store
 
-from .helpers import api, execute, session_status, start_session, wait_for_state, wait_operation
+from .helpers import (
+    api,
+    execute,
+    operate,
+    session_status,
+    start_session,
+    wait_for_state,
+    wait_operation,
+)
 
 
 async def running_notebook(jp_fetch, jp_serverapp, path, code):
@@ -34,11 +42,7 @@ async def test_pause_then_resume_brings_the_same_objects_back(
         "notes = {'epoch': 7, 'loss': [0.5, 0.25]}",
     )
 
-    code, body = await api(
-        jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path}
-    )
-    assert code == 202, body
-    op = await wait_operation(jp_fetch, body["operation"]["id"])
+    op = await operate(jp_fetch, "pause", notebook_path)
     assert op["outcome"] == "succeeded", op
 
     session = await session_status(jp_fetch, notebook_path)
@@ -47,11 +51,7 @@ async def test_pause_then_resume_brings_the_same_objects_back(
     assert kernel_id not in jp_serverapp.kernel_manager  # the process is gone
     assert session["last_checkpoint"]["bytes"] > 0
 
-    code, body = await api(
-        jp_fetch, "sessions", "resume", method="POST", body={"path": notebook_path}
-    )
-    assert code == 202, body
-    op = await wait_operation(jp_fetch, body["operation"]["id"])
+    op = await operate(jp_fetch, "resume", notebook_path)
     assert op["outcome"] == "succeeded", op
 
     session = await session_status(jp_fetch, notebook_path)
@@ -101,11 +101,7 @@ async def test_a_failed_checkpoint_leaves_the_kernel_running(jp_fetch, jp_server
         notebook_path,
         "import threading, jupyter_pause as jp\nlock = jp.track(threading.Lock(), 'lock')\nkept = 5",
     )
-    code, body = await api(
-        jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path}
-    )
-    assert code == 202
-    op = await wait_operation(jp_fetch, body["operation"]["id"])
+    op = await operate(jp_fetch, "pause", notebook_path)
 
     assert op["outcome"] == "failed"
     assert "lock" in op["error"] and "keeps running" in op["error"]
@@ -124,19 +120,12 @@ async def test_resume_from_a_corrupt_checkpoint_fails_and_offers_the_older_one(
     await running_notebook(
         jp_fetch, jp_serverapp, notebook_path, "import numpy as np\nvalue = np.ones(1000)"
     )
-    code, body = await api(
-        jp_fetch, "sessions", "checkpoint", method="POST", body={"path": notebook_path}
-    )
-    assert code == 202
-    assert (await wait_operation(jp_fetch, body["operation"]["id"]))["outcome"] == "succeeded"
+    assert (await operate(jp_fetch, "checkpoint", notebook_path))["outcome"] == "succeeded"
     older = (await session_status(jp_fetch, notebook_path))["last_checkpoint"]["id"]
     await asyncio.sleep(1.1)  # checkpoint ids have a resolution of one second
     kernel_id = (await session_status(jp_fetch, notebook_path))["kernel_id"]
     await execute(jp_serverapp, kernel_id, "value = value * 2")
-    code, body = await api(
-        jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path}
-    )
-    assert (await wait_operation(jp_fetch, body["operation"]["id"]))["outcome"] == "succeeded"
+    assert (await operate(jp_fetch, "pause", notebook_path))["outcome"] == "succeeded"
     latest = (await session_status(jp_fetch, notebook_path))["last_checkpoint"]["id"]
     assert latest != older
 
@@ -156,11 +145,7 @@ async def test_resume_from_a_corrupt_checkpoint_fails_and_offers_the_older_one(
             corrupted += 1
     assert corrupted
 
-    code, body = await api(
-        jp_fetch, "sessions", "resume", method="POST", body={"path": notebook_path}
-    )
-    assert code == 202, body
-    op = await wait_operation(jp_fetch, body["operation"]["id"])
+    op = await operate(jp_fetch, "resume", notebook_path)
     assert op["outcome"] == "failed"
     assert older in op["error"]
     session = await session_status(jp_fetch, notebook_path)
@@ -272,10 +257,7 @@ async def test_bad_requests_get_clear_errors(jp_fetch, notebook_path):
 
 async def test_checkpoints_can_be_listed_and_deleted(jp_fetch, jp_serverapp, notebook_path):
     await running_notebook(jp_fetch, jp_serverapp, notebook_path, "z = list(range(10))")
-    code, body = await api(
-        jp_fetch, "sessions", "checkpoint", method="POST", body={"path": notebook_path}
-    )
-    assert (await wait_operation(jp_fetch, body["operation"]["id"]))["outcome"] == "succeeded"
+    assert (await operate(jp_fetch, "checkpoint", notebook_path))["outcome"] == "succeeded"
 
     code, listing = await api(jp_fetch, "checkpoints", params={"path": notebook_path})
     assert code == 200
@@ -304,10 +286,7 @@ async def test_the_report_counts_the_pause_and_renders_as_a_page(
     await running_notebook(
         jp_fetch, jp_serverapp, notebook_path, "import numpy as np\nm = np.ones(4096)"
     )
-    code, body = await api(
-        jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path}
-    )
-    assert (await wait_operation(jp_fetch, body["operation"]["id"]))["outcome"] == "succeeded"
+    assert (await operate(jp_fetch, "pause", notebook_path))["outcome"] == "succeeded"
 
     code, report = await api(jp_fetch, "report")
     assert code == 200
