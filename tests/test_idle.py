@@ -96,6 +96,8 @@ async def test_a_busy_kernel_printing_nothing_is_never_paused(jp_fetch, jp_serve
     client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
     client.start_channels()
     try:
+        # a send before the shell socket is connected can be lost
+        await client.wait_for_ready(timeout=60)
         client.execute(
             "import time; time.sleep(THRESHOLD * 3)".replace("THRESHOLD", str(THRESHOLD))
         )

@@ -200,6 +200,8 @@ async def test_a_busy_kernel_is_paused_only_with_force(jp_fetch, jp_serverapp, n
     client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
     client.start_channels()
     try:
+        # a send before the shell socket is connected can be lost
+        await client.wait_for_ready(timeout=60)
         client.execute("import time\nwhile True: time.sleep(0.1)")
         await wait_for_state(jp_serverapp, kernel_id, "busy")
         code, body = await api(

@@ -39,6 +39,8 @@ async def test_status_lists_a_notebook_session_with_its_real_state(
     client = km.client()
     client.start_channels()
     try:
+        # a send before the shell socket is connected can be lost
+        await client.wait_for_ready(timeout=60)
         client.execute("import time; time.sleep(3)")
         await wait_for_state(jp_serverapp, kernel_id, "busy")
         (session,) = (await get_status(jp_fetch))["sessions"]

@@ -1,6 +1,7 @@
-"""The restore read path: positioned reads in small chunks into buffers allocated once,
-pages mapped ahead by a helper thread (madvise, or writing one byte per page where the
-kernel cannot), hashes checked chunk by chunk. Every mode must give the same bytes."""
+"""The restore read path: positioned reads in small chunks into buffers allocated once
+(with their final size) and mapped by a helper thread ahead of the reader (madvise, or one
+write per page where the kernel cannot), hashes checked chunk by chunk. Every mode must
+give the same bytes."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from jupyter_pause.engine import errors, store, tensors
 def small_steps(monkeypatch):
     """Chunks and pieces of a few KiB, so a small checkpoint exercises every boundary."""
     monkeypatch.setattr(tensors, "READ_CHUNK", 12_288)
-    monkeypatch.setattr(tensors, "PREFAULT_PIECE", 8192)
+    monkeypatch.setattr(tensors, "PREFAULT_MIN", 0)
     monkeypatch.setattr(tensors, "PREFAULT_AHEAD", 20_480)
     monkeypatch.setattr(tensors, "CPU_CHUNK", 10_000)
 
@@ -51,19 +52,19 @@ def test_every_prefault_mode_restores_the_same_bytes(ck, small_steps, monkeypatc
     if mode == "touch":  # kernel without MADV_POPULATE_WRITE
         monkeypatch.setattr(tensors, "_populate", lambda ptr, n: False)
     elif mode == "none":  # too little to be worth a helper thread
-        monkeypatch.setattr(tensors, "PREFAULT_PIECE", 1 << 40)
+        monkeypatch.setattr(tensors, "PREFAULT_MIN", 1 << 40)
     out = {}
     jp.restore(namespace=out, **ck)
     check(out, ns)
 
 
-def test_helper_that_gives_up_half_way_is_harmless(ck, small_steps, monkeypatch):
+def test_madvise_failing_half_way_is_harmless(ck, small_steps, monkeypatch):
     ns = namespace()
     jp.checkpoint(namespace=ns, **ck)
     calls = {"n": 0}
     real = tensors._populate
 
-    def flaky(ptr, n):  # works at first (so madvise mode is chosen), then fails (ENOMEM)
+    def flaky(ptr, n):  # works at first, then fails (old kernel, ENOMEM): pages get written
         calls["n"] += 1
         return calls["n"] < 4 and real(ptr, n)
 
@@ -110,3 +111,25 @@ def test_small_write_chunks_keep_files_plain_safetensors(ck, nbdir, small_steps)
     big = next(s for s in m.storages if s.owner == "big")
     assert torch.equal(load_file(nbdir / big.file)[big.key], ns["big"])
     store.verify_checkpoint(ck["dir"], ck["notebook"], res.id)
+
+
+def test_helper_error_falls_back_to_the_reader(ck, small_steps, monkeypatch):
+    ns = namespace()
+    jp.checkpoint(namespace=ns, **ck)
+
+    def boom(buf):
+        raise MemoryError
+
+    monkeypatch.setattr(tensors, "_map_pages", boom)
+    out = {}
+    jp.restore(namespace=out, **ck)
+    check(out, ns)
+
+
+def test_gpu_targets_do_not_wait_for_the_helper():
+    pre = tensors._Prefaulter([(0, "torch", 4 << 20)])
+    with pre:
+        assert pre.get(7) is None  # not a CPU buffer: returns at once
+        buf = pre.get(0)
+        assert buf is not None and buf.numel() == 4 << 20
+        pre.release(0)
