@@ -67,6 +67,7 @@ class IdleWatcher:
         self._warned: set[str] = set()
         self._auto_checkpointed: dict[str, float] = {}
         self._resolved: dict[str, tuple[str, str]] = {}  # kernel id -> (class, source)
+        self._gpu_cache: dict[str, tuple[float, float | None]] = {}  # kernel id -> (when, %)
         self._callback: PeriodicCallback | None = None
         manager.idle = self
 
@@ -134,9 +135,19 @@ class IdleWatcher:
             started=activity.started,
             last_user_activity=activity.last_user_activity,
             busy=activity.busy or kernel_busy,
-            gpu_utilization=gpu_utilization(pid) if policy.gpu_utilization_counts else None,
+            gpu_utilization=self._gpu_utilization(session.kernel_id, pid, now)
+            if policy.gpu_utilization_counts
+            else None,
         )
         return judge(facts, policy)
+
+    def _gpu_utilization(self, kernel_id: str, pid: int | None, now: float) -> float | None:
+        """NVML's reading, at most once per check interval per kernel: the status
+        endpoint is polled by every open tab and must stay cheap."""
+        cached = self._gpu_cache.get(kernel_id)
+        if cached is None or now - cached[0] >= self.interval:
+            cached = self._gpu_cache[kernel_id] = (now, gpu_utilization(pid))
+        return cached[1]
 
     # -------------------------------------------------------------- acting
 
