@@ -95,3 +95,18 @@ async def test_kernels_started_by_the_server_load_the_magics(jp_fetch, jp_server
     expressions = reply["content"]["user_expressions"]
     assert "'checkpoint'" in expressions["magics"]["data"]["text/plain"]
     assert expressions["notebook"]["data"]["text/plain"] == repr(notebook_path)
+
+
+async def test_jupyterlabs_temporary_session_names_are_not_notebooks(
+    jp_fetch, jp_serverapp, notebook_path
+):
+    # JupyterLab starts a session under a UUID path, then renames it to the notebook
+    model = await start_session(jp_fetch, "work/0b7e2f1c-5a3d-4c1e-9f00-123456789abc")
+    await wait_for_state(jp_serverapp, model["kernel"]["id"], "idle")
+    status = await get_status(jp_fetch)
+    assert status["sessions"] == []
+    await jp_fetch(
+        "api", "sessions", model["id"], method="PATCH", body=json.dumps({"path": notebook_path})
+    )
+    (session,) = (await get_status(jp_fetch))["sessions"]
+    assert session["path"] == notebook_path and session["kernel_id"] == model["kernel"]["id"]

@@ -16,6 +16,7 @@ import asyncio
 import dataclasses
 import os
 import posixpath
+import re
 import time
 import uuid
 from typing import Any
@@ -34,6 +35,8 @@ from ..lifecycle import (
 )
 from .activity import ActivityMonitor
 from .kernels import KernelCallError, call_in_kernel
+
+_TEMPORARY_PATH = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 class PauseError(Exception):
@@ -100,9 +103,17 @@ class PauseManager:
     # ----------------------------------------------------------------- status
 
     async def jupyter_sessions(self) -> dict[str, dict]:
-        """Jupyter's notebook sessions by path (the kernels that exist now)."""
+        """Jupyter's notebook sessions by path (the kernels that exist now).
+
+        JupyterLab first creates a session under a random UUID path and then
+        renames it to the notebook's; such a passing name is not a notebook.
+        """
         sessions = await self.session_manager.list_sessions()
-        return {s["path"]: s for s in sessions if s.get("kernel")}
+        return {
+            s["path"]: s
+            for s in sessions
+            if s.get("kernel") and not _TEMPORARY_PATH.fullmatch(posixpath.basename(s["path"]))
+        }
 
     async def sync(self) -> dict[str, dict]:
         """Bring lifecycle sessions in line with the kernels that exist now."""
