@@ -120,6 +120,7 @@ class PauseApp(ExtensionApp):
                 self.idle_check_interval,
                 self.log,
             )
+            self.manager.idle = self.idle_watcher
             self._warn_about_culling()
         self.settings.update(
             jupyter_pause_manager=self.manager,

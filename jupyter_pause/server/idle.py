@@ -69,7 +69,6 @@ class IdleWatcher:
         self._resolved: dict[str, tuple[str, str]] = {}  # kernel id -> (class, source)
         self._gpu_cache: dict[str, tuple[float, float | None]] = {}  # kernel id -> (when, %)
         self._callback: PeriodicCallback | None = None
-        manager.idle = self
 
     def start(self) -> None:
         self._callback = PeriodicCallback(self.check, self.interval * 1000)

@@ -269,7 +269,7 @@ class PauseManager:
             raise PauseError(f"{path!r} is {session.state.value}, not running", status=409)
         op = self._begin(path, "pause", force=force, after_cell=after_cell, auto=auto)
         self._record(EventType.PAUSE_REQUESTED, session, op, auto=auto, force=force)
-        self._spawn(self._run_pause(session, op), op)
+        self._spawn(self._run_pause(session, op))
         return op
 
     async def checkpoint(self, path: str) -> Operation:
@@ -280,7 +280,7 @@ class PauseManager:
         if path not in live:
             raise PauseError(f"{path!r} has no running kernel to checkpoint", status=409)
         op = self._begin(path, "checkpoint")
-        self._spawn(self._run_checkpoint(session, op), op)
+        self._spawn(self._run_checkpoint(session, op))
         return op
 
     async def resume(self, path: str, checkpoint_id: str | None = None) -> Operation:
@@ -302,7 +302,7 @@ class PauseManager:
             )
         op = self._begin(path, "resume", checkpoint_id=checkpoint_id)
         self._record(EventType.RESUME_REQUESTED, session, op)
-        self._spawn(self._run_resume(session, op, checkpoint_id), op)
+        self._spawn(self._run_resume(session, op, checkpoint_id))
         return op
 
     def _begin(self, path: str, kind: str, **options: Any) -> Operation:
@@ -310,17 +310,10 @@ class PauseManager:
         self.operations[op.id] = op
         return op
 
-    def _spawn(self, coro, op: Operation) -> None:
+    def _spawn(self, coro) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    async def wait(self, op: Operation, timeout: float = 300) -> Operation:
-        """Wait for an operation (tests and the CLI)."""
-        deadline = time.monotonic() + timeout
-        while op.outcome == "running" and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        return op
 
     # ------------------------------------------------------------- pausing
 
