@@ -20,6 +20,7 @@ tensor's hash (while reading it straight into its final buffer on its device)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import keyword
 import os
@@ -38,10 +39,12 @@ from . import paths, pickling, rng, signing, store, tensors
 from .errors import (
     CheckpointError,
     CheckpointNotFound,
+    CorruptCheckpoint,
     DiskError,
     RestoreFailed,
     UnknownName,
     UnsavableObject,
+    UntrustedCheckpoint,
 )
 from .manifest import PICKLE, Manifest, ObjectEntry, PickleEntry
 from .progress import Progress, fmt_bytes, fmt_seconds
@@ -101,12 +104,18 @@ class CheckpointResult:
     tensors: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)
     removed: list[str] = field(default_factory=list)  # checkpoints deleted by retention
+    quarantined: list[str] = field(default_factory=list)  # damaged blobs found, rewritten
 
     def summary(self) -> str:
         rate = self.bytes_written / self.seconds if self.seconds > 0 else 0
         skipped = (
             f"; skipped {len(self.skipped)}: {', '.join(self.skipped)}" if self.skipped else ""
         )
+        if self.quarantined:
+            skipped += (
+                f"; found damaged and wrote again from memory: {', '.join(self.quarantined)} "
+                "(older checkpoints that used them may not restore: jupyter pause verify)"
+            )
         return (
             f"checkpoint {self.id}: {len(self.saved)} object(s), {fmt_bytes(self.bytes_total)} "
             f"({fmt_bytes(self.bytes_written)} written, {fmt_bytes(self.bytes_reused)} unchanged) "
@@ -126,6 +135,8 @@ class RestoreResult:
     modules: list[str] = field(default_factory=list)  # names re-imported
     skipped: dict[str, str] = field(default_factory=dict)  # what the checkpoint had skipped
     notes: list[str] = field(default_factory=list)
+    passed_over: dict[str, str] = field(default_factory=dict)  # newer checkpoints that failed
+    rerun: list[dict[str, Any]] = field(default_factory=list)  # cells that made skipped names
 
     def summary(self) -> str:
         rate = self.bytes_read / self.seconds if self.seconds > 0 else 0
@@ -328,7 +339,9 @@ def _write_checkpoint(
     pk_path = txn.tmp / PICKLE
     while True:
         collector = tensors.Collector()
-        with open(pk_path, "wb", buffering=1 << 20) as f:
+        if pk_path.exists():  # a second pass, after dropping an unsavable object
+            pk_path.unlink()
+        with paths.private_open(pk_path, buffering=1 << 20) as f:
             w = _HashingWriter(f, key)
             pickler = pickling.StatePickler(w, collector, ns)
             offsets: list[int] = []
@@ -394,11 +407,27 @@ def _write_checkpoint(
     reused = 0
     pending: dict[str, tensors.Storage] = {}
     dupes: list[tuple[tensors.Storage, tensors.Storage]] = []
+    usable: dict[str, bool] = {}  # blob -> verified intact (checked once per checkpoint)
+    quarantined: list[str] = []
+
+    def intact(rel: str, entry) -> bool:
+        """Never reference a blob that was not verified: a damaged one is quarantined and
+        its objects are written again from memory, where they are still live."""
+        if rel not in usable:
+            why = store.check_blob(nbdir / rel, entry)
+            if why is not None:
+                store.quarantine(nbdir, rel, why)
+                quarantined.append(f"{rel} ({why})")
+            usable[rel] = why is None
+        return usable[rel]
+
     for s in storages:
         s.xxh3 = tensors.cached_digest(s)
         if s.xxh3 is None and index:
             s.xxh3 = tensors.hash_storage(s)
         hit = index.get(s.xxh3) if s.xxh3 else None
+        if hit is not None and not intact(hit[0], hit[4]):
+            hit = None
         if hit is not None:
             s.file, s.key, s.dtype, s.shape = hit[0], hit[1], hit[2], hit[3]
             files[s.file] = hit[4]
@@ -472,6 +501,7 @@ def _write_checkpoint(
         files_written=new_files,
         tensors=len(storages),
         metadata=meta,
+        quarantined=quarantined,
     )
     bar.finish(result.summary())
     return result
@@ -479,16 +509,22 @@ def _write_checkpoint(
 
 # ----------------------------------------------------------------- restore
 class _Loader:
-    def __init__(self, buffers):
+    def __init__(self, buffers, damaged=None):
         self.buffers = buffers
+        self.damaged = damaged or {}  # storage index -> why it was not read (partial restore)
+
+    def _buffer(self, idx):
+        if idx in self.damaged:
+            raise CheckpointError(f"its tensor data is lost: {self.damaged[idx]}")
+        return self.buffers[idx]
 
     def rebuild_tensor(self, idx, dtype_name, shape, stride, offset, requires_grad, kind):
         return tensors.rebuild_torch(
-            self.buffers[idx], dtype_name, shape, stride, offset, requires_grad, kind
+            self._buffer(idx), dtype_name, shape, stride, offset, requires_grad, kind
         )
 
     def rebuild_array(self, idx, dtype, shape, strides, offset, writeable):
-        return tensors.rebuild_array(self.buffers[idx], dtype, shape, strides, offset, writeable)
+        return tensors.rebuild_array(self._buffer(idx), dtype, shape, strides, offset, writeable)
 
 
 def restore(
@@ -500,12 +536,17 @@ def restore(
     trust: bool = False,
     namespace: dict | None = None,
     progress: bool = True,
+    partial: bool = False,
 ) -> RestoreResult:
-    """Restore a checkpoint (the latest by default) into the namespace.
+    """Restore a checkpoint (by default the newest one that verifies) into the namespace.
 
+    Without an id, a checkpoint that is damaged or untrusted is passed over for the next
+    older one, and the result says so (``passed_over``, ``notes``).
     ``names`` restricts what is assigned (objects they share with others come along).
     ``device``: None = each tensor to the device it was saved from; "cpu" / "cuda:0" = all
     there; "cuda:1=cuda:0[,...]" = remap. ``trust=True`` loads unsigned checkpoints.
+    ``partial=True``: objects whose tensor data is damaged are named in ``failed`` and
+    skipped; the others are restored (the pickle itself must verify).
     Restoring everything also re-imports saved module aliases and the RNG state.
     """
     t0 = time.monotonic()
@@ -525,45 +566,33 @@ def restore(
 
     with store.locked(nbdir, shared=True):
         ids = store.checkpoint_ids(nbdir)
-        if checkpoint_id is None:
-            if not ids:
-                raise CheckpointNotFound(None, str(nbdir))
-            checkpoint_id = ids[-1]
-        m = store.read_manifest(nbdir, checkpoint_id, trust=trust)
-        unknown = [n for n in names if n not in m.objects]
-        if unknown:
-            why = {n: m.skipped[n] for n in unknown if n in m.skipped}
-            where = f"checkpoint {m.id}"
-            if why:
-                where += (
-                    " (skipped when saving: " + "; ".join(f"{k}: {v}" for k, v in why.items()) + ")"
-                )
-            raise UnknownName(unknown, where, m.objects)
-        wanted = list(names) if names else list(m.objects)
-        upto = max(m.objects[n].dump for n in wanted) if names else len(m.records) - 1
-        needed = sorted(
-            {i for o in m.objects.values() if o.dump <= upto for i in o.storages}
-            | (_rng_storages(m) if m.rng_record is not None and m.rng_record <= upto else set())
-        )
-        # devices first: fail before reading a byte
-        for dev, owner in {
-            (device_of_name(m.storages[i].device), m.storages[i].owner)
-            for i in needed
-            if m.storages[i].kind == "torch"
-        }:
-            tensors.check_device(dev, owner)
-        store.check_complete(nbdir, m, names=None)
-        data = store.verify_pickle(nbdir, m, trust=trust)
-        total = sum(m.storages[i].nbytes for i in needed)
-        bar = Progress("restore", total, enabled=progress)
-        buffers = tensors.read_storages(nbdir, m, needed, lambda s: device_of_name(s.device), bar)
+        if checkpoint_id is None and not ids:
+            raise CheckpointNotFound(None, str(nbdir))
+        # no id: the newest checkpoint that verifies, saying which ones were passed over
+        candidates = [checkpoint_id] if checkpoint_id else list(reversed(ids))
+        passed_over: dict[str, str] = {}
+        for cid in candidates:
+            try:
+                loaded = _read_verified(nbdir, cid, names, trust, device_of_name, progress, partial)
+                break
+            except (CorruptCheckpoint, UntrustedCheckpoint) as e:
+                if checkpoint_id is not None or cid == candidates[-1]:
+                    if passed_over:
+                        e.args = (
+                            f"{e.args[0]} (newer checkpoints failed too: "
+                            + "; ".join(f"{k}: {v}" for k, v in passed_over.items())
+                            + ")",
+                        )
+                    raise
+                passed_over[cid] = str(e)
+        m, data, buffers, wanted, upto, total, damaged, bar = loaded
 
     # only now, with everything verified, run the pickles
-    loader = _Loader(buffers)
+    loader = _Loader(buffers, damaged)
     objs, failures = pickling.load_records(data, m.records, upto, loader, ns)
     by_record = {o.dump: n for n, o in m.objects.items()}
     failed = {by_record[i]: why for i, why in failures.items() if i in by_record}
-    if names and any(n in failed for n in wanted):
+    if names and any(n in failed for n in wanted) and not partial:
         raise RestoreFailed({n: failed[n] for n in wanted if n in failed})
     restored = []
     for n in wanted:
@@ -573,7 +602,11 @@ def restore(
         restored.append(n)
         if m.objects[n].tracked:
             _TRACKED[n] = ns[n]
-    notes: list[str] = []
+    notes: list[str] = [
+        f"checkpoint {cid} was passed over: {why}" for cid, why in passed_over.items()
+    ]
+    if passed_over:
+        notes.append(f"restored {m.id} instead, the newest checkpoint that verifies")
     reimported: list[str] = []
     if not names:
         for alias, modname in m.modules.items():
@@ -588,6 +621,8 @@ def restore(
                 failed[alias] = f"could not re-import module {modname}: {pickling.describe(e)}"
         if m.rng_record is not None and m.rng_record in objs:
             notes += rng.restore(objs[m.rng_record])
+        elif m.rng_record is not None:
+            notes.append("the random number generators' state was not restored (damaged)")
     result = RestoreResult(
         id=m.id,
         path=str(nbdir / m.id),
@@ -599,6 +634,8 @@ def restore(
         modules=reimported,
         skipped=dict(m.skipped),
         notes=notes,
+        passed_over=passed_over,
+        rerun=[dataclasses.asdict(r) for r in m.rerun],
     )
     if failed:
         warnings.warn(
@@ -608,6 +645,54 @@ def restore(
         )
     bar.finish(result.summary())
     return result
+
+
+def _read_verified(nbdir, checkpoint_id, names, trust, device_of_name, progress, partial):
+    """Everything a restore needs from one checkpoint, verified (signature, binding, pickle
+    HMAC, every needed tensor's hash) before anything is unpickled. With ``partial``,
+    tensor files that fail their hash are left out and named instead of failing it all."""
+    m = store.read_manifest(nbdir, checkpoint_id, trust=trust)
+    unknown = [n for n in names if n not in m.objects]
+    if unknown:
+        why = {n: m.skipped[n] for n in unknown if n in m.skipped}
+        where = f"checkpoint {m.id}"
+        if why:
+            where += (
+                " (skipped when saving: " + "; ".join(f"{k}: {v}" for k, v in why.items()) + ")"
+            )
+        raise UnknownName(unknown, where, m.objects)
+    wanted = list(names) if names else list(m.objects)
+    upto = max(m.objects[n].dump for n in wanted) if names else len(m.records) - 1
+    needed = sorted(
+        {i for o in m.objects.values() if o.dump <= upto for i in o.storages}
+        | (_rng_storages(m) if m.rng_record is not None and m.rng_record <= upto else set())
+    )
+    # devices first: fail before reading a byte
+    for dev, owner in {
+        (device_of_name(m.storages[i].device), m.storages[i].owner)
+        for i in needed
+        if m.storages[i].kind == "torch"
+    }:
+        tensors.check_device(dev, owner)
+    damaged: dict[int, str] = {}  # storage index -> why (partial restores only)
+    if partial:
+        bad = {}
+        for rel in sorted({m.storages[i].file for i in needed}):
+            why = store.check_blob(nbdir / rel, m.files[rel], full=True)
+            if why is not None:
+                bad[rel] = why
+        damaged = {
+            i: f"{m.storages[i].file} is damaged ({bad[m.storages[i].file]})"
+            for i in needed
+            if m.storages[i].file in bad
+        }
+        needed = [i for i in needed if i not in damaged]
+    store.check_complete(nbdir, m, skip={m.storages[i].file for i in damaged})
+    data = store.verify_pickle(nbdir, m, trust=trust)
+    total = sum(m.storages[i].nbytes for i in needed)
+    bar = Progress("restore", total, enabled=progress)
+    buffers = tensors.read_storages(nbdir, m, needed, lambda s: device_of_name(s.device), bar)
+    return m, data, buffers, wanted, upto, total, damaged, bar
 
 
 def _rng_storages(m: Manifest) -> set[int]:

@@ -47,15 +47,35 @@ class CorruptCheckpoint(CheckpointError):
 
 
 class UntrustedCheckpoint(CheckpointError):
-    """The manifest signature is missing or wrong: the checkpoint may have been tampered with."""
+    """The checkpoint is not provably this user's checkpoint of this notebook.
 
-    def __init__(self, path: str, reason: str):
+    ``kind`` says why, for code that acts on it: ``unsigned``, ``other-key`` (signed
+    with another key, e.g. one regenerated since), ``no-key`` (this user has no key),
+    ``other-notebook`` (copied from another notebook's folder: a replay),
+    ``other-owner``, ``tampered`` (this key's signature, altered bytes)."""
+
+    def __init__(self, path: str, reason: str, kind: str = "tampered"):
         self.path = path
         self.reason = reason
+        self.kind = kind
         super().__init__(
             f"refusing to load {path}: {reason}. A checkpoint contains pickled code, so only "
             "checkpoints signed with this user's key are loaded. If you know where it came from "
             "(e.g. you copied it from another machine), pass trust=True (or %restore --trust)."
+        )
+
+
+class KeyProblem(CheckpointError):
+    """The signing key file exists but cannot be used (empty, unreadable)."""
+
+    def __init__(self, path, problem: str):
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(
+            f"the checkpoint signing key {self.path} is unusable: {problem}. Nothing was "
+            "written or loaded. Restore that file from a backup (or fix its permissions: it "
+            "must be readable by you, mode 0600); only if it is lost for good, delete it: a new "
+            "key is then created, and older checkpoints load only with trust=True."
         )
 
 

@@ -64,6 +64,15 @@ class PickleEntry:
 
 
 @dataclass
+class RerunCell:
+    """The cell that last bound names this checkpoint could not save (for a consented re-run)."""
+
+    cell: int  # IPython execution count: In[cell]
+    source: str
+    names: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Manifest:
     id: str
     notebook: str
@@ -81,6 +90,8 @@ class Manifest:
     metadata: dict[str, Any] = field(default_factory=dict)
     bytes_total: int = 0  # tensor bytes referenced
     bytes_written: int = 0  # bytes newly written by this checkpoint
+    owner: str = ""  # user who wrote it (signed with the rest; checked on list and restore)
+    rerun: list[RerunCell] = field(default_factory=list)  # cells that made the skipped names
 
     # -- JSON -----------------------------------------------------------------
     def to_bytes(self) -> bytes:
@@ -88,15 +99,53 @@ class Manifest:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Manifest:
-        raw = json.loads(data.decode("utf-8"))
-        if raw.get("format") != FORMAT:
-            raise ValueError(f"unsupported checkpoint format {raw.get('format')!r}")
-        raw["pickle"] = PickleEntry(**raw["pickle"])
-        raw["files"] = {k: FileEntry(**v) for k, v in raw.get("files", {}).items()}
-        raw["storages"] = [StorageEntry(**s) for s in raw.get("storages", [])]
-        raw["objects"] = {k: ObjectEntry(**v) for k, v in raw.get("objects", {}).items()}
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in raw.items() if k in known})
+        """Parse and check the shape of a manifest. Anything malformed (bad UTF-8, bad JSON,
+        wrong types, indices out of range) raises ValueError, never anything else: listings
+        read manifests of checkpoints nobody vouched for yet."""
+        try:
+            raw = json.loads(data.decode("utf-8"))
+            if not isinstance(raw, dict):
+                raise ValueError("not a JSON object")
+            if raw.get("format") != FORMAT:
+                raise ValueError(f"unsupported checkpoint format {raw.get('format')!r}")
+            raw["pickle"] = PickleEntry(**raw["pickle"])
+            raw["files"] = {k: FileEntry(**v) for k, v in raw.get("files", {}).items()}
+            raw["storages"] = [StorageEntry(**s) for s in raw.get("storages", [])]
+            raw["objects"] = {k: ObjectEntry(**v) for k, v in raw.get("objects", {}).items()}
+            raw["rerun"] = [RerunCell(**r) for r in raw.get("rerun", [])]
+            known = {f.name for f in fields(cls)}
+            m = cls(**{k: v for k, v in raw.items() if k in known})
+            m._check_shape()
+        except ValueError:
+            raise
+        except (AttributeError, KeyError, TypeError, IndexError, RecursionError) as e:
+            raise ValueError(f"malformed manifest ({type(e).__name__}: {e})") from None
+        return m
+
+    def _check_shape(self) -> None:
+        def need(ok, what):
+            if not ok:
+                raise ValueError(f"malformed manifest: {what}")
+
+        def ints(xs):
+            return isinstance(xs, list) and all(type(x) is int and x >= 0 for x in xs)
+
+        for name in ("id", "notebook", "created", "owner"):
+            need(isinstance(getattr(self, name), str), name)
+        need(type(self.pickle.bytes) is int and isinstance(self.pickle.file, str), "pickle")
+        need(type(self.bytes_total) is int and type(self.bytes_written) is int, "bytes")
+        need(ints(self.records), "records")
+        need(self.rng_record is None or type(self.rng_record) is int, "rng_record")
+        for d in (self.skipped, self.modules, self.metadata, self.versions):
+            need(isinstance(d, dict), "a mapping")
+        for f in self.files.values():
+            need(type(f.bytes) is int and isinstance(f.tensors, dict), "files")
+        for s in self.storages:
+            need(type(s.nbytes) is int and s.file in self.files, "storages")
+        n = len(self.storages)
+        for o in self.objects.values():
+            need(ints(o.storages) and all(i < n for i in o.storages), "object storages")
+            need(type(o.dump) is int and 0 <= o.dump < len(self.records), "object record")
 
     # -- helpers --------------------------------------------------------------
     def files_of(self, names) -> set[str]:

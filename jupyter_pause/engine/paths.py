@@ -1,14 +1,20 @@
 """Where checkpoints live on disk.
 
 One root (``JUPYTER_PAUSE_CHECKPOINT_DIR`` or ``<jupyter_data_dir>/pause/checkpoints``)
-holds one folder per notebook. The folder name is derived from the notebook key
-(its server-relative path), but the key comes from users and from the server, so
-it must never be able to escape the root (``../../etc``) or collide: the name is
-a sanitised, shortened copy of the key plus a short hash of the exact key.
+holds one folder per user (the root may be a volume several users share: two
+servers must never map the same notebook path to the same folder), and that one
+folder per notebook. The folder name is derived from the notebook key (its
+server-relative path), but the key comes from users and from the server, so it
+must never be able to escape the root (``../../etc``) or collide: the name is a
+sanitised, shortened copy of the key plus a short hash of the exact key.
+
+Pickled namespaces hold secrets (API keys, tokens), so everything below the root
+is created private, folders 0700 and files 0600, whatever the umask.
 """
 
 from __future__ import annotations
 
+import getpass
 import os
 import re
 from pathlib import Path
@@ -59,6 +65,47 @@ def notebook_key(notebook: str | None = None) -> str:
     )
 
 
+def owner() -> str:
+    """Who owns the checkpoints this process writes: the JupyterHub user when there is one
+    (every single-user container may run as the same Unix user), else the login name."""
+    name = os.environ.get("JUPYTERHUB_USER")
+    if name:
+        return name
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (an arbitrary container uid)
+        return f"uid{os.getuid()}"
+
+
+def user_root(dir=None, user: str | None = None) -> Path:
+    """This user's part of the checkpoint root: ``<root>/<user folder>``."""
+    return checkpoint_root(dir) / folder_name(user or owner())
+
+
+def private_mkdir(path: Path) -> None:
+    """``mkdir -p`` whose new folders are 0700 whatever the umask (existing ones are left
+    alone: a shared root is the administrator's to set up, e.g. 1777 like /tmp)."""
+    path = Path(path)
+    missing = []
+    while not path.is_dir():
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for p in reversed(missing):
+        try:
+            os.mkdir(p, 0o700)
+        except FileExistsError:
+            continue
+        os.chmod(p, 0o700)  # a umask cannot add bits, but be explicit
+
+
+def private_open(path, buffering: int = 0):
+    """A new file (it must not exist) opened for binary writing, mode 0600 whatever the umask."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    return os.fdopen(fd, "wb", buffering=buffering)
+
+
 def folder_name(key: str) -> str:
     """A safe, unique, human-readable folder name for a notebook key.
 
@@ -74,8 +121,8 @@ def folder_name(key: str) -> str:
 
 
 def notebook_dir(dir=None, notebook: str | None = None) -> Path:
-    """The folder holding all checkpoints of one notebook (may not exist yet)."""
-    root = checkpoint_root(dir)
+    """The folder holding all checkpoints of one notebook of this user (may not exist yet)."""
+    root = user_root(dir)
     path = root / folder_name(notebook_key(notebook))
     # belt and braces: the name cannot contain a separator, but check anyway
     if path.resolve().parent != root.resolve():

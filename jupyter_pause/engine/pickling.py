@@ -342,16 +342,82 @@ class StateUnpickler(pickle.Unpickler):
             raise MissingClass(module, name, e) from None
 
 
+class _Lost:
+    """Memo placeholder for an object of a record that failed: keeps the memo's numbering
+    aligned with the pickler's. Never handed out: records that refer to it are refused."""
+
+    def __repr__(self):
+        return "<lost>"
+
+
+_LOST = _Lost()
+_GETS = {"GET", "BINGET", "LONG_BINGET"}
+_PUTS = {"PUT", "BINPUT", "LONG_BINPUT"}
+
+
+def _memo_use(data: bytes, start: int, end: int, next_index: int) -> tuple[set, list, int]:
+    """(memo indices read, memo indices written, next implicit index) by one record.
+
+    Protocol 4+ memoises with MEMOIZE, whose index is implicit (the memo's size), so the
+    numbering of every record depends on all records before it."""
+    import pickletools
+
+    gets, puts = set(), []
+    for op, arg, _pos in pickletools.genops(io.BytesIO(memoryview(data)[start:end])):
+        if op.name == "MEMOIZE":
+            puts.append(next_index)
+            next_index += 1
+        elif op.name in _PUTS:
+            puts.append(arg)
+            next_index = max(next_index, arg + 1)
+        elif op.name in _GETS:
+            gets.add(arg)
+        elif op.name == "STOP":
+            break
+    return gets, puts, next_index
+
+
 def load_records(data: bytes, offsets: list[int], upto: int, loader, namespace):
     """Unpickle records 0..upto (inclusive) with one shared memo.
 
-    Returns (objects, failures): a record that fails is reported and the next ones are
-    still tried (a later record that referred into it fails too, naming that)."""
+    Returns (objects, failures). A record that fails is reported and the next ones are still
+    tried. The failed record may have left half-built objects in the memo; a later record
+    that used them could crash the interpreter (SIGSEGV, not an exception), and simply
+    dropping them would shift the memo numbering of every later record. So after a failure
+    the memo keeps only complete records' objects, the failed record's slots hold a
+    placeholder, and a later record that refers to one is refused (named), not loaded."""
     buf = io.BytesIO(data)
     u = StateUnpickler(buf, loader, namespace)
     objs: dict[int, Any] = {}
     failures: dict[int, str] = {}
+    lost: dict[int, int] = {}  # memo index -> the failed record it belonged to
+    starts: list[int] = []  # memo size before each record, known once something failed
+    fresh_memo = None  # a memo to start a new unpickler with before the next load
+
+    def end_of(i):
+        return offsets[i + 1] if i + 1 < len(offsets) else len(data)
+
     for i in range(upto + 1):
+        if lost:
+            gets, puts, after = _memo_use(data, offsets[i], end_of(i), starts[i])
+            starts.append(after)
+            needs = sorted({lost[g] for g in gets if g in lost})
+            if needs:
+                failures[i] = (
+                    "it shares objects with record(s) "
+                    + ", ".join(map(str, needs))
+                    + " that could not be restored"
+                )
+                memo = fresh_memo if fresh_memo is not None else u.memo.copy()
+                for k in puts:
+                    lost[k] = i
+                    memo[k] = _LOST
+                fresh_memo = memo
+                continue
+        if fresh_memo is not None:
+            u = StateUnpickler(buf, loader, namespace)
+            u.memo = fresh_memo
+            fresh_memo = None
         buf.seek(offsets[i])
         try:
             objs[i] = u.load()
@@ -360,9 +426,17 @@ def load_records(data: bytes, offsets: list[int], upto: int, loader, namespace):
             failures[i] = str(e)
         except Exception as e:
             failures[i] = describe(e)
-        # the C unpickler keeps buffered input and stack state after an error: start a new
-        # one that inherits the memo, so later records can still refer to earlier objects
-        memo = u.memo.copy()
-        u = StateUnpickler(buf, loader, namespace)
-        u.memo = memo
+        if not starts:  # the first failure: number the memo slots of records 0..i
+            n = 0
+            for j in range(i + 1):
+                starts.append(n)
+                n = _memo_use(data, offsets[j], end_of(j), n)[2]
+            starts.append(n)
+        # the C unpickler keeps buffered input and stack state after an error: the next
+        # load uses a new one, with only complete records' objects in its memo
+        memo = {k: v for k, v in u.memo.copy().items() if k < starts[i] or k in lost}
+        for k in range(starts[i], starts[i + 1]):
+            lost[k] = i
+            memo[k] = _LOST
+        fresh_memo = memo
     return objs, failures

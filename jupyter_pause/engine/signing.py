@@ -15,13 +15,22 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
+import re
 import secrets
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
+import xxhash
+
 from . import paths
+from .errors import KeyProblem
 
 KEY_BYTES = 32
+SIG_FORMAT = "jupyter-pause-sig/2"
+_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def key_path() -> Path:
@@ -29,14 +38,18 @@ def key_path() -> Path:
 
 
 def load_key(create: bool = True) -> bytes | None:
-    """Read the signing key, creating it (0600) if missing and ``create``."""
+    """Read the signing key, creating it (0600) if missing and ``create``.
+
+    A key file that exists but is empty or unreadable is never replaced silently
+    (every checkpoint signed with the old key would become foreign): it raises
+    :class:`KeyProblem`, which says what to do."""
     path = key_path()
     try:
         return _read(path)
     except FileNotFoundError:
         if not create:
             return None
-    path.parent.mkdir(parents=True, exist_ok=True)
+    paths.private_mkdir(path.parent)
     key = secrets.token_hex(KEY_BYTES).encode("ascii")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -51,10 +64,78 @@ def load_key(create: bool = True) -> bytes | None:
 
 
 def _read(path: Path) -> bytes:
-    data = path.read_bytes().strip()
+    try:
+        data = path.read_bytes().strip()
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise KeyProblem(path, f"it cannot be read ({e.strerror or e})") from None
     if not data:
-        raise FileNotFoundError(path)
+        raise KeyProblem(path, "it is empty")
     return data
+
+
+def key_id(key: bytes) -> str:
+    """A public name for a key (not the key, not an HMAC anyone could reuse): lets a
+    listing say "signed with a different key" instead of "tampered"."""
+    return hashlib.sha256(b"jupyter-pause key id\0" + key).hexdigest()[:16]
+
+
+def key_created() -> str | None:
+    """When this user's key file was written (UTC, ISO 8601), or None if there is none."""
+    try:
+        mtime = key_path().stat().st_mtime
+    except OSError:
+        return None
+    return datetime.fromtimestamp(mtime, timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class Signature:
+    """The contents of ``manifest.sig``.
+
+    ``hmac`` is what makes a checkpoint trusted. ``manifest_xxh3`` (not secret) tells
+    a manifest damaged on disk (its checksum no longer matches) from one signed by
+    someone else; ``key_id`` tells a checkpoint signed with another or an older key of
+    this user from a forged one. A signature written before these fields existed is
+    just the hex HMAC."""
+
+    hmac: str
+    key_id: str = ""
+    manifest_xxh3: str = ""
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"format": SIG_FORMAT, **asdict(self)}).encode("ascii")
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> Signature:
+        """Parse; raises ValueError for anything malformed (never UnicodeDecodeError)."""
+        try:
+            text = raw.decode("ascii").strip()
+        except UnicodeDecodeError:
+            raise ValueError("manifest.sig holds non-ASCII bytes") from None
+        if text.startswith("{"):
+            try:
+                d = json.loads(text)
+            except ValueError:
+                raise ValueError("manifest.sig is not valid JSON") from None
+            if not isinstance(d, dict) or d.get("format") != SIG_FORMAT:
+                raise ValueError("manifest.sig has an unknown format")
+            values = [d.get(k, "") for k in ("hmac", "key_id", "manifest_xxh3")]
+            if not all(isinstance(v, str) for v in values):
+                raise ValueError("manifest.sig has a malformed field")
+            sig = cls(*values)
+        else:
+            sig = cls(text)
+        if not _HEX.fullmatch(sig.hmac):
+            raise ValueError("manifest.sig does not hold an HMAC")
+        return sig
+
+
+def sign_manifest(data: bytes, key: bytes) -> Signature:
+    return Signature(
+        hmac=sign(data, key), key_id=key_id(key), manifest_xxh3=xxhash.xxh3_128_hexdigest(data)
+    )
 
 
 def sign(data: bytes, key: bytes | None = None) -> str:

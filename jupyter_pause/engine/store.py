@@ -38,11 +38,13 @@ from .errors import (
     CheckpointError,
     CheckpointNotFound,
     CorruptCheckpoint,
+    KeyProblem,
     UntrustedCheckpoint,
 )
-from .manifest import BLOBS, MANIFEST, PICKLE, SIGNATURE, Manifest
+from .manifest import BLOBS, MANIFEST, PICKLE, SIGNATURE, FileEntry, Manifest
 
 TMP_PREFIX = ".tmp-"
+QUARANTINE = "quarantine"
 STALE_TMP_SECONDS = 6 * 3600
 LOCK_TIMEOUT = 300.0
 CHUNK = 1 << 24  # 16 MiB reads when hashing
@@ -62,6 +64,8 @@ class CheckpointInfo:
     metadata: dict[str, Any] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     bytes_written: int = 0
+    status: str = "ok"  # "ok", "untrusted" or "damaged" (see ``problem``)
+    problem: str = ""  # why it is not "ok", in words
 
 
 # ---------------------------------------------------------------- small fs helpers
@@ -74,7 +78,7 @@ def fsync_dir(path: Path) -> None:
 
 
 def write_file_synced(path: Path, data: bytes) -> None:
-    with open(path, "xb", buffering=0) as f:
+    with paths.private_open(path) as f:
         view = memoryview(data)
         while view:
             n = f.write(view)
@@ -85,7 +89,7 @@ def write_file_synced(path: Path, data: bytes) -> None:
 @contextlib.contextmanager
 def locked(nbdir: Path, shared: bool = False, timeout: float = LOCK_TIMEOUT):
     """flock on ``<nbdir>/.lock``: exclusive for writers (checkpoint, delete), shared for readers."""
-    nbdir.mkdir(parents=True, exist_ok=True)
+    paths.private_mkdir(nbdir)
     fd = os.open(nbdir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
@@ -135,71 +139,182 @@ def checkpoint_path(nbdir: Path, checkpoint_id: str) -> Path:
     return nbdir / paths.check_id(checkpoint_id)
 
 
-# ---------------------------------------------------------------- manifests
+# ---------------------------------------------------------------- manifests and trust
 def read_manifest(
     nbdir: Path, checkpoint_id: str, trust: bool = False, key: bytes | None = None
 ) -> Manifest:
-    """Load a manifest; unless ``trust``, its signature must verify with this user's key."""
+    """Load a manifest; unless ``trust``, it must be signed with this user's key, for this
+    notebook (its folder) and this owner. Raises CheckpointNotFound, CorruptCheckpoint (the
+    manifest or its signature file is damaged) or UntrustedCheckpoint (with the reason)."""
     folder = checkpoint_path(nbdir, checkpoint_id)
     try:
         data = (folder / MANIFEST).read_bytes()
     except FileNotFoundError:
         raise CheckpointNotFound(checkpoint_id, str(nbdir)) from None
     if not trust:
-        try:
-            sig = (folder / SIGNATURE).read_text()
-        except FileNotFoundError:
-            raise UntrustedCheckpoint(str(folder), "it has no signature (manifest.sig)") from None
-        if not signing.verify(data, sig, key):
-            raise UntrustedCheckpoint(
-                str(folder), "its signature does not match this user's key (tampered or foreign)"
-            )
+        _check_signature(folder, data, key)
     try:
-        return Manifest.from_bytes(data)
-    except (ValueError, KeyError, TypeError) as e:
+        m = Manifest.from_bytes(data)
+    except ValueError as e:
         raise CorruptCheckpoint("manifest", str(folder / MANIFEST), str(e)) from None
+    if not trust:
+        _check_binding(nbdir, folder, m)
+    return m
 
 
-def _is_trusted(folder: Path, key: bytes | None) -> bool:
+def _check_signature(folder: Path, data: bytes, key: bytes | None) -> None:
     try:
-        return signing.verify(
-            (folder / MANIFEST).read_bytes(), (folder / SIGNATURE).read_text(), key
+        raw = (folder / SIGNATURE).read_bytes()
+    except FileNotFoundError:
+        raise UntrustedCheckpoint(
+            str(folder), "it has no signature (manifest.sig)", "unsigned"
+        ) from None
+    try:
+        sig = signing.Signature.from_bytes(raw)
+    except ValueError as e:
+        raise CorruptCheckpoint("signature", str(folder / SIGNATURE), str(e)) from None
+    if sig.manifest_xxh3 and xxhash.xxh3_128_hexdigest(data) != sig.manifest_xxh3:
+        raise CorruptCheckpoint(
+            "manifest", str(folder / MANIFEST), "damaged on disk: its checksum no longer matches"
         )
-    except (OSError, UnicodeDecodeError):  # missing or mangled signature: not trusted
+    if key is None:
+        key = signing.load_key(create=False)
+    if key is None:
+        raise UntrustedCheckpoint(
+            str(folder),
+            f"this user has no signing key ({signing.key_path()} is missing: deleted, or this "
+            "is another user or machine), so no checkpoint can be verified",
+            "no-key",
+        )
+    mine = signing.key_id(key)
+    if sig.key_id and sig.key_id != mine:
+        created = signing.key_created() or "an unknown time"
+        raise UntrustedCheckpoint(
+            str(folder),
+            f"it was signed with a different key ({sig.key_id}) than this user's key "
+            f"{signing.key_path()} ({mine}, created at {created}); the key was replaced "
+            "since, or the checkpoint is another user's",
+            "other-key",
+        )
+    if not signing.verify(data, sig.hmac, key):
+        raise UntrustedCheckpoint(
+            str(folder),
+            "its signature does not match this user's key: it was altered after signing"
+            if sig.key_id
+            else "its signature does not match this user's key (tampered or foreign)",
+            "tampered",
+        )
+
+
+def _check_binding(nbdir: Path, folder: Path, m: Manifest) -> None:
+    """A valid signature proves who wrote the manifest, not that it belongs here: a
+    checkpoint of another notebook copied into this folder (a replay) signs fine."""
+    if paths.folder_name(m.notebook) != nbdir.name:
+        raise UntrustedCheckpoint(
+            str(folder),
+            f"it is a checkpoint of notebook {m.notebook!r}, copied here from elsewhere "
+            "(a renamed notebook is re-bound by the server)",
+            "other-notebook",
+        )
+    if m.owner and m.owner != paths.owner():
+        raise UntrustedCheckpoint(
+            str(folder), f"it belongs to user {m.owner!r}, not {paths.owner()!r}", "other-owner"
+        )
+
+
+def examine(
+    nbdir: Path, checkpoint_id: str, key: bytes | None = None
+) -> tuple[Manifest | None, CheckpointError | None]:
+    """(manifest, problem) without raising: the manifest when it can be parsed at all
+    (trusted or not), and why it cannot be trusted, if it cannot."""
+    try:
+        if key is None:  # no key: nothing verifies, but say so (read_manifest does)
+            key = signing.load_key(create=False)
+        return read_manifest(nbdir, checkpoint_id, key=key), None
+    except CheckpointError as problem:
+        try:
+            return read_manifest(nbdir, checkpoint_id, trust=True), problem
+        except CheckpointError:
+            return None, problem
+
+
+def signed_by_this_key(folder: Path, key: bytes | None) -> bool:
+    """Whether ``folder`` was signed with ``key`` (damaged or not): retention and deletion
+    never touch checkpoints signed with another key (another user on a shared root)."""
+    if key is None:
+        return False
+    try:
+        sig = signing.Signature.from_bytes((folder / SIGNATURE).read_bytes())
+    except (OSError, ValueError):
+        return False
+    if sig.key_id:
+        return sig.key_id == signing.key_id(key)
+    try:  # a signature written before key ids existed
+        return signing.verify((folder / MANIFEST).read_bytes(), sig.hmac, key)
+    except OSError:
         return False
 
 
-def _info(nbdir: Path, m: Manifest, trusted: bool) -> CheckpointInfo:
+def _load_key_for_listing() -> tuple[bytes | None, CheckpointError | None]:
+    try:
+        return signing.load_key(create=False), None
+    except KeyProblem as e:
+        return None, e
+
+
+def _info(nbdir: Path, cid: str, m: Manifest | None, problem: CheckpointError | None):
+    if m is None:  # not even the manifest can be read: list it, as damaged
+        return CheckpointInfo(
+            id=cid,
+            time=_id_time(cid),
+            bytes=0,
+            objects=[],
+            path=str(nbdir / cid),
+            trusted=False,
+            status=status_of(problem),
+            problem=str(problem),
+        )
     return CheckpointInfo(
-        id=m.id,
+        id=cid,
         time=m.created,
         bytes=m.bytes_total + m.pickle.bytes,
         objects=sorted(m.objects),
-        path=str(nbdir / m.id),
+        path=str(nbdir / cid),
         notebook=m.notebook,
-        trusted=trusted,
+        trusted=problem is None,
         metadata=dict(m.metadata),
         skipped=dict(m.skipped),
         bytes_written=m.bytes_written,
+        status=status_of(problem),
+        problem=str(problem) if problem else "",
     )
+
+
+def status_of(problem: CheckpointError | None) -> str:
+    """ "ok", "damaged" (a file does not match its hash) or "untrusted" (not provably ours)."""
+    if problem is None:
+        return "ok"
+    return "untrusted" if isinstance(problem, (UntrustedCheckpoint, KeyProblem)) else "damaged"
+
+
+def _id_time(cid: str) -> str:
+    base = cid[:19]
+    return f"{base[:10]}T{base[11:].replace('-', ':')}+00:00"
 
 
 def list_checkpoints(dir=None, notebook: str | None = None) -> list[CheckpointInfo]:
     """All committed checkpoints of a notebook, oldest first.
 
-    Unsigned/tampered ones are listed with ``trusted=False`` (the listing reads
-    only JSON, which is safe); unreadable ones are left out.
-    """
+    Reads only JSON (safe whoever wrote it) and never raises for one bad checkpoint:
+    unsigned, foreign, replayed or damaged ones are listed with ``trusted=False``,
+    ``status`` "untrusted" or "damaged" and the reason in ``problem``. Only the
+    manifest is checked here; ``scrub`` hashes the data too."""
     nbdir = paths.notebook_dir(dir, notebook)
-    key = signing.load_key(create=False)
+    key, key_problem = _load_key_for_listing()
     out = []
     for cid in checkpoint_ids(nbdir):
-        folder = nbdir / cid
-        try:
-            m = Manifest.from_bytes((folder / MANIFEST).read_bytes())
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        out.append(_info(nbdir, m, _is_trusted(folder, key)))
+        m, problem = examine(nbdir, cid, key)
+        out.append(_info(nbdir, cid, m, key_problem or problem))
     return out
 
 
@@ -224,16 +339,16 @@ def latest_checkpoint(
     """The newest checkpoint that is signed, complete (all files present, right sizes) and,
     with ``verify=True``, whose every hash checks out. None if there is none."""
     nbdir = paths.notebook_dir(dir, notebook)
-    key = signing.load_key(create=False)
+    key, _ = _load_key_for_listing()
     for cid in reversed(checkpoint_ids(nbdir)):
         try:
             m = read_manifest(nbdir, cid, trust=trust, key=key)
             check_complete(nbdir, m)
             if verify:
-                verify_manifest(nbdir, m)
+                verify_manifest(nbdir, m, trust=trust)
         except CheckpointError:
             continue
-        return _info(nbdir, m, True if not trust else _is_trusted(nbdir / cid, key))
+        return _info(nbdir, cid, m, None if not trust else examine(nbdir, cid, key)[1])
     return None
 
 
@@ -253,10 +368,10 @@ def read_safetensors_header(path: Path) -> tuple[int, bytes, dict]:
     return 8 + n, raw, json.loads(raw)
 
 
-def check_complete(nbdir: Path, m: Manifest, names=None) -> None:
-    """Cheap completeness check: every needed file exists with the recorded size."""
+def check_complete(nbdir: Path, m: Manifest, names=None, skip=()) -> None:
+    """Cheap completeness check: every needed file (but ``skip``) exists with the recorded size."""
     folder = nbdir / m.id
-    need = set(m.files) if names is None else m.files_of(names)
+    need = (set(m.files) if names is None else m.files_of(names)) - set(skip)
     pk = folder / m.pickle.file
     if not pk.is_file() or pk.stat().st_size != m.pickle.bytes:
         raise CorruptCheckpoint("objects", str(pk), "missing or wrong size")
@@ -303,34 +418,85 @@ def verify_pickle(nbdir: Path, m: Manifest, trust: bool = False, key: bytes | No
     return data
 
 
-def verify_file(nbdir: Path, m: Manifest, rel: str) -> None:
-    """Hash one safetensors file (header and every tensor) against the manifest."""
-    entry = m.files[rel]
-    path = nbdir / rel
-    owners = ", ".join(m.owners_of_file(rel)) or rel
+# A blob is fully hashed at most once per process per version of the file: the cache
+# key is its stat (inode, size, mtime, ctime), so any write to it, even one that keeps
+# its size, makes the next reuse hash it again. Size and header are checked every time.
+_VERIFIED: dict[str, tuple[int, int, int, int]] = {}
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _remember_verified(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        _VERIFIED[str(path)] = _stat_key(os.stat(path))
+
+
+def check_blob(path: Path, entry: FileEntry, full: bool = False) -> str | None:
+    """Why the safetensors file at ``path`` does not match ``entry``, or None if it does.
+
+    Cheap checks (size, header hash) always; every tensor's hash unless this process
+    already hashed this very version of the file (``full=True``: always)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "missing"
+    if st.st_size != entry.bytes:
+        return f"size {st.st_size}, expected {entry.bytes}"
     try:
         start, raw, header = read_safetensors_header(path)
-    except FileNotFoundError:
-        raise CorruptCheckpoint(owners, str(path), "missing") from None
-    except ValueError as e:
-        raise CorruptCheckpoint(owners, str(path), str(e)) from None
+    except (OSError, ValueError) as e:
+        return str(e)
     if xxhash.xxh3_128_hexdigest(raw) != entry.header_xxh3:
-        raise CorruptCheckpoint(owners, str(path), "header changed")
-    by_key = {s.key: s.owner for s in m.storages if s.file == rel}
-    with open(path, "rb") as f:
-        for k, digest in entry.tensors.items():
-            b, e = header[k]["data_offsets"]
-            if hash_range(f, start + b, e - b) != digest:
-                owner = by_key.get(k, "unreferenced data")
-                raise CorruptCheckpoint(owner, str(path), f"tensor {k!r}")
+        return "header changed"
+    if not full and _VERIFIED.get(str(path)) == _stat_key(st):
+        return None
+    try:
+        with open(path, "rb") as f:
+            for k, digest in entry.tensors.items():
+                b, e = header[k]["data_offsets"]
+                if hash_range(f, start + b, e - b) != digest:
+                    return f"tensor {k!r}"
+    except (KeyError, TypeError, ValueError):
+        return "header does not describe its tensors"
+    _VERIFIED[str(path)] = _stat_key(st)
+    return None
 
 
-def verify_manifest(nbdir: Path, m: Manifest, names=None, trust: bool = False) -> None:
+def quarantine(nbdir: Path, rel: str, reason: str) -> Path:
+    """Move a damaged file out of the way, into ``<nbdir>/quarantine/`` (kept for a
+    post-mortem, never read again), so the next checkpoint writes a good copy."""
+    qdir = nbdir / QUARANTINE
+    paths.private_mkdir(qdir)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+    dest = qdir / f"{Path(rel).name}.{stamp}"
+    os.rename(nbdir / rel, dest)
+    write_file_synced(dest.with_name(dest.name + ".why"), f"{rel}: {reason}\n".encode())
+    _VERIFIED.pop(str(nbdir / rel), None)
+    return dest
+
+
+def verify_file(nbdir: Path, m: Manifest, rel: str, full: bool = True) -> None:
+    """Hash one safetensors file (header and every tensor) against the manifest."""
+    why = check_blob(nbdir / rel, m.files[rel], full=full)
+    if why is None:
+        return
+    owners = ", ".join(m.owners_of_file(rel)) or rel
+    for s in m.storages:  # one tensor is bad: name the object it belongs to
+        if s.file == rel and why == f"tensor {s.key!r}":
+            owners = s.owner
+    raise CorruptCheckpoint(owners, str(nbdir / rel), why)
+
+
+def verify_manifest(
+    nbdir: Path, m: Manifest, names=None, trust: bool = False, full: bool = True
+) -> None:
     check_complete(nbdir, m, names)
     verify_pickle(nbdir, m, trust=trust)
     need = set(m.files) if names is None else m.files_of(names)
     for rel in sorted(need):
-        verify_file(nbdir, m, rel)
+        verify_file(nbdir, m, rel, full=full)
 
 
 def verify_checkpoint(
@@ -346,11 +512,21 @@ def verify_checkpoint(
 
 # ---------------------------------------------------------------- delete, retention, GC
 def delete_checkpoint(dir=None, notebook: str | None = None, checkpoint_id: str = "") -> None:
+    """Delete one checkpoint of this user's (never one signed with another key: on a shared
+    root that is another user's; after a key change, remove the folder by hand)."""
     nbdir = paths.notebook_dir(dir, notebook)
     folder = checkpoint_path(nbdir, checkpoint_id)
     with locked(nbdir):
         if not folder.is_dir():
             raise CheckpointNotFound(checkpoint_id, str(nbdir))
+        _, problem = examine(nbdir, checkpoint_id)
+        if isinstance(problem, UntrustedCheckpoint) and problem.kind in (
+            "other-key",
+            "other-owner",
+        ):
+            raise UntrustedCheckpoint(
+                str(folder), problem.reason + "; it was not deleted", problem.kind
+            )
         _remove_checkpoint_dir(folder)
         gc(nbdir, locked_already=True)
 
@@ -363,9 +539,11 @@ def _remove_checkpoint_dir(folder: Path) -> None:
 
 
 def apply_retention(nbdir: Path, keep: int) -> list[str]:
-    """Delete all but the newest ``keep`` checkpoints (caller holds the lock)."""
+    """Delete all but the newest ``keep`` of the checkpoints signed with this user's key
+    (caller holds the lock). Others' checkpoints neither count nor expire."""
     keep = max(1, int(keep))
-    ids = checkpoint_ids(nbdir)
+    key, _ = _load_key_for_listing()
+    ids = [cid for cid in checkpoint_ids(nbdir) if signed_by_this_key(nbdir / cid, key)]
     doomed = ids[:-keep] if len(ids) > keep else []
     for cid in doomed:
         _remove_checkpoint_dir(nbdir / cid)
@@ -437,16 +615,15 @@ class Transaction:
     def __init__(self, nbdir: Path, checkpoint_id: str | None = None):
         self.nbdir = nbdir
         try:
-            nbdir.mkdir(parents=True, exist_ok=True)
-            (nbdir / BLOBS).mkdir(exist_ok=True)
+            paths.private_mkdir(nbdir / BLOBS)
         except OSError as e:
             from .errors import DiskError
 
             raise DiskError(str(nbdir), e) from e
         self.id = checkpoint_id or new_id(nbdir)
         self.tmp = nbdir / f"{TMP_PREFIX}{self.id}-{os.getpid()}"
-        self.tmp.mkdir()
-        (self.tmp / "staged").mkdir()
+        os.mkdir(self.tmp, 0o700)
+        os.mkdir(self.tmp / "staged", 0o700)
         self.staged: list[str] = []  # blob names staged for blobs/
         self.done = False
 
@@ -461,18 +638,25 @@ class Transaction:
 
     def commit(self, manifest: Manifest, pickle_file: str = PICKLE) -> Path:
         key = signing.load_key()
+        manifest.owner = manifest.owner or paths.owner()
         data = manifest.to_bytes()
         write_file_synced(self.tmp / MANIFEST, data)
-        write_file_synced(self.tmp / SIGNATURE, signing.sign(data, key).encode())
+        write_file_synced(self.tmp / SIGNATURE, signing.sign_manifest(data, key).to_bytes())
         fsync_dir(self.tmp / "staged")
         fsync_dir(self.tmp)
         blobs = self.nbdir / BLOBS
         for name in self.staged:
             dest = blobs / name
-            if dest.exists():  # same content already there (content-addressed)
-                os.unlink(self.staging_path(name))
-            else:
-                os.rename(self.staging_path(name), dest)
+            entry = manifest.files[f"{BLOBS}/{name}"]
+            if dest.exists():
+                # same content address: keep the file there only if it is intact
+                why = check_blob(dest, entry)
+                if why is None:
+                    os.unlink(self.staging_path(name))
+                    continue
+                quarantine(self.nbdir, f"{BLOBS}/{name}", why)
+            os.rename(self.staging_path(name), dest)
+            _remember_verified(dest)  # hashed as it was written
         fsync_dir(blobs)
         os.rmdir(self.tmp / "staged")
         final = self.nbdir / self.id

@@ -35,6 +35,7 @@ from typing import Any
 
 import xxhash
 
+from . import paths
 from .errors import CorruptCheckpoint, DeviceUnavailable
 from .manifest import FileEntry, StorageEntry
 
@@ -464,7 +465,7 @@ def write_safetensors(txn, tmp_name: str, storages: list[Storage], progress=None
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * (-(len(raw) + 8) % 8)
     path = txn.staging_path(tmp_name)
-    with open(path, "xb", buffering=0) as f:
+    with paths.private_open(path) as f:
         _write(f, struct.pack("<Q", len(raw)) + raw)
         for s in storages:
             h = xxhash.xxh3_128() if s.xxh3 is None else None

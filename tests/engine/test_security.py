@@ -9,6 +9,7 @@ import stat
 import numpy as np
 import pytest
 import torch
+import xxhash
 
 import jupyter_pause as jp
 from jupyter_pause.engine import errors, signing, store
@@ -35,10 +36,18 @@ def test_key_created_private_once(saved):
 def test_tampered_manifest_refused_unless_trusted(ck, saved):
     m = json.loads((saved / "manifest.json").read_text())
     m["metadata"]["evil"] = True
-    (saved / "manifest.json").write_text(json.dumps(m))
+    edited = json.dumps(m).encode()
+    (saved / "manifest.json").write_bytes(edited)
     ns = {"w": "old"}
-    with pytest.raises(errors.UntrustedCheckpoint, match="trust=True"):
-        jp.restore(namespace=ns, **ck)
+    # edited without updating the (unkeyed) checksum in manifest.sig: reads as damaged
+    with pytest.raises(errors.CorruptCheckpoint, match="damaged on disk"):
+        jp.restore(saved.name, namespace=ns, **ck)
+    # the checksum forged too: only the HMAC is left to catch it, and it does
+    sig = json.loads((saved / "manifest.sig").read_text())
+    sig["manifest_xxh3"] = xxhash.xxh3_128_hexdigest(edited)
+    (saved / "manifest.sig").write_text(json.dumps(sig))
+    with pytest.raises(errors.UntrustedCheckpoint, match="altered after signing.*trust=True"):
+        jp.restore(saved.name, namespace=ns, **ck)
     assert ns == {"w": "old"}
     res = jp.restore(namespace=ns, trust=True, **ck)
     assert res.metadata["evil"] is True and torch.equal(ns["w"], torch.arange(100.0))

@@ -33,7 +33,8 @@ def test_notebook_folder_is_safe(tmp_path):
     root = tmp_path / "root"
     for key in ["../../etc/passwd", "/abs/path.ipynb", "..", "a/../../b", "nb\x00x", "ü.ipynb"]:
         d = paths.notebook_dir(root, key)
-        assert d.parent == root and ".." not in d.name and "/" not in d.name
+        assert d.parent == paths.user_root(root) and ".." not in d.name and "/" not in d.name
+        assert d.parent.parent == root
     assert paths.notebook_dir(root, "a/b.ipynb") != paths.notebook_dir(root, "a_b.ipynb")
     with pytest.raises(ValueError):
         paths.check_id("../x")
