@@ -589,8 +589,8 @@ def restore(
 
     # only now, with everything verified, run the pickles
     loader = _Loader(buffers, damaged)
-    objs, failures = pickling.load_records(data, m.records, upto, loader, ns)
     by_record = {o.dump: n for n, o in m.objects.items()}
+    objs, failures = pickling.load_records(data, m.records, upto, loader, ns, by_record)
     failed = {by_record[i]: why for i, why in failures.items() if i in by_record}
     if names and any(n in failed for n in wanted) and not partial:
         raise RestoreFailed({n: failed[n] for n in wanted if n in failed})

@@ -34,6 +34,7 @@ import marshal
 import pickle
 import sys
 import types
+import typing
 from typing import Any
 
 from . import tensors
@@ -104,6 +105,30 @@ def _make_class(metaclass, name, bases, type_kwargs):
 def _class_setstate(cls, state):
     for k, v in state.items():
         setattr(cls, k, v)
+
+
+def _make_typevar(name, bound, constraints, covariant, contravariant):
+    return typing.TypeVar(
+        name, *constraints, bound=bound, covariant=covariant, contravariant=contravariant
+    )
+
+
+def reduce_typevar(tv):
+    """A ``TypeVar`` made in a cell (``T = TypeVar("T")``) pickles by reference to
+    ``__main__.T`` by default, which a fresh kernel does not have yet while it rebuilds
+    ``class Box(Generic[T])``: rebuild it by value instead."""
+    if getattr(tv, "__module__", None) not in ("__main__", None) and not _by_value(tv):
+        return NotImplemented
+    return (
+        _make_typevar,
+        (
+            tv.__name__,
+            tv.__bound__,
+            tv.__constraints__,
+            tv.__covariant__,
+            tv.__contravariant__,
+        ),
+    )
 
 
 def _mappingproxy(d):
@@ -220,9 +245,13 @@ def reduce_class(cls):
         type_kwargs["__doc__"] = d.pop("__doc__")
     for k in _SKIP_CLASS_ATTRS:
         d.pop(k, None)
+    # class Box(Generic[T]): the bases as written (Generic[T]) rebuild it, the resolved ones
+    # (Generic) do not ("Cannot inherit from plain Generic")
+    bases = d.pop("__orig_bases__", cls.__bases__)
+    d.pop("__parameters__", None)  # recomputed by Generic.__init_subclass__
     return (
         _make_class,
-        (type(cls), cls.__name__, cls.__bases__, type_kwargs),
+        (type(cls), cls.__name__, bases, type_kwargs),
         d,
         None,
         None,
@@ -249,6 +278,7 @@ class StatePickler(pickle.Pickler):
             property: lambda o: (property, (o.fget, o.fset, o.fdel, o.__doc__)),
             staticmethod: lambda o: (staticmethod, (o.__func__,)),
             classmethod: lambda o: (classmethod, (o.__func__,)),
+            typing.TypeVar: reduce_typevar,
             functools.cached_property: lambda o: (
                 _make_cached_property,
                 (o.func, o.attrname, o.__doc__),
@@ -323,7 +353,10 @@ class MissingClass(CheckpointError):
         )
 
 
-class StateUnpickler(pickle.Unpickler):
+class _Resolving:
+    """How our unpicklers find classes: tensors and arrays come from the loader, cell
+    functions' globals are the namespace being restored into."""
+
     def __init__(self, file, loader, namespace):
         super().__init__(file)
         self._special = {
@@ -342,6 +375,16 @@ class StateUnpickler(pickle.Unpickler):
             raise MissingClass(module, name, e) from None
 
 
+class StateUnpickler(_Resolving, pickle.Unpickler):
+    """The C unpickler: what every restore uses until a record fails."""
+
+
+class _CarefulUnpickler(_Resolving, pickle._Unpickler):
+    """The pure-Python unpickler, used after a record failed: its memo can be set from a
+    dict (the C unpickler ignores a dict assigned to ``memo`` on CPython 3.11: its entries
+    are not found, and later records then read the wrong objects or crash)."""
+
+
 class _Lost:
     """Memo placeholder for an object of a record that failed: keeps the memo's numbering
     aligned with the pickler's. Never handed out: records that refer to it are refused."""
@@ -353,34 +396,54 @@ class _Lost:
 _LOST = _Lost()
 _GETS = {"GET", "BINGET", "LONG_BINGET"}
 _PUTS = {"PUT", "BINPUT", "LONG_BINPUT"}
+# what these opcodes push is complete the moment it is memoised (a class or function found
+# by name, a string): it stays usable even when the rest of its record failed
+_WHOLE = {
+    "GLOBAL",
+    "STACK_GLOBAL",
+    "SHORT_BINUNICODE",
+    "BINUNICODE",
+    "BINUNICODE8",
+    "UNICODE",
+    "SHORT_BINBYTES",
+    "BINBYTES",
+    "BINBYTES8",
+    "SHORT_BINSTRING",
+    "BINSTRING",
+    "STRING",
+}
 
 
-def _memo_use(data: bytes, start: int, end: int, next_index: int) -> tuple[set, list, int]:
-    """(memo indices read, memo indices written, next implicit index) by one record.
-
-    Protocol 4+ memoises with MEMOIZE, whose index is implicit (the memo's size), so the
-    numbering of every record depends on all records before it."""
+def _memo_use(data: bytes, start: int, end: int, next_index: int):
+    """(memo indices read, [(memo index written, complete when written)], next index) of
+    one record. Protocol 4+ memoises with MEMOIZE, whose index is implicit (the memo's
+    size), so the numbering of every record depends on all records before it."""
     import pickletools
 
     gets, puts = set(), []
+    previous = None
     for op, arg, _pos in pickletools.genops(io.BytesIO(memoryview(data)[start:end])):
         if op.name == "MEMOIZE":
-            puts.append(next_index)
+            puts.append((next_index, previous in _WHOLE))
             next_index += 1
         elif op.name in _PUTS:
-            puts.append(arg)
+            puts.append((arg, previous in _WHOLE))
             next_index = max(next_index, arg + 1)
         elif op.name in _GETS:
             gets.add(arg)
         elif op.name == "STOP":
             break
+        previous = op.name
     return gets, puts, next_index
 
 
-def load_records(data: bytes, offsets: list[int], upto: int, loader, namespace):
+def load_records(
+    data: bytes, offsets: list[int], upto: int, loader, namespace, names: dict | None = None
+):
     """Unpickle records 0..upto (inclusive) with one shared memo.
 
-    Returns (objects, failures). A record that fails is reported and the next ones are still
+    Returns (objects, failures); ``names`` (record -> variable) words the failures.
+    A record that fails is reported and the next ones are still
     tried. The failed record may have left half-built objects in the memo; a later record
     that used them could crash the interpreter (SIGSEGV, not an exception), and simply
     dropping them would shift the memo numbering of every later record. So after a failure
@@ -398,24 +461,25 @@ def load_records(data: bytes, offsets: list[int], upto: int, loader, namespace):
         return offsets[i + 1] if i + 1 < len(offsets) else len(data)
 
     for i in range(upto + 1):
-        if lost:
+        if starts:  # something failed before: number this record's memo slots too
             gets, puts, after = _memo_use(data, offsets[i], end_of(i), starts[i])
             starts.append(after)
             needs = sorted({lost[g] for g in gets if g in lost})
             if needs:
+                names = names or {}
                 failures[i] = (
-                    "it shares objects with record(s) "
-                    + ", ".join(map(str, needs))
-                    + " that could not be restored"
+                    "it shares objects with "
+                    + ", ".join(names.get(n, f"record {n}") for n in needs)
+                    + ", which could not be restored"
                 )
                 memo = fresh_memo if fresh_memo is not None else u.memo.copy()
-                for k in puts:
+                for k, _whole in puts:
                     lost[k] = i
                     memo[k] = _LOST
                 fresh_memo = memo
                 continue
         if fresh_memo is not None:
-            u = StateUnpickler(buf, loader, namespace)
+            u = _CarefulUnpickler(buf, loader, namespace)
             u.memo = fresh_memo
             fresh_memo = None
         buf.seek(offsets[i])
@@ -433,10 +497,11 @@ def load_records(data: bytes, offsets: list[int], upto: int, loader, namespace):
                 n = _memo_use(data, offsets[j], end_of(j), n)[2]
             starts.append(n)
         # the C unpickler keeps buffered input and stack state after an error: the next
-        # load uses a new one, with only complete records' objects in its memo
-        memo = {k: v for k, v in u.memo.copy().items() if k < starts[i] or k in lost}
-        for k in range(starts[i], starts[i + 1]):
-            lost[k] = i
-            memo[k] = _LOST
+        # load uses a new one, whose memo holds complete objects only
+        memo = u.memo.copy()
+        for k, whole in _memo_use(data, offsets[i], end_of(i), starts[i])[1]:
+            if not (whole and k in memo):
+                lost[k] = i
+                memo[k] = _LOST
         fresh_memo = memo
     return objs, failures

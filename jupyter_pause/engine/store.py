@@ -510,6 +510,95 @@ def verify_checkpoint(
     return m
 
 
+def scrub(nbdir: Path) -> list[CheckpointInfo]:
+    """Hash everything (every checkpoint's manifest, signature, pickle and tensor files) and
+    say which checkpoints are fully restorable: ``status`` "ok", "damaged" or "untrusted",
+    oldest first. Shared blobs are hashed once. Reads only; never unpickles."""
+    key, key_problem = _load_key_for_listing()
+    verdicts: dict[str, str | None] = {}
+    out = []
+    if not nbdir.is_dir():
+        return out
+    with locked(nbdir, shared=True):
+        for cid in checkpoint_ids(nbdir):
+            m, problem = examine(nbdir, cid, key)
+            problem = key_problem or problem
+            if m is not None and problem is None:
+                try:
+                    check_complete(nbdir, m)
+                    verify_pickle(nbdir, m, key=key)
+                    for rel in sorted(m.files):
+                        if rel not in verdicts:
+                            verdicts[rel] = check_blob(nbdir / rel, m.files[rel], full=True)
+                        if verdicts[rel] is not None:
+                            verify_file(nbdir, m, rel)  # raises, naming the object
+                except CheckpointError as e:
+                    problem = e
+            out.append(_info(nbdir, cid, m, problem))
+    return out
+
+
+def quarantined(nbdir: Path) -> list[str]:
+    """Files found damaged and moved aside (with a ``.why`` next to each)."""
+    qdir = nbdir / QUARANTINE
+    if not qdir.is_dir():
+        return []
+    return sorted(p.name for p in qdir.iterdir() if not p.name.endswith(".why"))
+
+
+def rebind(dir, old_notebook: str, new_notebook: str) -> list[str]:
+    """Move a renamed notebook's checkpoints to its new folder, re-signed for the new name.
+
+    The signature binds a checkpoint to its notebook, so a moved folder would read as a
+    replay; the server calls this when it sees a rename. Only checkpoints that verify as
+    this user's checkpoints of the old notebook move (others stay). Crash-safe: files are
+    hard-linked (or copied) into a temp folder that is renamed into place, then the old
+    checkpoint is removed; at worst both copies exist. Returns the ids moved."""
+    src = paths.notebook_dir(dir, old_notebook)
+    dst = paths.notebook_dir(dir, new_notebook)
+    if not src.is_dir() or src == dst:
+        return []
+    key = signing.load_key()
+    moved = []
+    with locked(src), locked(dst):
+        paths.private_mkdir(dst / BLOBS)
+        for cid in checkpoint_ids(src):
+            if (dst / cid).exists():
+                continue
+            try:
+                m = read_manifest(src, cid, key=key)
+            except CheckpointError:
+                continue
+            for rel in m.files:
+                if not (dst / rel).exists():
+                    _link_or_copy(src / rel, dst / rel)
+            tmp = dst / f"{TMP_PREFIX}{cid}-{os.getpid()}"
+            os.mkdir(tmp, 0o700)
+            _link_or_copy(src / cid / m.pickle.file, tmp / m.pickle.file)
+            m.notebook = paths.notebook_key(new_notebook)
+            data = m.to_bytes()
+            write_file_synced(tmp / MANIFEST, data)
+            write_file_synced(tmp / SIGNATURE, signing.sign_manifest(data, key).to_bytes())
+            fsync_dir(tmp)
+            fsync_dir(dst / BLOBS)
+            os.rename(tmp, dst / cid)
+            fsync_dir(dst)
+            _remove_checkpoint_dir(src / cid)
+            moved.append(cid)
+        gc(src, locked_already=True)
+    if not checkpoint_ids(src) and not quarantined(src):
+        shutil.rmtree(src, ignore_errors=True)
+    return moved
+
+
+def _link_or_copy(a: Path, b: Path) -> None:
+    try:
+        os.link(a, b)
+    except OSError:
+        shutil.copyfile(a, b)
+        os.chmod(b, 0o600)
+
+
 # ---------------------------------------------------------------- delete, retention, GC
 def delete_checkpoint(dir=None, notebook: str | None = None, checkpoint_id: str = "") -> None:
     """Delete one checkpoint of this user's (never one signed with another key: on a shared
