@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "trial": ("jupyter_pause.commands.trial", "run the pause/resume trial on a notebook"),
     "probe": ("jupyter_pause.commands.probe", "release-check probe: plant and check live state"),
     "simulate": ("jupyter_pause.commands.simulate", "which idle threshold is worth it"),
+    "verify": ("jupyter_pause.commands.verify", "scrub checkpoints: which ones fully restore"),
 }
 
 

@@ -62,6 +62,9 @@ def restore(notebook: str, dir: str | None, checkpoint_id: str | None = None):
         "bytes": result.bytes_read,
         "seconds": result.seconds,
         "metadata": result.metadata,
+        "failed": dict(result.failed),
+        "notes": list(result.notes),  # e.g. newer checkpoints passed over, and why
+        "rerun": list(result.rerun),  # cells that made the names it could not save
     }
 
 

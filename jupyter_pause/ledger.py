@@ -14,6 +14,7 @@ an error at the call site, not a silently unreportable row.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -122,6 +123,9 @@ class Ledger:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            # who used which notebook when is private: 0600 whatever the umask (SQLite
+            # gives its -wal and -shm files the database file's mode)
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
         self.user = user
         self.listeners: list[Any] = []
         self._lock = threading.Lock()

@@ -80,7 +80,7 @@ class PauseMagics(Magics):
             objs = ", ".join(i.objects)
             if len(objs) > 60:
                 objs = objs[:57] + "..."
-            flag = "" if i.trusted else "  [unsigned]"
+            flag = "" if i.status == "ok" else f"  [{i.status}: {i.problem}]"
             print(
                 f"{i.id:<24} {i.time[:19].replace('T', ' '):<20} {fmt_bytes(i.bytes):>10}  {objs}{flag}"
             )
@@ -91,6 +91,11 @@ class PauseMagics(Magics):
     @argument("--notebook", default=None, help="notebook key")
     @argument("--device", default=None, help="'cpu', 'cuda:0', or 'cuda:1=cuda:0' mappings")
     @argument("--trust", action="store_true", help="load a checkpoint not signed by this user")
+    @argument(
+        "--partial",
+        action="store_true",
+        help="restore what is intact; name and skip objects whose data is damaged",
+    )
     @argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
     @line_magic
     def restore(self, line=""):
@@ -111,6 +116,7 @@ class PauseMagics(Magics):
                 trust=args.trust,
                 namespace=self.shell.user_ns,
                 progress=not args.quiet,
+                partial=args.partial,
             )
         except (CheckpointError, ValueError) as e:
             raise _error(e) from None
@@ -118,6 +124,11 @@ class PauseMagics(Magics):
             print(f"  not restored {name}: {reason}", file=sys.stderr)
         for note in res.notes:
             print(f"  note: {note}")
+        for cell in res.rerun:
+            print(
+                f"  re-run cell [{cell['cell']}] to recreate {', '.join(cell['names'])} "
+                f"(jupyter_pause.rerun([{cell['cell']}]) runs it; nothing runs by itself)"
+            )
         return None
 
     @magic_arguments()

@@ -114,7 +114,7 @@ async def test_a_failed_checkpoint_leaves_the_kernel_running(jp_fetch, jp_server
     assert "kernel-stopped" not in event_types(jp_serverapp, notebook_path)
 
 
-async def test_resume_from_a_corrupt_checkpoint_fails_and_offers_the_older_one(
+async def test_resume_falls_back_from_a_corrupt_checkpoint_and_never_offers_it(
     jp_fetch, jp_serverapp, notebook_path
 ):
     await running_notebook(
@@ -145,24 +145,36 @@ async def test_resume_from_a_corrupt_checkpoint_fails_and_offers_the_older_one(
             corrupted += 1
     assert corrupted
 
+    # no id: the newest checkpoint that verifies, and the operation says which it passed over
     op = await operate(jp_fetch, "resume", notebook_path)
-    assert op["outcome"] == "failed"
-    assert older in op["error"]
-    session = await session_status(jp_fetch, notebook_path)
-    assert session["state"] == "failed"
-    assert session["kernel_id"] is None
+    assert op["outcome"] == "succeeded", op
+    assert any(latest in m and "passed over" in m for m in op["messages"]), op["messages"]
+    kernel_id = (await session_status(jp_fetch, notebook_path))["kernel_id"]
+    assert await execute(jp_serverapp, kernel_id, "float(value.sum())") == "1000.0"
 
+    # naming the damaged one fails, and the checkpoints offered instead never include it
+    await asyncio.sleep(1.1)  # checkpoint ids have a resolution of one second
+    assert (await operate(jp_fetch, "pause", notebook_path))["outcome"] == "succeeded"
+    newest = (await session_status(jp_fetch, notebook_path))["last_checkpoint"]["id"]
     code, body = await api(
         jp_fetch,
         "sessions",
         "resume",
         method="POST",
-        body={"path": notebook_path, "checkpoint_id": older},
+        body={"path": notebook_path, "checkpoint_id": latest},
     )
     op = await wait_operation(jp_fetch, body["operation"]["id"])
-    assert op["outcome"] == "succeeded", op
-    kernel_id = (await session_status(jp_fetch, notebook_path))["kernel_id"]
-    assert await execute(jp_serverapp, kernel_id, "float(value.sum())") == "1000.0"
+    assert op["outcome"] == "failed"
+    offered = op["error"].split("resume from instead:")[1]
+    assert latest not in offered and offered.strip().startswith(newest), op["error"]
+    session = await session_status(jp_fetch, notebook_path)
+    assert session["state"] == "failed"
+    assert session["kernel_id"] is None
+    listed = {
+        c.id: c.status
+        for c in checkpoint_store.list_checkpoints(manager.checkpoint_dir, notebook_path)
+    }
+    assert listed[latest] == "damaged" and listed[older] == "ok"
 
 
 async def test_single_flight_under_concurrent_requests(jp_fetch, jp_serverapp, notebook_path):

@@ -586,6 +586,8 @@ class PauseManager:
                 LiveState.RESTORED if nonce and nonce == session.pause_nonce else LiveState.FRESH
             )
             session.restored_from = "checkpoint"
+            # the kernel passed over newer checkpoints that did not verify: say so
+            op.messages.extend(result.get("notes", []))
             self._record(
                 EventType.RESTORE_FINISHED,
                 session,
@@ -604,7 +606,7 @@ class PauseManager:
             self._finish(session, op)
         except Exception as e:
             error = str(e)
-            others = [c["id"] for c in self.list_checkpoints(path)]
+            others = self._alternatives(path, checkpoint_id)
             if others:
                 error += f". Checkpoints you can resume from instead: {', '.join(others)}"
             self._record(EventType.RESTORE_FAILED, session, op, error=str(e))
@@ -618,6 +620,13 @@ class PauseManager:
             self._fail(session, op, f"resume failed: {error}")
 
     # -------------------------------------------------------------- helpers
+
+    def _alternatives(self, path: str, failed_id: str | None) -> list[str]:
+        """Checkpoints to offer after a failed resume, newest first: never the one that just
+        failed (the newest sound one, when none was named), never a damaged or untrusted one."""
+        sound = [c["id"] for c in self.list_checkpoints(path) if c["status"] == "ok"]
+        failed_id = failed_id or (sound[0] if sound else None)
+        return [c for c in sound if c != failed_id]
 
     def _on_activity(self, path: str, kernel_id: str, event: str, info: dict) -> None:
         if event != "cell-finished":

@@ -1,0 +1,78 @@
+"""``jupyter pause verify [NOTEBOOK]``: scrub the checkpoint store, say what restores.
+
+Checkpoints share content-addressed tensor files, so one damaged file can make
+several checkpoints unrestorable. This hashes every file of every checkpoint
+(each shared file once) and reports, per checkpoint, whether it is fully
+restorable, damaged (which object, which file) or untrusted (why). It reads
+only: nothing is unpickled, moved or deleted. The exit status is 0 when every
+notebook has at least one restorable checkpoint and nothing is damaged, 1
+otherwise, so it can run from cron or a CI job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+from ..engine import paths, store
+
+
+def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument(
+        "notebook", nargs="?", help="notebook path (default: every notebook of this user)"
+    )
+    parser.add_argument("--dir", help="checkpoint root (default: $JUPYTER_PAUSE_CHECKPOINT_DIR)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _folders(args) -> list:
+    if args.notebook:
+        return [paths.notebook_dir(args.dir, args.notebook)]
+    root = paths.user_root(args.dir)
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
+def run(args) -> int:
+    report = []
+    for nbdir in _folders(args):
+        infos = store.scrub(nbdir)
+        notebook = next((i.notebook for i in infos if i.notebook), args.notebook or nbdir.name)
+        report.append(
+            {
+                "notebook": notebook,
+                "folder": str(nbdir),
+                "restorable": [i.id for i in infos if i.status == "ok"],
+                "checkpoints": [
+                    {k: v for k, v in dataclasses.asdict(i).items() if k != "metadata"}
+                    for i in infos
+                ],
+                "quarantined": store.quarantined(nbdir),
+            }
+        )
+    healthy = all(
+        nb["restorable"] and all(c["status"] != "damaged" for c in nb["checkpoints"])
+        for nb in report
+    )
+    if args.json:
+        print(json.dumps({"notebooks": report, "healthy": healthy}, indent=1))
+        return 0 if healthy else 1
+    if not report:
+        print(f"no checkpoints under {paths.user_root(args.dir)}")
+        return 0
+    for nb in report:
+        print(f"{nb['notebook']}  ({nb['folder']})")
+        for c in reversed(nb["checkpoints"]):
+            line = f"  {c['id']:<24} {c['status']:<10}"
+            print(line + (f" {c['problem']}" if c["problem"] else ""))
+        if nb["restorable"]:
+            newest = nb["restorable"][-1]
+            print(f"  -> resume and %restore use {newest}, the newest fully restorable checkpoint")
+        else:
+            print(
+                "  -> no checkpoint is fully restorable; %restore --partial brings back "
+                "the objects whose data is intact"
+            )
+        if nb["quarantined"]:
+            print(f"  quarantined (damaged, kept aside): {', '.join(nb['quarantined'])}")
+    return 0 if healthy else 1
