@@ -121,10 +121,10 @@ class Signature:
                 raise ValueError("manifest.sig is not valid JSON") from None
             if not isinstance(d, dict) or d.get("format") != SIG_FORMAT:
                 raise ValueError("manifest.sig has an unknown format")
-            values = [d.get(k, "") for k in ("hmac", "key_id", "manifest_xxh3")]
-            if not all(isinstance(v, str) for v in values):
-                raise ValueError("manifest.sig has a malformed field")
-            sig = cls(*values)
+            fields = ("hmac", "key_id", "manifest_xxh3")
+            if set(d) != {"format", *fields} or not all(isinstance(d[k], str) for k in fields):
+                raise ValueError("manifest.sig has malformed fields")
+            sig = cls(*(d[k] for k in fields))
         else:
             sig = cls(text)
         if not _HEX.fullmatch(sig.hmac):
