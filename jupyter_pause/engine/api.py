@@ -21,6 +21,7 @@ tensor's hash (while reading it straight into its final buffer on its device)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import keyword
 import os
@@ -337,6 +338,7 @@ def _write_checkpoint(
     objects_in = {**optional, **required}
     probed = False
     pk_path = txn.tmp / PICKLE
+    deep = False  # pickle in a thread with a deep stack (after a RecursionError)
     while True:
         collector = tensors.Collector()
         if pk_path.exists():  # a second pass, after dropping an unsavable object
@@ -344,6 +346,7 @@ def _write_checkpoint(
         with paths.private_open(pk_path, buffering=1 << 20) as f:
             w = _HashingWriter(f, key)
             pickler = pickling.StatePickler(w, collector, ns)
+            dump = functools.partial(pickling.deep, pickler.dump) if deep else pickler.dump
             offsets: list[int] = []
             entries: dict[str, ObjectEntry] = {}
             failed_name = failure = None
@@ -352,11 +355,13 @@ def _write_checkpoint(
                 offsets.append(w.pos)
                 collector.begin(name, obj)
                 try:
-                    pickler.dump(obj)
+                    dump(obj)
                 except Exception as e:
                     if w.io_error is not None:
                         raise w.io_error from None
                     failed_name, failure = name, pickling.describe(e)
+                    if isinstance(e, RecursionError) and not deep:
+                        failure = None  # e.g. a long linked list: pickle again, deeper
                     break
                 entries[name] = ObjectEntry(
                     type=_type_name(obj),
@@ -378,6 +383,9 @@ def _write_checkpoint(
             os.fsync(f.fileno())
         if failed_name is None:
             break
+        if failure is None:
+            deep = True
+            continue
         # A record failed half-way; the stream and memo are unusable. Find every other
         # culprit once (each remaining object alone, to nowhere), drop them, pickle again.
         if failed_name in required:
@@ -591,6 +599,10 @@ def restore(
     loader = _Loader(buffers, damaged)
     by_record = {o.dump: n for n, o in m.objects.items()}
     objs, failures = pickling.load_records(data, m.records, upto, loader, ns, by_record)
+    if any(why.startswith("RecursionError") for why in failures.values()):
+        objs, failures = pickling.deep(
+            pickling.load_records, data, m.records, upto, loader, ns, by_record
+        )
     failed = {by_record[i]: why for i, why in failures.items() if i in by_record}
     if names and any(n in failed for n in wanted) and not partial:
         raise RestoreFailed({n: failed[n] for n in wanted if n in failed})

@@ -49,6 +49,9 @@ _UNSAVABLE_TYPES: tuple[tuple[type, str], ...] = (
     (type(threading.RLock()), "a lock cannot be saved"),
 )
 _INTERNAL_MODULES = ("IPython.", "ipykernel.", "zmq.", "tornado.", "jupyter_client.", "comm.")
+# IPython's display objects (HTML, Markdown, Image, ...) are the user's data
+_DISPLAY_MODULES = ("IPython.core.display", "IPython.lib.display", "IPython.display")
+_IN_MEMORY_STREAMS = (io.StringIO, io.BytesIO)
 
 
 def user_namespace() -> tuple[dict, dict]:
@@ -77,11 +80,13 @@ def quick_skip(name: str, obj, hidden: dict) -> str | None:
         return "IPython history/internal variable"
     if isinstance(obj, types.ModuleType):
         return "module (re-imported by name on restore)"
+    if isinstance(obj, _IN_MEMORY_STREAMS):
+        return None  # a buffer, not a file: pickled with its contents and position
     for typ, reason in _UNSAVABLE_TYPES:
         if isinstance(obj, typ):
             return reason
     mod = getattr(type(obj), "__module__", "") or ""
-    if mod.startswith(_INTERNAL_MODULES):
+    if mod.startswith(_INTERNAL_MODULES) and not mod.startswith(_DISPLAY_MODULES):
         return f"Jupyter/IPython internal object ({mod}.{type(obj).__qualname__})"
     return None
 

@@ -31,10 +31,13 @@ import functools
 import importlib
 import io
 import marshal
+import os
 import pickle
 import sys
+import threading
 import types
 import typing
+import weakref
 from typing import Any
 
 from . import tensors
@@ -128,6 +131,90 @@ def reduce_typevar(tv):
             tv.__covariant__,
             tv.__contravariant__,
         ),
+    )
+
+
+def _dead_weakref():
+    """A weak reference whose object was gone when it was saved: dead again."""
+    return weakref.ref(_Gone())
+
+
+class _Gone:
+    pass
+
+
+def reduce_weakref(ref):
+    """A ``weakref.ref`` is saved as a reference to its object (shared with the variable
+    that holds it, so it is alive again after a restore); callbacks are not saved."""
+    obj = ref()
+    if obj is None:
+        return (_dead_weakref, ())
+    return (weakref.ref, (obj,))
+
+
+def _make_lru_cache(func, maxsize, typed):
+    return functools.lru_cache(maxsize=maxsize, typed=typed)(func)
+
+
+def reduce_lru_cache(wrapper):
+    """``@functools.lru_cache`` on a cell function: the wrapper cannot be found by name in a
+    fresh kernel, so rebuild it around the function (by value). The cache starts empty."""
+    if not _by_value(wrapper):
+        return NotImplemented
+    params = wrapper.cache_parameters()
+    return (_make_lru_cache, (wrapper.__wrapped__, params["maxsize"], params["typed"]))
+
+
+def _make_enum(metaclass, name, bases, attrs, members, qualname, module):
+    def body(ns):  # ns is the Enum's own namespace: assigning a name makes a member
+        ns["__module__"] = module
+        ns["__qualname__"] = qualname
+        for k, v in attrs.items():
+            ns[k] = v
+        for k, v in members:
+            ns[k] = v
+
+    return types.new_class(name, bases, {"metaclass": metaclass}, body)
+
+
+def reduce_enum(cls):
+    """An ``Enum`` defined in a cell: rebuilt by running its class body again (members in
+    order, with their values, and the methods and attributes defined in the body)."""
+    members = [(k, m._value_) for k, m in cls.__dict__["_member_map_"].items()]
+    names = {k for k, _ in members}
+    attrs = {
+        k: v
+        for k, v in cls.__dict__.items()
+        if k not in names and k not in _ENUM_OWN and not _is_sunder(k)
+    }  # what the body defined: not the members, not the metaclass's _sunder_ bookkeeping
+    return (
+        _make_enum,
+        (type(cls), cls.__name__, cls.__bases__, attrs, members, cls.__qualname__, cls.__module__),
+    )
+
+
+_ENUM_OWN = {"__module__", "__qualname__", "__new__", "__dict__", "__weakref__"}
+
+
+def _is_sunder(name: str) -> bool:
+    return len(name) > 2 and name[0] == name[-1] == "_" and name[1] != "_" and name[-2] != "_"
+
+
+def _open_memmap(filename, dtype, mode, offset, shape, order):
+    import numpy as np
+
+    if not os.path.exists(filename):
+        raise CheckpointError(
+            f"it is a numpy.memmap of {filename}, which no longer exists; restore the file, "
+            "then restore again"
+        )
+    return np.memmap(
+        filename,
+        dtype=dtype,
+        mode="r+" if mode == "w+" else mode,
+        offset=offset,
+        shape=shape,
+        order=order,
     )
 
 
@@ -230,9 +317,7 @@ def reduce_class(cls):
     import enum
 
     if isinstance(cls, enum.EnumMeta):
-        raise pickle.PicklingError(
-            f"Enum class {cls.__qualname__} defined in a notebook cell cannot be saved by value"
-        )
+        return reduce_enum(cls)
     d = dict(cls.__dict__)
     type_kwargs: dict[str, Any] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
     slots = d.pop("__slots__", None)
@@ -279,6 +364,8 @@ class StatePickler(pickle.Pickler):
             staticmethod: lambda o: (staticmethod, (o.__func__,)),
             classmethod: lambda o: (classmethod, (o.__func__,)),
             typing.TypeVar: reduce_typevar,
+            weakref.ref: reduce_weakref,
+            functools._lru_cache_wrapper: reduce_lru_cache,
             functools.cached_property: lambda o: (
                 _make_cached_property,
                 (o.func, o.attrname, o.__doc__),
@@ -294,8 +381,25 @@ class StatePickler(pickle.Pickler):
             d[field_base] = lambda o: (getattr, (dataclasses, o.name))
         if np is not None:
             d[np.ndarray] = collector.reduce_numpy
+            d[np.memmap] = self._reduce_memmap
         self._dispatch = d
         self._class_cache: dict[type, Any] = {}
+
+    def _reduce_memmap(self, a):
+        """A ``numpy.memmap`` that maps a whole file region comes back as a memmap of that
+        file (its data is the file's, not the checkpoint's); a slice of one, or a
+        copy-on-write map whose changes live only in memory, is saved as an array."""
+        import mmap
+
+        if isinstance(a.base, mmap.mmap) and a.filename and a.mode != "c":
+            if a.mode in ("r+", "w+"):
+                a.flush()
+            order = "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
+            return (
+                _open_memmap,
+                (os.fspath(a.filename), a.dtype.str, a.mode, a.offset, a.shape, order),
+            )
+        return self.collector.reduce_numpy(a.view(type=sys.modules["numpy"].ndarray))
 
     @staticmethod
     def _reduce_attr(module, name, obj):
@@ -324,6 +428,39 @@ class StatePickler(pickle.Pickler):
         return NotImplemented
 
 
+DEEP_RECURSION_LIMIT = 100_000
+DEEP_STACK_BYTES = 512 << 20  # virtual: only the pages a deep graph touches are used
+
+
+def deep(fn, *args):
+    """``fn(*args)`` in a thread whose C stack and recursion limit fit deeply nested
+    objects: a linked list of a few thousand nodes exceeds Python's default limit of
+    1,000 when pickled or unpickled. Used only after a RecursionError."""
+    outcome: dict[str, Any] = {}
+
+    def run():
+        try:
+            outcome["value"] = fn(*args)
+        except BaseException as e:  # re-raised in the caller's thread
+            outcome["error"] = e
+
+    old_limit, old_stack = sys.getrecursionlimit(), threading.stack_size()
+    threading.stack_size(DEEP_STACK_BYTES)
+    try:
+        worker = threading.Thread(target=run, name="jupyter-pause-deep")
+        sys.setrecursionlimit(max(old_limit, DEEP_RECURSION_LIMIT))
+        worker.start()
+    finally:
+        threading.stack_size(old_stack)
+    try:
+        worker.join()
+    finally:
+        sys.setrecursionlimit(old_limit)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
 class _NullWriter:
     def write(self, b):
         return len(b)
@@ -331,8 +468,15 @@ class _NullWriter:
 
 def probe(obj, namespace) -> str | None:
     """Pickle ``obj`` alone to nowhere; return why it cannot be saved, or None."""
-    try:
+
+    def dump():
         StatePickler(_NullWriter(), tensors.Collector(), namespace).dump(obj)
+
+    try:
+        try:
+            dump()
+        except RecursionError:
+            deep(dump)
     except Exception as e:  # any failure means "cannot save"
         return describe(e)
     return None

@@ -97,7 +97,13 @@ def _rebuild_meta(dtype_name, shape, stride, requires_grad, kind):
     return t.requires_grad_(requires_grad) if requires_grad else t
 
 
+GRAD = "__jupyter_pause_grad__"  # key of a leaf tensor's .grad in its pickled state
+
+
 def _set_tensor_state(t, state):
+    grad = state.pop(GRAD, None)
+    if grad is not None:
+        t.grad = grad
     t.__dict__.update(state)
 
 
@@ -205,6 +211,8 @@ class Collector:
             src = src.resolve_conj().resolve_neg()  # materialise lazy bits (sharing lost)
         st = src.untyped_storage()
         nbytes = st.nbytes()
+        # keyed like a numpy array over the same memory (torch.from_numpy): saved once,
+        # shared again after a restore
         skey = (str(src.device), st.data_ptr(), nbytes) if nbytes else ("empty", id(t))
         idx = self._index.get(skey)
         if idx is None:
@@ -244,9 +252,11 @@ class Collector:
             rg,
             kind,
         )
-        state = t.__dict__
+        state = dict(t.__dict__)
+        if t.is_leaf and t.requires_grad and t.grad is not None:
+            state[GRAD] = t.grad  # saved like any tensor (its own storage)
         if state:
-            return (_rebuild_tensor, args, dict(state), None, None, _set_tensor_state)
+            return (_rebuild_tensor, args, state, None, None, _set_tensor_state)
         return (_rebuild_tensor, args)
 
     # -- numpy ---------------------------------------------------------------
@@ -262,7 +272,7 @@ class Collector:
             view = a
         ptr = root.__array_interface__["data"][0]
         nbytes = root.nbytes
-        skey = ("numpy", ptr, nbytes) if nbytes else ("empty", id(a))
+        skey = ("cpu", ptr, nbytes) if nbytes else ("empty", id(a))
         idx = self._index.get(skey)
         if idx is None:
             flat = root.ravel(order="K").view(np.uint8) if nbytes else np.empty(0, np.uint8)
@@ -820,6 +830,8 @@ def _readinto_exact(f, pos: int, view) -> None:
 def rebuild_torch(buf, dtype_name, shape, stride, offset, requires_grad, kind):
     import torch
 
+    if not isinstance(buf, torch.Tensor):  # a numpy array's memory (torch.from_numpy)
+        buf = torch.from_numpy(buf)
     t = torch.empty(0, dtype=getattr(torch, dtype_name), device=buf.device)
     t.set_(buf.untyped_storage(), offset, shape, stride)
     if kind == "param":
@@ -831,6 +843,9 @@ def rebuild_torch(buf, dtype_name, shape, stride, offset, requires_grad, kind):
 
 def rebuild_array(buf, dtype, shape, strides, offset, writeable):
     import numpy as np
+
+    if not isinstance(buf, np.ndarray):  # a CPU tensor's memory (tensor.numpy())
+        buf = buf.numpy() if buf.device.type == "cpu" else buf.cpu().numpy()
 
     a = np.ndarray(shape, dtype=dtype, buffer=buf, offset=offset, strides=strides)
     if not writeable:

@@ -150,10 +150,3 @@ def jp_errors():
     from jupyter_pause.engine import errors
 
     return errors
-
-
-def test_enum_in_cell_is_skipped_with_reason(ck):
-    ns = main_ns("import enum\nclass Color(enum.Enum):\n    RED = 1\nc = Color.RED\nok = 1\n")
-    res = jp.checkpoint(namespace=ns, **ck)
-    assert "Enum" in res.skipped["Color"] and "c" in res.skipped
-    assert res.saved == ["ok"]
