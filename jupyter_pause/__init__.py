@@ -27,6 +27,8 @@ _LAZY = {
     "checkpoint": "jupyter_pause.engine.api",
     "restore": "jupyter_pause.engine.api",
     "list_checkpoints": "jupyter_pause.engine.api",
+    "rerun": "jupyter_pause.engine.rerun",
+    "offered": "jupyter_pause.engine.rerun",
 }
 
 __all__ = ["__version__", *_LAZY]

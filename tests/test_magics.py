@@ -103,6 +103,8 @@ def _run(kc, code, timeout=60):
         elif t == "status" and msg["content"]["execution_state"] == "idle":
             break
     reply = kc.get_shell_msg(timeout=timeout)
+    while reply["parent_header"].get("msg_id") != msg_id:  # e.g. a late kernel_info reply
+        reply = kc.get_shell_msg(timeout=timeout)
     return reply["content"]["status"], "".join(out), displays
 
 

@@ -36,7 +36,7 @@ from typing import Any
 import xxhash
 
 from . import namespace as ns_mod
-from . import paths, pickling, rng, signing, store, tensors
+from . import paths, pickling, rerun, rng, signing, store, tensors
 from .errors import (
     CheckpointError,
     CheckpointNotFound,
@@ -64,6 +64,8 @@ __all__ = [
 ]
 
 RNG_RECORD = "__jupyter_pause_rng__"
+# skip reasons of names that a restore brings back anyway (no cell needs re-running)
+_NOT_LOST = ("module", "IPython")
 
 # ----------------------------------------------------------------- tracking
 _TRACKED: dict[str, Any] = {}
@@ -476,6 +478,7 @@ def _write_checkpoint(
     for name, e in entries.items():
         e.bytes = sum(storages[i].nbytes for i in e.storages)
         per_obj_bytes[name] = e.bytes
+    unsaved = [n for n, why in skipped.items() if n in ns and not why.startswith(_NOT_LOST)]
     manifest = Manifest(
         id=txn.id,
         notebook=key_name,
@@ -492,6 +495,7 @@ def _write_checkpoint(
         metadata=meta,
         bytes_total=total,
         bytes_written=written + pickle_entry.bytes,
+        rerun=rerun.cells_for(unsaved, ns),
     )
     final = txn.commit(manifest)
     seconds = time.monotonic() - t0
@@ -614,6 +618,8 @@ def restore(
         restored.append(n)
         if m.objects[n].tracked:
             _TRACKED[n] = ns[n]
+    if not names:
+        rerun.offer(m.rerun)  # jupyter_pause.rerun() may run these, when the user says so
     notes: list[str] = [
         f"checkpoint {cid} was passed over: {why}" for cid, why in passed_over.items()
     ]
