@@ -41,9 +41,7 @@ def _bound_names(source: str) -> set[str]:
             if isinstance(s, ast.Assign):
                 for t in s.targets:
                     targets(t)
-            elif isinstance(s, (ast.AugAssign, ast.AnnAssign)) or isinstance(
-                s, (ast.For, ast.AsyncFor)
-            ):
+            elif isinstance(s, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
                 targets(s.target)
             elif isinstance(s, (ast.With, ast.AsyncWith)):
                 for item in s.items:
