@@ -218,6 +218,36 @@ def _open_memmap(filename, dtype, mode, offset, shape, order):
     )
 
 
+def _make_parametrized(cls):
+    return cls.__new__(cls)
+
+
+def _parametrized_setstate(module, state):
+    """Give the module its state (the originals live in ``parametrizations``), then let
+    torch put its parametrized class and properties back, as ``register_parametrization``
+    does, without recomputing the originals from the current weight."""
+    from torch.nn.utils import parametrize
+
+    module.__dict__.update(state)
+    parametrize._inject_new_class(module)
+    for name in module.parametrizations:
+        parametrize._inject_property(module, name)
+
+
+def reduce_parametrized(module):
+    """A module with parametrizations (``weight_norm``, ``orthogonal``, ...): torch refuses
+    to pickle it ("only supported through state_dict()") because its class is made on the
+    fly. Saved as its original class plus its state; rebuilt with torch's own helpers."""
+    return (
+        _make_parametrized,
+        (type(module).__bases__[0],),
+        dict(module.__dict__),
+        None,
+        None,
+        _parametrized_setstate,
+    )
+
+
 def _mappingproxy(d):
     return types.MappingProxyType(d)
 
@@ -423,6 +453,8 @@ class StatePickler(pickle.Pickler):
                 is_tensor = self._class_cache[cls] = issubclass(cls, self._tensor_base)
             if is_tensor:
                 return self.collector.reduce_torch(obj)
+            if cls.__module__ == "torch.nn.utils.parametrize" and hasattr(obj, "parametrizations"):
+                return reduce_parametrized(obj)
         if isinstance(obj, type) and _class_by_value(obj):
             return reduce_class(obj)
         return NotImplemented

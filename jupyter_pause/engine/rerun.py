@@ -88,9 +88,17 @@ def offer(cells: list[RerunCell]) -> None:
     _OFFERED[:] = cells
 
 
+class _JSONList(list):
+    """A list a frontend receives as ``application/json`` (user expressions carry every
+    representation IPython can make of a value, not just its repr)."""
+
+    def _repr_json_(self):
+        return list(self)
+
+
 def offered() -> list[dict[str, Any]]:
     """The cells the last restore offers to re-run: ``[{cell, source, names}]``."""
-    return [{"cell": c.cell, "source": c.source, "names": list(c.names)} for c in _OFFERED]
+    return _JSONList({"cell": c.cell, "source": c.source, "names": list(c.names)} for c in _OFFERED)
 
 
 def rerun(cells=None) -> dict[int, str]:
@@ -115,4 +123,9 @@ def rerun(cells=None) -> dict[int, str]:
         outcome[c.cell] = "ok" if error is None else f"{type(error).__name__}: {error}"
         if error is None:
             _OFFERED.remove(c)
-    return outcome
+    return _JSONDict(outcome)
+
+
+class _JSONDict(dict):
+    def _repr_json_(self):
+        return {str(k): v for k, v in self.items()}

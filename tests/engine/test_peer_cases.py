@@ -133,3 +133,19 @@ def test_a_linked_list_3000_nodes_deep(ck):
     while node is not None:
         node, n = node.nxt, n + 1
     assert n == 3000
+
+
+def test_module_with_parametrizations(ck):
+    from torch.nn.utils import parametrize
+    from torch.nn.utils.parametrizations import weight_norm
+
+    m = weight_norm(torch.nn.Linear(4, 3))
+    x = torch.ones(1, 4)
+    res, out, got = roundtrip(ck, {"m": m})
+    g = got["m"]
+    assert not res.skipped and not out.failed
+    assert torch.allclose(g(x), m(x)) and parametrize.is_parametrized(g, "weight")
+    assert sorted(n for n, _ in g.named_parameters()) == sorted(n for n, _ in m.named_parameters())
+    with torch.no_grad():  # still parametrized: the weight follows its originals
+        g.parametrizations.weight.original0.mul_(2)
+    assert torch.allclose(g.weight, 2 * m.weight)
