@@ -21,6 +21,7 @@ import { pauseIcon, resumeIcon } from './icons';
 import { PauseStatusModel } from './model';
 import { createReportWidget } from './report';
 import { ResumeOffer } from './resume';
+import { RerunOffer } from './rerun';
 import { PauseStatusItem } from './statusbar';
 
 /** The shared status model, for other plugins (and other extensions). */
@@ -152,6 +153,7 @@ const actionsPlugin: JupyterFrontEndPlugin<void> = {
     }
     new ResumeOffer(model, actions, notebooks);
     new AutoPauseWarnings(model, actions);
+    new RerunOffer(model, notebooks);
   }
 };
 
