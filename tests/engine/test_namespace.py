@@ -26,7 +26,7 @@ def test_select_skips_ipython_modules_and_unsavable():
         "get_ipython": object(),
         "np": np,
         "m": math,
-        "f": io.StringIO(),
+        "f": io.FileIO(__file__),  # an open file (an in-memory StringIO is saved)
         "g": (i for i in range(2)),
         "x": 1,
         "_private": 2,
