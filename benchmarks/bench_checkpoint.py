@@ -188,7 +188,7 @@ def bench_state_dict(args, work: Path, env) -> dict:
 
         def ck(ckdir=ckdir):
             return jp.checkpoint(
-                "model", namespace={"model": sd}, dir=ckdir, notebook="nb", progress=False
+                "model", namespace={"model": sd}, dir=ckdir, notebook="nb", keep=10, progress=False
             )
 
         steps = [
