@@ -58,3 +58,23 @@ def test_cuda_rng_state(ck):
     torch.cuda.manual_seed_all(99)
     jp.restore(namespace={}, **ck)
     assert torch.equal(torch.rand(3, device="cuda"), expected)
+
+
+def test_cuda_grads_and_a_damaged_reused_blob(ck, nbdir):
+    """Gradients of CUDA parameters come back on the device; a reused CUDA blob found
+    damaged is written again from GPU memory."""
+    model = torch.nn.Linear(512, 512).to("cuda:0")
+    model(torch.ones(1, 512, device="cuda:0")).sum().backward()
+    first = jp.checkpoint(namespace={"model": model}, **ck)
+    m = store.get_manifest(ck["dir"], ck["notebook"], first.id)
+    blob = nbdir / next(s.file for s in m.storages if s.owner == "model")
+    data = bytearray(blob.read_bytes())
+    data[-10] ^= 0x01
+    blob.write_bytes(bytes(data))
+    second = jp.checkpoint(namespace={"model": model}, **ck)
+    assert second.quarantined
+    store.verify_checkpoint(ck["dir"], ck["notebook"], second.id)
+    out = {}
+    jp.restore(namespace=out, **ck)
+    grad = out["model"].weight.grad
+    assert grad.is_cuda and torch.equal(grad, model.weight.grad)
