@@ -589,7 +589,7 @@ def restore(
                 break
             except (CorruptCheckpoint, UntrustedCheckpoint) as e:
                 if checkpoint_id is not None or cid == candidates[-1]:
-                    if passed_over:
+                    if passed_over:  # the message is the one thing the user sees: complete it
                         e.args = (
                             f"{e.args[0]} (newer checkpoints failed too: "
                             + "; ".join(f"{k}: {v}" for k, v in passed_over.items())
@@ -597,10 +597,17 @@ def restore(
                         )
                     raise
                 passed_over[cid] = str(e)
-        m, data, buffers, wanted, upto, total, damaged, bar = loaded
+        m, data, wanted, upto, total, bar = (
+            loaded.manifest,
+            loaded.pickle,
+            loaded.wanted,
+            loaded.upto,
+            loaded.bytes,
+            loaded.progress,
+        )
 
     # only now, with everything verified, run the pickles
-    loader = _Loader(buffers, damaged)
+    loader = _Loader(loaded.buffers, loaded.damaged)
     by_record = {o.dump: n for n, o in m.objects.items()}
     objs, failures = pickling.load_records(data, m.records, upto, loader, ns, by_record)
     if any(why.startswith("RecursionError") for why in failures.values()):
@@ -710,7 +717,21 @@ def _read_verified(nbdir, checkpoint_id, names, trust, device_of_name, progress,
     total = sum(m.storages[i].nbytes for i in needed)
     bar = Progress("restore", total, enabled=progress)
     buffers = tensors.read_storages(nbdir, m, needed, lambda s: device_of_name(s.device), bar)
-    return m, data, buffers, wanted, upto, total, damaged, bar
+    return _Verified(m, data, buffers, wanted, upto, total, damaged, bar)
+
+
+@dataclass
+class _Verified:
+    """What a restore needs from one checkpoint, every byte of it verified."""
+
+    manifest: Manifest
+    pickle: bytes
+    buffers: dict[int, Any]  # storage index -> buffer on its device
+    wanted: list[str]
+    upto: int  # last record to load
+    bytes: int
+    damaged: dict[int, str]  # storage index -> why it was left out (partial restores)
+    progress: Progress
 
 
 def _rng_storages(m: Manifest) -> set[int]:
