@@ -155,6 +155,7 @@ def test_rbac_is_enforced(cluster):
 
 def test_detect_backend(cluster, monkeypatch):
     from jupyter_pause.backends.kubernetes import detect_backend_class
+    from jupyter_pause.backends.kubernetes.detect import UndetectedBackend
     from jupyter_pause.backends.kubernetes.podsnapshot import GkePodSnapshotBackend
     from jupyter_pause.backends.kubernetes.workspace import KubeflowWorkspaceBackend
 
@@ -167,15 +168,19 @@ def test_detect_backend(cluster, monkeypatch):
     monkeypatch.setenv("POD_NAMESPACE", NAMESPACE)
     monkeypatch.setenv("POD_NAME", "nb-0")
     assert detect_backend_class() is GkePodSnapshotBackend
-    monkeypatch.setenv("POD_NAME", "ws-myws-0")
+    monkeypatch.setenv("POD_NAME", cluster.workspace_pod())
     assert detect_backend_class() is KubeflowWorkspaceBackend
+    # in a pod that cannot be read: the local backend, and status says why
     monkeypatch.setenv("POD_NAME", "missing-0")
-    assert detect_backend_class() is None
+    cls = detect_backend_class()
+    assert cls is not None and issubclass(cls, UndetectedBackend)
+    name = cls().describe()["name"]
+    assert name.startswith("local (kubernetes detection failed: cannot read pod missing-0")
 
 
 def test_snapshot_pod_jupyter_config():
     """The shipped config: ipc transport, a poll selector, the runtime dir off the volume."""
-    config = REPO / "jupyter-config" / "kubernetes" / "jupyter_server_config.py"
+    config = REPO / "deploy" / "jupyter-config" / "jupyter_server_config.py"
     code = (
         "import asyncio, os, sys\n"
         "from traitlets.config.loader import PyFileConfigLoader\n"
