@@ -85,7 +85,13 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
             "--all",
             dest="all_snapshots",
             action="store_true",
-            help="every PodSnapshot in the namespace, not only jupyter-pause's",
+            help="every PodSnapshot in the namespace, not only jupyter-pause's "
+            "(other tools' too: prefer --policy)",
+        )
+        parser.add_argument(
+            "--policy",
+            metavar="POLICY",
+            help="the PodSnapshots of this PodSnapshotPolicy (instead of jupyter-pause's)",
         )
         parser.add_argument(
             "--delete-policy",
@@ -539,6 +545,7 @@ def cmd_gc(client, args) -> int:
         client,
         older,
         all_snapshots=args.all_snapshots,
+        policy=args.policy,
         delete_policies=args.delete_policy,
         dry_run=args.dry_run,
         wait_timeout=args.wait_timeout,

@@ -19,6 +19,10 @@ StatefulSet), because the pod itself goes away:
     a compare-and-swap on ``metadata.resourceVersion`` (409 = somebody else won)
 ``jupyter-pause.io/restored-from``
     ``snapshot | checkpoint`` once the server is back
+``jupyter-pause.io/pause-recorded``
+    ``true`` once the pausing process itself recorded the end of its pause; a
+    come-back without it records the end (the platform finished the pause
+    while the process was frozen)
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ A_REPLICAS = PREFIX + "replicas"
 A_RESUME_OP = PREFIX + "resume-operation"
 A_RESTORED_FROM = PREFIX + "restored-from"
 A_RESUMED_AT = PREFIX + "resumed-at"
+A_PAUSE_RECORDED = PREFIX + "pause-recorded"
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 TRIGGER_PREFIX = "jupyter-pause-"
@@ -376,7 +381,7 @@ class KubeBackend(PauseBackend):
             )
         if not was_paused and not resume_op:
             return info
-        if state == "snapshotting":
+        if was_paused and not ann.get(A_PAUSE_RECORDED):
             # The platform finished the pause while this process was frozen
             # (GKE Workspaces: postCheckpoint stop), so nobody recorded it.
             await self.record_unseen_pause(owner, pod, info)
@@ -422,6 +427,7 @@ class KubeBackend(PauseBackend):
             restored_from=path,
             resumed_at=now_iso(),
             resume_operation=None,
+            pause_recorded=None,
         )
         return info
 

@@ -173,6 +173,7 @@ class GkePodSnapshotBackend(KubeBackend):
                 snapshot=None,
                 restored_from=None,
                 resume_operation=None,
+                pause_recorded=None,
             )
         if self.settle_seconds > 0:
             await asyncio.sleep(self.settle_seconds)
@@ -187,7 +188,9 @@ class GkePodSnapshotBackend(KubeBackend):
                 # The restored copy also sees the snapshot Ready: check who we are.
                 await self._check_restored(start_uid, pod_name)
                 seconds = round(time.monotonic() - started, 3)
-                await self.annotate(state="paused", message=None, snapshot=snapshot)
+                await self.annotate(
+                    state="paused", message=None, snapshot=snapshot, pause_recorded="true"
+                )
                 try:
                     await self.call("scale_statefulset", sts_name, 0)
                 except KubeError as e:

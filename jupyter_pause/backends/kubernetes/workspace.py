@@ -170,6 +170,7 @@ class KubeflowWorkspaceBackend(KubeBackend):
                 snapshot=None,
                 restored_from=None,
                 resume_operation=None,
+                pause_recorded=None,
             )
         if self.settle_seconds > 0:
             await asyncio.sleep(self.settle_seconds)
@@ -290,7 +291,9 @@ class KubeflowWorkspaceBackend(KubeBackend):
             )
             facts["snapshot"] = snapshot
         with contextlib.suppress(KubeError):
-            await self.annotate(state="paused", message=None, snapshot=snapshot)
+            await self.annotate(
+                state="paused", message=None, snapshot=snapshot, pause_recorded="true"
+            )
         self.record(EventType.WORKSPACE_STOPPED, workspace=ws_name, pod=pod_name)
         self.record(
             EventType.ACCELERATOR_RELEASED,
