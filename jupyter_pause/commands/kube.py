@@ -235,23 +235,31 @@ def _status_text(st) -> str:
 
 
 def _all_workspaces(client) -> list[tuple[str, str]]:
-    from ..backends.kubernetes.client import KubeError, NotFound
+    from ..backends.kubernetes.client import Forbidden, KubeError, NotFound
     from ..backends.kubernetes.common import A_STATE, annotations
 
     found: list[tuple[str, str]] = []
     try:
         for ws in client.list_workspaces():
             found.append(("workspace", ws["metadata"]["name"]))
-    except NotFound:
-        pass  # no Kubeflow Workspaces on this cluster
+    except (NotFound, Forbidden):
+        pass  # no Kubeflow Workspaces on this cluster (or none for this caller)
     except KubeError as e:
         print(f"warning: cannot list Workspaces: {e}", file=sys.stderr)
-    for sts in client.list_statefulsets():
-        if A_STATE in annotations(sts) and not any(
-            r.get("kind") == "Workspace" for r in sts["metadata"].get("ownerReferences") or []
-        ):
-            found.append(("statefulset", sts["metadata"]["name"]))
+    for _sts, state in _state_configmaps(client):
+        if A_STATE in annotations(state):
+            found.append(("statefulset", _sts))
     return found
+
+
+def _state_configmaps(client) -> list[tuple[str, dict]]:
+    """``(statefulset, ConfigMap)`` for each notebook StatefulSet's pause state (plain GKE)."""
+    from ..backends.kubernetes.common import STATEFULSET_LABEL
+
+    return [
+        (cm["metadata"]["labels"][STATEFULSET_LABEL], cm)
+        for cm in client.list_configmaps(STATEFULSET_LABEL)
+    ]
 
 
 def cmd_status(client, args) -> int:
@@ -421,7 +429,7 @@ def _snapshot_owner(snap: dict) -> str:
 
 
 def cmd_list(client, args) -> int:
-    from ..backends.kubernetes.client import KubeError, NotFound
+    from ..backends.kubernetes.client import Forbidden, KubeError, NotFound
     from ..backends.kubernetes.common import (
         A_CHECKPOINTS,
         A_STATE,
@@ -468,20 +476,24 @@ def cmd_list(client, args) -> int:
         )
     owners = []
     try:
-        owners += [("Workspace", ws) for ws in client.list_workspaces()]
-    except NotFound:
+        owners += [("Workspace", ws["metadata"]["name"], ws) for ws in client.list_workspaces()]
+    except (NotFound, Forbidden):
         pass
     except KubeError as e:
         print(f"warning: cannot list Workspaces: {e}", file=sys.stderr)
-    owners += [("StatefulSet", s) for s in client.list_statefulsets() if A_STATE in annotations(s)]
+    owners += [
+        ("StatefulSet", sts, cm)
+        for sts, cm in _state_configmaps(client)
+        if A_STATE in annotations(cm)
+    ]
     checkpoints = []
-    for kind, owner in owners:
+    for kind, owner_name, owner in owners:
         for ck in json_annotation(owner, A_CHECKPOINTS) or []:
             t = ck.get("time")
             t = parse_time(t) if isinstance(t, str) else t
             checkpoints.append(
                 {
-                    "workspace": owner["metadata"]["name"],
+                    "workspace": owner_name,
                     "kind": kind,
                     "state": annotations(owner).get(A_STATE),
                     "notebook": ck.get("path"),

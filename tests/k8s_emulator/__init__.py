@@ -135,6 +135,19 @@ class Cluster:
             time.sleep(0.01)
         raise AssertionError(f"timed out waiting for {what}")
 
+    def state(self, statefulset: str = NOTEBOOK) -> dict[str, str]:
+        """The pause-state annotations of a notebook StatefulSet (its ConfigMap)."""
+        cm = self.emu.get("ConfigMap", NAMESPACE, f"jupyter-pause-{statefulset}")
+        return cm["metadata"].get("annotations") or {}
+
+    def set_state(self, statefulset: str = NOTEBOOK, **annotations: str) -> None:
+        self.emu.mutate(
+            "ConfigMap",
+            NAMESPACE,
+            f"jupyter-pause-{statefulset}",
+            lambda c: c["metadata"].setdefault("annotations", {}).update(annotations),
+        )
+
     def pod(self, name: str | None = None) -> dict | None:
         return self.emu.find("Pod", NAMESPACE, name or f"{NOTEBOOK}-0")
 
@@ -178,6 +191,20 @@ class Cluster:
                     },
                 },
             )
+        # the state ConfigMap of the deploy kit (deploy/gke-pod-snapshot/state.yaml)
+        self.emu.create(
+            "ConfigMap",
+            NAMESPACE,
+            {
+                "metadata": {
+                    "name": f"jupyter-pause-{name}",
+                    "labels": {
+                        "app.kubernetes.io/managed-by": "jupyter-pause",
+                        "jupyter-pause.io/statefulset": name,
+                    },
+                }
+            },
+        )
         sts = self.emu.create(
             "StatefulSet",
             NAMESPACE,

@@ -25,7 +25,9 @@ BASES = sorted(p.parent.name for p in DEPLOY.glob("*/kustomization.yaml"))
 def render(base: str) -> list[dict]:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
-        pytest.fail("kubectl is needed to render deploy/ (make kubectl: Debian's kubernetes-client)")
+        pytest.fail(
+            "kubectl is needed to render deploy/ (make kubectl: Debian's kubernetes-client)"
+        )
     out = subprocess.run(
         [kubectl, "kustomize", str(DEPLOY / base)],
         capture_output=True,
@@ -63,9 +65,20 @@ def test_the_kits_contents():
             by_kind.setdefault((base, obj["kind"]), []).append(obj)
     # the Jupyter config, under a name the GKE Workspaces add-on does not overwrite
     for base in ("gke-pod-snapshot", "kubeflow-workspaces"):
-        (cm,) = by_kind[(base, "ConfigMap")]
-        assert cm["metadata"]["name"] == "jupyter-pause-server-config" != "jupyter-ipc-config"
+        configs = {cm["metadata"]["name"]: cm for cm in by_kind[(base, "ConfigMap")]}
+        cm = configs["jupyter-pause-server-config"]
         assert 'c.KernelManager.transport = "ipc"' in cm["data"]["jupyter_server_config.py"]
+    # the pause state lives in a ConfigMap the server's Role pins by name
+    configs = {cm["metadata"]["name"]: cm for cm in by_kind[("gke-pod-snapshot", "ConfigMap")]}
+    state = configs["jupyter-pause-${NOTEBOOK}"]
+    assert state["metadata"]["labels"]["jupyter-pause.io/statefulset"] == "${NOTEBOOK}"
+    (role,) = by_kind[("gke-pod-snapshot", "Role")]
+    assert {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "resourceNames": ["jupyter-pause-${NOTEBOOK}"],
+        "verbs": ["get", "patch"],
+    } in role["rules"]
     (kind,) = by_kind[("kubeflow-workspaces", "WorkspaceKind")]
     template = kind["spec"]["podTemplate"]
     (role,) = by_kind[("kubeflow-workspaces", "ClusterRole")]

@@ -30,20 +30,21 @@ def test_crud_resource_versions_and_errors(cluster, admin):
         lambda: admin.get_statefulset("nb").get("status", {}).get("readyReplicas") == 1,
         what="steady",
     )
-    sts = admin.get_statefulset("nb")
-    rv = sts["metadata"]["resourceVersion"]
+    state = admin.get_configmap("jupyter-pause-nb")
+    rv = state["metadata"]["resourceVersion"]
     # compare-and-swap: the current version wins once, a stale one is a 409
-    patched = admin.patch_statefulset(
-        "nb", {"metadata": {"resourceVersion": rv, "annotations": {"a": "1"}}}
+    patched = admin.patch_configmap(
+        "jupyter-pause-nb", {"metadata": {"resourceVersion": rv, "annotations": {"a": "1"}}}
     )
     assert int(patched["metadata"]["resourceVersion"]) > int(rv)
     with pytest.raises(Conflict, match="has been modified"):
-        admin.patch_statefulset(
-            "nb", {"metadata": {"resourceVersion": rv, "annotations": {"a": "2"}}}
+        admin.patch_configmap(
+            "jupyter-pause-nb", {"metadata": {"resourceVersion": rv, "annotations": {"a": "2"}}}
         )
     # merge patch: null removes
-    admin.patch_statefulset("nb", {"metadata": {"annotations": {"a": None}}})
-    assert "a" not in (admin.get_statefulset("nb")["metadata"].get("annotations") or {})
+    admin.patch_configmap("jupyter-pause-nb", {"metadata": {"annotations": {"a": None}}})
+    annotations = admin.get_configmap("jupyter-pause-nb")["metadata"].get("annotations")
+    assert "a" not in (annotations or {})
     # scale subresource
     assert admin.scale_statefulset("nb", 0)["spec"]["replicas"] == 0
     with pytest.raises(Invalid):

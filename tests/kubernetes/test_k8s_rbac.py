@@ -52,16 +52,7 @@ def tour(cluster, sessions, shutdown_kernel, capsys):
     # -- a hung snapshot, seen and aborted from outside: the pod is frozen
     cluster.scenario.trigger_outcome = "hung"
     cluster.wait_for(lambda: cluster.pod_ready(), what="pod back")
-    cluster.emu.mutate(
-        "StatefulSet",
-        NAMESPACE,
-        "nb",
-        lambda s: (
-            s["metadata"]
-            .setdefault("annotations", {})
-            .update({"jupyter-pause.io/state": "snapshotting"})
-        ),
-    )
+    cluster.set_state(**{"jupyter-pause.io/state": "snapshotting"})
     cluster.emu.create(
         "PodSnapshotManualTrigger",
         NAMESPACE,
@@ -132,6 +123,16 @@ def test_roles_grant_exactly_the_verbs_used(cluster, sessions, shutdown_kernel, 
         )
 
 
+def test_notebook_code_cannot_rewrite_its_pod_template():
+    """Issue 13, defect 6: the server's only write to its StatefulSet is the scale."""
+    writes = {
+        (resource, verb)
+        for verb, group, resource in granted("sa-pod-snapshot")
+        if group == "apps" and verb not in ("get", "list", "watch")
+    }
+    assert writes == {("statefulsets/scale", "patch")}
+
+
 def test_podsnapshots_are_never_written():
     for principal in PRINCIPALS:
         for verb, _group, resource in granted(principal):
@@ -146,7 +147,8 @@ def test_backend_roles_pin_names():
     rules = role_rules("sa-pod-snapshot")
     named = {(tuple(r["resources"]), tuple(r["verbs"])): r.get("resourceNames") for r in rules}
     assert named[(("pods",), ("get",))] == [f"{NOTEBOOK}-0"]
-    assert named[(("statefulsets",), ("get", "patch"))] == [NOTEBOOK]
+    assert named[(("statefulsets",), ("get",))] == [NOTEBOOK]
+    assert named[(("configmaps",), ("get", "patch"))] == [f"jupyter-pause-{NOTEBOOK}"]
     assert named[(("statefulsets/scale",), ("patch",))] == [NOTEBOOK]
     assert named[(("podsnapshotmanualtriggers",), ("get", "delete"))] == [
         f"jupyter-pause-{NOTEBOOK}"

@@ -82,7 +82,7 @@ def test_failed_pause_deletes_its_ready_snapshot_despite_api_errors(
     patches = []
 
     def second_sts_patch(req):
-        if req.verb == "patch" and req.resource == "statefulsets" and req.principal != "admin":
+        if req.verb == "patch" and req.resource == "configmaps" and req.principal != "admin":
             patches.append(req)
             return len(patches) == 2  # the "state=paused" annotation, after the snapshot
         return False
@@ -110,14 +110,7 @@ def test_come_back_deletes_a_leftover_snapshot_whatever_the_state(make_cluster):
         {"metadata": {"name": TRIGGER}, "spec": {"targetPod": "nb-0"}},
     )
     cluster.wait_for(lambda: ours(cluster) and pod_restored_ready(cluster), what="a Ready snapshot")
-    cluster.emu.mutate(
-        "StatefulSet",
-        NAMESPACE,
-        "nb",
-        lambda s: (
-            s["metadata"].setdefault("annotations", {}).update({"jupyter-pause.io/state": "failed"})
-        ),
-    )
+    cluster.set_state(**{"jupyter-pause.io/state": "failed"})
     pod = restart_pod(cluster)
     assert pod_restored(pod)  # the silent rollback happened once ...
     report = asyncio.run(pod_backend(cluster).startup())
@@ -324,7 +317,7 @@ def test_workspace_quota_refusal_is_failed_with_the_controllers_message(make_clu
         what="the controller reports the refusal",
     )
     rc, out = cli(cluster, "status", WORKSPACE, capsys=capsys)
-    assert f"{WORKSPACE} (Workspace): failed" in out, out
+    assert f"{WORKSPACE} (Workspace): failed" in out, (rc, capsys.readouterr())
     assert "exceeded quota" in out
 
 

@@ -34,7 +34,6 @@ from .common import (
     TRIGGERED_BY_LABEL,
     condition_true,
 )
-from .resume import patch_owner
 
 
 @dataclass
@@ -86,10 +85,11 @@ def abort(
 ) -> AbortReport:
     """Stop the snapshot of ``name`` and, if its pod stays frozen, restart the pod."""
     found, owner = status.find_owner(client, name, kind)
-    report = AbortReport(name, found, status.trigger_of(found, name, owner))
+    state = status.state_of(client, found, name, owner)
+    report = AbortReport(name, found, status.trigger_of(found, name, state))
     who = f" by {by}" if by else ""
     if found == "Workspace":
-        patch_owner(
+        status.patch_state(
             client,
             found,
             name,
@@ -109,7 +109,7 @@ def abort(
         if time.monotonic() > deadline:
             # Frozen past the limit: the pod goes; its StatefulSet makes a new one,
             # which starts cold and restores the notebooks from their checkpoints.
-            patch_owner(
+            status.patch_state(
                 client,
                 found,
                 name,
@@ -134,7 +134,7 @@ def abort(
         except NotFound:
             report.outcome = "no-pod"
             return report
-    patch_owner(
+    status.patch_state(
         client,
         found,
         name,

@@ -311,6 +311,25 @@ class KubeClient:
             self.core.list_namespaced_event, self.namespace, field_selector=selector
         ).get("items", [])
 
+    def get_configmap(self, name: str) -> dict:
+        return self._call(self.core.read_namespaced_config_map, name, self.namespace)
+
+    def list_configmaps(self, label_selector: str | None = None) -> list[dict]:
+        kw = {"label_selector": label_selector} if label_selector else {}
+        return self._call(self.core.list_namespaced_config_map, self.namespace, **kw).get(
+            "items", []
+        )
+
+    def patch_configmap(self, name: str, patch: dict) -> dict:
+        """Merge-patch; include ``metadata.resourceVersion`` for compare-and-swap."""
+        return self._call(
+            self.core.patch_namespaced_config_map,
+            name,
+            self.namespace,
+            patch,
+            _content_type=MERGE_PATCH,
+        )
+
     # -- apps/v1 ----------------------------------------------------------
 
     def get_statefulset(self, name: str) -> dict:
@@ -320,16 +339,6 @@ class KubeClient:
         kw = {"label_selector": label_selector} if label_selector else {}
         return self._call(self.apps.list_namespaced_stateful_set, self.namespace, **kw).get(
             "items", []
-        )
-
-    def patch_statefulset(self, name: str, patch: dict) -> dict:
-        """Merge-patch; include ``metadata.resourceVersion`` for compare-and-swap."""
-        return self._call(
-            self.apps.patch_namespaced_stateful_set,
-            name,
-            self.namespace,
-            patch,
-            _content_type=MERGE_PATCH,
         )
 
     def scale_statefulset(self, name: str, replicas: int) -> dict:

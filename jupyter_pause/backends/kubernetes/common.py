@@ -1,8 +1,12 @@
 """What both Kubernetes backends share: annotations, conditions, the come-back path.
 
 Pause state that the CLI must see from outside the pod is written as
-annotations on the object that owns the pod (the Workspace, or the pod's
-StatefulSet), because the pod itself goes away:
+annotations on a *state object*, because the pod itself goes away: the
+Workspace (Kubeflow), or, on plain GKE, the ConfigMap ``jupyter-pause-<statefulset>``
+(:func:`state_configmap`).  Not the StatefulSet: a Role that may patch it
+lets code in the notebook rewrite its own pod template (image, service
+account, volumes), so the server only gets the StatefulSet and patches its
+``scale`` subresource.  The annotations:
 
 ``jupyter-pause.io/state``
     ``checkpointing | snapshotting | paused | resuming | ready | failed``
@@ -56,6 +60,8 @@ A_RESUMED_AT = PREFIX + "resumed-at"
 A_PAUSE_RECORDED = PREFIX + "pause-recorded"
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
+#: on the state ConfigMap: the StatefulSet it describes
+STATEFULSET_LABEL = PREFIX + "statefulset"
 TRIGGER_PREFIX = "jupyter-pause-"
 TRIGGERED_BY_LABEL = "gke-pod-snapshot-triggered-by"
 WORKSPACE_LABEL = "notebooks.kubeflow.org/workspace-name"
@@ -74,6 +80,11 @@ ADDON_STARTED = ADDON + "checkpoint-started-at"
 ADDON_GATE = ADDON + "active"
 #: the ConfigMap volume its pod webhook adds (and overwrites: do not reuse the name)
 ADDON_IPC_VOLUME = "jupyter-ipc-config"
+
+
+def state_configmap(statefulset: str) -> str:
+    """The ConfigMap holding the pause state of a notebook StatefulSet (plain GKE)."""
+    return f"jupyter-pause-{statefulset}"
 
 
 def now_iso(t: float | None = None) -> str:

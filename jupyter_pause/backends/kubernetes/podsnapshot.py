@@ -72,6 +72,7 @@ from .common import (
     now_iso,
     owner_statefulset,
     snapshot_created,
+    state_configmap,
 )
 
 #: GKE copies the trigger's name into the ``gke-pod-snapshot-triggered-by``
@@ -137,10 +138,25 @@ class GkePodSnapshotBackend(KubeBackend):
         return self._statefulset
 
     async def get_owner(self) -> dict:
-        return await self.call("get_statefulset", await self.statefulset())
+        """The state ConfigMap (see :mod:`.common`): the StatefulSet itself is never patched."""
+        name = state_configmap(await self.statefulset())
+        try:
+            return await self.call("get_configmap", name)
+        except NotFound:
+            raise BackendError(self._no_state(name)) from None
 
     async def patch_owner(self, patch: dict) -> dict:
-        return await self.call("patch_statefulset", await self.statefulset(), patch)
+        name = state_configmap(await self.statefulset())
+        try:
+            return await self.call("patch_configmap", name, patch)
+        except NotFound:
+            raise BackendError(self._no_state(name)) from None
+
+    def _no_state(self, name: str) -> str:
+        return (
+            f"{self.name}: the ConfigMap {name} that holds the pause state does not exist; "
+            "create it with the deploy kit (deploy/gke-pod-snapshot). Nothing was paused."
+        )
 
     # -- pause --------------------------------------------------------------
 

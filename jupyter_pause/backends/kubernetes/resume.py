@@ -5,9 +5,9 @@ lock when the server comes back, :meth:`.common.KubeBackend.came_back`) speak
 this protocol, so it lives here, next to the annotations it reads and writes:
 
 1. the lock: ``jupyter-pause.io/resume-operation = {id, started, by}`` on the
-   owner (the Workspace, or the StatefulSet), set with a compare-and-swap on
-   ``metadata.resourceVersion`` -- a 409 means somebody changed the owner
-   first, so it is read again; a lock already there means another resume is
+   state object (the Workspace, or the ConfigMap ``jupyter-pause-<statefulset>``),
+   set with a compare-and-swap on ``metadata.resourceVersion`` -- a 409 means
+   somebody changed it first, so it is read again; a lock already there means another resume is
    in progress (unless ``force``);
 2. the resume itself: ``spec.paused=false`` with a JSON patch that tests the
    current value (a Workspace), or the StatefulSet scaled back to the
@@ -70,8 +70,8 @@ def _target(kind: str, owner: dict) -> dict[str, Any]:
     return out
 
 
-def compatibility(kind: str, owner: dict, targets: dict[str, str]) -> dict[str, Any]:
-    recorded = json_annotation(owner, A_FINGERPRINT) or {}
+def compatibility(kind: str, owner: dict, state: dict, targets: dict[str, str]) -> dict[str, Any]:
+    recorded = json_annotation(state, A_FINGERPRINT) or {}
     target = {**_target(kind, owner), **targets}
     diffs = compat.compare(recorded, target)
     return {
@@ -80,12 +80,6 @@ def compatibility(kind: str, owner: dict, targets: dict[str, str]) -> dict[str, 
         "differences": [d.to_json() for d in diffs],
         "unchecked": compat.unknown(recorded, target),
     }
-
-
-def patch_owner(client: KubeClient, kind: str, name: str, patch) -> dict:
-    if kind == "Workspace":
-        return client.patch_workspace(name, patch)
-    return client.patch_statefulset(name, patch)
 
 
 def start_resume(
@@ -103,21 +97,22 @@ def start_resume(
     """
     for _attempt in range(CAS_ATTEMPTS):
         found, owner = status.find_owner(client, name, kind)
-        current = json_annotation(owner, A_RESUME_OP)
+        state = status.state_of(client, found, name, owner)
+        current = json_annotation(state, A_RESUME_OP)
         if current and not force:
             return ResumeStart("in-progress", found, current)
         if not pause_intent(found, owner):
             return ResumeStart("not-paused", found, op)
-        report = compatibility(found, owner, targets or {})
+        report = compatibility(found, owner, state, targets or {})
         patch = {
             "metadata": {
                 # Compare-and-swap: a 409 means somebody else changed it first.
-                "resourceVersion": owner["metadata"]["resourceVersion"],
+                "resourceVersion": state["metadata"].get("resourceVersion"),
                 "annotations": {A_RESUME_OP: json.dumps(op), A_STATE: "resuming", A_MESSAGE: None},
             }
         }
         try:
-            owner = patch_owner(client, found, name, patch)
+            state = status.patch_state(client, found, name, patch)
             break
         except Conflict:
             continue  # re-read: another resume took the lock, or something unrelated changed
@@ -133,7 +128,7 @@ def start_resume(
                 ],
             )
         else:
-            client.scale_statefulset(name, int(annotations(owner).get(A_REPLICAS) or 1))
+            client.scale_statefulset(name, int(annotations(state).get(A_REPLICAS) or 1))
     except KubeError:
         release_lock(client, found, name)
         raise
@@ -144,4 +139,4 @@ def release_lock(client: KubeClient, kind: str, name: str) -> None:
     """Give the lock back after a resume that could not start; best effort."""
     patch = {"metadata": {"annotations": {A_RESUME_OP: None, A_STATE: "paused"}}}
     with contextlib.suppress(KubeError):
-        patch_owner(client, kind, name, patch)
+        status.patch_state(client, kind, name, patch)

@@ -43,6 +43,7 @@ from .common import (
     parse_time,
     pod_restored,
     snapshot_created,
+    state_configmap,
 )
 
 SCALE_UP_TRIGGERED = "TriggeredScaleUp"
@@ -106,17 +107,19 @@ def derive(
     owner_events: list[dict] | None = None,
     trigger: dict | None = None,
     snapshot: dict | None = None,
+    state: dict | None = None,
 ) -> WorkspaceStatus:
     """The state of one workspace from its objects (pure; see the module doc).
 
+    ``state`` holds jupyter-pause's annotations (default: the owner);
     ``trigger`` and ``snapshot`` are the snapshot trigger in progress (ours,
     or the add-on's) and its PodSnapshot, when there are any.
     """
-    ann = annotations(owner)
+    ann = annotations(owner if state is None else state)
     mine = ann.get(A_STATE, "")
     message = ann.get(A_MESSAGE, "")
-    resume_op = json_annotation(owner, A_RESUME_OP)
-    addon = ann.get(ADDON_STATE, "")
+    resume_op = json_annotation(owner if state is None else state, A_RESUME_OP)
+    addon = annotations(owner).get(ADDON_STATE, "")
     if kind == "Workspace":
         pause_intent = bool((owner.get("spec") or {}).get("paused"))
     else:
@@ -250,23 +253,42 @@ def find_pod(client: KubeClient, kind: str, name: str, owner: dict) -> dict | No
         return None
 
 
+def state_of(client: KubeClient, kind: str, name: str, owner: dict) -> dict:
+    """The object that holds jupyter-pause's annotations (see :mod:`.common`)."""
+    if kind == "Workspace":
+        return owner
+    try:
+        return client.get_configmap(state_configmap(name))
+    except (NotFound, Forbidden):
+        return {"metadata": {"name": state_configmap(name), "annotations": {}}}
+
+
+def patch_state(client: KubeClient, kind: str, name: str, patch) -> dict:
+    """Patch jupyter-pause's annotations (include ``metadata.resourceVersion`` to CAS)."""
+    if kind == "Workspace":
+        return client.patch_workspace(name, patch)
+    return client.patch_configmap(state_configmap(name), patch)
+
+
 def fetch(client: KubeClient, name: str, kind: str = "auto") -> WorkspaceStatus:
     """Read the objects and derive the status of one workspace."""
     kind, owner = find_owner(client, name, kind)
+    state = state_of(client, kind, name, owner)
     pod = find_pod(client, kind, name, owner)
     pod_events = client.list_events(pod["metadata"]["name"], "Pod") if pod else []
     owner_events: list[dict] = []
-    if pod is None and not _pause_intent(kind, owner):
-        sts = statefulset_name(client, kind, name)
-        if sts:
-            owner_events = client.list_events(sts, "StatefulSet")
+    sts = statefulset_name(client, kind, name)
+    if pod is None and not _pause_intent(kind, owner) and sts:
+        owner_events = client.list_events(sts, "StatefulSet")
     trigger = snapshot = None
-    ann = annotations(owner)
     if pod is not None and (
-        ann.get(A_STATE) == "snapshotting" or ann.get(ADDON_STATE) == "Checkpointing"
+        annotations(state).get(A_STATE) == "snapshotting"
+        or annotations(owner).get(ADDON_STATE) == "Checkpointing"
     ):
-        trigger, snapshot = _snapshot_objects(client, kind, name, owner)
-    return derive(name, kind, owner, pod, pod_events, owner_events, trigger, snapshot)
+        trigger, snapshot = _snapshot_objects(client, kind, name, state)
+    st = derive(name, kind, owner, pod, pod_events, owner_events, trigger, snapshot, state)
+    st.detail["statefulset"] = sts
+    return st
 
 
 def trigger_of(kind: str, name: str, owner: dict) -> str:
