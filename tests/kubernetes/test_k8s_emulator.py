@@ -195,3 +195,154 @@ def test_snapshot_pod_jupyter_config():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["ipc", "PollSelector", "/tmp/jupyter-runtime"]
+
+
+# -- fidelity to the real API server and controllers (issue 13) ----------------------------
+
+
+def test_custom_resources_refuse_strategic_merge_and_odd_field_selectors(cluster, admin):
+    from kubernetes.client import ApiException
+
+    cluster.add_workspace()
+    with pytest.raises(ApiException) as info:
+        admin.custom.patch_namespaced_custom_object(
+            "kubeflow.org",
+            "v1beta1",
+            NAMESPACE,
+            "workspaces",
+            "myws",
+            {"metadata": {"labels": {"a": "b"}}},
+            _content_type="application/strategic-merge-patch+json",
+        )
+    assert info.value.status == 415
+    with pytest.raises(ApiException) as info:
+        admin.custom.list_namespaced_custom_object(
+            "kubeflow.org", "v1beta1", NAMESPACE, "workspaces", field_selector="spec.paused=true"
+        )
+    assert info.value.status == 400
+    listed = admin.custom.list_namespaced_custom_object(
+        "kubeflow.org", "v1beta1", NAMESPACE, "workspaces", field_selector="metadata.name=myws"
+    )
+    assert [w["metadata"]["name"] for w in listed["items"]] == ["myws"]
+
+
+def test_authorization_comes_before_routing(cluster):
+    from jupyter_pause.backends.kubernetes.client import Forbidden
+
+    pod_sa = KubeClient(kubeconfig=cluster.kubeconfig, context="sa-pod-snapshot", retries=0)
+    with pytest.raises(Forbidden):
+        pod_sa.get_workspace("does-not-exist")  # 403, not 404
+
+
+def test_label_values_are_validated(cluster, admin):
+    cluster.add_gke_notebook()
+    with pytest.raises(Invalid, match="63 characters"):
+        admin.patch_configmap("jupyter-pause-nb", {"metadata": {"labels": {"a": "x" * 64}}})
+    with pytest.raises(Invalid, match="alphanumeric"):
+        admin.patch_configmap("jupyter-pause-nb", {"metadata": {"labels": {"a": "-x"}}})
+
+
+def test_workspace_controller_like_notebooks_v2(cluster, admin):
+    """generateName StatefulSet, ServiceAccount ws-<name>, RoleBindings from clusterRoles."""
+    cluster.add_workspace()
+    (sts,) = admin.list_statefulsets("notebooks.kubeflow.org/workspace-name=myws")
+    assert sts["metadata"]["name"].startswith("ws-myws-") and sts["metadata"]["name"] != "ws-myws"
+    pod = admin.get_pod(cluster.workspace_pod())
+    assert pod["spec"]["serviceAccountName"] == "ws-myws"
+    (binding,) = cluster.emu.list("RoleBinding", NAMESPACE)
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "jupyter-pause-workspace",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "ws-myws", "namespace": NAMESPACE}
+    ]
+    ws = admin.get_workspace("myws")
+    assert ws["status"]["state"] == "Running"
+    assert ws["status"]["podTemplatePod"]["serviceAccountName"] == "ws-myws"
+
+
+def test_garbage_collection_follows_owner_references(cluster, admin):
+    cluster.add_workspace()
+    cluster.emu.store.delete(cluster.emu.resource("Workspace"), NAMESPACE, "myws")
+    cluster.wait_for(
+        lambda: (
+            not cluster.emu.list("StatefulSet", NAMESPACE)
+            and not cluster.emu.list("ServiceAccount", NAMESPACE)
+            and not cluster.emu.list("RoleBinding", NAMESPACE)
+            and not cluster.emu.list("Pod", NAMESPACE)
+        ),
+        what="dependents collected",
+    )
+
+
+def test_scheduler_events_have_the_events_k8s_io_shape(make_cluster):
+    from k8s_emulator import Scenario
+
+    cluster = make_cluster(Scenario(capacity="unavailable"))
+    cluster.emu.create(
+        "StatefulSet",
+        NAMESPACE,
+        {
+            "metadata": {"name": "nb"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "nb"}},
+                "template": {
+                    "metadata": {"labels": {"app": "nb"}},
+                    "spec": {"containers": [{"name": "c", "image": "i"}]},
+                },
+            },
+        },
+    )
+    event = cluster.wait_for(
+        lambda: next(
+            (e for e in cluster.emu.list("Event", NAMESPACE) if e["reason"] == "FailedScheduling"),
+            None,
+        ),
+        what="FailedScheduling",
+    )
+    assert event["firstTimestamp"] is None and event["lastTimestamp"] is None
+    assert event["eventTime"] and event["reportingComponent"] == "default-scheduler"
+
+
+def test_a_checkpoint_freezes_the_pod_until_it_is_gone(make_cluster):
+    """Requests of the frozen process are held and its probes fail; once the pod is gone, 401."""
+    from k8s_emulator import Scenario
+
+    from jupyter_pause.backends.kubernetes.client import KubeError
+
+    cluster = make_cluster(Scenario(trigger_outcome="hung"))
+    admin = KubeClient(kubeconfig=cluster.kubeconfig, context="admin", retries=0)
+    cluster.add_gke_notebook()
+    context = cluster.process_context("sa-pod-snapshot", "nb-0")
+    process = KubeClient(kubeconfig=cluster.kubeconfig, context=context, retries=0)
+    assert process.get_pod("nb-0")
+    admin.custom.create_namespaced_custom_object(
+        "podsnapshot.gke.io",
+        "v1",
+        NAMESPACE,
+        "podsnapshotmanualtriggers",
+        {"metadata": {"name": "jupyter-pause-nb"}, "spec": {"targetPod": "nb-0"}},
+    )
+    cluster.wait_for(lambda: not cluster.pod_ready(), what="probes fail")
+    held = []
+
+    def request():
+        try:
+            held.append(process.get_pod("nb-0"))
+        except KubeError as e:
+            held.append(e)
+
+    thread = threading.Thread(target=request, daemon=True)
+    thread.start()
+    thread.join(0.5)
+    assert thread.is_alive() and not held  # the frozen process's request is not answered
+    # the pod goes (e.g. `jupyter pause abort`): its process is dead, the bound token refused
+    cluster.emu.store.remove(cluster.emu.resource("Pod"), NAMESPACE, "nb-0")
+    cluster.emu.thaw(next(iter(cluster.emu.frozen)))
+    thread.join(10)
+    assert isinstance(held[0], KubeError) and held[0].status == 401
+    with pytest.raises(KubeError, match="401"):
+        process.get_pod("nb-0")
