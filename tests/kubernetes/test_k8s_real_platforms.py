@@ -408,3 +408,29 @@ def test_gc_suggests_deleting_by_policy_not_everything(
             "PodSnapshot", NAMESPACE, "gke-pod-snapshot-triggered-by=ws-myws-trigger"
         )
     ] == [s["metadata"]["name"] for s in addon]
+
+
+def test_trigger_names_are_label_values_and_stay_distinct():
+    """Defect 5: legal StatefulSet names (1-52 characters) give valid, distinct label values."""
+    import random
+    import re
+    import string
+
+    from jupyter_pause.backends.kubernetes.common import trigger_name_for
+
+    rng = random.Random(13)
+    inner = string.ascii_lowercase + string.digits + "-"
+    edge = string.ascii_lowercase + string.digits
+    names = {"a" * 52, "x" * 49, "x" * 50, "n" * 40 + "-" * 11 + "z"}
+    for length in range(1, 53):
+        for _ in range(40):
+            middle = "".join(rng.choice(inner) for _ in range(max(0, length - 2)))
+            names.add((rng.choice(edge) + middle + rng.choice(edge))[:length])
+    triggers: dict[str, str] = {}
+    for name in names:
+        trigger = trigger_name_for(name)
+        assert len(trigger) <= 63, name
+        assert re.fullmatch(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", trigger), name
+        assert trigger_name_for(name) == trigger
+        assert triggers.setdefault(trigger, name) == name, f"{name} and {triggers[trigger]} collide"
+    assert trigger_name_for("x" * 49) == "jupyter-pause-" + "x" * 49  # short names unchanged

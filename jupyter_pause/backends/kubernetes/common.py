@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import hashlib
 import json
 import time
 from typing import Any
@@ -80,6 +81,30 @@ ADDON_STARTED = ADDON + "checkpoint-started-at"
 ADDON_GATE = ADDON + "active"
 #: the ConfigMap volume its pod webhook adds (and overwrites: do not reuse the name)
 ADDON_IPC_VOLUME = "jupyter-ipc-config"
+
+
+#: GKE copies the trigger's name into the ``gke-pod-snapshot-triggered-by``
+#: label of each PodSnapshot, and a label value has at most 63 characters.
+MAX_TRIGGER_NAME = 63
+
+
+def trigger_name_for(statefulset: str) -> str:
+    """``jupyter-pause-<statefulset>``, shortened with a hash to fit a label value.
+
+    A StatefulSet name may have 52 characters (its pods' ``controller-revision-hash``
+    label must fit), so the plain name can reach 66.
+    """
+    name = TRIGGER_PREFIX + statefulset
+    if len(name) <= MAX_TRIGGER_NAME:
+        return name
+    digest = hashlib.sha256(statefulset.encode()).hexdigest()[:8]
+    head = name[: MAX_TRIGGER_NAME - len(digest) - 1].rstrip("-.")
+    return f"{head}-{digest}"
+
+
+def addon_trigger_name(workspace: str) -> str:
+    """The GKE Workspaces add-on's PodSnapshotManualTrigger of a workspace (reconcile.go)."""
+    return f"ws-{workspace}-trigger"
 
 
 def state_configmap(statefulset: str) -> str:

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import time
 from typing import Any
 
@@ -61,7 +60,6 @@ from .common import (
     A_SNAPSHOT,
     A_TRIGGER,
     MANAGED_BY,
-    TRIGGER_PREFIX,
     TRIGGERED_BY_LABEL,
     KubeBackend,
     Restored,
@@ -73,30 +71,13 @@ from .common import (
     owner_statefulset,
     snapshot_created,
     state_configmap,
+    trigger_name_for,
 )
-
-#: GKE copies the trigger's name into the ``gke-pod-snapshot-triggered-by``
-#: label of each PodSnapshot, and a label value has at most 63 characters.
-MAX_TRIGGER_NAME = 63
 
 LEFT_RUNNING = (
     " The pod keeps running and nothing was lost: every notebook is also checkpointed "
     "on the home volume."
 )
-
-
-def trigger_name_for(statefulset: str) -> str:
-    """``jupyter-pause-<statefulset>``, shortened with a hash to fit a label value.
-
-    A StatefulSet name may have 52 characters (its pods' ``controller-revision-hash``
-    label must fit), so the plain name can reach 66.
-    """
-    name = TRIGGER_PREFIX + statefulset
-    if len(name) <= MAX_TRIGGER_NAME:
-        return name
-    digest = hashlib.sha256(statefulset.encode()).hexdigest()[:8]
-    head = name[: MAX_TRIGGER_NAME - len(digest) - 1].rstrip("-.")
-    return f"{head}-{digest}"
 
 
 class SnapshotFailed(BackendError):

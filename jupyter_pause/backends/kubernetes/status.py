@@ -35,6 +35,7 @@ from .common import (
     ADDON_STARTED,
     ADDON_STATE,
     WORKSPACE_LABEL,
+    addon_trigger_name,
     annotations,
     condition,
     condition_true,
@@ -44,6 +45,7 @@ from .common import (
     pod_restored,
     snapshot_created,
     state_configmap,
+    trigger_name_for,
 )
 
 SCALE_UP_TRIGGERED = "TriggeredScaleUp"
@@ -294,11 +296,7 @@ def fetch(client: KubeClient, name: str, kind: str = "auto") -> WorkspaceStatus:
 def trigger_of(kind: str, name: str, owner: dict) -> str:
     """The snapshot trigger of a workspace: ours (plain GKE) or the add-on's."""
     if kind == "Workspace":
-        from .workspace import addon_trigger_name
-
         return addon_trigger_name(name)
-    from .podsnapshot import trigger_name_for
-
     return annotations(owner).get(A_TRIGGER) or trigger_name_for(name)
 
 

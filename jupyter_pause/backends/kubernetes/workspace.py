@@ -64,6 +64,7 @@ from .common import (
     ADDON_STATE,
     WORKSPACE_LABEL,
     KubeBackend,
+    addon_trigger_name,
     annotations,
     checkpoint_summary,
     condition,
@@ -73,11 +74,6 @@ from .common import (
 
 #: the pod annotation the add-on sets on a pod it restores from a snapshot
 RESTORE_FROM = "podsnapshot.gke.io/ps-name"
-
-
-def addon_trigger_name(workspace: str) -> str:
-    """The add-on's PodSnapshotManualTrigger of a workspace (reconcile.go)."""
-    return f"ws-{workspace}-trigger"
 
 
 def addon_snapshots(pod: dict, workspace: dict) -> bool:
