@@ -149,6 +149,19 @@ def test_restored_copy_of_a_workspace(make_cluster, sessions, shutdown_kernel):
 
 def test_workspace_already_pausing_is_not_an_error(cluster, sessions, shutdown_kernel):
     cluster.add_workspace()
-    cluster.emu.mutate("Workspace", NAMESPACE, WORKSPACE, lambda w: w["spec"].update(paused=True))
+
+    def culler_pauses_first(req):
+        # the culler (or the dashboard) pauses it while the server records its state
+        if (req.verb, req.resource, req.content_type) == (
+            "patch",
+            "workspaces",
+            "application/merge-patch+json",
+        ):
+            cluster.emu.mutate(
+                "Workspace", NAMESPACE, WORKSPACE, lambda w: w["spec"].update(paused=True)
+            )
+        return 0
+
+    cluster.emu.response_delay = culler_pauses_first
     facts = asyncio.run(ws_backend(cluster).release(sessions, shutdown_kernel))
     assert facts["workspace"] == WORKSPACE

@@ -25,15 +25,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import status
-from .client import KubeClient, KubeError, NotFound
-from .common import (
-    A_MESSAGE,
-    A_STATE,
-    ADDON_STARTED,
-    ADDON_STATE,
-    TRIGGERED_BY_LABEL,
-    condition_true,
-)
+from .client import KubeClient, NotFound
+from .common import A_MESSAGE, A_STATE, ADDON_STARTED, ADDON_STATE, condition_true
+from .gc import delete_trigger_snapshots
 
 
 @dataclass
@@ -50,27 +44,6 @@ class AbortReport:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def delete_snapshots(
-    client: KubeClient, trigger: str, timeout: float, poll_interval: float
-) -> tuple[list[str], list[str]]:
-    """Delete the trigger and its snapshots; ``(deleted, still there after timeout)``."""
-    deleted: list[str] = []
-    deadline = time.monotonic() + timeout
-    while True:
-        snaps = client.list_snapshots(f"{TRIGGERED_BY_LABEL}={trigger}")
-        for snap in snaps:
-            name = snap["metadata"]["name"]
-            if not snap["metadata"].get("deletionTimestamp"):
-                with contextlib.suppress(NotFound):
-                    client.delete_snapshot(name)
-                deleted.append(name)
-        with contextlib.suppress(NotFound):
-            client.delete_trigger(trigger)
-        if not snaps or time.monotonic() > deadline:
-            return sorted(set(deleted)), [s["metadata"]["name"] for s in snaps]
-        time.sleep(poll_interval)
 
 
 def abort(
@@ -96,7 +69,7 @@ def abort(
             {"metadata": {"annotations": {ADDON_STATE: None, ADDON_STARTED: None}}},
         )
         report.cleared_addon_state = True
-    report.deleted_snapshots, report.snapshots_left = delete_snapshots(
+    report.deleted_snapshots, report.snapshots_left = delete_trigger_snapshots(
         client, report.trigger, delete_timeout, poll_interval
     )
     pod = status.find_pod(client, found, name, owner)
@@ -151,4 +124,4 @@ def abort(
     return report
 
 
-__all__ = ["AbortReport", "KubeError", "abort", "delete_snapshots"]
+__all__ = ["AbortReport", "abort"]

@@ -23,6 +23,7 @@ Workspaces add-on's ``ws-*`` snapshots of paused workspaces: never suggested).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -63,6 +64,34 @@ def snapshot_age(snap: dict, now: float) -> float:
 def is_ours(snap: dict) -> bool:
     labels = (snap.get("metadata") or {}).get("labels") or {}
     return labels.get(TRIGGERED_BY_LABEL, "").startswith(TRIGGER_PREFIX)
+
+
+def delete_trigger_snapshots(
+    client: KubeClient, trigger: str, timeout: float, poll_interval: float
+) -> tuple[list[str], list[str]]:
+    """Delete a trigger and every PodSnapshot it made, until they are gone.
+
+    Returns ``(deleted, still there after timeout)``.  Used after a pause that
+    did not finish, on every come-back, and by ``jupyter pause abort``: GKE
+    restores every new pod from the most recent matching snapshot, so none
+    may be left behind.  Transient API errors are retried as the caller's
+    :func:`.client.retrying_until` says.
+    """
+    deleted: list[str] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        snaps = client.list_snapshots(f"{TRIGGERED_BY_LABEL}={trigger}")
+        for snap in snaps:
+            name = snap["metadata"]["name"]
+            if not snap["metadata"].get("deletionTimestamp"):
+                with contextlib.suppress(NotFound):
+                    client.delete_snapshot(name)
+                deleted.append(name)
+        with contextlib.suppress(NotFound):
+            client.delete_trigger(trigger)
+        if not snaps or time.monotonic() > deadline:
+            return sorted(set(deleted)), [s["metadata"]["name"] for s in snaps]
+        time.sleep(poll_interval)
 
 
 @dataclass

@@ -60,7 +60,6 @@ from .common import (
     A_SNAPSHOT,
     A_TRIGGER,
     MANAGED_BY,
-    TRIGGERED_BY_LABEL,
     KubeBackend,
     Restored,
     annotations,
@@ -73,6 +72,7 @@ from .common import (
     state_configmap,
     trigger_name_for,
 )
+from .gc import delete_trigger_snapshots
 
 LEFT_RUNNING = (
     " The pod keeps running and nothing was lost: every notebook is also checkpointed "
@@ -316,31 +316,19 @@ class GkePodSnapshotBackend(KubeBackend):
         raise BackendError(reason + "." + LEFT_RUNNING)
 
     async def delete_snapshots(self, trigger: str, timeout: float) -> list[str]:
-        """Delete the trigger and every PodSnapshot it made, retrying until they are gone.
+        """Delete the trigger and its snapshots (:func:`.gc.delete_trigger_snapshots`).
 
-        Returns the snapshots still there after ``timeout`` (empty: all gone).
+        Returns what is still there after ``timeout`` (empty: all gone).
         """
-        deadline = time.monotonic() + timeout
-        left: list[str] = []
-        with retrying_until(deadline):
-            while True:
-                try:
-                    snaps = await self.call("list_snapshots", f"{TRIGGERED_BY_LABEL}={trigger}")
-                    left = [s["metadata"]["name"] for s in snaps]
-                    for snap in snaps:
-                        if not snap["metadata"].get("deletionTimestamp"):
-                            await self._delete_if_there("delete_snapshot", snap["metadata"]["name"])
-                    await self._delete_if_there("delete_trigger", trigger)
-                except KubeError as e:
-                    self.log.warning("jupyter-pause: cleaning up %s: %s", trigger, e)
-                    if not left:
-                        left = [f"(of trigger {trigger}: {e})"]
-                else:
-                    if not snaps:
-                        return []
-                if time.monotonic() > deadline:
-                    return left
-                await asyncio.sleep(self.poll_interval)
+        with retrying_until(time.monotonic() + timeout):
+            try:
+                _deleted, left = await asyncio.to_thread(
+                    delete_trigger_snapshots, self.client, trigger, timeout, self.poll_interval
+                )
+            except KubeError as e:
+                self.log.warning("jupyter-pause: cleaning up %s: %s", trigger, e)
+                return [f"(the snapshots of trigger {trigger}: {e})"]
+        return left
 
     async def _delete_if_there(self, method: str, name: str) -> None:
         with contextlib.suppress(NotFound):
