@@ -10,7 +10,7 @@ JUPYTER_ARGS ?=
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 PYTEST_ARGS ?=
 
-.PHONY: lab test lint format bench build check-wheel browser clean
+.PHONY: lab test lint format bench build check-wheel browser kubectl clean
 
 # --- set-up -------------------------------------------------------------
 $(STAMP): pyproject.toml labextension/package.json
@@ -40,7 +40,7 @@ ROOT_ARGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(ROOT_ARGS) $(JUPYTER_ARGS)
 
-test: $(STAMP) browser lint check-wheel
+test: $(STAMP) browser kubectl lint check-wheel
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # --- the rest ------------------------------------------------------------
@@ -67,6 +67,12 @@ browser:
 	@command -v chromium >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	  else echo "Install Debian's chromium (sudo apt-get install chromium) for the browser tests" >&2; exit 1; fi; }
+
+# kubectl renders the deploy/ kustomize bases in the tests (Debian's kubernetes-client).
+kubectl:
+	@command -v kubectl >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client; \
+	  else echo "Install Debian's kubernetes-client (sudo apt-get install kubernetes-client) for the deploy/ tests" >&2; exit 1; fi; }
 
 clean:
 	rm -rf $(VENV) labextension/node_modules labextension/lib jupyter_pause/labextension dist build

@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "activity": ("jupyter_pause.commands.activity", "print kernel activity for idle probes"),
     "status": ("jupyter_pause.commands.kube", "show the pause state of a workspace"),
     "resume": ("jupyter_pause.commands.kube", "resume a paused workspace"),
+    "abort": ("jupyter_pause.commands.kube", "abort a hung pause snapshot from outside the pod"),
     "list": ("jupyter_pause.commands.kube", "list snapshots and checkpoints"),
     "gc": ("jupyter_pause.commands.kube", "delete expired snapshots and checkpoints"),
     "report": ("jupyter_pause.commands.report", "GPU-time accounting from the ledger"),

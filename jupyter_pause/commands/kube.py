@@ -1,8 +1,11 @@
-"""``jupyter pause status | resume | list | gc``: the Kubernetes side, from outside the pod.
+"""``jupyter pause status | resume | abort | list | gc``: the Kubernetes side, from outside the pod.
 
 For users and the platform team with a kubeconfig.  A WORKSPACE is a Kubeflow
 ``Workspace`` (``kubeflow.org/v1beta1``) or, on plain GKE, the StatefulSet
 that runs the notebook server; ``--kind`` picks one when both exist.
+
+This module only parses arguments and prints; what the commands do lives in
+``jupyter_pause.backends.kubernetes`` (``status``, ``resume``, ``abort``, ``gc``).
 
 Exit codes: 0 done; 1 error; 3 ``resume``: a resume is already in progress
 (reported, not duplicated); 4 ``resume --wait``: it ended in ``failed`` or timed out.
@@ -32,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--context", help="kubeconfig context (default: the current one)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("--poll-interval", type=float, default=2.0, help=argparse.SUPPRESS)
-    if name in ("status", "resume"):
+    if name in ("status", "resume", "abort"):
         parser.add_argument(
             "--kind",
             choices=("auto", "workspace", "statefulset"),
@@ -63,6 +66,17 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
             action="store_true",
             help="take over a resume that is recorded as in progress (a stale lock)",
         )
+    elif name == "abort":
+        parser.add_argument("workspace", metavar="WORKSPACE")
+        parser.add_argument(
+            "--frozen-limit",
+            type=float,
+            default=120.0,
+            metavar="SECONDS",
+            help="after the snapshot is deleted, delete the pod if it is still not Ready "
+            "(frozen) after SECONDS; its StatefulSet recreates it and the notebooks come back "
+            "from their checkpoints",
+        )
     elif name == "gc":
         parser.add_argument(
             "--older-than", required=True, metavar="AGE", help="e.g. 7d, 12h, 30min"
@@ -71,7 +85,13 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
             "--all",
             dest="all_snapshots",
             action="store_true",
-            help="every PodSnapshot in the namespace, not only jupyter-pause's",
+            help="every PodSnapshot in the namespace, not only jupyter-pause's "
+            "(other tools' too: prefer --policy)",
+        )
+        parser.add_argument(
+            "--policy",
+            metavar="POLICY",
+            help="the PodSnapshots of this PodSnapshotPolicy (instead of jupyter-pause's)",
         )
         parser.add_argument(
             "--delete-policy",
@@ -102,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
             return cmd_status(client, args)
         if args.command == "resume":
             return cmd_resume(client, args)
+        if args.command == "abort":
+            return cmd_abort(client, args)
         if args.command == "list":
             return cmd_list(client, args)
         if args.command == "gc":
@@ -190,6 +212,18 @@ def _status_text(st) -> str:
         )
     if st.since:
         lines.append(f"  since:   {age(now - st.since)} ago")
+    if st.state == "snapshotting":
+        if st.detail.get("trigger"):
+            snap = st.detail.get("snapshot")
+            ready = " (Ready)" if st.detail.get("snapshot_ready") else ""
+            lines.append(
+                f"  trigger: {st.detail['trigger']}" + (f", snapshot {snap}{ready}" if snap else "")
+            )
+        if st.detail.get("pod_ready") is False:
+            lines.append(
+                f"  the pod is not Ready (frozen by the checkpoint?); if this lasts, "
+                f"`jupyter pause abort {st.name}` stops the snapshot"
+            )
     if st.pod:
         lines.append(f"  pod:     {st.pod}")
     if st.restored_from:
@@ -201,23 +235,31 @@ def _status_text(st) -> str:
 
 
 def _all_workspaces(client) -> list[tuple[str, str]]:
-    from ..backends.kubernetes.client import KubeError, NotFound
+    from ..backends.kubernetes.client import Forbidden, KubeError, NotFound
     from ..backends.kubernetes.common import A_STATE, annotations
 
     found: list[tuple[str, str]] = []
     try:
         for ws in client.list_workspaces():
             found.append(("workspace", ws["metadata"]["name"]))
-    except NotFound:
-        pass  # no Kubeflow Workspaces on this cluster
+    except (NotFound, Forbidden):
+        pass  # no Kubeflow Workspaces on this cluster (or none for this caller)
     except KubeError as e:
         print(f"warning: cannot list Workspaces: {e}", file=sys.stderr)
-    for sts in client.list_statefulsets():
-        if A_STATE in annotations(sts) and not any(
-            r.get("kind") == "Workspace" for r in sts["metadata"].get("ownerReferences") or []
-        ):
-            found.append(("statefulset", sts["metadata"]["name"]))
+    for _sts, state in _state_configmaps(client):
+        if A_STATE in annotations(state):
+            found.append(("statefulset", _sts))
     return found
+
+
+def _state_configmaps(client) -> list[tuple[str, dict]]:
+    """``(statefulset, ConfigMap)`` for each notebook StatefulSet's pause state (plain GKE)."""
+    from ..backends.kubernetes.common import STATEFULSET_LABEL
+
+    return [
+        (cm["metadata"]["labels"][STATEFULSET_LABEL], cm)
+        for cm in client.list_configmaps(STATEFULSET_LABEL)
+    ]
 
 
 def cmd_status(client, args) -> int:
@@ -245,59 +287,11 @@ def cmd_status(client, args) -> int:
 # -- resume -----------------------------------------------------------------------
 
 
-def _pause_intent(kind: str, owner: dict) -> bool:
-    spec = owner.get("spec") or {}
-    if kind == "Workspace":
-        return bool(spec.get("paused"))
-    return int(spec.get("replicas", 1) or 0) == 0
-
-
-def _target(kind: str, owner: dict) -> dict[str, Any]:
-    from ..backends.kubernetes import compat
-
-    if kind == "StatefulSet":
-        return compat.from_pod_spec(
-            (((owner.get("spec") or {}).get("template") or {}).get("spec")) or {}
-        )
-    options = (((owner.get("spec") or {}).get("podTemplate") or {}).get("options")) or {}
-    out = {}
-    if options.get("imageConfig"):
-        out["image_config"] = options["imageConfig"]
-    if options.get("podConfig"):
-        out["pod_config"] = options["podConfig"]
-    return out
-
-
-def compatibility(kind: str, owner: dict, targets: dict[str, str]) -> dict[str, Any]:
-    from ..backends.kubernetes import compat
-    from ..backends.kubernetes.common import A_FINGERPRINT, json_annotation
-
-    recorded = json_annotation(owner, A_FINGERPRINT) or {}
-    target = {**_target(kind, owner), **targets}
-    diffs = compat.compare(recorded, target)
-    return {
-        "recorded": recorded,
-        "target": target,
-        "differences": [d.to_json() for d in diffs],
-        "unchecked": compat.unknown(recorded, target),
-    }
-
-
 def cmd_resume(client, args) -> int:
-    from ..backends.kubernetes import compat
+    from ..backends.kubernetes import compat, resume
     from ..backends.kubernetes import status as status_mod
-    from ..backends.kubernetes.client import Conflict, Invalid, KubeError
-    from ..backends.kubernetes.common import (
-        A_MESSAGE,
-        A_REPLICAS,
-        A_RESUME_OP,
-        A_STATE,
-        annotations,
-        json_annotation,
-        now_iso,
-    )
+    from ..backends.kubernetes.common import now_iso
 
-    targets = compat.parse_target(args.target)
     name = args.workspace
     op = {
         "id": uuid.uuid4().hex[:12],
@@ -305,63 +299,34 @@ def cmd_resume(client, args) -> int:
         "by": f"{_user()}@{socket.gethostname()}",
     }
     result: dict[str, Any] = {"workspace": name, "operation": op}
-    for _attempt in range(10):
-        kind, owner = status_mod.find_owner(client, name, args.kind)
-        current = json_annotation(owner, A_RESUME_OP)
-        if current and not args.force:
-            st = status_mod.fetch(client, name, kind.lower())
-            result.update(outcome="in-progress", operation=current, status=st.to_json())
-            _emit(
-                args,
-                result,
-                f"a resume of {name} is already in progress (operation {current.get('id')}, started "
-                f"{current.get('started')} by {current.get('by')}); not starting another.\n"
-                + _status_text(st),
-            )
-            return EXIT_IN_PROGRESS
-        if not _pause_intent(kind, owner):
-            st = status_mod.fetch(client, name, kind.lower())
-            result.update(outcome="not-paused", status=st.to_json())
-            _emit(args, result, f"{name} is not paused: nothing to resume.\n" + _status_text(st))
-            return 0
-        compat_report = compatibility(kind, owner, targets)
-        result["compatibility"] = compat_report
-        patch = {
-            "metadata": {
-                # Compare-and-swap: a 409 means somebody else changed it first.
-                "resourceVersion": owner["metadata"]["resourceVersion"],
-                "annotations": {A_RESUME_OP: json.dumps(op), A_STATE: "resuming", A_MESSAGE: None},
-            }
-        }
-        try:
-            if kind == "Workspace":
-                owner = client.patch_workspace(name, patch)
-            else:
-                owner = client.patch_statefulset(name, patch)
-            break
-        except Conflict:
-            continue  # re-read: either another resume took the lock, or something unrelated changed
-    else:
-        print(f"jupyter pause resume: {name} keeps changing; try again", file=sys.stderr)
-        return 1
-
-    try:
-        if kind == "Workspace":
-            client.patch_workspace(
-                name,
-                [
-                    {"op": "test", "path": "/spec/paused", "value": True},
-                    {"op": "replace", "path": "/spec/paused", "value": False},
-                ],
-            )
-        else:
-            replicas = int(annotations(owner).get(A_REPLICAS) or 1)
-            client.scale_statefulset(name, replicas)
-    except (Conflict, Invalid, KubeError) as e:
-        _release_lock(client, kind, name, op)
-        print(f"jupyter pause resume: could not resume {name}: {e}", file=sys.stderr)
-        return 1
-
+    started = resume.start_resume(
+        client,
+        name,
+        op,
+        kind=args.kind,
+        targets=compat.parse_target(args.target),
+        force=args.force,
+    )
+    kind = started.kind
+    if started.outcome == "in-progress":
+        current = started.operation
+        st = status_mod.fetch(client, name, kind.lower())
+        result.update(outcome="in-progress", operation=current, status=st.to_json())
+        _emit(
+            args,
+            result,
+            f"a resume of {name} is already in progress (operation {current.get('id')}, started "
+            f"{current.get('started')} by {current.get('by')}); not starting another.\n"
+            + _status_text(st),
+        )
+        return EXIT_IN_PROGRESS
+    if started.outcome == "not-paused":
+        st = status_mod.fetch(client, name, kind.lower())
+        result.update(outcome="not-paused", status=st.to_json())
+        _emit(args, result, f"{name} is not paused: nothing to resume.\n" + _status_text(st))
+        return 0
+    compat_report = started.compatibility
+    result["compatibility"] = compat_report
     lines = [f"resuming {name} ({kind}), operation {op['id']}"]
     diffs = compat_report["differences"]
     if diffs:
@@ -391,17 +356,39 @@ def cmd_resume(client, args) -> int:
     return 0 if final.state in ("ready", "running") else EXIT_NOT_READY
 
 
-def _release_lock(client, kind: str, name: str, op: dict) -> None:
-    from ..backends.kubernetes.common import A_RESUME_OP, A_STATE
+# -- abort ------------------------------------------------------------------------
 
-    patch = {"metadata": {"annotations": {A_RESUME_OP: None, A_STATE: "paused"}}}
-    try:
-        if kind == "Workspace":
-            client.patch_workspace(name, patch)
-        else:
-            client.patch_statefulset(name, patch)
-    except Exception:
-        pass
+
+def cmd_abort(client, args) -> int:
+    from ..backends.kubernetes.abort import abort
+
+    report = abort(
+        client,
+        args.workspace,
+        kind=args.kind,
+        by=f"{_user()}@{socket.gethostname()}",
+        frozen_limit=args.frozen_limit,
+        poll_interval=args.poll_interval,
+    )
+    lines = [f"aborted the pause of {report.workspace} ({report.kind})"]
+    if report.cleared_addon_state:
+        lines.append(
+            "  the snapshot add-on's checkpoint state is cleared (its readiness gate opens)"
+        )
+    deleted = ", ".join(report.deleted_snapshots) or "none"
+    lines.append(f"  deleted trigger {report.trigger} and its snapshots: {deleted}")
+    if report.snapshots_left:
+        lines.append("  still terminating (GKE's finalizer): " + ", ".join(report.snapshots_left))
+    lines.append(
+        {
+            "thawed": f"  pod {report.pod} is Ready again and keeps running",
+            "pod-deleted": f"  pod {report.pod} stayed frozen for {args.frozen_limit:g} s and was "
+            "deleted: it restarts and the notebooks come back from their checkpoints",
+            "no-pod": "  there is no pod",
+        }[report.outcome]
+    )
+    _emit(args, report.to_json(), "\n".join(lines))
+    return 1 if report.snapshots_left else 0
 
 
 def _follow(client, name: str, kind: str, args):
@@ -442,7 +429,7 @@ def _snapshot_owner(snap: dict) -> str:
 
 
 def cmd_list(client, args) -> int:
-    from ..backends.kubernetes.client import KubeError, NotFound
+    from ..backends.kubernetes.client import Forbidden, KubeError, NotFound
     from ..backends.kubernetes.common import (
         A_CHECKPOINTS,
         A_STATE,
@@ -489,20 +476,24 @@ def cmd_list(client, args) -> int:
         )
     owners = []
     try:
-        owners += [("Workspace", ws) for ws in client.list_workspaces()]
-    except NotFound:
+        owners += [("Workspace", ws["metadata"]["name"], ws) for ws in client.list_workspaces()]
+    except (NotFound, Forbidden):
         pass
     except KubeError as e:
         print(f"warning: cannot list Workspaces: {e}", file=sys.stderr)
-    owners += [("StatefulSet", s) for s in client.list_statefulsets() if A_STATE in annotations(s)]
+    owners += [
+        ("StatefulSet", sts, cm)
+        for sts, cm in _state_configmaps(client)
+        if A_STATE in annotations(cm)
+    ]
     checkpoints = []
-    for kind, owner in owners:
+    for kind, owner_name, owner in owners:
         for ck in json_annotation(owner, A_CHECKPOINTS) or []:
             t = ck.get("time")
             t = parse_time(t) if isinstance(t, str) else t
             checkpoints.append(
                 {
-                    "workspace": owner["metadata"]["name"],
+                    "workspace": owner_name,
                     "kind": kind,
                     "state": annotations(owner).get(A_STATE),
                     "notebook": ck.get("path"),
@@ -566,6 +557,7 @@ def cmd_gc(client, args) -> int:
         client,
         older,
         all_snapshots=args.all_snapshots,
+        policy=args.policy,
         delete_policies=args.delete_policy,
         dry_run=args.dry_run,
         wait_timeout=args.wait_timeout,

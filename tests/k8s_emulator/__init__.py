@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from .controllers import Controllers, Scenario
+from .controllers import WS_LABEL, Controllers, Scenario
 from .server import KubeEmulator, Request, rbac_allows
 
 __all__ = [
@@ -26,18 +26,23 @@ __all__ = [
 ]
 
 REPO = Path(__file__).resolve().parents[2]
-RBAC_DIR = REPO / "deploy" / "rbac"
+DEPLOY = REPO / "deploy"
+RBAC_DIR = DEPLOY / "rbac"
+WORKSPACE_CLUSTERROLE = DEPLOY / "kubeflow-workspaces" / "clusterrole.yaml"
 
 NAMESPACE = "alice"
 NOTEBOOK = "nb"
 WORKSPACE = "myws"
+WORKSPACE_KIND = "jupyterlab-resumable"
+#: the Workspace's own ServiceAccount; its rules come from the RoleBinding the
+#: emulated Workspace controller makes for the kind's ``clusterRoles``
+WORKSPACE_SA = f"system:serviceaccount:{NAMESPACE}:ws-{WORKSPACE}"
 
-# principal -> (manifest, Role name)
+# principal -> (manifest under deploy/, Role name)
 PRINCIPALS = {
-    "sa-pod-snapshot": ("gke-pod-snapshot.yaml", f"jupyter-pause-{NOTEBOOK}"),
-    "sa-workspace": ("kubeflow-workspace.yaml", f"jupyter-pause-ws-{WORKSPACE}"),
-    "user": ("cli.yaml", "jupyter-pause-user"),
-    "gc": ("cli.yaml", "jupyter-pause-gc"),
+    "sa-pod-snapshot": ("gke-pod-snapshot/rbac.yaml", f"jupyter-pause-{NOTEBOOK}"),
+    "user": ("rbac/cli.yaml", "jupyter-pause-user"),
+    "gc": ("rbac/cli.yaml", "jupyter-pause-gc"),
 }
 VARIABLES = {
     "NAMESPACE": NAMESPACE,
@@ -51,15 +56,21 @@ VARIABLES = {
 
 def load_roles(manifest: str) -> dict[str, list[dict]]:
     """Role name -> rules, with the ``${VARIABLES}`` substituted."""
-    text = string.Template((RBAC_DIR / manifest).read_text()).substitute(VARIABLES)
+    text = string.Template((DEPLOY / manifest).read_text()).substitute(VARIABLES)
     out = {}
     for doc in yaml.safe_load_all(text):
-        if doc and doc.get("kind") == "Role":
+        if doc and doc.get("kind") in ("Role", "ClusterRole"):
             out[doc["metadata"]["name"]] = doc.get("rules") or []
     return out
 
 
+def workspace_clusterrole() -> dict:
+    return yaml.safe_load(WORKSPACE_CLUSTERROLE.read_text())
+
+
 def role_rules(principal: str) -> list[dict]:
+    if principal == WORKSPACE_SA:
+        return workspace_clusterrole()["rules"]
     manifest, role = PRINCIPALS[principal]
     return load_roles(manifest)[role]
 
@@ -78,20 +89,37 @@ class Cluster:
             self.emu.add_token(
                 f"{principal}-token", principal, role_rules(principal) if enforce_rbac else None
             )
+        self.emu.add_token("sa-workspace-token", WORKSPACE_SA if enforce_rbac else "admin")
+        self.emu.create("ClusterRole", None, workspace_clusterrole())
         self.kubeconfig = str(tmp_path / "kubeconfig")
-        users = ["admin", *PRINCIPALS]
+        self._users = ["admin", *PRINCIPALS, "sa-workspace"]
+        self._write_kubeconfig()
+
+    def _write_kubeconfig(self) -> None:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "emulator", "cluster": {"server": self.emu.url}}],
-            "users": [{"name": u, "user": {"token": f"{u}-token"}} for u in users],
+            "users": [{"name": u, "user": {"token": f"{u}-token"}} for u in self._users],
             "contexts": [
                 {"name": u, "context": {"cluster": "emulator", "user": u, "namespace": NAMESPACE}}
-                for u in users
+                for u in self._users
             ],
             "current-context": "user",
         }
         Path(self.kubeconfig).write_text(yaml.safe_dump(config))
+
+    def process_context(self, context: str, pod_name: str) -> str:
+        """A kubeconfig context for "the process in ``pod_name``": the principal of
+        ``context`` with a token bound to the pod as it is now (frozen with it,
+        invalid once it is gone)."""
+        pod = self.emu.get("Pod", NAMESPACE, pod_name)
+        name = f"{context}@{pod['metadata']['uid'][:8]}"
+        principal = self.emu.tokens[f"{context}-token"]
+        self.emu.bind_token(f"{name}-token", principal, NAMESPACE, pod["metadata"]["uid"])
+        self._users.append(name)
+        self._write_kubeconfig()
+        return name
 
     def stop(self) -> None:
         self.ctl.stop()
@@ -106,6 +134,19 @@ class Cluster:
                 return value
             time.sleep(0.01)
         raise AssertionError(f"timed out waiting for {what}")
+
+    def state(self, statefulset: str = NOTEBOOK) -> dict[str, str]:
+        """The pause-state annotations of a notebook StatefulSet (its ConfigMap)."""
+        cm = self.emu.get("ConfigMap", NAMESPACE, f"jupyter-pause-{statefulset}")
+        return cm["metadata"].get("annotations") or {}
+
+    def set_state(self, statefulset: str = NOTEBOOK, **annotations: str) -> None:
+        self.emu.mutate(
+            "ConfigMap",
+            NAMESPACE,
+            f"jupyter-pause-{statefulset}",
+            lambda c: c["metadata"].setdefault("annotations", {}).update(annotations),
+        )
 
     def pod(self, name: str | None = None) -> dict | None:
         return self.emu.find("Pod", NAMESPACE, name or f"{NOTEBOOK}-0")
@@ -150,6 +191,20 @@ class Cluster:
                     },
                 },
             )
+        # the state ConfigMap of the deploy kit (deploy/gke-pod-snapshot/state.yaml)
+        self.emu.create(
+            "ConfigMap",
+            NAMESPACE,
+            {
+                "metadata": {
+                    "name": f"jupyter-pause-{name}",
+                    "labels": {
+                        "app.kubernetes.io/managed-by": "jupyter-pause",
+                        "jupyter-pause.io/statefulset": name,
+                    },
+                }
+            },
+        )
         sts = self.emu.create(
             "StatefulSet",
             NAMESPACE,
@@ -180,24 +235,54 @@ class Cluster:
         self.wait_for(lambda: self.pod_ready(f"{name}-0"), what=f"pod {name}-0 ready")
         return sts
 
+    def add_workspace_kind(self, addon: bool = False, cluster_roles=("jupyter-pause-workspace",)):
+        """GKE's resumable kind: the add-on enabled on the *kind* (when ``addon``)."""
+        ann = {"podsnapshot.gke.kubeflow.org/enabled": "True"} if addon else {}
+        return self.emu.create(
+            "WorkspaceKind",
+            None,
+            {
+                "metadata": {"name": WORKSPACE_KIND, "annotations": ann},
+                "spec": {
+                    "podTemplate": {
+                        "serviceAccount": {"clusterRoles": [{"name": r} for r in cluster_roles]}
+                    }
+                },
+            },
+        )
+
     def add_workspace(
-        self, name: str = WORKSPACE, addon: bool = False, paused: bool = False
+        self,
+        name: str = WORKSPACE,
+        addon: bool = False,
+        paused: bool = False,
+        annotations: dict | None = None,
+        pod_config: str = "gpu-t4",
     ) -> dict:
-        ann = {"podsnapshot.gke.kubeflow.org/enabled": "true"} if addon else {}
+        """A Workspace of the kind (created first; ``addon`` enables the add-on on the kind)."""
+        if not self.emu.find("WorkspaceKind", None, WORKSPACE_KIND):
+            self.add_workspace_kind(addon=addon)
         ws = self.emu.create(
             "Workspace",
             NAMESPACE,
             {
-                "metadata": {"name": name, "annotations": ann},
+                "metadata": {"name": name, "annotations": dict(annotations or {})},
                 "spec": {
                     "paused": paused,
-                    "kind": "jupyterlab-resumable",
+                    "kind": WORKSPACE_KIND,
                     "podTemplate": {
-                        "options": {"imageConfig": "jupyterlab-gpu-2.6", "podConfig": "gpu-t4"}
+                        "options": {"imageConfig": "jupyterlab-gpu-2.6", "podConfig": pod_config}
                     },
                 },
             },
         )
         if not paused:
-            self.wait_for(lambda: self.pod_ready(f"ws-{name}-0"), what=f"workspace {name} running")
+            self.wait_for(
+                lambda: self.pod_ready(self.workspace_pod(name)), what=f"workspace {name} running"
+            )
         return ws
+
+    def workspace_pod(self, name: str = WORKSPACE) -> str:
+        """The pod name of a Workspace (its StatefulSet's name is generated)."""
+        found = self.emu.list("StatefulSet", NAMESPACE, f"{WS_LABEL}={name}")
+        return f"{found[0]['metadata']['name']}-0" if found else f"ws-{name}-unknown-0"

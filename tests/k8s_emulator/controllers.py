@@ -21,8 +21,30 @@ One background thread reconciles every ``tick`` seconds:
   deletes the bucket files through the policy, or orphans them when the policy
   is already gone.  Writes to ``PodSnapshot`` by anyone else are rejected (the
   GKE ValidatingAdmissionPolicy).
-* **Kubeflow Workspace controller** (+ optionally the GKE Workspaces snapshot
-  add-on): ``spec.paused`` drives a StatefulSet ``ws-<name>``.
+* **the frozen pod**: from the moment GKE starts a checkpoint until the
+  snapshot is Ready, the target pod's processes are frozen: requests made
+  with a token bound to it are held (``KubeEmulator.freeze``) and its
+  readiness probe fails (``Ready=False``).  ``trigger_outcome == "hung"``
+  never finishes and never thaws (the accelerated-platforms guide's hung GPU
+  snapshots).  With the policy's ``postCheckpoint: stop`` the pod completes
+  after the checkpoint (``Succeeded``): its process never runs again.
+* **Kubeflow Workspace controller** (notebooks-v2 ``workspace_controller.go``):
+  ``spec.paused`` drives a StatefulSet created with ``generateName:
+  ws-<name>-`` and labelled ``notebooks.kubeflow.org/workspace-name``; each
+  Workspace runs as its own ServiceAccount ``ws-<name>``, bound through one
+  RoleBinding per WorkspaceKind ``spec.podTemplate.serviceAccount.clusterRoles``
+  entry; ``status.state``/``stateMessage`` report ``Error`` for a StatefulSet
+  warning event or an unschedulable pod.
+* **the GKE Workspaces snapshot add-on** (gke-labs/workspaces
+  ``providers/gke/internal/snapshot``): enabled by the annotation on the
+  Workspace or its WorkspaceKind (case-insensitive; an explicit ``false`` on
+  the Workspace wins; TPU pods never); its webhook mutates the pod (gVisor,
+  readiness gate ``podsnapshot.gke.kubeflow.org/active``, the
+  ``jupyter-ipc-config`` volume); a pause becomes a checkpoint with
+  ``postCheckpoint: stop``; the gate is False while checkpointing and stays
+  False after a failed trigger until ``checkpoint-state`` is removed.
+* **garbage collector**: objects whose ``ownerReferences`` point at a deleted
+  owner are deleted.
 * ``restore_in_place``: when a snapshot becomes Ready, pretend that the
   pause, the node release and the resume all happened while the process was
   frozen: the pod is replaced (new UID, ``PodRestored``) -- the view of the
@@ -42,15 +64,27 @@ from typing import Any
 
 from .server import ApiError, KubeEmulator, match_selector_obj, now_iso
 
+#: kinds whose ownerReferences the garbage collector follows
+OWNED_KINDS = (
+    "StatefulSet",
+    "Pod",
+    "PodSnapshotManualTrigger",
+    "ServiceAccount",
+    "RoleBinding",
+    "ConfigMap",
+)
+
 SNAP_FINALIZER = "podsnapshot.gke.io/podsnapshot-finalizer"
 TRIGGERED_BY = "gke-pod-snapshot-triggered-by"
 WS_LABEL = "notebooks.kubeflow.org/workspace-name"
 ADDON = "podsnapshot.gke.kubeflow.org/"
+ADDON_GATE = ADDON + "active"
+IPC_VOLUME = "jupyter-ipc-config"
 
 
 @dataclass
 class Scenario:
-    trigger_outcome: str = "complete"  # complete | fail | never_ready | checkpoint_failed
+    trigger_outcome: str = "complete"  # complete | fail | never_ready | checkpoint_failed | hung
     snapshot_created_shape: str = "object"  # object | string
     trigger_delay: float = 0.05
     ready_delay: float = 0.1
@@ -64,6 +98,7 @@ class Scenario:
     finalizer_delay: float = 0.1
     workspace_addon: bool = False
     restore_in_place: bool = False
+    restored_condition_delay: float = 0.0  # PodRestored comes this long after Ready (lazy restore)
 
 
 def _hash_spec(spec: dict) -> str:
@@ -155,13 +190,44 @@ class Controllers:
     ) -> None:
         meta = obj["metadata"]
         name = f"{meta['name']}.{hashlib.sha1((reason + message).encode()).hexdigest()[:10]}"
+        # The scheduler writes through events.k8s.io/v1: in the core view the
+        # first/lastTimestamp are null and eventTime (+ series) carry the time.
+        new_api = component == "default-scheduler"
         existing = self.emu.find("Event", ns, name)
         if existing:
-            self.emu.mutate(
+
+            def again(e):
+                if new_api:
+                    series = e.get("series") or {"count": 1}
+                    e["series"] = {"count": series["count"] + 1, "lastObservedTime": now_iso()}
+                else:
+                    e.update(count=e.get("count", 1) + 1, lastTimestamp=now_iso())
+
+            self.emu.mutate("Event", ns, name, again)
+            return
+        if new_api:
+            self.emu.create(
                 "Event",
                 ns,
-                name,
-                lambda e: e.update(count=e.get("count", 1) + 1, lastTimestamp=now_iso()),
+                {
+                    "metadata": {"name": name},
+                    "involvedObject": {
+                        "kind": obj.get("kind"),
+                        "name": meta["name"],
+                        "namespace": ns,
+                        "uid": meta.get("uid"),
+                        "apiVersion": obj.get("apiVersion"),
+                    },
+                    "reason": reason,
+                    "message": message,
+                    "type": type_,
+                    "eventTime": now_iso() + "",
+                    "firstTimestamp": None,
+                    "lastTimestamp": None,
+                    "reportingComponent": component,
+                    "action": "Scheduling",
+                    "source": {},
+                },
             )
             return
         self.emu.create(
@@ -199,26 +265,26 @@ class Controllers:
                 "ValidatingAdmissionPolicy 'gke-pod-snapshot-validating-admission-policy' denied request: "
                 "only the GKE pod snapshot controller may write PodSnapshot objects",
             )
-        if res.kind == "Workspace" and self.scenario.workspace_addon and old is not None:
+        if res.kind == "Workspace" and old is not None and self.addon_enabled(old):
+            # the add-on's webhook: a pause of a running workspace becomes a checkpoint
             ann = (new.get("metadata") or {}).get("annotations") or {}
-            if ann.get(ADDON + "enabled") == "true":
-                was, now = bool(old["spec"].get("paused")), bool(new["spec"].get("paused"))
-                if not was and now and ann.get(ADDON + "checkpoint-state") != "Ready":
-                    pods = self.emu.list(
-                        "Pod", old["metadata"]["namespace"], f"{WS_LABEL}={old['metadata']['name']}"
-                    )
-                    if pods:
-                        new["spec"]["paused"] = False
-                        ann[ADDON + "checkpoint-state"] = "Checkpointing"
-                        ann[ADDON + "checkpoint-started-at"] = now_iso()
-                        new["metadata"]["annotations"] = ann
-                if was and not now:
-                    ann[ADDON + "checkpoint-state"] = (
-                        "Restoring"
-                        if ann.get(ADDON + "last-checkpoint-name")
-                        else ann.get(ADDON + "checkpoint-state", "")
-                    )
+            was, now = bool(old["spec"].get("paused")), bool(new["spec"].get("paused"))
+            if not was and now and ann.get(ADDON + "checkpoint-state") != "Ready":
+                pods = self.emu.list(
+                    "Pod", old["metadata"]["namespace"], f"{WS_LABEL}={old['metadata']['name']}"
+                )
+                if pods:
+                    new["spec"]["paused"] = False
+                    ann[ADDON + "checkpoint-state"] = "Checkpointing"
+                    ann[ADDON + "checkpoint-started-at"] = now_iso()
                     new["metadata"]["annotations"] = ann
+            if was and not now:
+                ann[ADDON + "checkpoint-state"] = (
+                    "Restoring"
+                    if ann.get(ADDON + "last-checkpoint-name")
+                    else ann.get(ADDON + "checkpoint-state", "")
+                )
+                new["metadata"]["annotations"] = ann
         return new
 
     # -- reconcile --
@@ -228,45 +294,121 @@ class Controllers:
         self.pods()
         self.triggers()
         self.snapshots()
+        self.garbage_collect()
+
+    def workspace_kind(self, ws: dict) -> dict:
+        return self.emu.find("WorkspaceKind", None, (ws.get("spec") or {}).get("kind", "")) or {}
+
+    def addon_enabled(self, ws: dict) -> bool:
+        """cache.go ``snapshotEnabled``: Workspace "false" > TPU > Workspace > WorkspaceKind."""
+        if not self.scenario.workspace_addon:
+            return False
+
+        def flag(obj):
+            ann = (obj.get("metadata") or {}).get("annotations") or {}
+            for key in (ADDON + "enabled", "pod-migration.gke.io/enabled"):
+                if key in ann:
+                    return ann[key].strip().lower()
+            return None
+
+        mine = flag(ws)
+        if mine == "false":
+            return False
+        options = ((ws.get("spec") or {}).get("podTemplate") or {}).get("options") or {}
+        if "tpu" in str(options.get("podConfig", "")).lower():
+            return False
+        return mine == "true" or flag(self.workspace_kind(ws)) == "true"
+
+    def _workspace_identity(self, ws: dict) -> str:
+        """ServiceAccount ``ws-<name>`` and one RoleBinding per kind ``clusterRoles`` entry."""
+        ns, name = ws["metadata"]["namespace"], ws["metadata"]["name"]
+        sa = f"ws-{name}"
+        owner = [
+            {
+                "apiVersion": "kubeflow.org/v1beta1",
+                "kind": "Workspace",
+                "name": name,
+                "uid": ws["metadata"]["uid"],
+                "controller": True,
+            }
+        ]
+        if not self.emu.find("ServiceAccount", ns, sa):
+            self.emu.create(
+                "ServiceAccount",
+                ns,
+                {"metadata": {"name": sa, "labels": {WS_LABEL: name}, "ownerReferences": owner}},
+            )
+        kind = self.workspace_kind(ws)
+        wanted = [
+            r["name"]
+            for r in ((kind.get("spec") or {}).get("podTemplate") or {})
+            .get("serviceAccount", {})
+            .get("clusterRoles", [])
+        ]
+        for role in wanted:
+            rb = f"ws-{name}-{hashlib.sha1(role.encode()).hexdigest()[:8]}"
+            if not self.emu.find("RoleBinding", ns, rb):
+                self.emu.create(
+                    "RoleBinding",
+                    ns,
+                    {
+                        "metadata": {
+                            "name": rb,
+                            "labels": {WS_LABEL: name},
+                            "ownerReferences": owner,
+                        },
+                        "roleRef": {
+                            "apiGroup": "rbac.authorization.k8s.io",
+                            "kind": "ClusterRole",
+                            "name": role,
+                        },
+                        "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
+                    },
+                )
+        return sa
 
     def workspaces(self) -> None:
         for ws in self.emu.list("Workspace"):
             ns, name = ws["metadata"]["namespace"], ws["metadata"]["name"]
-            sts_name = f"ws-{name}"
             paused = bool(ws["spec"].get("paused"))
             ann = ws["metadata"].get("annotations") or {}
-            sts = self.emu.find("StatefulSet", ns, sts_name)
+            sa = self._workspace_identity(ws)
+            found = self.emu.list("StatefulSet", ns, f"{WS_LABEL}={name}")
+            sts = found[0] if found else None
             options = (ws["spec"].get("podTemplate") or {}).get("options") or {}
             image = f"ghcr.io/kubeflow/jupyterlab:{options.get('imageConfig', 'latest')}"
+            gpu = {"nvidia.com/gpu": "1"}
+            if "tpu" in str(options.get("podConfig", "")).lower():
+                gpu = {"google.com/tpu": "4"}
             template = {
                 "metadata": {"labels": {WS_LABEL: name}},
                 "spec": {
-                    "runtimeClassName": "gvisor" if ann.get(ADDON + "enabled") == "true" else None,
-                    "nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"},
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": image,
-                            "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                        }
-                    ],
+                    "serviceAccountName": sa,
+                    "nodeSelector": {"cloud.google.com/compute-class": "gpu-t4"},
+                    "containers": [{"name": "main", "image": image, "resources": {"limits": gpu}}],
                 },
             }
-            if ann.get(ADDON + "state") == "Restoring" or (
-                ann.get(ADDON + "checkpoint-state") == "Restoring"
-                and ann.get(ADDON + "last-checkpoint-name")
+            if self.addon_enabled(ws):
+                # what the add-on's pod webhook adds (webhook.go)
+                template["spec"].update(
+                    runtimeClassName="gvisor",
+                    readinessGates=[{"conditionType": ADDON_GATE}],
+                    volumes=[{"name": IPC_VOLUME, "configMap": {"name": IPC_VOLUME}}],
+                )
+            if ann.get(ADDON + "checkpoint-state") == "Restoring" and ann.get(
+                ADDON + "last-checkpoint-name"
             ):
                 template["metadata"]["annotations"] = {
                     "podsnapshot.gke.io/ps-name": ann.get(ADDON + "last-checkpoint-name")
                 }
             replicas = 0 if paused else 1
             if sts is None:
-                self.emu.create(
+                sts = self.emu.create(
                     "StatefulSet",
                     ns,
                     {
                         "metadata": {
-                            "name": sts_name,
+                            "generateName": f"ws-{name}-",
                             "labels": {WS_LABEL: name},
                             "ownerReferences": [
                                 {
@@ -274,6 +416,7 @@ class Controllers:
                                     "kind": "Workspace",
                                     "name": name,
                                     "uid": ws["metadata"]["uid"],
+                                    "controller": True,
                                 }
                             ],
                         },
@@ -281,6 +424,10 @@ class Controllers:
                             "replicas": replicas,
                             "selector": {"matchLabels": {WS_LABEL: name}},
                             "template": template,
+                            "persistentVolumeClaimRetentionPolicy": {
+                                "whenDeleted": "Retain",
+                                "whenScaled": "Retain",
+                            },
                         },
                     },
                 )
@@ -288,29 +435,23 @@ class Controllers:
                 self.emu.mutate(
                     "StatefulSet",
                     ns,
-                    sts_name,
+                    sts["metadata"]["name"],
                     lambda s: s["spec"].update(replicas=replicas, template=template),
                 )
             pods = self.emu.list("Pod", ns, f"{WS_LABEL}={name}")
             pod = pods[0] if pods else None
-            if pod is None:
-                state = "Paused" if paused else "Pending"
-            elif pod["metadata"].get("deletionTimestamp"):
-                state = "Terminating"
-            elif (_cond(pod, "PodScheduled") or {}).get("reason") == "Unschedulable":
-                state = "Error"
-            elif (_cond(pod, "Ready") or {}).get("status") == "True":
-                state = "Running"
-            else:
-                state = "Pending"
+            state, message = self._workspace_state(ns, sts, pod, paused)
             status = {
                 "state": state,
-                "podTemplatePod": {"name": pod["metadata"]["name"]} if pod else {},
-                "pauseTime": int(time.time() * 1000) if state == "Paused" else 0,
+                "stateMessage": message,
+                "podTemplatePod": (
+                    {"name": pod["metadata"]["name"], "serviceAccountName": sa} if pod else {}
+                ),
+                "pauseTime": int(time.time()) if state == "Paused" else 0,
             }
-            if (
-                ws.get("status", {}).get("state") != state
-                or ws.get("status", {}).get("podTemplatePod") != status["podTemplatePod"]
+            current = ws.get("status") or {}
+            if any(
+                current.get(k) != status[k] for k in ("state", "stateMessage", "podTemplatePod")
             ):
                 self.emu.mutate(
                     "Workspace",
@@ -318,8 +459,38 @@ class Controllers:
                     name,
                     lambda w: w.__setitem__("status", {**(w.get("status") or {}), **status}),
                 )
-            if self.scenario.workspace_addon and ann.get(ADDON + "enabled") == "true":
+            if self.addon_enabled(ws):
                 self._addon(ws, pod)
+
+    def _workspace_state(self, ns, sts, pod, paused) -> tuple[str, str]:
+        """workspace_controller.go ``generateWorkspaceState`` (the parts we model)."""
+        warnings = [
+            e
+            for e in self.emu.list("Event", ns)
+            if e["involvedObject"].get("uid") == sts["metadata"]["uid"] and e["type"] == "Warning"
+        ]
+        if warnings and pod is None and not paused:
+            return "Error", f"Workspace StatefulSet has warning event: {warnings[-1]['message']}"
+        if pod is None:
+            return ("Paused", "Workspace is paused") if paused else ("Pending", "")
+        if pod["metadata"].get("deletionTimestamp"):
+            return "Terminating", "Workspace Pod is terminating"
+        scheduled = _cond(pod, "PodScheduled") or {}
+        if scheduled.get("reason") == "Unschedulable":
+            return "Error", f"Workspace Pod is unschedulable: {scheduled.get('message', '')}"
+        if (_cond(pod, "Ready") or {}).get("status") == "True":
+            return "Running", "Workspace is running"
+        return "Pending", "Workspace Pod is not ready"
+
+    def _set_gate(self, pod: dict | None, status: str, reason: str) -> None:
+        if pod is None or (_cond(pod, ADDON_GATE) or {}).get("status") == status:
+            return
+        self.emu.mutate(
+            "Pod",
+            pod["metadata"]["namespace"],
+            pod["metadata"]["name"],
+            lambda p: _set_condition(p, ADDON_GATE, status, reason),
+        )
 
     def _addon(self, ws: dict, pod: dict | None) -> None:
         ns, name = ws["metadata"]["namespace"], ws["metadata"]["name"]
@@ -327,6 +498,7 @@ class Controllers:
         state = ann.get(ADDON + "checkpoint-state")
         trigger = f"ws-{name}-trigger"
         if state == "Checkpointing" and pod is not None:
+            self._set_gate(pod, "False", "CheckpointingInProgress")
             policy = f"ws-{name}-policy"
             if not self.emu.find("PodSnapshotPolicy", ns, policy):
                 self.emu.create(
@@ -350,6 +522,7 @@ class Controllers:
                     {"metadata": {"name": trigger}, "spec": {"targetPod": pod["metadata"]["name"]}},
                 )
                 return
+            # no branch for a failed trigger: reconcileCheckpointing never recovers
             created = (trig.get("status") or {}).get("snapshotCreated")
             snap_name = created.get("name") if isinstance(created, dict) else created
             snap = self.emu.find("PodSnapshot", ns, snap_name) if snap_name else None
@@ -364,8 +537,11 @@ class Controllers:
         elif (
             state == "Restoring"
             and pod is not None
-            and (_cond(pod, "Ready") or {}).get("status") == "True"
+            and (_cond(pod, "Ready") or {}).get("status") != "True"
         ):
+            if (_cond(pod, "ContainersReady") or {}).get("status") == "True":
+                self._set_gate(pod, "True", "Restored")
+        elif state == "Restoring" and pod is not None:
             for snap in self.emu.list("PodSnapshot", ns, f"{TRIGGERED_BY}={trigger}"):
                 self._delete_snapshot(ns, snap["metadata"]["name"])
             trig = self.emu.find("PodSnapshotManualTrigger", ns, trigger)
@@ -377,6 +553,29 @@ class Controllers:
                     w["metadata"]["annotations"].pop(ADDON + k, None)
 
             self.emu.mutate("Workspace", ns, name, clear)
+        elif not state and pod is not None and not pod["metadata"].get("deletionTimestamp"):
+            # reconcileActive: no checkpoint in progress, the gate opens
+            self._set_gate(pod, "True", "Active")
+
+    def garbage_collect(self) -> None:
+        uids = set()
+        objects = []
+        for kind in ("Workspace", *OWNED_KINDS):
+            for obj in self.emu.list(kind):
+                uids.add(obj["metadata"]["uid"])
+                objects.append((kind, obj))
+        for kind, obj in objects:
+            refs = obj["metadata"].get("ownerReferences") or []
+            if refs and not any(r.get("uid") in uids for r in refs):
+                if obj["metadata"].get("deletionTimestamp"):
+                    continue
+                with contextlib.suppress(ApiError):
+                    self.emu.store.delete(
+                        self.emu.resource(kind),
+                        obj["metadata"].get("namespace"),
+                        obj["metadata"]["name"],
+                        graceful=(kind == "Pod"),
+                    )
 
     def _delete_snapshot(self, ns: str, name: str) -> None:
         with contextlib.suppress(ApiError):
@@ -551,6 +750,9 @@ class Controllers:
                 )
                 self.pod_born[uid] = time.monotonic()
                 continue
+            if phase == "Running":
+                self._readiness(pod)
+                continue
             if phase == "Pending" and time.monotonic() - born >= sc.pod_start_delay:
                 snap = self.pod_restore.get(uid) if sc.restore == "restore" else None
 
@@ -558,7 +760,7 @@ class Controllers:
                     p["status"]["phase"] = "Running"
                     _set_condition(p, "Initialized", "True")
                     _set_condition(p, "ContainersReady", "True")
-                    _set_condition(p, "Ready", "True")
+                    _set_condition(p, "Ready", "True" if self._gates_open(p) else "False")
                     p["status"]["containerStatuses"] = [
                         {
                             "name": c["name"],
@@ -571,15 +773,7 @@ class Controllers:
                         for c in p["spec"].get("containers") or []
                     ]
                     if snap:
-                        snap_obj = self.emu.find("PodSnapshot", ns, snap)
-                        snap_uid = snap_obj["metadata"]["uid"] if snap_obj else snap
-                        _set_condition(
-                            p,
-                            "PodRestored",
-                            "True",
-                            "Restored",
-                            f"Pod restored from snapshot {snap_uid}",
-                        )
+                        self._mark_restored(p, snap)
 
                 self.emu.mutate("Pod", ns, name, run)
                 if snap:
@@ -590,6 +784,46 @@ class Controllers:
                         snap,
                         lambda s: s["status"].__setitem__("lastAccessTime", now_iso()),
                     )
+
+    @staticmethod
+    def _gates_open(pod: dict) -> bool:
+        gates = (pod.get("spec") or {}).get("readinessGates") or []
+        return all((_cond(pod, g["conditionType"]) or {}).get("status") == "True" for g in gates)
+
+    def _readiness(self, pod: dict) -> None:
+        """The kubelet's Ready: probes pass (not frozen) and every readiness gate is True."""
+        ready = pod["metadata"]["uid"] not in self.emu.frozen and self._gates_open(pod)
+        want = "True" if ready else "False"
+        if (_cond(pod, "Ready") or {}).get("status") != want:
+            self.emu.mutate(
+                "Pod",
+                pod["metadata"]["namespace"],
+                pod["metadata"]["name"],
+                lambda p: _set_condition(p, "Ready", want, "" if ready else "ReadinessProbeFailed"),
+            )
+
+    def _mark_restored(self, pod: dict, snap: str) -> None:
+        """Set PodRestored now, or later (lazy restore: after Ready)."""
+        ns = pod["metadata"]["namespace"]
+        snap_obj = self.emu.find("PodSnapshot", ns, snap)
+        snap_uid = snap_obj["metadata"]["uid"] if snap_obj else snap
+        message = f"Pod restored from snapshot {snap_uid}"
+        delay = self.scenario.restored_condition_delay
+        if delay <= 0:
+            _set_condition(pod, "PodRestored", "True", "Restored", message)
+            return
+        name = pod["metadata"]["name"]
+
+        def later():
+            if not self._stop.wait(delay):
+                self.emu.mutate(
+                    "Pod",
+                    ns,
+                    name,
+                    lambda p: _set_condition(p, "PodRestored", "True", "Restored", message),
+                )
+
+        threading.Thread(target=later, daemon=True).start()
 
     def triggers(self) -> None:
         sc = self.scenario
@@ -628,41 +862,25 @@ class Controllers:
                 continue
             snap_name = str(uuid.uuid4())
             res = self.emu.resource("PodSnapshot")
-            self.emu.store.create(
-                res,
-                ns,
-                {
-                    "metadata": {
-                        "name": snap_name,
-                        "labels": {TRIGGERED_BY: name},
-                        "finalizers": [SNAP_FINALIZER],
-                    },
-                    "spec": {"policyName": policy["metadata"]["name"]},
-                    "status": {
-                        "conditions": [
-                            {
-                                "type": "Ready",
-                                "status": "False",
-                                "reason": "AwaitingCheckpoint",
-                                "message": "",
-                                "lastTransitionTime": now_iso(),
-                            },
-                            {
-                                "type": "Checkpoint",
-                                "status": "False",
-                                "reason": "AwaitingCheckpoint",
-                                "message": "",
-                                "lastTransitionTime": now_iso(),
-                            },
-                        ]
-                    },
-                },
-            )
+            try:
+                self._create_snapshot_object(res, ns, snap_name, name, policy)
+            except ApiError as e:  # e.g. a trigger name that is not a valid label value
+
+                def refused(t, msg=e.message):
+                    t["status"] = {"observedGeneration": 1}
+                    _set_condition(t, "Triggered", "False", "Error", msg)
+
+                self.emu.mutate("PodSnapshotManualTrigger", ns, name, refused)
+                continue
+            # the checkpoint starts: the pod's processes are frozen
+            self.emu.freeze(pod["metadata"]["uid"])
             self.snapshot_meta[snap_name] = {
                 "hash": _hash_spec(pod.get("spec") or {}),
                 "pod": target,
+                "pod_uid": pod["metadata"]["uid"],
                 "at": time.monotonic(),
                 "sts": self._owner(pod),
+                "policy": policy["metadata"]["name"],
             }
             self.snap_created_at[snap_name] = time.monotonic()
             created: Any = (
@@ -674,6 +892,38 @@ class Controllers:
                 _set_condition(t, "Triggered", "True", "Complete", "")
 
             self.emu.mutate("PodSnapshotManualTrigger", ns, name, complete)
+
+    def _create_snapshot_object(self, res, ns, snap_name, trigger, policy) -> None:
+        self.emu.store.create(
+            res,
+            ns,
+            {
+                "metadata": {
+                    "name": snap_name,
+                    "labels": {TRIGGERED_BY: trigger},
+                    "finalizers": [SNAP_FINALIZER],
+                },
+                "spec": {"policyName": policy["metadata"]["name"]},
+                "status": {
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "False",
+                            "reason": "AwaitingCheckpoint",
+                            "message": "",
+                            "lastTransitionTime": now_iso(),
+                        },
+                        {
+                            "type": "Checkpoint",
+                            "status": "False",
+                            "reason": "AwaitingCheckpoint",
+                            "message": "",
+                            "lastTransitionTime": now_iso(),
+                        },
+                    ]
+                },
+            },
+        )
 
     @staticmethod
     def _owner(pod: dict) -> str | None:
@@ -706,9 +956,15 @@ class Controllers:
             born = self.snap_created_at.setdefault(name, time.monotonic())
             if time.monotonic() - born < sc.ready_delay:
                 continue
+            meta = self.snapshot_meta.get(name) or {}
+            if sc.trigger_outcome == "hung":
+                continue  # frozen for good: neither the snapshot nor the pod moves again
             if sc.trigger_outcome == "never_ready":
+                # the checkpoint ended (the pod runs again) but the upload never completes
+                self.emu.thaw(meta.get("pod_uid", ""))
                 continue
             if sc.trigger_outcome == "checkpoint_failed":
+                self.emu.thaw(meta.get("pod_uid", ""))
                 if (_cond(snap, "Checkpoint") or {}).get("reason") != "Failed":
                     self.emu.store.mutate(
                         res,
@@ -729,8 +985,29 @@ class Controllers:
 
             self.emu.store.mutate(res, ns, name, ready_now)
             self.bucket[name] = f"gs://snapshots/{ns}/{name}/"
-            if sc.restore_in_place:
+            policy = self.emu.find("PodSnapshotPolicy", ns, meta.get("policy", "")) or {}
+            post = ((policy.get("spec") or {}).get("triggerConfig") or {}).get("postCheckpoint")
+            if post == "stop":
+                self._complete_pod(ns, meta)
+            elif sc.restore_in_place:
                 self._restore_in_place(ns, name)
+            else:
+                self.emu.thaw(meta.get("pod_uid", ""))
+
+    def _complete_pod(self, ns: str, meta: dict) -> None:
+        """``postCheckpoint: stop``: the pod turns to Completed; its process never runs again."""
+
+        def completed(p):
+            if p["metadata"]["uid"] != meta.get("pod_uid"):
+                return
+            p["status"]["phase"] = "Succeeded"
+            _set_condition(p, "Ready", "False", "PodCompleted")
+            for cs in p["status"].get("containerStatuses") or []:
+                cs["ready"] = False
+                cs["state"] = {"terminated": {"exitCode": 0, "reason": "Completed"}}
+
+        self.emu.mutate("Pod", ns, meta.get("pod", ""), completed)
+        self.emu.thaw(meta.get("pod_uid", ""))  # held requests now meet a dead pod (401)
 
     def _restore_in_place(self, ns: str, snap_name: str) -> None:
         meta = self.snapshot_meta.get(snap_name) or {}
@@ -742,20 +1019,15 @@ class Controllers:
             return
         self.emu.store.remove(self.emu.resource("Pod"), ns, pod_name)
         pod = self._create_pod(ns, sts, pod_name, restored_from=snap_name)
+        self.emu.thaw(meta.get("pod_uid", ""))
+        self.emu.rebind(meta.get("pod_uid", ""), pod["metadata"]["uid"])
 
         def running(p):
             _set_condition(p, "PodScheduled", "True")
             p["spec"]["nodeName"] = "gke-gpu-pool-node-2"
             p["status"]["phase"] = "Running"
             _set_condition(p, "Ready", "True")
-            snap_obj = self.emu.find("PodSnapshot", ns, snap_name)
-            _set_condition(
-                p,
-                "PodRestored",
-                "True",
-                "Restored",
-                f"Pod restored from snapshot {snap_obj['metadata']['uid'] if snap_obj else snap_name}",
-            )
+            self._mark_restored(p, snap_name)
 
         self.emu.mutate("Pod", ns, pod["metadata"]["name"], running)
         self.restored_pods.append(pod_name)

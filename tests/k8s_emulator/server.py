@@ -17,6 +17,18 @@ Workspaces), with the API server's semantics where they matter:
 * label and field selectors;
 * RBAC: bearer tokens map to principals; a principal with Role rules is held
   to them (resourceNames included, list by ``metadata.name`` field selector).
+  A ServiceAccount principal (``system:serviceaccount:NS:NAME``) gets the
+  rules of the RoleBindings stored in the emulator (to Roles or ClusterRoles).
+  Authorization comes before routing, as in kube-apiserver: a resource the
+  caller may not touch answers 403 even when it does not exist;
+* custom resources: no strategic merge patch (415), field selectors only on
+  ``metadata.name`` / ``metadata.namespace`` (400);
+* label keys and values are validated (value <= 63 characters, charset);
+* tokens bound to a pod (like projected ServiceAccount tokens): while the pod
+  is frozen by a checkpoint the requests of its process never arrive (they are
+  held), and once the pod is gone or completed they are refused (401);
+* injected faults: :meth:`KubeEmulator.fail_next` answers the next N matching
+  requests with an error (503 by default) -- a control plane upgrade.
 
 Every request is recorded (principal, verb, group, resource, name, status) so
 tests can compare what the code does with the RBAC manifests.
@@ -49,32 +61,49 @@ class Resource:
     kind: str
     namespaced: bool = True
     status_subresource: bool = True
+    custom: bool = False  # a CustomResourceDefinition (no strategic merge, few field selectors)
 
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
 
+RBAC_GROUP = "rbac.authorization.k8s.io"
+SNAP_GROUP = "podsnapshot.gke.io"
+
 RESOURCES = [
     Resource("", "v1", "pods", "Pod"),
     Resource("", "v1", "events", "Event", status_subresource=False),
+    Resource("", "v1", "configmaps", "ConfigMap", status_subresource=False),
+    Resource("", "v1", "serviceaccounts", "ServiceAccount", status_subresource=False),
     Resource("apps", "v1", "statefulsets", "StatefulSet"),
+    Resource(RBAC_GROUP, "v1", "roles", "Role", status_subresource=False),
+    Resource(RBAC_GROUP, "v1", "rolebindings", "RoleBinding", status_subresource=False),
+    Resource(RBAC_GROUP, "v1", "clusterroles", "ClusterRole", False, False),
     Resource(
-        "podsnapshot.gke.io",
+        SNAP_GROUP,
         "v1",
         "podsnapshotstorageconfigs",
         "PodSnapshotStorageConfig",
         namespaced=False,
+        custom=True,
     ),
-    Resource("podsnapshot.gke.io", "v1", "podsnapshotpolicies", "PodSnapshotPolicy"),
-    Resource("podsnapshot.gke.io", "v1", "podsnapshotmanualtriggers", "PodSnapshotManualTrigger"),
-    Resource("podsnapshot.gke.io", "v1", "podsnapshots", "PodSnapshot"),
-    Resource("kubeflow.org", "v1beta1", "workspaces", "Workspace"),
+    Resource(SNAP_GROUP, "v1", "podsnapshotpolicies", "PodSnapshotPolicy", custom=True),
+    Resource(
+        SNAP_GROUP, "v1", "podsnapshotmanualtriggers", "PodSnapshotManualTrigger", custom=True
+    ),
+    Resource(SNAP_GROUP, "v1", "podsnapshots", "PodSnapshot", custom=True),
+    Resource("kubeflow.org", "v1beta1", "workspaces", "Workspace", custom=True),
+    Resource("kubeflow.org", "v1beta1", "workspacekinds", "WorkspaceKind", False, True, True),
 ]
 BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
 BY_KIND = {r.kind: r for r in RESOURCES}
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+LABEL_NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+#: the only field selectors a custom resource supports (without declared selectableFields)
+CUSTOM_FIELDS = ("metadata.name", "metadata.namespace")
 
 
 class ApiError(Exception):
@@ -367,6 +396,11 @@ class Store:
     def list(
         self, res: Resource, ns: str | None, label_selector=None, field_selector=None
     ) -> list[dict]:
+        if res.custom and field_selector:
+            for req in _split_selector(field_selector):
+                fieldname = re.split(r"\s*(?:==|!=|=)", req, maxsplit=1)[0].strip()
+                if fieldname not in CUSTOM_FIELDS:
+                    raise ApiError(400, "BadRequest", f'field label not supported: "{fieldname}"')
         with self.cond:
             out = []
             for (key, ons, _name), obj in sorted(self.objects.items()):
@@ -392,6 +426,7 @@ class Store:
                 raise ApiError(
                     422, "Invalid", f'{res.kind} "{name}" is invalid: metadata.name: Invalid value'
                 )
+            validate_labels(res, obj)
             ns = ns if res.namespaced else None
             k = (self.key(res), ns, name)
             if k in self.objects:
@@ -422,6 +457,7 @@ class Store:
             if old is None:
                 raise not_found(res, name)
             obj = copy.deepcopy(obj)
+            validate_labels(res, obj)
             meta = obj.setdefault("metadata", {})
             sent = meta.get("resourceVersion")
             if check_rv and sent and sent != old["metadata"]["resourceVersion"]:
@@ -509,6 +545,9 @@ class KubeEmulator:
         self.response_delay = (
             None  # fn(Request) -> seconds to hold a response (after it was computed)
         )
+        self.bound: dict[str, tuple[str, str]] = {}  # token -> (namespace, pod uid)
+        self.frozen: set[str] = set()  # uids of pods whose processes are frozen
+        self.faults: list[list] = []  # [remaining, code, predicate]
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.stopping = threading.Event()
@@ -549,6 +588,84 @@ class KubeEmulator:
         self.tokens[token] = principal
         if rules is not None:
             self.rbac[principal] = rules
+
+    def bind_token(self, token: str, principal: str, namespace: str, pod_uid: str) -> None:
+        """A token of ``principal`` bound to one pod (a projected ServiceAccount token)."""
+        self.tokens[token] = principal
+        self.bound[token] = (namespace, pod_uid)
+
+    def rebind(self, old_uid: str, new_uid: str) -> None:
+        """The process of ``old_uid`` now runs in ``new_uid`` (restored): the kubelet
+        mounted a fresh token there, which the client reads."""
+        for token, (ns, uid) in list(self.bound.items()):
+            if uid == old_uid:
+                self.bound[token] = (ns, new_uid)
+
+    def freeze(self, uid: str) -> None:
+        with self.store.cond:
+            self.frozen.add(uid)
+
+    def thaw(self, uid: str) -> None:
+        with self.store.cond:
+            self.frozen.discard(uid)
+            self.store.cond.notify_all()
+
+    def fail_next(self, count: int, code: int = 503, match=None) -> None:
+        """Answer the next ``count`` requests for which ``match(Request)`` is true with ``code``."""
+        with self._req_lock:
+            self.faults.append([count, code, match or (lambda req: True)])
+
+    def _fault(self, req: Request) -> ApiError | None:
+        with self._req_lock:
+            for fault in self.faults:
+                if fault[0] > 0 and fault[2](req):
+                    fault[0] -= 1
+                    reason = {
+                        503: "ServiceUnavailable",
+                        500: "InternalError",
+                        429: "TooManyRequests",
+                    }
+                    return ApiError(fault[1], reason.get(fault[1], "Error"), "injected fault")
+        return None
+
+    def _pod_alive(self, ns: str, uid: str) -> bool:
+        for pod in self.store.list(BY_KIND["Pod"], ns):
+            if pod["metadata"]["uid"] == uid:
+                return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        return False
+
+    def wait_while_frozen(self, token: str) -> bool:
+        """Hold a request of a frozen process; ``False``: its pod is gone (token invalid)."""
+        ns, uid = self.bound[token]
+        with self.store.cond:
+            while uid in self.frozen and not self.stopping.is_set():
+                self.store.cond.wait(timeout=0.1)
+            uid = self.bound[token][1]
+            return self._pod_alive(ns, uid)
+
+    def rules_for(self, principal: str) -> list[dict] | None:
+        """Role rules of a principal; a ServiceAccount's come from stored RoleBindings."""
+        if principal in self.rbac:
+            return self.rbac[principal]
+        if not principal.startswith("system:serviceaccount:"):
+            return None
+        _, _, ns, name = principal.split(":", 3)
+        rules: list[dict] = []
+        for binding in self.store.list(BY_KIND["RoleBinding"], ns):
+            if not any(
+                s.get("kind") == "ServiceAccount"
+                and s.get("name") == name
+                and (s.get("namespace") or ns) == ns
+                for s in binding.get("subjects") or []
+            ):
+                continue
+            ref = binding.get("roleRef") or {}
+            kind = "ClusterRole" if ref.get("kind") == "ClusterRole" else "Role"
+            role = self.store.find(
+                BY_KIND[kind], ns if kind == "Role" else None, ref.get("name", "")
+            )
+            rules += (role or {}).get("rules") or []
+        return rules
 
     def record(self, req: Request) -> None:
         with self._req_lock:
@@ -628,13 +745,20 @@ class _Handler(BaseHTTPRequestHandler):
         if not rest:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         res = BY_PATH.get((group, version, rest[0]))
-        if res is None or (res.namespaced and ns is None and self.command != "GET"):
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if res is None:
+            # Authorization runs before routing: the caller learns "forbidden" first.
+            res = Resource(group, version, rest[0], "", status_subresource=False)
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
-        if sub not in (None, "status", "scale") or (sub == "scale" and res.kind != "StatefulSet"):
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
         return res, ns, name, sub, query
+
+    def _route(self, res: Resource, ns: str | None, sub: str | None) -> None:
+        """404 for what the server does not serve (after authorization)."""
+        missing = ApiError(404, "NotFound", "the server could not find the requested resource")
+        if not res.kind or (res.namespaced and ns is None and self.command != "GET"):
+            raise missing
+        if sub not in (None, "status", "scale") or (sub == "scale" and res.kind != "StatefulSet"):
+            raise missing
 
     def _body(self) -> Any:
         length = int(self.headers.get("Content-Length") or 0)
@@ -654,9 +778,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _principal(self) -> str:
+    def _token(self) -> str:
         auth = self.headers.get("Authorization") or ""
-        token = auth[7:] if auth.startswith("Bearer ") else ""
+        return auth[7:] if auth.startswith("Bearer ") else ""
+
+    def _principal(self) -> str:
+        token = self._token()
         return self.emulator.tokens.get(token, "anonymous" if not token else "unknown")
 
     def _handle(self, method: str) -> None:
@@ -683,7 +810,11 @@ class _Handler(BaseHTTPRequestHandler):
             req.resource = res.plural + (f"/{sub}" if sub else "")
             if principal == "unknown":
                 raise ApiError(401, "Unauthorized", "Unauthorized")
-            rules = emu.rbac.get(principal)
+            token = self._token()
+            if token in emu.bound and not emu.wait_while_frozen(token):
+                # the pod the token was bound to is gone: its process is dead
+                raise ApiError(401, "Unauthorized", "Unauthorized: the bound pod no longer exists")
+            rules = emu.rules_for(principal)
             if rules is not None:
                 check_name = name or (
                     field_selector_name(query.get("fieldSelector"))
@@ -698,6 +829,10 @@ class _Handler(BaseHTTPRequestHandler):
                         f'User "{principal}" cannot {verb} resource "{req.resource}" in API group '
                         f'"{res.group}" in the namespace "{ns}"',
                     )
+            self._route(res, ns, sub)
+            fault = emu._fault(req)
+            if fault is not None:
+                raise fault
             if verb == "watch":
                 req.code = 200
                 emu.record(req)
@@ -745,9 +880,8 @@ class _Handler(BaseHTTPRequestHandler):
                         if not isinstance(body, list):
                             raise ApiError(400, "BadRequest", "a JSON patch must be a list")
                         new = json_patch(current, body)
-                    elif ctype in (
-                        "application/merge-patch+json",
-                        "application/strategic-merge-patch+json",
+                    elif ctype == "application/merge-patch+json" or (
+                        ctype == "application/strategic-merge-patch+json" and not res.custom
                     ):
                         if not isinstance(body, dict):
                             raise ApiError(400, "BadRequest", "a merge patch must be an object")
@@ -756,7 +890,10 @@ class _Handler(BaseHTTPRequestHandler):
                         raise ApiError(
                             415,
                             "UnsupportedMediaType",
-                            f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {ctype})",
+                            "the body of the request was in an unknown format - accepted media "
+                            "types include: application/json-patch+json, application/merge-patch+json"
+                            + ("" if res.custom else ", application/strategic-merge-patch+json")
+                            + f" (got {ctype})",
                         )
                 if not isinstance(new, dict):
                     raise ApiError(400, "BadRequest", "a JSON object is required")
@@ -910,3 +1047,29 @@ def validate(res: Resource, obj: dict) -> None:
     for key, value in ((obj.get("metadata") or {}).get("annotations") or {}).items():
         if not isinstance(value, str):
             raise invalid(f"metadata.annotations[{key}]: must be a string")
+
+
+def validate_labels(res: Resource, obj: dict) -> None:
+    """Label keys (optional DNS prefix + name <= 63) and values (<= 63, charset)."""
+    meta = obj.get("metadata") or {}
+    for key, value in (meta.get("labels") or {}).items():
+        prefix, _, name = key.rpartition("/")
+        bad = None
+        if not isinstance(value, str):
+            bad = f"metadata.labels: Invalid value: {value!r}: must be a string"
+        elif len(value) > 63:
+            bad = f'metadata.labels: Invalid value: "{value}": must be no more than 63 characters'
+        elif not LABEL_VALUE_RE.match(value):
+            bad = (
+                f'metadata.labels: Invalid value: "{value}": a valid label must be an empty string '
+                "or consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+                "with an alphanumeric character"
+            )
+        elif len(name) > 63 or not LABEL_NAME_RE.match(name) or len(prefix) > 253:
+            bad = f'metadata.labels: Invalid value: "{key}": name part must be valid'
+        if bad:
+            raise ApiError(
+                422,
+                "Invalid",
+                f'{res.kind}.{res.group or "core"} "{meta.get("name")}" is invalid: {bad}',
+            )

@@ -15,11 +15,16 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from k8s_emulator import NAMESPACE, NOTEBOOK, WORKSPACE, Cluster, Scenario  # noqa: E402
+from k8s_emulator import NAMESPACE, NOTEBOOK, WORKSPACE, Cluster, Scenario  # noqa: E402, F401
 
 SESSION_REQUESTS: list = []
 
-FAST = {"poll_interval": 0.02, "settle_seconds": 0.0, "request_timeout": 5.0}
+FAST = {
+    "poll_interval": 0.02,
+    "settle_seconds": 0.0,
+    "request_timeout": 5.0,
+    "retry_backoff": 0.02,
+}
 
 
 @pytest.fixture
@@ -54,30 +59,30 @@ def cluster(make_cluster) -> Cluster:
     return make_cluster()
 
 
-def pod_backend(cluster: Cluster, ledger=None, **kw):
+def pod_backend(cluster: Cluster, ledger=None, context="sa-pod-snapshot", **kw):
     from jupyter_pause.backends.kubernetes.podsnapshot import GkePodSnapshotBackend
 
     opts = {**FAST, "snapshot_timeout": 5.0, **kw}
     return GkePodSnapshotBackend(
         ledger=ledger,
         kubeconfig=cluster.kubeconfig,
-        kube_context="sa-pod-snapshot",
+        kube_context=context,
         namespace=NAMESPACE,
         pod_name=f"{NOTEBOOK}-0",
         **opts,
     )
 
 
-def ws_backend(cluster: Cluster, ledger=None, **kw):
+def ws_backend(cluster: Cluster, ledger=None, context="sa-workspace", **kw):
     from jupyter_pause.backends.kubernetes.workspace import KubeflowWorkspaceBackend
 
     opts = {**FAST, "stop_timeout": 5.0, **kw}
     return KubeflowWorkspaceBackend(
         ledger=ledger,
         kubeconfig=cluster.kubeconfig,
-        kube_context="sa-workspace",
+        kube_context=context,
         namespace=NAMESPACE,
-        pod_name=f"ws-{WORKSPACE}-0",
+        pod_name=cluster.workspace_pod(),
         **opts,
     )
 

@@ -120,9 +120,9 @@ def test_concurrent_resumes_are_single_flight(make_cluster, sessions, shutdown_k
     cluster.add_gke_notebook()
     pause(cluster, sessions, shutdown_kernel)
     cluster.scenario.capacity = "unavailable"  # keep it waiting: no server clears the lock
-    # Hold every read of the StatefulSet a little, so that the resumes race on the same version.
+    # Hold every read of the state ConfigMap a little, so that the resumes race on one version.
     cluster.emu.response_delay = lambda r: (
-        0.2 if (r.verb, r.resource) == ("get", "statefulsets") else 0
+        0.2 if (r.verb, r.resource) == ("get", "configmaps") else 0
     )
     n = 8
     barrier = threading.Barrier(n)

@@ -15,7 +15,7 @@ from jupyter_pause.ledger import EventType, Ledger
 
 
 def ann(cluster, name="nb"):
-    return cluster.emu.get("StatefulSet", NAMESPACE, name)["metadata"].get("annotations") or {}
+    return cluster.state(name)
 
 
 def types(ledger):

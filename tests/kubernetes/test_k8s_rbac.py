@@ -13,7 +13,7 @@ import asyncio
 
 import pytest
 from conftest import NAMESPACE, SESSION_REQUESTS, WORKSPACE, cli, pod_backend, ws_backend
-from k8s_emulator import PRINCIPALS, role_rules
+from k8s_emulator import PRINCIPALS, WORKSPACE_SA, role_rules
 
 from jupyter_pause.backends.base import BackendError
 
@@ -49,7 +49,21 @@ def tour(cluster, sessions, shutdown_kernel, capsys):
     cluster.scenario.trigger_outcome = "fail"
     with pytest.raises(BackendError):
         asyncio.run(pod_backend(cluster).release(sessions, shutdown_kernel))
+    # -- a hung snapshot, seen and aborted from outside: the pod is frozen
+    cluster.scenario.trigger_outcome = "hung"
+    cluster.wait_for(lambda: cluster.pod_ready(), what="pod back")
+    cluster.set_state(**{"jupyter-pause.io/state": "snapshotting"})
+    cluster.emu.create(
+        "PodSnapshotManualTrigger",
+        NAMESPACE,
+        {"metadata": {"name": "jupyter-pause-nb"}, "spec": {"targetPod": "nb-0"}},
+    )
+    cluster.wait_for(lambda: not cluster.pod_ready(), what="frozen")
+    assert cli(cluster, "status", "nb", capsys=capsys)[0] == 0
+    rc, out = cli(cluster, "abort", "nb", "--frozen-limit", "0", capsys=capsys)
+    assert rc == 0 and "was deleted" in out, out
     cluster.scenario.trigger_outcome = "complete"
+    cluster.wait_for(lambda: cluster.pod_ready(), what="pod back after abort")
     asyncio.run(pod_backend(cluster).release(sessions, shutdown_kernel))
     # -- gc by the platform team: snapshots, then triggers, then the policy
     rc, out = cli(
@@ -63,13 +77,33 @@ def tour(cluster, sessions, shutdown_kernel, capsys):
         capsys=capsys,
     )
     assert rc == 0, out
-    # -- kubeflow-workspace: pause, status, resume, startup
+    # -- kubeflow-workspace: pause, status, resume, startup; then with the add-on
     cluster.add_workspace()
     asyncio.run(ws_backend(cluster).release(sessions, shutdown_kernel))
     assert cli(cluster, "status", WORKSPACE, capsys=capsys)[0] == 0
     assert cli(cluster, "resume", WORKSPACE, capsys=capsys)[0] == 0
-    cluster.wait_for(lambda: cluster.pod_ready(f"ws-{WORKSPACE}-0"), what="workspace back")
+    cluster.wait_for(lambda: cluster.pod_ready(cluster.workspace_pod()), what="workspace back")
     asyncio.run(ws_backend(cluster).startup())
+    cluster.scenario.workspace_addon = True
+    cluster.emu.mutate(
+        "Workspace",
+        NAMESPACE,
+        WORKSPACE,
+        lambda w: w["metadata"]["annotations"].update(
+            {"podsnapshot.gke.kubeflow.org/enabled": "true"}
+        ),
+    )
+    # the add-on's webhook mutates new pods only
+    cluster.emu.store.delete(
+        cluster.emu.resource("Pod"), NAMESPACE, cluster.workspace_pod(), graceful=True
+    )
+    cluster.wait_for(
+        lambda: (
+            (cluster.pod_ready(cluster.workspace_pod()) or {}).get("spec", {}).get("readinessGates")
+        ),
+        what="add-on pod",
+    )
+    asyncio.run(ws_backend(cluster).release(sessions, shutdown_kernel))
 
 
 def test_roles_grant_exactly_the_verbs_used(cluster, sessions, shutdown_kernel, capsys):
@@ -77,7 +111,7 @@ def test_roles_grant_exactly_the_verbs_used(cluster, sessions, shutdown_kernel, 
     requests = list(cluster.emu.requests)
     forbidden = [(r.principal, r.verb, r.resource, r.name) for r in requests if r.code == 403]
     assert forbidden == [], f"the Roles miss verbs the code uses: {forbidden}"
-    for principal in PRINCIPALS:
+    for principal in [*PRINCIPALS, WORKSPACE_SA]:
         tour_used = used(requests, principal)
         all_used = tour_used | used([r for r in SESSION_REQUESTS if r.code != 403], principal)
         roles = granted(principal)
@@ -87,6 +121,16 @@ def test_roles_grant_exactly_the_verbs_used(cluster, sessions, shutdown_kernel, 
         assert roles <= tour_used, (
             f"{principal}'s Role grants unused verbs: {sorted(roles - tour_used)}"
         )
+
+
+def test_notebook_code_cannot_rewrite_its_pod_template():
+    """Issue 13, defect 6: the server's only write to its StatefulSet is the scale."""
+    writes = {
+        (resource, verb)
+        for verb, group, resource in granted("sa-pod-snapshot")
+        if group == "apps" and verb not in ("get", "list", "watch")
+    }
+    assert writes == {("statefulsets/scale", "patch")}
 
 
 def test_podsnapshots_are_never_written():
@@ -103,19 +147,26 @@ def test_backend_roles_pin_names():
     rules = role_rules("sa-pod-snapshot")
     named = {(tuple(r["resources"]), tuple(r["verbs"])): r.get("resourceNames") for r in rules}
     assert named[(("pods",), ("get",))] == [f"{NOTEBOOK}-0"]
-    assert named[(("statefulsets",), ("get", "patch"))] == [NOTEBOOK]
+    assert named[(("statefulsets",), ("get",))] == [NOTEBOOK]
+    assert named[(("configmaps",), ("get", "patch"))] == [f"jupyter-pause-{NOTEBOOK}"]
     assert named[(("statefulsets/scale",), ("patch",))] == [NOTEBOOK]
     assert named[(("podsnapshotmanualtriggers",), ("get", "delete"))] == [
         f"jupyter-pause-{NOTEBOOK}"
     ]
-    ws_rules = role_rules("sa-workspace")
-    assert any(
-        r.get("resourceNames") == [WORKSPACE] for r in ws_rules if r["resources"] == ["workspaces"]
-    )
+    # The Workspace's ClusterRole is bound per namespace (RoleBinding) by the
+    # controller; the only write it grants is patching Workspaces.
+    writes = {
+        (r, v)
+        for rule in role_rules(WORKSPACE_SA)
+        for r in rule["resources"]
+        for v in rule["verbs"]
+        if v not in ("get", "list", "watch")
+    }
+    assert writes == {("workspaces", "patch")}
     # every Role is namespaced to the user's namespace
-    from k8s_emulator import RBAC_DIR, VARIABLES
+    from k8s_emulator import DEPLOY, VARIABLES
 
-    for path in RBAC_DIR.glob("*.yaml"):
+    for path in [DEPLOY / "rbac" / "cli.yaml", DEPLOY / "gke-pod-snapshot" / "rbac.yaml"]:
         text = path.read_text()
         assert "ClusterRole" not in text, path
         assert "namespace: ${NAMESPACE}" in text, path

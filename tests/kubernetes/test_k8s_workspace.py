@@ -13,8 +13,6 @@ from k8s_emulator import Scenario
 from jupyter_pause.backends.base import BackendError
 from jupyter_pause.ledger import EventType, Ledger
 
-POD = f"ws-{WORKSPACE}-0"
-
 
 def ws(cluster):
     return cluster.emu.get("Workspace", NAMESPACE, WORKSPACE)
@@ -30,7 +28,7 @@ def test_pause_without_snapshot_addon(cluster, sessions, shutdown_kernel, capsys
     facts = asyncio.run(ws_backend(cluster, ledger).release(sessions, shutdown_kernel))
     assert facts["workspace"] == WORKSPACE and "snapshot" not in facts
     assert ws(cluster)["spec"]["paused"] is True
-    cluster.wait_for(lambda: cluster.pod(POD) is None, what="pod gone")
+    cluster.wait_for(lambda: cluster.pod(cluster.workspace_pod()) is None, what="pod gone")
     cluster.wait_for(lambda: ws(cluster).get("status", {}).get("state") == "Paused", what="Paused")
     a = ann(cluster)
     assert a["jupyter-pause.io/state"] == "paused"
@@ -48,7 +46,7 @@ def test_pause_without_snapshot_addon(cluster, sessions, shutdown_kernel, capsys
     rc, out = cli(cluster, "resume", WORKSPACE, capsys=capsys)
     assert rc == 0 and "operation" in out
     assert ws(cluster)["spec"]["paused"] is False
-    cluster.wait_for(lambda: cluster.pod_ready(POD), what="pod back")
+    cluster.wait_for(lambda: cluster.pod_ready(cluster.workspace_pod()), what="pod back")
     report = asyncio.run(ws_backend(cluster, ledger).startup())
     assert report.restored_from is None and report.detail.startswith("cold start")
     assert report.info["checkpoints"][0]["path"] == "train.ipynb"
@@ -72,10 +70,10 @@ def test_pause_and_resume_with_gke_snapshot_addon(make_cluster, sessions, shutdo
         EventType.WORKSPACE_STOPPED,
         EventType.ACCELERATOR_RELEASED,
     ]
-    cluster.wait_for(lambda: cluster.pod(POD) is None, what="pod gone")
+    cluster.wait_for(lambda: cluster.pod(cluster.workspace_pod()) is None, what="pod gone")
     rc, out = cli(cluster, "resume", WORKSPACE, capsys=capsys)
     assert rc == 0
-    pod = cluster.wait_for(lambda: cluster.pod_ready(POD), what="pod back")
+    pod = cluster.wait_for(lambda: cluster.pod_ready(cluster.workspace_pod()), what="pod back")
     assert pod["metadata"]["annotations"]["podsnapshot.gke.io/ps-name"] == facts["snapshot"]
     report = asyncio.run(ws_backend(cluster, ledger).startup())
     assert report.restored_from == "snapshot"
@@ -91,7 +89,9 @@ def test_addon_snapshot_hangs_then_stop_times_out(make_cluster, sessions, shutdo
             ws_backend(cluster, ledger, stop_timeout=0.4).release(sessions, shutdown_kernel)
         )
     assert "did not stop within 0.4 s" in str(info.value) and "keeps running" in str(info.value)
-    assert cluster.pod_ready(POD)
+    # running, but unreachable: the add-on's readiness gate is False while it checkpoints
+    pod = cluster.pod(cluster.workspace_pod())
+    assert pod["status"]["phase"] == "Running" and not cluster.pod_ready(cluster.workspace_pod())
     assert ann(cluster)["jupyter-pause.io/state"] == "failed"
     assert EventType.SNAPSHOT_FAILED in [e.type for e in ledger.events()]
     rc, out = cli(cluster, "status", WORKSPACE, capsys=capsys)
@@ -122,9 +122,10 @@ def test_restored_copy_of_a_workspace(make_cluster, sessions, shutdown_kernel):
     )
     time.sleep(0.1)
     # pause, release and resume all happened while the process was frozen
-    sts = cluster.emu.get("StatefulSet", NAMESPACE, f"ws-{WORKSPACE}")
-    cluster.emu.store.remove(cluster.emu.resource("Pod"), NAMESPACE, POD)
-    pod = cluster.ctl._create_pod(NAMESPACE, sts, POD, restored_from="snap-1")
+    pod_name = cluster.workspace_pod()
+    sts = cluster.emu.get("StatefulSet", NAMESPACE, pod_name[: -len("-0")])
+    cluster.emu.store.remove(cluster.emu.resource("Pod"), NAMESPACE, pod_name)
+    pod = cluster.ctl._create_pod(NAMESPACE, sts, pod_name, restored_from="snap-1")
 
     def restored(p):
         p["status"]["phase"] = "Running"
@@ -148,6 +149,19 @@ def test_restored_copy_of_a_workspace(make_cluster, sessions, shutdown_kernel):
 
 def test_workspace_already_pausing_is_not_an_error(cluster, sessions, shutdown_kernel):
     cluster.add_workspace()
-    cluster.emu.mutate("Workspace", NAMESPACE, WORKSPACE, lambda w: w["spec"].update(paused=True))
+
+    def culler_pauses_first(req):
+        # the culler (or the dashboard) pauses it while the server records its state
+        if (req.verb, req.resource, req.content_type) == (
+            "patch",
+            "workspaces",
+            "application/merge-patch+json",
+        ):
+            cluster.emu.mutate(
+                "Workspace", NAMESPACE, WORKSPACE, lambda w: w["spec"].update(paused=True)
+            )
+        return 0
+
+    cluster.emu.response_delay = culler_pauses_first
     facts = asyncio.run(ws_backend(cluster).release(sessions, shutdown_kernel))
     assert facts["workspace"] == WORKSPACE

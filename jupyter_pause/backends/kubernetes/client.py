@@ -16,14 +16,21 @@ against.
 * Connections are not trusted to survive: a pod restored from a snapshot has
   all its external connections closed, so :meth:`KubeClient.reset` drops the
   pool and requests retry on connection errors, 429 and 5xx.
+* How long to retry is the caller's decision, not a fixed count: a zonal
+  control plane is unreachable for minutes during an upgrade, and giving up
+  after a few seconds would turn that into a failed pause.  Inside
+  :func:`retrying_until` every request retries transient failures, with
+  exponential backoff, until that deadline; outside it, ``retries`` times.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +45,25 @@ SERVICEACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+
+#: the monotonic deadline of the operation in progress (see :func:`retrying_until`);
+#: ``asyncio.to_thread`` copies the context, so it reaches the client's thread.
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "jupyter_pause_kube_deadline", default=None
+)
+#: the longest wait between two retries
+MAX_BACKOFF = 10.0
+
+
+@contextlib.contextmanager
+def retrying_until(deadline: float) -> Iterator[None]:
+    """Retry transient API failures until ``deadline`` (``time.monotonic()``) in this block."""
+    token = _DEADLINE.set(deadline)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
 
 INSTALL_HINT = (
     "the Kubernetes backends need the kubernetes client: pip install 'jupyter-pause[kubernetes]'"
@@ -62,7 +88,8 @@ class Conflict(KubeError):
 
 
 class Forbidden(KubeError):
-    pass
+    """403.  The API server authorizes before it routes, so a resource type the
+    caller may not see (or that is not installed) answers 403, not 404."""
 
 
 class Invalid(KubeError):
@@ -227,8 +254,7 @@ class KubeClient:
             except k8s.client.ApiException as e:
                 message, reason = _status_message(e)
                 status = e.status or 0
-                if (status == 429 or status >= 500) and attempt <= self.retries:
-                    time.sleep(self.retry_backoff * attempt)
+                if (status == 429 or status >= 500) and self._wait_to_retry(attempt):
                     continue
                 cls = {404: NotFound, 409: Conflict, 403: Forbidden, 422: Invalid}.get(
                     status, KubeError
@@ -236,11 +262,25 @@ class KubeClient:
                 raise cls(f"{status} {reason or e.reason}: {message}", status, reason) from None
             except (urllib3.exceptions.HTTPError, OSError) as e:
                 # Connections cut by a snapshot restore, API server restarts.
-                if attempt > self.retries:
+                if not self._wait_to_retry(attempt):
                     raise KubeError(f"cannot reach the Kubernetes API: {e}") from e
                 self.reset()
                 fn = self._rebind(fn)
-                time.sleep(self.retry_backoff * attempt)
+
+    def _wait_to_retry(self, attempt: int) -> bool:
+        """Sleep before retry ``attempt + 1``; ``False`` when it is time to give up."""
+        wait = min(MAX_BACKOFF, self.retry_backoff * 2 ** (attempt - 1))
+        deadline = _DEADLINE.get()
+        if deadline is None:
+            if attempt > self.retries:
+                return False
+        else:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            wait = min(wait, left)
+        time.sleep(wait)
+        return True
 
     def _rebind(self, fn):
         """The same API method on a fresh ApiClient (after :meth:`reset`)."""
@@ -259,6 +299,10 @@ class KubeClient:
         kw = {"label_selector": label_selector} if label_selector else {}
         return self._call(self.core.list_namespaced_pod, self.namespace, **kw).get("items", [])
 
+    def delete_pod(self, name: str) -> None:
+        """``jupyter pause abort``: a pod frozen by a hung checkpoint; its StatefulSet recreates it."""
+        self._call(self.core.delete_namespaced_pod, name, self.namespace)
+
     def list_events(self, involved_name: str, kind: str | None = None) -> list[dict]:
         selector = f"involvedObject.name={involved_name}"
         if kind:
@@ -267,22 +311,34 @@ class KubeClient:
             self.core.list_namespaced_event, self.namespace, field_selector=selector
         ).get("items", [])
 
+    def get_configmap(self, name: str) -> dict:
+        return self._call(self.core.read_namespaced_config_map, name, self.namespace)
+
+    def list_configmaps(self, label_selector: str | None = None) -> list[dict]:
+        kw = {"label_selector": label_selector} if label_selector else {}
+        return self._call(self.core.list_namespaced_config_map, self.namespace, **kw).get(
+            "items", []
+        )
+
+    def patch_configmap(self, name: str, patch: dict) -> dict:
+        """Merge-patch; include ``metadata.resourceVersion`` for compare-and-swap."""
+        return self._call(
+            self.core.patch_namespaced_config_map,
+            name,
+            self.namespace,
+            patch,
+            _content_type=MERGE_PATCH,
+        )
+
     # -- apps/v1 ----------------------------------------------------------
 
     def get_statefulset(self, name: str) -> dict:
         return self._call(self.apps.read_namespaced_stateful_set, name, self.namespace)
 
-    def list_statefulsets(self) -> list[dict]:
-        return self._call(self.apps.list_namespaced_stateful_set, self.namespace).get("items", [])
-
-    def patch_statefulset(self, name: str, patch: dict) -> dict:
-        """Merge-patch; include ``metadata.resourceVersion`` for compare-and-swap."""
-        return self._call(
-            self.apps.patch_namespaced_stateful_set,
-            name,
-            self.namespace,
-            patch,
-            _content_type=MERGE_PATCH,
+    def list_statefulsets(self, label_selector: str | None = None) -> list[dict]:
+        kw = {"label_selector": label_selector} if label_selector else {}
+        return self._call(self.apps.list_namespaced_stateful_set, self.namespace, **kw).get(
+            "items", []
         )
 
     def scale_statefulset(self, name: str, replicas: int) -> dict:

@@ -1,8 +1,12 @@
 """What both Kubernetes backends share: annotations, conditions, the come-back path.
 
 Pause state that the CLI must see from outside the pod is written as
-annotations on the object that owns the pod (the Workspace, or the pod's
-StatefulSet), because the pod itself goes away:
+annotations on a *state object*, because the pod itself goes away: the
+Workspace (Kubeflow), or, on plain GKE, the ConfigMap ``jupyter-pause-<statefulset>``
+(:func:`state_configmap`).  Not the StatefulSet: a Role that may patch it
+lets code in the notebook rewrite its own pod template (image, service
+account, volumes), so the server only gets the StatefulSet and patches its
+``scale`` subresource.  The annotations:
 
 ``jupyter-pause.io/state``
     ``checkpointing | snapshotting | paused | resuming | ready | failed``
@@ -19,12 +23,17 @@ StatefulSet), because the pod itself goes away:
     a compare-and-swap on ``metadata.resourceVersion`` (409 = somebody else won)
 ``jupyter-pause.io/restored-from``
     ``snapshot | checkpoint`` once the server is back
+``jupyter-pause.io/pause-recorded``
+    ``true`` once the pausing process itself recorded the end of its pause; a
+    come-back without it records the end (the platform finished the pause
+    while the process was frozen)
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import hashlib
 import json
 import time
 from typing import Any
@@ -34,7 +43,7 @@ from traitlets import Bool, Float, Unicode
 from ...ledger import EventType
 from ..base import BackendError, PauseBackend, StartupReport
 from . import compat
-from .client import KubeClient, NotFound, own_pod
+from .client import KubeClient, KubeError, NotFound, own_pod, retrying_until
 
 PREFIX = "jupyter-pause.io/"
 A_STATE = PREFIX + "state"
@@ -49,14 +58,58 @@ A_REPLICAS = PREFIX + "replicas"
 A_RESUME_OP = PREFIX + "resume-operation"
 A_RESTORED_FROM = PREFIX + "restored-from"
 A_RESUMED_AT = PREFIX + "resumed-at"
+A_PAUSE_RECORDED = PREFIX + "pause-recorded"
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
+#: on the state ConfigMap: the StatefulSet it describes
+STATEFULSET_LABEL = PREFIX + "statefulset"
 TRIGGER_PREFIX = "jupyter-pause-"
 TRIGGERED_BY_LABEL = "gke-pod-snapshot-triggered-by"
 WORKSPACE_LABEL = "notebooks.kubeflow.org/workspace-name"
 
 # Session states written to the owner's annotation.
 PAUSED_STATES = ("snapshotting", "paused", "resuming")
+
+#: what the GKE Workspaces snapshot add-on writes on a Workspace (gke-labs/workspaces
+#: providers/gke/internal/snapshot/snapshot.go)
+ADDON = "podsnapshot.gke.kubeflow.org/"
+ADDON_ENABLED = ADDON + "enabled"
+ADDON_STATE = ADDON + "checkpoint-state"
+ADDON_LAST = ADDON + "last-checkpoint-name"
+ADDON_STARTED = ADDON + "checkpoint-started-at"
+#: the readiness gate its pod webhook adds (False while checkpointing)
+ADDON_GATE = ADDON + "active"
+#: the ConfigMap volume its pod webhook adds (and overwrites: do not reuse the name)
+ADDON_IPC_VOLUME = "jupyter-ipc-config"
+
+
+#: GKE copies the trigger's name into the ``gke-pod-snapshot-triggered-by``
+#: label of each PodSnapshot, and a label value has at most 63 characters.
+MAX_TRIGGER_NAME = 63
+
+
+def trigger_name_for(statefulset: str) -> str:
+    """``jupyter-pause-<statefulset>``, shortened with a hash to fit a label value.
+
+    A StatefulSet name may have 52 characters (its pods' ``controller-revision-hash``
+    label must fit), so the plain name can reach 66.
+    """
+    name = TRIGGER_PREFIX + statefulset
+    if len(name) <= MAX_TRIGGER_NAME:
+        return name
+    digest = hashlib.sha256(statefulset.encode()).hexdigest()[:8]
+    head = name[: MAX_TRIGGER_NAME - len(digest) - 1].rstrip("-.")
+    return f"{head}-{digest}"
+
+
+def addon_trigger_name(workspace: str) -> str:
+    """The GKE Workspaces add-on's PodSnapshotManualTrigger of a workspace (reconcile.go)."""
+    return f"ws-{workspace}-trigger"
+
+
+def state_configmap(statefulset: str) -> str:
+    """The ConfigMap holding the pause state of a notebook StatefulSet (plain GKE)."""
+    return f"jupyter-pause-{statefulset}"
 
 
 def now_iso(t: float | None = None) -> str:
@@ -144,10 +197,27 @@ def checkpoint_summary(sessions) -> list[dict[str, Any]]:
     return out
 
 
+def event_time(event: dict, first: bool = False) -> float | None:
+    """When an event happened, in either shape: core/v1 (``first/lastTimestamp``) or
+    events.k8s.io/v1 seen through core/v1 (timestamps null, ``eventTime``/``series``)."""
+    keys = (
+        ("firstTimestamp", "eventTime", "lastTimestamp")
+        if first
+        else ("lastTimestamp", "eventTime", "firstTimestamp")
+    )
+    if not first:
+        t = parse_time((event.get("series") or {}).get("lastObservedTime"))
+        if t is not None:
+            return t
+    for key in keys:
+        t = parse_time(event.get(key))
+        if t is not None:
+            return t
+    return parse_time((event.get("metadata") or {}).get("creationTimestamp"))
+
+
 def capacity_events(pod: dict, events: list[dict]) -> dict[str, Any] | None:
     """When a resumed pod waited for a node: first FailedScheduling, and when it was scheduled."""
-    from .status import event_time
-
     failed = [e for e in events if e.get("reason") == "FailedScheduling"]
     if not failed:
         return None
@@ -203,6 +273,18 @@ class KubeBackend(PauseBackend):
         help="quiesce: seconds to wait after the checkpoints and before the snapshot, so "
         "that sockets settle (GKE Workspaces waits 3 s)",
     ).tag(config=True)
+    retry_backoff = Float(
+        0.5,
+        help="first wait before retrying a transient Kubernetes API failure (5xx, 429, a cut "
+        "connection); it doubles up to 10 s, and requests are retried until the deadline of "
+        "the operation in progress, not a fixed number of times",
+    ).tag(config=True)
+    settle_timeout = Float(
+        600.0,
+        help="seconds to wait, after the server comes back, for the pod to be Ready (and, "
+        "when restored, PodRestored) before the snapshots it came from are deleted; also the "
+        "deadline for retrying that clean-up",
+    ).tag(config=True)
     resume_from_checkpoint_on_cold_start = Bool(
         False,
         help="after a cold start, restore every paused notebook from its checkpoint "
@@ -223,6 +305,7 @@ class KubeBackend(PauseBackend):
                 context=self.kube_context or None,
                 namespace=self.namespace or None,
                 request_timeout=self.request_timeout,
+                retry_backoff=self.retry_backoff,
             )
         return self._client
 
@@ -298,13 +381,19 @@ class KubeBackend(PauseBackend):
     async def came_back(self, pod: dict, *, restored: bool) -> dict[str, Any]:
         """The server runs again after a pause; settle the bookkeeping.
 
-        Records the capacity wait (from the pod's scheduling events), which
-        path was taken, and clears the resume lock.  Returns facts for the
+        Records what the paused process could not see itself (a pause that
+        the platform finished while it was frozen, the capacity wait, which
+        path was taken) and clears the resume lock.  Returns facts for the
         report.
         """
+        with retrying_until(time.monotonic() + self.settle_timeout):
+            return await self._came_back(pod, restored=restored)
+
+    async def _came_back(self, pod: dict, *, restored: bool) -> dict[str, Any]:
         owner = await self.get_owner()
         ann = annotations(owner)
-        was_paused = ann.get(A_STATE) in PAUSED_STATES
+        state = ann.get(A_STATE)
+        was_paused = state in PAUSED_STATES
         resume_op = json_annotation(owner, A_RESUME_OP)
         info: dict[str, Any] = {
             "backend": self.name,
@@ -316,12 +405,26 @@ class KubeBackend(PauseBackend):
             "resume_operation": resume_op,
             "auto_resume": bool(self.resume_from_checkpoint_on_cold_start and not restored),
         }
+        if restored and not was_paused:
+            # A snapshot of a pause that never finished was restored: the
+            # session is back at that moment.  Say so; the clean-up after
+            # this makes sure it cannot happen again.
+            info["stale_snapshot"] = True
+            self.log.warning(
+                "jupyter-pause: this pod was restored from a snapshot of a pause that did not "
+                "finish (state %r); deleting it so that no later pod start rolls back again",
+                state,
+            )
         if not was_paused and not resume_op:
             return info
+        if was_paused and not ann.get(A_PAUSE_RECORDED):
+            # The platform finished the pause while this process was frozen
+            # (GKE Workspaces: postCheckpoint stop), so nobody recorded it.
+            await self.record_unseen_pause(owner, pod, info)
         pod_name = pod["metadata"]["name"]
         try:
             events = await self.call("list_events", pod_name, "Pod")
-        except Exception:
+        except KubeError:
             events = []
         waited = capacity_events(pod, events)
         if waited:
@@ -360,8 +463,12 @@ class KubeBackend(PauseBackend):
             restored_from=path,
             resumed_at=now_iso(),
             resume_operation=None,
+            pause_recorded=None,
         )
         return info
+
+    async def record_unseen_pause(self, owner: dict, pod: dict, info: dict[str, Any]) -> None:
+        """Record the end of a pause this process did not live to see (backend-specific)."""
 
     def cold_start_reason(self, owner: dict, pod: dict) -> str:
         recorded = json_annotation(owner, A_FINGERPRINT) or {}
@@ -380,10 +487,11 @@ class KubeBackend(PauseBackend):
         """A new server process in a pod: restored (PodRestored) or cold start?"""
         try:
             pod_name = self.own_pod_name()
-            pod = await self.call("get_pod", pod_name)
+            with retrying_until(time.monotonic() + self.settle_timeout):
+                pod = await self.call("get_pod", pod_name)
             restored = bool(pod_restored(pod))
             info = await self.came_back(pod, restored=restored)
-            await self.after_came_back(info)
+            await self.after_came_back(info, pod, restored=restored)
         except BackendError as e:
             self.log.warning("jupyter-pause: %s startup check failed: %s", self.name, e)
             return StartupReport(detail=f"could not check how the pod came back: {e}")
@@ -398,8 +506,33 @@ class KubeBackend(PauseBackend):
             return StartupReport(detail=info.get("cold_start_reason", "cold start"), info=info)
         return StartupReport(detail="", info=info)
 
-    async def after_came_back(self, info: dict[str, Any]) -> None:
+    async def after_came_back(self, info: dict[str, Any], pod: dict, *, restored: bool) -> None:
         """Backend-specific clean-up once the server runs again."""
+
+    async def wait_until_settled(self, pod: dict, *, restored: bool) -> dict:
+        """Wait until this pod is Ready (and, if restored, ``PodRestored=True``).
+
+        GKE loads a restored pod's memory lazily and may report PodRestored
+        after Ready; deleting the snapshot before then could pull the memory
+        out from under the restore.  Bounded by ``settle_timeout``.
+        """
+        name = pod["metadata"]["name"]
+        deadline = time.monotonic() + self.settle_timeout
+        with retrying_until(deadline):
+            while True:
+                ready = condition_true(pod, "Ready")
+                if ready and (not restored or pod_restored(pod)):
+                    return pod
+                if time.monotonic() > deadline:
+                    self.log.warning(
+                        "jupyter-pause: pod %s is not %s after %g s; cleaning up anyway",
+                        name,
+                        "Ready and PodRestored" if restored else "Ready",
+                        self.settle_timeout,
+                    )
+                    return pod
+                await asyncio.sleep(self.poll_interval)
+                pod = await self.call("get_pod", name)
 
     def describe(self) -> dict[str, Any]:
         return {

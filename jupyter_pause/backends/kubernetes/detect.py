@@ -5,8 +5,14 @@ setting is ``"auto"``.  It returns ``None`` (use the local backend) when:
 
 * this process is not in a pod (no ``POD_NAME``, and no in-cluster service
   account), or the ``kubernetes`` client is not installed;
-* the pod cannot be read (no RBAC, no API): a warning says why;
 * the pod is neither a Kubeflow Workspace's nor a GKE Sandbox StatefulSet pod.
+
+When the process *is* in a pod but cannot read it (no RBAC -- e.g. the
+Workspace's ServiceAccount ``ws-<name>`` was not given the ClusterRole --, no
+API), the fallback must not be silent: a "pause" would then only stop
+kernels, and the pod and its GPU would never be released.  It returns
+:class:`UndetectedBackend`, a local backend whose status says
+``local (kubernetes detection failed: …)``.
 
 Otherwise: a pod labelled ``notebooks.kubeflow.org/workspace-name`` belongs to
 a Workspace (``kubeflow-workspace``); a pod with ``runtimeClassName: gvisor``
@@ -16,12 +22,40 @@ owned by a StatefulSet can be snapshotted (``gke-pod-snapshot``).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from ..base import BackendError
+from ..local import LocalBackend
 from .client import KubeClient, in_cluster, own_pod
 from .common import WORKSPACE_LABEL, owner_statefulset
 
 log = logging.getLogger("jupyter_pause")
+
+
+class UndetectedBackend(LocalBackend):
+    """The local backend, in a pod whose platform could not be detected (says so in status)."""
+
+    #: why detection failed (set on the subclass :func:`undetected` makes)
+    detection_error = ""
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        out["name"] = f"local (kubernetes detection failed: {self.detection_error})"
+        out["detection_error"] = self.detection_error
+        return out
+
+    async def startup(self):
+        self.log.warning(
+            "jupyter-pause: kubernetes detection failed (%s): pausing only stops kernels; the "
+            "pod and its accelerator are not released. Grant the pod's ServiceAccount "
+            "'get pods' (deploy/) or set PauseApp.backend.",
+            self.detection_error,
+        )
+        return await super().startup()
+
+
+def undetected(error: str) -> type[UndetectedBackend]:
+    return type("UndetectedBackend", (UndetectedBackend,), {"detection_error": error})
 
 
 def detect_backend_class(logger=None, client: KubeClient | None = None):
@@ -37,7 +71,7 @@ def detect_backend_class(logger=None, client: KubeClient | None = None):
         logger.warning(
             "jupyter-pause: in pod %s but cannot read it (%s); using the local backend", pod_name, e
         )
-        return None
+        return undetected(f"cannot read pod {pod_name}: {e}")
     labels = (pod.get("metadata") or {}).get("labels") or {}
     if labels.get(WORKSPACE_LABEL):
         from .workspace import KubeflowWorkspaceBackend

@@ -15,12 +15,15 @@ Order matters, and is enforced here:
 Age is measured from the later of ``creationTimestamp`` and
 ``status.lastAccessTime`` (a restore refreshes it).  By default only
 snapshots made by jupyter-pause triggers are considered (label
-``gke-pod-snapshot-triggered-by=jupyter-pause-*``); ``all_snapshots`` widens
-that to every snapshot in the namespace.
+``gke-pod-snapshot-triggered-by=jupyter-pause-*``); ``policy`` selects the
+snapshots of one PodSnapshotPolicy instead; ``all_snapshots`` widens that to
+every snapshot in the namespace (including other tools', e.g. the GKE
+Workspaces add-on's ``ws-*`` snapshots of paused workspaces: never suggested).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -63,6 +66,34 @@ def is_ours(snap: dict) -> bool:
     return labels.get(TRIGGERED_BY_LABEL, "").startswith(TRIGGER_PREFIX)
 
 
+def delete_trigger_snapshots(
+    client: KubeClient, trigger: str, timeout: float, poll_interval: float
+) -> tuple[list[str], list[str]]:
+    """Delete a trigger and every PodSnapshot it made, until they are gone.
+
+    Returns ``(deleted, still there after timeout)``.  Used after a pause that
+    did not finish, on every come-back, and by ``jupyter pause abort``: GKE
+    restores every new pod from the most recent matching snapshot, so none
+    may be left behind.  Transient API errors are retried as the caller's
+    :func:`.client.retrying_until` says.
+    """
+    deleted: list[str] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        snaps = client.list_snapshots(f"{TRIGGERED_BY_LABEL}={trigger}")
+        for snap in snaps:
+            name = snap["metadata"]["name"]
+            if not snap["metadata"].get("deletionTimestamp"):
+                with contextlib.suppress(NotFound):
+                    client.delete_snapshot(name)
+                deleted.append(name)
+        with contextlib.suppress(NotFound):
+            client.delete_trigger(trigger)
+        if not snaps or time.monotonic() > deadline:
+            return sorted(set(deleted)), [s["metadata"]["name"] for s in snaps]
+        time.sleep(poll_interval)
+
+
 @dataclass
 class GcReport:
     deleted_snapshots: list[str] = field(default_factory=list)
@@ -83,6 +114,7 @@ def collect_garbage(
     older_than: float,
     *,
     all_snapshots: bool = False,
+    policy: str | None = None,
     delete_policies: list[str] | None = None,
     dry_run: bool = False,
     wait_timeout: float = 300.0,
@@ -96,7 +128,10 @@ def collect_garbage(
     expired = []
     for snap in snaps:
         name = snap["metadata"]["name"]
-        if not (all_snapshots or is_ours(snap)):
+        if policy is not None:
+            if (snap.get("spec") or {}).get("policyName") != policy:
+                continue
+        elif not (all_snapshots or is_ours(snap)):
             continue
         if snap["metadata"].get("deletionTimestamp"):
             continue
@@ -150,27 +185,30 @@ def collect_garbage(
                     report.errors.append(f"PodSnapshotManualTrigger {tname}: {e}")
 
     # 3b. policies last, and only when no snapshot (even a terminating one) uses them.
-    for policy in delete_policies or []:
+    for name in delete_policies or []:
         users = [
             s["metadata"]["name"]
             for s in client.list_snapshots()
-            if (s.get("spec") or {}).get("policyName") == policy
+            if (s.get("spec") or {}).get("policyName") == name
         ]
         if users:
-            report.refused_policies[policy] = (
+            # Select by this policy, never "every snapshot in the namespace":
+            # that would delete other tools' snapshots too.
+            report.refused_policies[name] = (
                 f"{len(users)} snapshot(s) still use it ({', '.join(sorted(users)[:5])}); deleting "
                 "the policy now would leave their files in the bucket. Delete them first "
-                "(gc --all --older-than 0s), wait until they are gone, then retry."
+                f"(jupyter pause gc --policy {name} --older-than 0s), wait until they are gone, "
+                "then retry."
             )
             continue
         if dry_run:
-            report.deleted_policies.append(policy)
+            report.deleted_policies.append(name)
             continue
         try:
-            client.delete_policy(policy)
-            report.deleted_policies.append(policy)
+            client.delete_policy(name)
+            report.deleted_policies.append(name)
         except NotFound:
-            report.refused_policies[policy] = "no such policy"
+            report.refused_policies[name] = "no such policy"
         except KubeError as e:
-            report.errors.append(f"PodSnapshotPolicy {policy}: {e}")
+            report.errors.append(f"PodSnapshotPolicy {name}: {e}")
     return report

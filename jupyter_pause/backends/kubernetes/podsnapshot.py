@@ -14,9 +14,23 @@ every running kernel's application checkpoint to the home volume:
 5. scale the StatefulSet to 0: the pod goes, and its GPU node can be released.
 
 It never writes ``PodSnapshot`` objects (GKE's admission policy forbids it);
-it only gets, lists and deletes them.  When the trigger fails or the snapshot
-is not ready within ``snapshot_timeout``, the pod is left running, the trigger
-(and any partial snapshot) is deleted, and :class:`BackendError` says so.
+it only gets, lists and deletes them.  When the trigger fails, the snapshot
+is not ready within ``snapshot_timeout``, or any later step fails, the pod is
+left running, the trigger and every snapshot it made are deleted (retried
+until they are gone), and :class:`BackendError` says so.
+
+No stale snapshot may survive: GKE restores *every* new pod from the most
+recent matching snapshot, so one left behind by a pause that did not finish
+would roll the session back at each later pod start (node upgrade, Spot
+preemption, eviction).  Hence every exit from ``release`` other than a
+finished pause, and every come-back (restored or cold, whatever the state
+annotation says), deletes all snapshots labelled with this pod's trigger.
+
+A frozen process cannot time itself out: while GKE checkpoints, the pod is
+frozen, deadlines included.  The escape is outside the pod: ``jupyter pause
+status`` shows ``snapshotting`` since the trigger's creation, and ``jupyter
+pause abort`` deletes the trigger and snapshots (and, when the pod stays
+frozen, the pod).
 
 The restored copy: the snapshot holds this very process, frozen inside step 4.
 When the pod is restored the process carries on from there, sees the snapshot
@@ -33,20 +47,19 @@ back up; GKE restores the new pod from the matching snapshot, or cold-starts it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
-from traitlets import Bool, Float
+from traitlets import Float
 
 from ...ledger import EventType
 from ..base import BackendError
-from .client import Conflict, Forbidden, Invalid, KubeError, NotFound
+from .client import Conflict, Forbidden, Invalid, KubeError, NotFound, retrying_until
 from .common import (
     A_SNAPSHOT,
     A_TRIGGER,
     MANAGED_BY,
-    TRIGGER_PREFIX,
-    TRIGGERED_BY_LABEL,
     KubeBackend,
     Restored,
     annotations,
@@ -56,16 +69,15 @@ from .common import (
     now_iso,
     owner_statefulset,
     snapshot_created,
+    state_configmap,
+    trigger_name_for,
 )
+from .gc import delete_trigger_snapshots
 
 LEFT_RUNNING = (
     " The pod keeps running and nothing was lost: every notebook is also checkpointed "
     "on the home volume."
 )
-
-
-def trigger_name_for(statefulset: str) -> str:
-    return (TRIGGER_PREFIX + statefulset)[:253]
 
 
 class SnapshotFailed(BackendError):
@@ -82,10 +94,10 @@ class GkePodSnapshotBackend(KubeBackend):
         help="seconds to wait for the trigger to complete and the PodSnapshot to be Ready "
         "(GPU snapshots of tens of GB take 5-15 min); then the pause fails and the pod keeps running",
     ).tag(config=True)
-    delete_snapshot_after_resume = Bool(
-        True,
-        help="delete this pod's snapshots once the server runs again: a snapshot is single "
-        "use, and GKE would otherwise restore the stale one at the next pod restart",
+    cleanup_timeout = Float(
+        300.0,
+        help="seconds to keep retrying the deletion of the trigger and its snapshots after a "
+        "pause that did not finish (GKE would restore a leftover at every later pod start)",
     ).tag(config=True)
 
     def __init__(self, ledger=None, client=None, **kwargs):
@@ -107,65 +119,87 @@ class GkePodSnapshotBackend(KubeBackend):
         return self._statefulset
 
     async def get_owner(self) -> dict:
-        return await self.call("get_statefulset", await self.statefulset())
+        """The state ConfigMap (see :mod:`.common`): the StatefulSet itself is never patched."""
+        name = state_configmap(await self.statefulset())
+        try:
+            return await self.call("get_configmap", name)
+        except NotFound:
+            raise BackendError(self._no_state(name)) from None
 
     async def patch_owner(self, patch: dict) -> dict:
-        return await self.call("patch_statefulset", await self.statefulset(), patch)
+        name = state_configmap(await self.statefulset())
+        try:
+            return await self.call("patch_configmap", name, patch)
+        except NotFound:
+            raise BackendError(self._no_state(name)) from None
+
+    def _no_state(self, name: str) -> str:
+        return (
+            f"{self.name}: the ConfigMap {name} that holds the pause state does not exist; "
+            "create it with the deploy kit (deploy/gke-pod-snapshot). Nothing was paused."
+        )
 
     # -- pause --------------------------------------------------------------
 
     async def release(self, sessions, shutdown_kernel) -> dict[str, Any]:
         pod_name = self.own_pod_name()
-        pod = await self.call("get_pod", pod_name)
-        start_uid = pod["metadata"]["uid"]
-        sts_name = owner_statefulset(pod)
-        if not sts_name:
-            raise BackendError(
-                f"{self.name}: pod {pod_name} is not owned by a StatefulSet; cannot release it"
-            )
-        self._statefulset = sts_name
-        sts = await self.call("get_statefulset", sts_name)
+        deadline = time.monotonic() + self.snapshot_timeout
+        with retrying_until(deadline):
+            pod = await self.call("get_pod", pod_name)
+            start_uid = pod["metadata"]["uid"]
+            sts_name = owner_statefulset(pod)
+            if not sts_name:
+                raise BackendError(
+                    f"{self.name}: pod {pod_name} is not owned by a StatefulSet; cannot release it"
+                )
+            self._statefulset = sts_name
+            sts = await self.call("get_statefulset", sts_name)
         replicas = int((sts.get("spec") or {}).get("replicas") or 1)
         trigger = trigger_name_for(sts_name)
         fingerprint = await self.fingerprint(pod)
-        await self.annotate(
-            state="snapshotting",
-            message="taking the pod snapshot",
-            backend=self.name,
-            paused_at=now_iso(),
-            fingerprint=fingerprint,
-            checkpoints=checkpoint_summary(sessions),
-            replicas=str(replicas),
-            trigger=trigger,
-            snapshot=None,
-            restored_from=None,
-            resume_operation=None,
-        )
+        with retrying_until(deadline):
+            await self.annotate(
+                state="snapshotting",
+                message="taking the pod snapshot",
+                backend=self.name,
+                paused_at=now_iso(),
+                fingerprint=fingerprint,
+                checkpoints=checkpoint_summary(sessions),
+                replicas=str(replicas),
+                trigger=trigger,
+                snapshot=None,
+                restored_from=None,
+                resume_operation=None,
+                pause_recorded=None,
+            )
         if self.settle_seconds > 0:
             await asyncio.sleep(self.settle_seconds)
 
         started = time.monotonic()
+        deadline = started + self.snapshot_timeout
         try:
-            await self._create_trigger(trigger, pod_name, sts)
-            self.record(EventType.SNAPSHOT_REQUESTED, name=trigger, pod=pod_name)
-            snapshot = await self._wait_for_snapshot(trigger, pod_name, start_uid, started)
+            with retrying_until(deadline):
+                await self._create_trigger(trigger, pod_name, sts)
+                self.record(EventType.SNAPSHOT_REQUESTED, name=trigger, pod=pod_name)
+                snapshot = await self._wait_for_snapshot(trigger, pod_name, start_uid, deadline)
+                # The restored copy also sees the snapshot Ready: check who we are.
+                await self._check_restored(start_uid, pod_name)
+                seconds = round(time.monotonic() - started, 3)
+                await self.annotate(
+                    state="paused", message=None, snapshot=snapshot, pause_recorded="true"
+                )
+                try:
+                    await self.call("scale_statefulset", sts_name, 0)
+                except KubeError as e:
+                    # The snapshot exists but the pod stays: nothing is released.
+                    raise BackendError(
+                        f"could not scale StatefulSet {sts_name} to 0: {e}"
+                    ) from None
         except Restored as r:
             return await self._restored(r.pod)
         except BackendError as e:
             return await self._fail(str(e), trigger)
-
-        # The restored copy also sees the snapshot Ready: check who we are.
-        restored_pod = await self.is_restored_copy(start_uid, pod_name)
-        if restored_pod is not None:
-            return await self._restored(restored_pod)
-        seconds = round(time.monotonic() - started, 3)
         self.record(EventType.SNAPSHOT_READY, name=snapshot, seconds=seconds)
-        await self.annotate(state="paused", message=None, snapshot=snapshot)
-        try:
-            await self.call("scale_statefulset", sts_name, 0)
-        except KubeError as e:
-            # The snapshot exists but the pod stays: nothing is released.
-            return await self._fail(f"could not scale StatefulSet {sts_name} to 0: {e}", trigger)
         gpus = fingerprint.get("gpu_count") or fingerprint.get("gpus_visible")
         self.record(EventType.WORKSPACE_STOPPED, statefulset=sts_name, pod=pod_name)
         self.record(
@@ -208,7 +242,7 @@ class GkePodSnapshotBackend(KubeBackend):
                 if attempt == 2:
                     raise
                 # A trigger left by an earlier pause: a trigger is single use.
-                await self._delete_quietly("delete_trigger", trigger)
+                await self._delete_if_there("delete_trigger", trigger)
             except NotFound as e:
                 raise SnapshotFailed(
                     "the podsnapshot.gke.io/v1 API is not served: enable Pod Snapshots on the "
@@ -218,10 +252,9 @@ class GkePodSnapshotBackend(KubeBackend):
                 raise SnapshotFailed(f"the snapshot trigger was refused: {e}") from None
 
     async def _wait_for_snapshot(
-        self, trigger: str, pod_name: str, start_uid: str, started: float
+        self, trigger: str, pod_name: str, start_uid: str, deadline: float
     ) -> str:
         """The name of the ready PodSnapshot; raises SnapshotFailed or Restored."""
-        deadline = started + self.snapshot_timeout
         snapshot = None
         while True:
             try:
@@ -269,30 +302,37 @@ class GkePodSnapshotBackend(KubeBackend):
         if pod is not None:
             raise Restored(pod)
 
-    async def _delete_quietly(self, method: str, name: str) -> None:
-        try:
-            await self.call(method, name)
-        except NotFound:
-            pass
-        except KubeError as e:
-            self.log.warning("jupyter-pause: could not %s %s: %s", method, name, e)
-
     async def _fail(self, reason: str, trigger: str) -> dict[str, Any]:
         """Clean up a pause that cannot finish; the pod keeps running."""
         self.record(EventType.SNAPSHOT_FAILED, error=reason, trigger=trigger)
-        await self._cleanup_trigger(trigger)
+        left = await self.delete_snapshots(trigger, self.cleanup_timeout)
+        if left:
+            reason += (
+                f"; the snapshot(s) {', '.join(left)} could not be deleted and GKE would restore "
+                "them at the next pod start: run `jupyter pause abort "
+                f"{self._statefulset}` or delete them"
+            )
         await self.mark_failed(reason + "; the pod keeps running")
         raise BackendError(reason + "." + LEFT_RUNNING)
 
-    async def _cleanup_trigger(self, trigger: str) -> None:
-        """Delete a trigger and its snapshots, so that no stale snapshot is restored later."""
-        try:
-            snaps = await self.call("list_snapshots", f"{TRIGGERED_BY_LABEL}={trigger}")
-        except KubeError:
-            snaps = []
-        for snap in snaps:
-            await self._delete_quietly("delete_snapshot", snap["metadata"]["name"])
-        await self._delete_quietly("delete_trigger", trigger)
+    async def delete_snapshots(self, trigger: str, timeout: float) -> list[str]:
+        """Delete the trigger and its snapshots (:func:`.gc.delete_trigger_snapshots`).
+
+        Returns what is still there after ``timeout`` (empty: all gone).
+        """
+        with retrying_until(time.monotonic() + timeout):
+            try:
+                _deleted, left = await asyncio.to_thread(
+                    delete_trigger_snapshots, self.client, trigger, timeout, self.poll_interval
+                )
+            except KubeError as e:
+                self.log.warning("jupyter-pause: cleaning up %s: %s", trigger, e)
+                return [f"(the snapshots of trigger {trigger}: {e})"]
+        return left
+
+    async def _delete_if_there(self, method: str, name: str) -> None:
+        with contextlib.suppress(NotFound):
+            await self.call(method, name)
 
     # -- coming back ------------------------------------------------------------
 
@@ -300,7 +340,7 @@ class GkePodSnapshotBackend(KubeBackend):
         """This process is the copy restored from the snapshot: do not stop anything."""
         self.client.reset()  # connections were cut by the snapshot
         info = await self.came_back(pod, restored=True)
-        await self.after_came_back(info)
+        await self.after_came_back(info, pod, restored=True)
         return {
             "backend": self.name,
             "restored_from": "snapshot",
@@ -309,15 +349,32 @@ class GkePodSnapshotBackend(KubeBackend):
             "info": info,
         }
 
-    async def after_came_back(self, info: dict[str, Any]) -> None:
-        if not self.delete_snapshot_after_resume or not info.get("was_paused"):
+    async def after_came_back(self, info: dict[str, Any], pod: dict, *, restored: bool) -> None:
+        """Delete every snapshot of this pod's trigger, whatever the state says.
+
+        A snapshot is single use; left behind, GKE would restore it at the
+        next pod start and roll the session back.  A restored pod first has
+        to be Ready with ``PodRestored=True``.
+        """
+        sts = await self.statefulset()
+        trigger = trigger_name_for(sts)
+        if restored:
+            await self.wait_until_settled(pod, restored=True)
+        left = await self.delete_snapshots(trigger, self.settle_timeout)
+        info["snapshots_left"] = left
+        if left:
+            self.log.error(
+                "jupyter-pause: could not delete the snapshot(s) %s of %s; GKE will restore them "
+                "at the next pod start: delete them (jupyter pause abort %s)",
+                ", ".join(left),
+                trigger,
+                sts,
+            )
             return
-        owner = await self.get_owner()
-        trigger = annotations(owner).get(A_TRIGGER)
-        if trigger:
-            await self._cleanup_trigger(trigger)
-        if annotations(owner).get(A_SNAPSHOT):
-            await self.annotate(snapshot=None, trigger=None)
+        with retrying_until(time.monotonic() + self.settle_timeout):
+            owner = await self.get_owner()
+            if annotations(owner).get(A_SNAPSHOT) or annotations(owner).get(A_TRIGGER):
+                await self.annotate(snapshot=None, trigger=None)
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()

@@ -10,6 +10,13 @@ the pod and of the StatefulSet.  States:
 reason, and whether the cluster autoscaler triggered a scale-up or could not),
 ``restoring``, ``ready`` (resumed; ``restored_from`` says how), ``starting``
 (a pod that was never paused is starting), ``failed``.
+
+``snapshotting`` comes with ``since``, read from the objects (the trigger's
+creation, the add-on's ``checkpoint-started-at``), not from the process in
+the pod: that process is frozen while GKE checkpoints it, and a hung
+checkpoint can only be seen, and aborted, from outside.  A Kubeflow
+Workspace's own ``status.state``/``stateMessage`` is read too: its controller
+reports quota refusals and unschedulable pods there.
 """
 
 from __future__ import annotations
@@ -17,25 +24,33 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .client import KubeClient, NotFound
+from .client import Forbidden, KubeClient, NotFound
 from .common import (
     A_MESSAGE,
     A_PAUSED_AT,
     A_RESTORED_FROM,
     A_RESUME_OP,
     A_STATE,
+    A_TRIGGER,
+    ADDON_STARTED,
+    ADDON_STATE,
     WORKSPACE_LABEL,
+    addon_trigger_name,
     annotations,
     condition,
+    condition_true,
+    event_time,
     json_annotation,
     parse_time,
     pod_restored,
+    snapshot_created,
+    state_configmap,
+    trigger_name_for,
 )
 
 SCALE_UP_TRIGGERED = "TriggeredScaleUp"
 SCALE_UP_FAILED = ("NotTriggerScaleUp", "FailedScaleUp")
 BAD_WAITING = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerError")
-ADDON_STATE = "podsnapshot.gke.kubeflow.org/checkpoint-state"
 
 
 @dataclass
@@ -53,19 +68,6 @@ class WorkspaceStatus:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def event_time(event: dict, first: bool = False) -> float | None:
-    keys = (
-        ("firstTimestamp", "eventTime", "lastTimestamp")
-        if first
-        else ("lastTimestamp", "eventTime", "firstTimestamp")
-    )
-    for key in keys:
-        t = parse_time(event.get(key))
-        if t is not None:
-            return t
-    return parse_time((event.get("metadata") or {}).get("creationTimestamp"))
 
 
 def _latest(events: list[dict], reasons) -> dict | None:
@@ -105,13 +107,21 @@ def derive(
     pod: dict | None,
     pod_events: list[dict] | None = None,
     owner_events: list[dict] | None = None,
+    trigger: dict | None = None,
+    snapshot: dict | None = None,
+    state: dict | None = None,
 ) -> WorkspaceStatus:
-    """The state of one workspace from its objects (pure; see the module doc)."""
-    ann = annotations(owner)
+    """The state of one workspace from its objects (pure; see the module doc).
+
+    ``state`` holds jupyter-pause's annotations (default: the owner);
+    ``trigger`` and ``snapshot`` are the snapshot trigger in progress (ours,
+    or the add-on's) and its PodSnapshot, when there are any.
+    """
+    ann = annotations(owner if state is None else state)
     mine = ann.get(A_STATE, "")
     message = ann.get(A_MESSAGE, "")
-    resume_op = json_annotation(owner, A_RESUME_OP)
-    addon = ann.get(ADDON_STATE, "")
+    resume_op = json_annotation(owner if state is None else state, A_RESUME_OP)
+    addon = annotations(owner).get(ADDON_STATE, "")
     if kind == "Workspace":
         pause_intent = bool((owner.get("spec") or {}).get("paused"))
     else:
@@ -141,6 +151,9 @@ def derive(
             return done(
                 "paused", message if mine == "paused" else "", parse_time(ann.get(A_PAUSED_AT))
             )
+        ws_status = owner.get("status") or {}
+        if kind == "Workspace" and ws_status.get("state") == "Error":
+            return done("failed", ws_status.get("stateMessage") or "the Workspace is in Error")
         quota = _latest(owner_events, ("FailedCreate",))
         if quota:
             return done(
@@ -158,7 +171,7 @@ def derive(
             return done("paused", "the pod is stopping")
         return done("restoring", "the pod is being replaced")
     if addon == "Checkpointing" or mine == "snapshotting":
-        return done("snapshotting", message or "taking the pod snapshot")
+        return _snapshotting(st, done, ann, pod, trigger, snapshot, message)
     if mine == "checkpointing":
         return done("checkpointing", message)
     if phase == "Failed":
@@ -191,12 +204,41 @@ def derive(
     return done("running")
 
 
+def _snapshotting(st, done, ann, pod, trigger, snapshot, message) -> WorkspaceStatus:
+    """``snapshotting since T``, with what the objects say about the checkpoint."""
+    since = (
+        parse_time(((trigger or {}).get("metadata") or {}).get("creationTimestamp"))
+        or parse_time(ann.get(ADDON_STARTED))
+        or parse_time(ann.get(A_PAUSED_AT))
+    )
+    if trigger:
+        st.detail["trigger"] = trigger["metadata"]["name"]
+        triggered = condition(trigger, "Triggered")
+        if triggered and triggered.get("status") == "False":
+            st.detail["trigger_failed"] = triggered.get("message") or triggered.get("reason")
+    if snapshot:
+        st.detail["snapshot"] = snapshot["metadata"]["name"]
+        st.detail["snapshot_ready"] = condition_true(snapshot, "Ready")
+    if not condition_true(pod, "Ready"):
+        # probes fail while the processes are frozen by the checkpoint
+        st.detail["pod_ready"] = False
+    reason = message or "taking the pod snapshot"
+    if st.detail.get("trigger_failed"):
+        reason = f"the snapshot trigger failed: {st.detail['trigger_failed']}"
+    return done("snapshotting", reason, since)
+
+
 def find_owner(client: KubeClient, name: str, kind: str = "auto") -> tuple[str, dict]:
-    """``("Workspace", ws)`` or ``("StatefulSet", sts)`` named ``name``."""
+    """``("Workspace", ws)`` or ``("StatefulSet", sts)`` named ``name``.
+
+    A 403 on Workspaces is treated like a 404: the API server authorizes
+    before it routes, so a caller without access to Workspaces (plain GKE)
+    is told "forbidden" whether or not the kind exists.
+    """
     if kind in ("auto", "workspace"):
         try:
             return "Workspace", client.get_workspace(name)
-        except NotFound:
+        except (NotFound, Forbidden):
             if kind == "workspace":
                 raise
     return "StatefulSet", client.get_statefulset(name)
@@ -213,15 +255,65 @@ def find_pod(client: KubeClient, kind: str, name: str, owner: dict) -> dict | No
         return None
 
 
+def state_of(client: KubeClient, kind: str, name: str, owner: dict) -> dict:
+    """The object that holds jupyter-pause's annotations (see :mod:`.common`)."""
+    if kind == "Workspace":
+        return owner
+    try:
+        return client.get_configmap(state_configmap(name))
+    except (NotFound, Forbidden):
+        return {"metadata": {"name": state_configmap(name), "annotations": {}}}
+
+
+def patch_state(client: KubeClient, kind: str, name: str, patch) -> dict:
+    """Patch jupyter-pause's annotations (include ``metadata.resourceVersion`` to CAS)."""
+    if kind == "Workspace":
+        return client.patch_workspace(name, patch)
+    return client.patch_configmap(state_configmap(name), patch)
+
+
 def fetch(client: KubeClient, name: str, kind: str = "auto") -> WorkspaceStatus:
     """Read the objects and derive the status of one workspace."""
     kind, owner = find_owner(client, name, kind)
+    state = state_of(client, kind, name, owner)
     pod = find_pod(client, kind, name, owner)
     pod_events = client.list_events(pod["metadata"]["name"], "Pod") if pod else []
     owner_events: list[dict] = []
-    if pod is None and not _pause_intent(kind, owner):
-        owner_events = client.list_events(_statefulset_name(kind, name, owner), "StatefulSet")
-    return derive(name, kind, owner, pod, pod_events, owner_events)
+    sts = statefulset_name(client, kind, name)
+    if pod is None and not _pause_intent(kind, owner) and sts:
+        owner_events = client.list_events(sts, "StatefulSet")
+    trigger = snapshot = None
+    if pod is not None and (
+        annotations(state).get(A_STATE) == "snapshotting"
+        or annotations(owner).get(ADDON_STATE) == "Checkpointing"
+    ):
+        trigger, snapshot = _snapshot_objects(client, kind, name, state)
+    st = derive(name, kind, owner, pod, pod_events, owner_events, trigger, snapshot, state)
+    st.detail["statefulset"] = sts
+    return st
+
+
+def trigger_of(kind: str, name: str, owner: dict) -> str:
+    """The snapshot trigger of a workspace: ours (plain GKE) or the add-on's."""
+    if kind == "Workspace":
+        return addon_trigger_name(name)
+    return annotations(owner).get(A_TRIGGER) or trigger_name_for(name)
+
+
+def _snapshot_objects(client: KubeClient, kind: str, name: str, owner: dict):
+    """The trigger and its PodSnapshot, when the caller may read them (else ``None``)."""
+    try:
+        trigger = client.get_trigger(trigger_of(kind, name, owner))
+    except (NotFound, Forbidden):
+        return None, None
+    snapshot = None
+    created = snapshot_created(trigger)
+    if created:
+        try:
+            snapshot = client.get_snapshot(created)
+        except (NotFound, Forbidden):
+            snapshot = None
+    return trigger, snapshot
 
 
 def _pause_intent(kind: str, owner: dict) -> bool:
@@ -231,10 +323,13 @@ def _pause_intent(kind: str, owner: dict) -> bool:
     return int(spec.get("replicas", 1) or 0) == 0
 
 
-def _statefulset_name(kind: str, name: str, owner: dict) -> str:
-    if kind == "Workspace":
-        pod_info = (owner.get("status") or {}).get("podTemplatePod") or {}
-        # The StatefulSet of a Workspace is named after it; its pod is <sts>-0.
-        pod_name = pod_info.get("name") or ""
-        return pod_name.rsplit("-", 1)[0] if pod_name else name
-    return name
+def statefulset_name(client: KubeClient, kind: str, name: str) -> str | None:
+    """The StatefulSet that runs a workspace.
+
+    A Workspace's is created with ``generateName`` (``ws-<name>-<random>``), so
+    it is found by the controller's label, not by name.
+    """
+    if kind != "Workspace":
+        return name
+    found = client.list_statefulsets(f"{WORKSPACE_LABEL}={name}")
+    return found[0]["metadata"]["name"] if found else None
