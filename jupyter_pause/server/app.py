@@ -120,10 +120,11 @@ class PauseApp(ExtensionApp):
                 self.idle_check_interval,
                 self.log,
             )
-            self.manager.idle = self.idle_watcher
+            self.manager.auto_pause_status = self.idle_watcher.auto_pause_status
             self._warn_about_culling()
         self.settings.update(
             jupyter_pause_manager=self.manager,
+            jupyter_pause_idle=self.idle_watcher,
             jupyter_pause_ledger=self.ledger,
             jupyter_pause_version=__version__,
         )
@@ -133,6 +134,10 @@ class PauseApp(ExtensionApp):
         self.handlers.extend(ROUTES)
 
     async def _startup(self):
+        # first settle what a previous server left unfinished, so that no
+        # notebook answers 409 for an operation nobody runs any more
+        await self.manager.recover()
+        self.manager.start()
         if self.idle_watcher is not None:
             self.idle_watcher.start()
         report = await self.backend_instance.startup()
