@@ -428,18 +428,23 @@ class PauseManager:
 
     def _abandoned(self, session: Session) -> bool:
         """Whether the session's running operation has nobody left to finish it:
-        its owner is another process whose lease expired, or this process
-        without a task for it (a task that ended without finishing it)."""
+        this process without a task for it (a task that ended without
+        finishing it), a server process on this machine that no longer exists,
+        or an owner elsewhere whose lease expired."""
         op = session.operation
         if op.owner == self.owner:
             return op.id not in self._running
+        host, _, rest = op.owner.partition(":")
+        pid = rest.partition(":")[0]
+        if host == socket.gethostname() and pid.isdigit():
+            return int(pid) == os.getpid() or not _process_exists(int(pid))
         return op.lease_expired()
 
     async def recover(self) -> None:
         """At start-up: resolve every operation a previous server left running,
         and clean the temp folders of checkpoint writers that died with it."""
         for session in self.store.unfinished(self.owner):
-            if session.operation.owner != self.owner:
+            if self._abandoned(session):
                 await self._resolve(session, "the server stopped during it")
         await self._in_thread(self._clean_dead_writers)
 
@@ -995,6 +1000,16 @@ class PauseManager:
         for task in list(self._tasks):
             task.cancel()
         self.activity.close()
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 async def maybe_await(value):
