@@ -770,13 +770,30 @@ class PauseManager:
         self._record(EventType.CHECKPOINT_FAILED, session, op, error=error)
         self._record(EventType.KERNEL_STOPPED, session, op, stopped_by="died")
         self.activity.unwatch(kernel_id)
-        if kernel_id in self.kernel_manager:
-            session.live_state = LiveState.FRESH  # Jupyter restarts it, empty
+        op.step = "waiting for Jupyter to restart the kernel"
+        if await self._restarted(kernel_id):
+            session.live_state = LiveState.FRESH  # the same kernel id, an empty process
         else:
             session.kernel_id = None
         self._move(session, State.FAILED, op, error=error)
         if report:
             self._fail(session, op, error)
+
+    async def _restarted(self, kernel_id: str, timeout: float = 30) -> bool:
+        """Whether Jupyter's restarter brings a dead kernel back (as a fresh
+        process under the same id), so the session reports the kernel it
+        really has: resume then restores into it."""
+        deadline = time.monotonic() + timeout
+        while kernel_id in self.kernel_manager:
+            km = self.kernel_manager.get_kernel(kernel_id)
+            if not getattr(km, "autorestart", False):
+                return False
+            if await km.is_alive():
+                return True
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.2)
+        return False
 
     async def _run_checkpoint(self, session: Session, op: Operation) -> None:
         previous = session.state
