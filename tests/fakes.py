@@ -179,4 +179,5 @@ def make_manager(tmp_path: Path, notebooks=("nb.ipynb",), store: SessionStore | 
         activity=FakeActivity(),
         call=kernel_call(checkpoint_dir),
     )
+    manager.recovered.set()  # nothing to recover unless a test calls recover()
     return manager

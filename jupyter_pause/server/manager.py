@@ -108,6 +108,9 @@ class PauseManager:
         self.auto_pause_status = None
         self._heartbeat: asyncio.Task | None = None
         self._closed = False
+        #: set once :meth:`recover` ran: until then status and operations wait,
+        #: so that nobody sees (or trips over) what a dead server left behind
+        self.recovered = asyncio.Event()
 
     def kernel_settings(self) -> dict[str, str]:
         """The server's settings a kernel's magics and engine honour, handed to
@@ -244,6 +247,7 @@ class PauseManager:
 
     async def status(self) -> dict[str, Any]:
         """Every notebook's state: a pure read (nothing is recorded or saved)."""
+        await self.recovered.wait()
         live = await self.jupyter_sessions()
         sessions = []
         paths = sorted(set(live) | set(self.store.sessions))
@@ -353,6 +357,7 @@ class PauseManager:
     async def _prepare(self, path: str, kind: str) -> tuple[Session, dict[str, dict]]:
         """Common checks before claiming: the kernels as they are now, an
         abandoned operation resolved, single flight, and the state allows it."""
+        await self.recovered.wait()
         live = await self.sync()
         session = self.store.sessions.get(path) or Session(path=path)
         if session.busy and self._abandoned(session):
@@ -443,10 +448,13 @@ class PauseManager:
     async def recover(self) -> None:
         """At start-up: resolve every operation a previous server left running,
         and clean the temp folders of checkpoint writers that died with it."""
-        for session in self.store.unfinished(self.owner):
-            if self._abandoned(session):
-                await self._resolve(session, "the server stopped during it")
-        await self._in_thread(self._clean_dead_writers)
+        try:
+            for session in self.store.unfinished(self.owner):
+                if self._abandoned(session):
+                    await self._resolve(session, "the server stopped during it")
+            await self._in_thread(self._clean_dead_writers)
+        finally:
+            self.recovered.set()
 
     def _clean_dead_writers(self) -> None:
         """Remove temp folders of dead checkpoint writers in every notebook folder,
@@ -670,11 +678,11 @@ class PauseManager:
             self._record(EventType.KERNEL_INTERRUPTED, session, op)
             await self._wait_idle(kernel_id, 30)
 
-    def execution_state(self, kernel_id: str) -> str | None:
-        try:
-            return self.kernel_manager.get_kernel(kernel_id).execution_state
-        except KeyError:
+    def execution_state(self, kernel_id: str | None) -> str | None:
+        """The kernel's execution state, or None when the server has no such kernel."""
+        if kernel_id is None or kernel_id not in self.kernel_manager:
             return None
+        return self.kernel_manager.get_kernel(kernel_id).execution_state
 
     async def _wait_idle(self, kernel_id: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
