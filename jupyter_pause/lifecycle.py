@@ -11,6 +11,7 @@ because pausing replaces the kernel and the user thinks of "my notebook".
                  (checkpoint only, or a pause that could not finish)
 
     any step ─► failed (with a reason); failed ─► resuming | running | checkpointing
+    ready ─► checkpointing ─► ready (a checkpoint right after a resume)
 
 Which operation may start in which state is :data:`OPERATION_STATES`; every
 operation carries a lease (:attr:`Operation.owner`, :attr:`Operation.heartbeat`)
