@@ -298,3 +298,58 @@ async def test_a_checkpoint_folder_that_leads_out_of_the_root_is_refused(
     assert (outside / "2026-01-01T00-00-00").is_dir()
     code, _ = await api(jp_fetch, "report")
     assert code == 200
+
+
+# ------------------------------------------- a paused notebook renamed or deleted
+
+
+async def test_a_paused_notebook_renamed_takes_its_session_and_checkpoints_along(
+    jp_fetch, jp_serverapp, notebook_path
+):
+    await running_notebook(jp_fetch, jp_serverapp, notebook_path, "x = 'kept'")
+    assert (await operate(jp_fetch, "pause", notebook_path))["outcome"] == "succeeded"
+    paused_id = (await session_status(jp_fetch, notebook_path))["last_checkpoint"]["id"]
+
+    # the whole folder moves: the contents manager announces it as one rename
+    await jp_fetch("api", "contents", "work", method="PATCH", body=json.dumps({"path": "moved"}))
+    moved = "moved/demo.ipynb"
+
+    async def followed():
+        _, status = await api(jp_fetch, "status")
+        return {s["path"]: s for s in status["sessions"]}.get(moved)
+
+    session = await wait_until(followed, what="the session following the rename")
+    assert session["state"] == "paused"
+    _, status = await api(jp_fetch, "status")
+    assert notebook_path not in [s["path"] for s in status["sessions"]]
+    code, listing = await api(jp_fetch, "checkpoints", params={"path": moved})
+    assert code == 200 and [c["id"] for c in listing["checkpoints"]] == [paused_id]
+
+    op = await operate(jp_fetch, "resume", moved)
+    assert op["outcome"] == "succeeded", op
+    kernel_id = (await session_status(jp_fetch, moved))["kernel_id"]
+    assert await execute(jp_serverapp, kernel_id, "x") == "'kept'"
+
+
+async def test_a_deleted_paused_notebook_is_not_resumed_and_its_checkpoints_are_offered(
+    jp_fetch, jp_serverapp, notebook_path
+):
+    await running_notebook(jp_fetch, jp_serverapp, notebook_path, "x = 'kept'")
+    assert (await operate(jp_fetch, "pause", notebook_path))["outcome"] == "succeeded"
+    paused_id = (await session_status(jp_fetch, notebook_path))["last_checkpoint"]["id"]
+    await jp_fetch("api", "contents", notebook_path, method="DELETE")
+
+    code, answer = await api(
+        jp_fetch, "sessions", "resume", method="POST", body={"path": notebook_path}
+    )
+    assert code == 404, answer
+    assert "deleted" in answer["message"] and paused_id in answer["message"]
+    assert f"%restore --notebook {notebook_path}" in answer["message"]
+    assert not list(jp_serverapp.kernel_manager.list_kernel_ids())  # no kernel for a ghost
+
+    # its checkpoints restore into another notebook
+    other = "work/other.ipynb"
+    await jp_fetch("api", "contents", other, method="PUT", body=json.dumps({"type": "notebook"}))
+    kernel_id = await running_notebook(jp_fetch, jp_serverapp, other, "y = 1")
+    await execute(jp_serverapp, kernel_id, f"%restore --notebook {notebook_path} -q")
+    assert await execute(jp_serverapp, kernel_id, "x") == "'kept'"

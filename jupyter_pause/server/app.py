@@ -206,11 +206,17 @@ class PauseApp(ExtensionApp):
         self.ledger.listeners.append(emit)
 
     def _watch_kernel_starts(self):
+        """Reconcile from Jupyter's own events: kernels started and stopped,
+        notebooks renamed."""
         event_logger = getattr(self.serverapp, "event_logger", None)
         if event_logger is not None:
             event_logger.add_listener(
                 schema_id="https://events.jupyter.org/jupyter_server/kernel_actions/v1",
                 listener=self.manager.on_kernel_action,
+            )
+            event_logger.add_listener(
+                schema_id="https://events.jupyter.org/jupyter_server/contents_service/v1",
+                listener=self.manager.on_contents_action,
             )
 
     async def stop_extension(self):

@@ -232,6 +232,62 @@ class PauseManager:
         elif data.get("action") == "shutdown":
             self.kernel_stopped(kernel_id, time.time())
 
+    async def on_contents_action(self, logger, schema_id: str, data: dict) -> None:
+        """Jupyter Server's contents events: a notebook (or a folder of them)
+        renamed takes its session and its checkpoints along."""
+        if self._closed or data.get("action") != "rename":
+            return
+        old = (data.get("source_path") or "").strip("/")
+        new = (data.get("path") or "").strip("/")
+        if old and new and old != new:
+            await self.notebook_renamed(old, new)
+
+    async def notebook_renamed(self, old: str, new: str) -> None:
+        """Move the sessions of ``old`` (a notebook, or a folder) to ``new``, with
+        their checkpoint folders.  A session in the middle of an operation is
+        left where it is (its checkpoint may be writing); the log says so."""
+        moves = {
+            key: new + key[len(old) :]
+            for key in self.store.sessions
+            if key == old or key.startswith(old + "/")
+        }
+        for key, moved in moves.items():
+            session = self.store.sessions[key]
+            if session.busy or moved in self.store.sessions:
+                self.log.warning(
+                    "jupyter-pause: %s was renamed to %s, but its session stays (%s)",
+                    key,
+                    moved,
+                    "an operation runs" if session.busy else f"{moved} has a session",
+                )
+                continue
+            try:
+                await self._in_thread(self._move_checkpoints, key, moved)
+            except (PauseError, CheckpointError, OSError) as e:
+                self.log.warning("jupyter-pause: checkpoints of %s not moved: %s", key, e)
+                continue
+            del self.store.sessions[key]
+            session.path = moved
+            self.store.sessions[moved] = session
+            if key in self._first_cell_pending:
+                self._first_cell_pending.discard(key)
+                self._first_cell_pending.add(moved)
+            if session.kernel_id and self.activity.for_path(key) is not None:
+                self.activity.watch(session.kernel_id, moved)
+            self.log.info("jupyter-pause: %s follows its notebook to %s", key, moved)
+        if moves:
+            self._save()
+
+    def _move_checkpoints(self, old: str, new: str) -> None:
+        source = checkpoint_paths.notebook_dir(self.checkpoint_dir, old)
+        target = checkpoint_paths.notebook_dir(self.checkpoint_dir, new)
+        if not source.is_dir():
+            return
+        if target.exists():
+            raise PauseError(f"{target} exists already; the checkpoints stay in {source}")
+        with checkpoint_store.locked(source, timeout=0):  # never move a folder being written
+            os.rename(source, target)
+
     def kernel_stopped(self, kernel_id: str, when: float) -> None:
         """A kernel was shut down outside a pause (by the user, or culled):
         nothing is left to track; its checkpoints stay for %restore."""
@@ -397,6 +453,14 @@ class PauseManager:
     async def resume(self, path: str, checkpoint_id: str | None = None) -> Operation:
         session, _ = await self._prepare(path, "resume")
         available = [c["id"] for c in await self.list_checkpoints(path)]
+        if not await self._notebook_exists(path):
+            kept = f"Its checkpoints are kept ({', '.join(available)}): " if available else ""
+            raise PauseError(
+                f"the notebook {path!r} was deleted, so it cannot be resumed. {kept}"
+                f"to restore one into another notebook, run `%restore --notebook {path} "
+                "[checkpoint id]` there.",
+                status=404,
+            )
         if not available:
             raise PauseError(f"{path!r} has no checkpoint to resume from", status=409)
         if checkpoint_id is not None and checkpoint_id not in available:
@@ -430,6 +494,12 @@ class PauseManager:
             task.add_done_callback(lambda _: self._running.pop(op.id, None))
 
     # ------------------------------------------------------------ recovery
+
+    async def _notebook_exists(self, path: str) -> bool:
+        try:
+            return bool(await maybe_await(self.contents_manager.file_exists(path)))
+        except Exception:  # the contents manager refuses hidden or outside paths
+            return False
 
     def _abandoned(self, session: Session) -> bool:
         """Whether the session's running operation has nobody left to finish it:
