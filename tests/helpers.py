@@ -55,6 +55,14 @@ async def execute(jp_serverapp, kernel_id, code, timeout=60):
         client.stop_channels()
     if reply["content"]["status"] != "ok":
         raise AssertionError(f"cell failed: {reply['content'].get('evalue')} {outputs}")
+    # the server learns that the kernel is idle from its own IOPub, a little later
+    # (or the cell paused the notebook, and the kernel is gone)
+    kernels = jp_serverapp.kernel_manager
+    await wait_until(
+        lambda: kernel_id not in kernels or kernels.get_kernel(kernel_id).execution_state != "busy",
+        timeout=timeout,
+        what="the server seeing the cell end",
+    )
     texts = []
     for out in outputs:
         if "data" in out:

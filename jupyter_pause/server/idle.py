@@ -230,7 +230,9 @@ class IdleWatcher:
             "seconds_left": verdict.seconds_left,
             "workload_class": policy.name,
             "action": policy.action,
-            "warning": session.path in self._warned,
+            # a warning stands only while the verdict still warns (a cell seen
+            # since restarted the clock, even if the next check has not run)
+            "warning": verdict.warn and session.path in self._warned,
         }
 
     async def report(self) -> dict[str, Any]:
