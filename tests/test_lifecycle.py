@@ -281,3 +281,37 @@ def test_sessions_round_trip_with_their_lease():
     again = Session.from_json(session.to_json())
     assert again.operation.owner == "me:1:x" and again.operation.heartbeat == 12.5
     assert again.state == State.READY and again.live_state == LiveState.FRESH
+
+
+# ------------------------------------------------------------- the idle watcher
+
+
+async def test_the_idle_watcher_acts_only_through_the_operations_it_is_given(tmp_path):
+    from jupyter_pause.idle import load_classes
+    from jupyter_pause.server.idle import IdleWatcher
+
+    manager = make_manager(tmp_path)
+    session = with_session(manager, State.RUNNING, kernel=True)
+    idle_since = time.time() - 100
+    manager.activity.watch(session.kernel_id, NB).reset_clock(idle_since)
+    watcher = IdleWatcher(
+        operations=manager,
+        store=manager.store,
+        activity=manager.activity,
+        ledger=manager.ledger,
+        kernel_manager=manager.kernel_manager,
+        contents_manager=manager.contents_manager,
+        classes=load_classes(
+            {"gpu-interactive": {"idle_threshold": 60, "min_running_time": 0, "warn_before": 0}}
+        ),
+        default_class="gpu-interactive",
+        interval=3600,
+        log=manager.log,
+    )
+
+    await watcher.check()
+    await settle(manager)
+
+    assert session.state == State.PAUSED
+    (requested,) = manager.ledger.events(types=["pause-requested"])
+    assert requested.data["auto"] is True

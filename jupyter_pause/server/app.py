@@ -114,11 +114,16 @@ class PauseApp(ExtensionApp):
         self.idle_watcher = None
         if self.auto_pause:
             self.idle_watcher = IdleWatcher(
-                self.manager,
-                load_classes(self.workload_classes),
-                self.default_workload_class,
-                self.idle_check_interval,
-                self.log,
+                operations=self.manager,
+                store=self.manager.store,
+                activity=self.manager.activity,
+                ledger=self.ledger,
+                kernel_manager=self.serverapp.kernel_manager,
+                contents_manager=self.serverapp.contents_manager,
+                classes=load_classes(self.workload_classes),
+                default_class=self.default_workload_class,
+                interval=self.idle_check_interval,
+                log=self.log,
             )
             self.manager.auto_pause_status = self.idle_watcher.auto_pause_status
             self._warn_about_culling()
