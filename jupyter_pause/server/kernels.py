@@ -155,8 +155,11 @@ async def wait_for_death(kernel_manager) -> str:
         if not told.done():
             told.set_result("its process died and Jupyter could not restart it")
 
-    kernel_manager.add_restart_callback(on_restart, "restart")
-    kernel_manager.add_restart_callback(on_dead, "dead")
+    # remote kernel managers (a gateway) have no restarter here: poll only
+    callbacks = hasattr(kernel_manager, "add_restart_callback")
+    if callbacks:
+        kernel_manager.add_restart_callback(on_restart, "restart")
+        kernel_manager.add_restart_callback(on_dead, "dead")
     pid = _pid(kernel_manager)
     try:
         while not told.done():
@@ -167,8 +170,9 @@ async def wait_for_death(kernel_manager) -> str:
             await asyncio.wait({told}, timeout=DEATH_POLL_INTERVAL)
         return told.result()
     finally:
-        kernel_manager.remove_restart_callback(on_restart, "restart")
-        kernel_manager.remove_restart_callback(on_dead, "dead")
+        if callbacks:
+            kernel_manager.remove_restart_callback(on_restart, "restart")
+            kernel_manager.remove_restart_callback(on_dead, "dead")
 
 
 def _pid(kernel_manager) -> int | None:
