@@ -315,3 +315,21 @@ async def test_the_idle_watcher_acts_only_through_the_operations_it_is_given(tmp
     assert session.state == State.PAUSED
     (requested,) = manager.ledger.events(types=["pause-requested"])
     assert requested.data["auto"] is True
+
+
+async def test_concurrent_claims_settle_an_abandoned_operation_once(tmp_path):
+    manager = make_manager(tmp_path)
+    session, op = abandoned(
+        manager, "checkpoint", State.CHECKPOINTING, kernel=True, committed=False
+    )
+    answers = await asyncio.gather(
+        *(manager.checkpoint(NB) for _ in range(5)), return_exceptions=True
+    )
+    await settle(manager)
+    started = [a for a in answers if isinstance(a, Operation)]
+    assert len(started) == 1, answers
+    assert all(isinstance(a, OperationInProgress) for a in answers if a not in started)
+    assert op.outcome == "failed"
+    failures = manager.ledger.events(types=["operation-failed"])
+    assert [e.operation_id for e in failures] == [op.id]
+    assert started[0].outcome == "succeeded" and session.state == State.RUNNING

@@ -102,6 +102,7 @@ class PauseManager:
         self.operations: dict[str, Operation] = {}
         self._tasks: set[asyncio.Task] = set()
         self._running: dict[str, asyncio.Task] = {}  # operation id -> its task
+        self._resolving: set[str] = set()  # abandoned operations being settled now
         self._first_cell_pending: set[str] = set()
         #: ``async (session) -> dict | None``: the auto_pause field of a status row
         #: (the idle watcher provides it when auto-pause is on)
@@ -416,7 +417,11 @@ class PauseManager:
         await self.recovered.wait()
         live = await self.sync()
         session = self.store.sessions.get(path) or Session(path=path)
-        if session.busy and self._abandoned(session):
+        if (
+            session.busy
+            and self._abandoned(session)
+            and session.operation.id not in self._resolving
+        ):
             await self._resolve(session, "its server stopped, or its lease expired")
         if session.busy:
             raise OperationInProgress(path, session.operation)
@@ -471,6 +476,7 @@ class PauseManager:
         if session.busy:  # claimed while we listed (a thread), by another request
             raise OperationInProgress(path, session.operation)
         op = self._begin(path, "resume", checkpoint_id=checkpoint_id)
+        session = self.store.sessions[path]
         self._record(EventType.RESUME_REQUESTED, session, op)
         self._spawn(self._run_resume(session, op, checkpoint_id), op)
         return op
@@ -545,6 +551,13 @@ class PauseManager:
         """End an abandoned operation with the truth: was its checkpoint committed
         (the manifest carries the operation's id), is the kernel alive?"""
         op = session.operation
+        self._resolving.add(op.id)  # a second request meanwhile gets 409, not a second resolve
+        try:
+            await self._settle(session, op, why)
+        finally:
+            self._resolving.discard(op.id)
+
+    async def _settle(self, session: Session, op: Operation, why: str) -> None:
         path = session.path
         alive = (
             session.kernel_id is not None and self.execution_state(session.kernel_id) is not None
