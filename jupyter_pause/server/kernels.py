@@ -100,13 +100,14 @@ async def call_in_kernel(kernel_manager, function: str, timeout: float = 60, **k
     client = kernel_manager.client()
     client.start_channels()
     died = asyncio.ensure_future(wait_for_death(kernel_manager))
-    call = asyncio.ensure_future(
-        _execute(client, expression, timeout),
-    )
+    call = asyncio.ensure_future(_execute(client, expression, timeout))
     try:
         await asyncio.wait({call, died}, return_when=asyncio.FIRST_COMPLETED)
         if not call.done():
-            raise KernelDied(died.result())
+            failed = died.exception()
+            raise KernelDied(
+                f"its process cannot be reached: {failed}" if failed else died.result()
+            )
         reply = call.result()
     except TimeoutError as e:
         raise KernelCallError(f"the kernel did not answer within {timeout:.0f} s") from e
