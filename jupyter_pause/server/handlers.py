@@ -125,8 +125,8 @@ def number_argument(handler, name: str, *, integer: bool = False) -> float | int
     except (ValueError, OverflowError):
         kind = "an integer" if integer else "seconds since the epoch"
         raise PauseError(f"{name!r} must be {kind}, not {raw[:40]!r}") from None
-    limit = MAX_ID if integer else MAX_TIME
-    if not (math.isfinite(value) and -limit <= value <= limit):
+    low, high = (-MAX_ID, MAX_ID) if integer else (0.0, MAX_TIME)
+    if not (math.isfinite(value) and low <= value <= high):
         raise PauseError(f"{name!r} is out of range ({raw[:40]!r})")
     return value
 
