@@ -1099,7 +1099,7 @@ class PauseManager:
             for op in mine:
                 op.heartbeat = now
             if mine:
-                await asyncio.to_thread(self._save)
+                self._save()  # on the loop: the sessions must not change while serialised
 
     async def close(self) -> None:
         self._closed = True
