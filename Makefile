@@ -56,6 +56,7 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_checkpoint.py $(BENCH_ARGS)
+	$(BIN)/python benchmarks/bench_server_latency.py
 
 # Build the wheel and install it into a fresh virtualenv with no node on PATH:
 # both extension lists must show jupyter-pause enabled and OK.

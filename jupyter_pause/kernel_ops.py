@@ -28,12 +28,23 @@ def call(function: str, kwargs_json: str) -> str:
         return json.dumps({"error": message, "traceback": traceback.format_exc()})
 
 
-def checkpoint(notebook: str, dir: str | None, nonce: str | None = None, keep: int | None = None):
-    """Checkpoint the whole namespace; plant ``nonce`` in memory and in the manifest."""
+def checkpoint(
+    notebook: str,
+    dir: str | None,
+    nonce: str | None = None,
+    keep: int | None = None,
+    operation: str | None = None,
+):
+    """Checkpoint the whole namespace; plant ``nonce`` in memory and in the manifest.
+
+    ``operation`` (the server's operation id) goes into the manifest too: a
+    server that restarts after dying mid-pause finds out from it whether the
+    pause's checkpoint was committed.
+    """
     global _live_nonce
     from .engine.api import checkpoint as engine_checkpoint
 
-    metadata = {"pause_nonce": nonce} if nonce else None
+    metadata = {k: v for k, v in (("pause_nonce", nonce), ("operation_id", operation)) if v} or None
     result = engine_checkpoint(
         notebook=notebook, dir=dir, keep=keep, metadata=metadata, progress=False
     )

@@ -11,6 +11,12 @@ because pausing replaces the kernel and the user thinks of "my notebook".
                  (checkpoint only, or a pause that could not finish)
 
     any step ─► failed (with a reason); failed ─► resuming | running | checkpointing
+    ready ─► checkpointing ─► ready (a checkpoint right after a resume)
+
+Which operation may start in which state is :data:`OPERATION_STATES`; every
+operation carries a lease (:attr:`Operation.owner`, :attr:`Operation.heartbeat`)
+so that one whose server died can be found and resolved instead of holding
+its notebook forever.
 
 This module is pure: no server, no I/O except :class:`SessionStore`'s JSON
 file.  The server's :mod:`jupyter_pause.server.manager` drives it.
@@ -18,6 +24,7 @@ file.  The server's :mod:`jupyter_pause.server.manager` drives it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -50,7 +57,9 @@ class State(str, Enum):
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.RUNNING: frozenset({State.CHECKPOINTING, State.PAUSED}),
     State.READY: frozenset({State.RUNNING, State.CHECKPOINTING, State.PAUSED}),
-    State.CHECKPOINTING: frozenset({State.PAUSING, State.RUNNING}),
+    # READY: a checkpoint taken right after a resume, before any cell ran.
+    # PAUSED: found at start-up: the checkpoint was committed, the kernel is gone.
+    State.CHECKPOINTING: frozenset({State.PAUSING, State.RUNNING, State.READY, State.PAUSED}),
     State.PAUSING: frozenset({State.PAUSED, State.RUNNING}),
     # a paused notebook whose fresh kernel the user chose to work in
     State.PAUSED: frozenset({State.RESUMING, State.RUNNING}),
@@ -60,6 +69,19 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     State.RESTORING: frozenset({State.READY, State.PAUSED}),
     State.FAILED: frozenset({State.RESUMING, State.RUNNING, State.CHECKPOINTING, State.PAUSED}),
 }
+
+# The states each operation may start from (pause and checkpoint also need a
+# live kernel, resume a checkpoint: the manager checks those facts).
+OPERATION_STATES: dict[str, frozenset[State]] = {
+    "pause": frozenset({State.RUNNING, State.READY, State.FAILED}),
+    "checkpoint": frozenset({State.RUNNING, State.READY, State.FAILED}),
+    "resume": frozenset({State.PAUSED, State.FAILED}),
+}
+
+#: Seconds between two heartbeats of a running operation, and how many missed
+#: heartbeats make its lease expire (then another server may resolve it).
+LEASE_INTERVAL = 10.0
+LEASE_MISSED = 6
 
 # States in which an operation is in flight.
 BUSY_STATES = frozenset(
@@ -89,6 +111,13 @@ class OperationInProgress(Exception):
         )
 
 
+class PersistenceError(Exception):
+    """The session file could not be written (a full or read-only data directory).
+
+    Nothing was changed: the claim that needed persisting was rolled back.
+    """
+
+
 class LiveState(str, Enum):
     """Is the kernel the very process that was paused, or a fresh one?"""
 
@@ -111,9 +140,17 @@ class Operation:
     step: str = ""  # human-readable progress ("checkpointing 1.2 GB of 2.0 GB")
     messages: list[str] = field(default_factory=list)  # things the user must be told
     options: dict[str, Any] = field(default_factory=dict)
+    #: the lease: which server process runs it, and when it last said so
+    owner: str = ""
+    heartbeat: float = field(default_factory=time.time)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def lease_expired(self, now: float | None = None) -> bool:
+        """Whether the owner missed enough heartbeats to be presumed dead."""
+        now = time.time() if now is None else now
+        return now - self.heartbeat > LEASE_INTERVAL * LEASE_MISSED
 
 
 @dataclass
@@ -185,18 +222,40 @@ class SessionStore:
             self.sessions[path] = Session(path=path)
         return self.sessions[path]
 
-    def begin(self, path: str, kind: str, **options: Any) -> Operation:
+    def begin(self, path: str, kind: str, *, owner: str = "", **options: Any) -> Operation:
         """Start an operation on a session, enforcing single flight.
 
         Checking and claiming happen in one synchronous call, so on one event
-        loop no two requests can both claim the session.
+        loop no two requests can both claim the session.  A claim that cannot
+        be persisted is undone (in memory too) and raises
+        :class:`PersistenceError`: the session stays free.
         """
+        known = path in self.sessions
         session = self.get(path)
         if session.busy:
             raise OperationInProgress(path, session.operation)
-        session.operation = Operation(kind=kind, path=path, options=options)
-        self.save()
+        previous = session.operation
+        session.operation = Operation(kind=kind, path=path, options=options, owner=owner)
+        try:
+            self.save()
+        except OSError as e:
+            session.operation = previous
+            if not known:
+                del self.sessions[path]
+            raise PersistenceError(
+                f"could not record the {kind} of {path!r} in {self.path}: {e}; "
+                "nothing was started (is the disk full?)"
+            ) from e
         return session.operation
+
+    def unfinished(self, owner: str) -> list[Session]:
+        """Sessions whose operation is still marked running by another owner
+        (a server that died), or whose lease expired."""
+        return [
+            s
+            for s in self.sessions.values()
+            if s.busy and (s.operation.owner != owner or s.operation.lease_expired())
+        ]
 
     def finish(self, path: str, *, error: str | None = None) -> Operation:
         session = self.sessions[path]
@@ -216,8 +275,13 @@ class SessionStore:
             indent=1,
         )
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".sessions-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(payload)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise

@@ -55,6 +55,14 @@ async def execute(jp_serverapp, kernel_id, code, timeout=60):
         client.stop_channels()
     if reply["content"]["status"] != "ok":
         raise AssertionError(f"cell failed: {reply['content'].get('evalue')} {outputs}")
+    # the server learns that the kernel is idle from its own IOPub, a little later
+    # (or the cell paused the notebook, and the kernel is gone)
+    kernels = jp_serverapp.kernel_manager
+    await wait_until(
+        lambda: kernel_id not in kernels or kernels.get_kernel(kernel_id).execution_state != "busy",
+        timeout=timeout,
+        what="the server seeing the cell end",
+    )
     texts = []
     for out in outputs:
         if "data" in out:
@@ -94,3 +102,43 @@ async def operate(jp_fetch, verb, path, **body):
 async def session_status(jp_fetch, path):
     _, status = await api(jp_fetch, "status")
     return next(s for s in status["sessions"] if s["path"] == path)
+
+
+async def wait_until(condition, timeout=60, what="the condition", interval=0.1):
+    """Poll ``condition()`` (sync or async) until it is truthy; returns its value.
+
+    Generous deadlines: a loaded 2-core machine is slow, and only the deadline
+    (never a fixed sleep) decides that something did not happen.
+    """
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = condition()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout} s")
+        await asyncio.sleep(interval)
+
+
+def gate_code(folder, *, exit_code=None):
+    """Kernel code defining ``gate``, an object whose pickling (during a
+    checkpoint's write, with the notebook's lock held) announces itself with
+    ``<folder>/started`` and then waits for ``<folder>/release``, or, with
+    ``exit_code``, kills its own kernel process on the spot."""
+    action = (
+        f"os._exit({exit_code})"
+        if exit_code is not None
+        else f"""while not os.path.exists({str(folder / "release")!r}):
+            time.sleep(0.05)"""
+    )
+    return f"""
+import os, time
+class Gate:
+    def __reduce__(self):
+        open({str(folder / "started")!r}, "w").close()
+        {action}
+        return (Gate, ())
+gate = Gate()
+"""

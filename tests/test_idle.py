@@ -85,9 +85,10 @@ async def test_an_idle_notebook_is_warned_then_paused(jp_fetch, jp_serverapp, jp
     assert kernel_id not in jp_serverapp.kernel_manager
     (requested,) = ledger_events(jp_serverapp, path, "pause-requested")
     assert requested.data["auto"] is True
-    (warned,) = ledger_events(jp_serverapp, path, "auto-pause-warned")
-    assert warned.time < requested.time
-    assert warned.workload_class == "gpu-interactive"
+    # warned first (again, if a slow machine delivered the first cell late)
+    warnings = ledger_events(jp_serverapp, path, "auto-pause-warned")
+    assert warnings and all(w.time < requested.time for w in warnings)
+    assert all(w.workload_class == "gpu-interactive" for w in warnings)
 
 
 async def test_a_busy_kernel_printing_nothing_is_never_paused(jp_fetch, jp_serverapp, jp_root_dir):

@@ -102,10 +102,12 @@ def _run(kc, code, timeout=60):
             out.append("\n".join(msg["content"]["traceback"]))
         elif t == "status" and msg["content"]["execution_state"] == "idle":
             break
-    reply = kc.get_shell_msg(timeout=timeout)
-    while reply["parent_header"].get("msg_id") != msg_id:  # e.g. a late kernel_info reply
+    # the reply to this request: a slow kernel start can leave extra
+    # kernel_info replies (wait_for_ready asks again) ahead of it
+    while True:
         reply = kc.get_shell_msg(timeout=timeout)
-    return reply["content"]["status"], "".join(out), displays
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply["content"]["status"], "".join(out), displays
 
 
 @pytest.fixture

@@ -114,16 +114,22 @@ class PauseApp(ExtensionApp):
         self.idle_watcher = None
         if self.auto_pause:
             self.idle_watcher = IdleWatcher(
-                self.manager,
-                load_classes(self.workload_classes),
-                self.default_workload_class,
-                self.idle_check_interval,
-                self.log,
+                operations=self.manager,
+                store=self.manager.store,
+                activity=self.manager.activity,
+                ledger=self.ledger,
+                kernel_manager=self.serverapp.kernel_manager,
+                contents_manager=self.serverapp.contents_manager,
+                classes=load_classes(self.workload_classes),
+                default_class=self.default_workload_class,
+                interval=self.idle_check_interval,
+                log=self.log,
             )
-            self.manager.idle = self.idle_watcher
+            self.manager.auto_pause_status = self.idle_watcher.auto_pause_status
             self._warn_about_culling()
         self.settings.update(
             jupyter_pause_manager=self.manager,
+            jupyter_pause_idle=self.idle_watcher,
             jupyter_pause_ledger=self.ledger,
             jupyter_pause_version=__version__,
         )
@@ -133,6 +139,10 @@ class PauseApp(ExtensionApp):
         self.handlers.extend(ROUTES)
 
     async def _startup(self):
+        # first settle what a previous server left unfinished, so that no
+        # notebook answers 409 for an operation nobody runs any more
+        await self.manager.recover()
+        self.manager.start()
         if self.idle_watcher is not None:
             self.idle_watcher.start()
         report = await self.backend_instance.startup()
@@ -201,11 +211,17 @@ class PauseApp(ExtensionApp):
         self.ledger.listeners.append(emit)
 
     def _watch_kernel_starts(self):
+        """Reconcile from Jupyter's own events: kernels started and stopped,
+        notebooks renamed."""
         event_logger = getattr(self.serverapp, "event_logger", None)
         if event_logger is not None:
             event_logger.add_listener(
                 schema_id="https://events.jupyter.org/jupyter_server/kernel_actions/v1",
                 listener=self.manager.on_kernel_action,
+            )
+            event_logger.add_listener(
+                schema_id="https://events.jupyter.org/jupyter_server/contents_service/v1",
+                listener=self.manager.on_contents_action,
             )
 
     async def stop_extension(self):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from typing import Any
 
 import tornado.web
@@ -22,6 +23,11 @@ from ..lifecycle import OperationInProgress
 from .manager import PauseError
 
 NAMESPACE = "jupyter-pause/api"
+
+#: Bounds of the numbers the API accepts: SQLite's integers, and times that
+#: a calendar can show (year 1970 to 9999).
+MAX_ID = 2**63 - 1
+MAX_TIME = 253402300799.0
 
 
 def translate_errors(method):
@@ -50,9 +56,16 @@ class PauseHandler(ExtensionHandlerMixin, APIHandler):
     def manager(self):
         return self.settings["jupyter_pause_manager"]
 
+    @property
+    def idle_watcher(self):
+        """The idle watcher, or None when auto-pause is off."""
+        return self.settings.get("jupyter_pause_idle")
+
     def body(self) -> dict[str, Any]:
         try:
             body = json.loads(self.request.body or b"{}")
+        except RecursionError:
+            raise PauseError("the request body is nested too deeply") from None
         except ValueError as e:
             raise PauseError(f"the request body is not JSON: {e}") from e
         if not isinstance(body, dict):
@@ -64,7 +77,7 @@ class PauseHandler(ExtensionHandlerMixin, APIHandler):
 
     def write_json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
-        self.finish(json.dumps(data, default=str))
+        self.finish(json.dumps(finite(data), default=str, allow_nan=False))
 
     def send_failure(self, status: int, message: str, **extra: Any) -> None:
         """A JSON error body, as Jupyter's APIHandler writes them."""
@@ -82,6 +95,42 @@ class StatusHandler(PauseHandler):
         self.write_json({"version": self.settings["jupyter_pause_version"], **status})
 
 
+def finite(data: Any) -> Any:
+    """``data`` with NaN and infinities as null: they are not JSON."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [finite(v) for v in data]
+    return data
+
+
+def flag(body: dict[str, Any], name: str) -> bool:
+    """A boolean field of a request body: absent is false, anything but a
+    JSON boolean is refused (``"false"`` must not mean true)."""
+    value = body.get(name, False)
+    if not isinstance(value, bool):
+        raise PauseError(f"{name!r} must be true or false, not {value!r}")
+    return value
+
+
+def number_argument(handler, name: str, *, integer: bool = False) -> float | int | None:
+    """A numeric query argument, refused unless finite and within range."""
+    raw = handler.get_query_argument(name, None)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw) if integer else float(raw)
+    except (ValueError, OverflowError):
+        kind = "an integer" if integer else "seconds since the epoch"
+        raise PauseError(f"{name!r} must be {kind}, not {raw[:40]!r}") from None
+    low, high = (-MAX_ID, MAX_ID) if integer else (0.0, MAX_TIME)
+    if not (math.isfinite(value) and low <= value <= high):
+        raise PauseError(f"{name!r} is out of range ({raw[:40]!r})")
+    return value
+
+
 class PauseSessionHandler(PauseHandler):
     @tornado.web.authenticated
     @translate_errors
@@ -89,9 +138,7 @@ class PauseSessionHandler(PauseHandler):
         body = self.body()
         path = await self.path_argument(body.get("path"))
         op = await self.manager.pause(
-            path,
-            force=bool(body.get("force", False)),
-            after_cell=bool(body.get("after_cell", False)),
+            path, force=flag(body, "force"), after_cell=flag(body, "after_cell")
         )
         self.write_json({"operation": op.to_json()}, status=202)
 
@@ -134,7 +181,7 @@ class CheckpointsHandler(PauseHandler):
     @translate_errors
     async def get(self):
         path = await self.path_argument(self.get_query_argument("path", None))
-        self.write_json({"path": path, "checkpoints": self.manager.list_checkpoints(path)})
+        self.write_json({"path": path, "checkpoints": await self.manager.list_checkpoints(path)})
 
 
 class CheckpointHandler(PauseHandler):
@@ -142,7 +189,7 @@ class CheckpointHandler(PauseHandler):
     @translate_errors
     async def delete(self, checkpoint_id: str):
         path = await self.path_argument(self.get_query_argument("path", None))
-        self.manager.delete_checkpoint(path, checkpoint_id)
+        await self.manager.delete_checkpoint(path, checkpoint_id)
         self.set_status(204)
         self.finish()
 
@@ -153,14 +200,8 @@ class EventsHandler(PauseHandler):
     @tornado.web.authenticated
     @translate_errors
     async def get(self):
-        try:
-            since = float(self.get_query_argument("since", "0") or 0)
-            after_id = self.get_query_argument("after_id", None)
-            after_id = int(after_id) if after_id is not None else None
-        except ValueError as e:
-            raise PauseError(
-                f"'since' must be seconds since the epoch and 'after_id' an integer: {e}"
-            ) from e
+        since = number_argument(self, "since") or 0
+        after_id = number_argument(self, "after_id", integer=True)
         path = self.get_query_argument("path", None)
         events = self.settings["jupyter_pause_ledger"].events(
             since=since, path=path, after_id=after_id
@@ -175,7 +216,7 @@ class ActivityHandler(PauseHandler):
     @tornado.web.authenticated
     @translate_errors
     async def get(self):
-        watcher = self.manager.idle
+        watcher = self.idle_watcher
         if watcher is None:
             raise PauseError("auto-pause is off (PauseApp.auto_pause = False)", status=404)
         self.write_json(await watcher.report())
@@ -186,29 +227,26 @@ class PostponeHandler(PauseHandler):
     @translate_errors
     async def post(self):
         path = await self.path_argument(self.body().get("path"))
-        watcher = self.manager.idle
+        watcher = self.idle_watcher
         if watcher is None:
             raise PauseError("auto-pause is off (PauseApp.auto_pause = False)", status=409)
         await self.manager.sync()
         self.write_json({"path": path, "idle_clock_started": watcher.postpone(path)})
 
 
-def build_report(handler: PauseHandler):
+async def build_report(handler: PauseHandler):
     """The accounting report for the request's ``since``/``until`` (epoch seconds)."""
     from ..accounting.report import build_report
 
-    try:
-        since = handler.get_query_argument("since", None)
-        until = handler.get_query_argument("until", None)
-        since = float(since) if since else None
-        until = float(until) if until else None
-    except ValueError as e:
-        raise PauseError(f"'since' and 'until' are seconds since the epoch: {e}") from e
+    since = number_argument(handler, "since")
+    until = number_argument(handler, "until")
+    if since is not None and until is not None and until < since:
+        raise PauseError("'until' is before 'since'")
     return build_report(
         handler.settings["jupyter_pause_ledger"],
         since=since,
         until=until,
-        storage=handler.manager.storage_by_notebook(),
+        storage=await handler.manager.storage_by_notebook(),
     )
 
 
@@ -220,7 +258,7 @@ class ReportHandler(PauseHandler):
     @tornado.web.authenticated
     @translate_errors
     async def get(self):
-        self.write_json(build_report(self).to_json())
+        self.write_json((await build_report(self)).to_json())
 
 
 class ReportPageHandler(ExtensionHandlerMixin, JupyterHandler):
@@ -241,7 +279,7 @@ class ReportPageHandler(ExtensionHandlerMixin, JupyterHandler):
             "Content-Security-Policy",
             "default-src 'none'; style-src 'unsafe-inline'; img-src data:",
         )
-        self.finish(render_html(build_report(self)))
+        self.finish(render_html(await build_report(self)))
 
 
 _OPERATION_ID = r"(?P<operation_id>[0-9a-f]{1,64})"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
 
 from tornado.ioloop import PeriodicCallback
 
@@ -51,15 +51,43 @@ def gpu_utilization(pid: int | None) -> float | None:
         pynvml.nvmlShutdown()
 
 
+class Operations(Protocol):
+    """What the watcher asks of the session manager: the only way it acts."""
+
+    async def sync(self) -> Any: ...
+    async def pause(self, path: str, *, auto: bool = False) -> Any: ...
+    async def checkpoint(self, path: str) -> Any: ...
+    def execution_state(self, kernel_id: str | None) -> str | None: ...
+
+
 class IdleWatcher:
+    """Judges idleness from the activity monitor's facts and acts through
+    ``operations``; everything it reads is handed to it."""
+
     def __init__(
-        self, manager, classes: dict[str, WorkloadClass], default_class: str, interval: float, log
+        self,
+        *,
+        operations: Operations,
+        store,
+        activity,
+        ledger,
+        kernel_manager,
+        contents_manager,
+        classes: dict[str, WorkloadClass],
+        default_class: str,
+        interval: float,
+        log,
     ):
         if default_class not in classes:
             raise ValueError(
                 f"default workload class {default_class!r} is not one of {sorted(classes)}"
             )
-        self.manager = manager
+        self.operations = operations
+        self.store = store
+        self.activity = activity
+        self.ledger = ledger
+        self.kernel_manager = kernel_manager
+        self.contents_manager = contents_manager
         self.classes = classes
         self.default_class = default_class
         self.interval = interval
@@ -87,15 +115,13 @@ class IdleWatcher:
         if key not in self._resolved:
             notebook_metadata = kernelspec_metadata = None
             try:
-                model = await maybe_await(
-                    self.manager.contents_manager.get(session.path, content=True)
-                )
+                model = await maybe_await(self.contents_manager.get(session.path, content=True))
                 notebook_metadata = dict(model["content"].get("metadata", {}))
             except Exception:
                 self.log.debug("jupyter-pause: no notebook metadata for %s", session.path)
             if session.kernel_name:
                 try:
-                    spec_manager = self.manager.kernel_manager.kernel_spec_manager
+                    spec_manager = self.kernel_manager.kernel_spec_manager
                     spec = await maybe_await(spec_manager.get_kernel_spec(session.kernel_name))
                     kernelspec_metadata = spec.metadata
                 except Exception:
@@ -118,15 +144,15 @@ class IdleWatcher:
         return self.classes[name], source
 
     def verdict(self, session, policy: WorkloadClass, now: float | None = None) -> Verdict | None:
-        activity = self.manager.activity.for_path(session.path)
+        activity = self.activity.for_path(session.path)
         if activity is None or not session.kernel_id:
             return None
         now = time.time() if now is None else now
-        kernel_busy = self.manager.execution_state(session.kernel_id) == "busy"
+        kernel_busy = self.operations.execution_state(session.kernel_id) == "busy"
         pid = None
         if policy.gpu_utilization_counts:
             try:
-                pid = self.manager.kernel_manager.get_kernel(session.kernel_id).provisioner.pid
+                pid = self.kernel_manager.get_kernel(session.kernel_id).provisioner.pid
             except Exception:
                 pid = None
         facts = ActivityFacts(
@@ -152,8 +178,8 @@ class IdleWatcher:
 
     async def check(self) -> None:
         """One round: warn, then act on sessions whose time has come."""
-        await self.manager.sync()
-        for path, session in list(self.manager.store.sessions.items()):
+        await self.operations.sync()
+        for path, session in list(self.store.sessions.items()):
             if (
                 session.busy
                 or session.state not in (State.RUNNING, State.READY)
@@ -167,7 +193,7 @@ class IdleWatcher:
                 continue
             if verdict.warn and path not in self._warned:
                 self._warned.add(path)
-                self.manager.ledger.record(
+                self.ledger.record(
                     EventType.AUTO_PAUSE_WARNED,
                     path=path,
                     kernel_id=session.kernel_id,
@@ -182,32 +208,32 @@ class IdleWatcher:
 
     async def _act(self, session, policy: WorkloadClass) -> None:
         path = session.path
-        activity = self.manager.activity.for_path(path)
+        activity = self.activity.for_path(path)
         self._warned.discard(path)
         try:
             if policy.action == "pause":
                 self.log.info(
                     "jupyter-pause: auto-pausing idle notebook %s (class %s)", path, policy.name
                 )
-                await self.manager.pause(path, auto=True)
+                await self.operations.pause(path, auto=True)
             elif policy.action == "checkpoint":
                 if self._auto_checkpointed.get(path) == activity.last_user_activity:
                     return  # nothing happened since the last automatic checkpoint
                 self._auto_checkpointed[path] = activity.last_user_activity
-                await self.manager.checkpoint(path)
+                await self.operations.checkpoint(path)
         except (PauseError, OperationInProgress) as e:
             self.log.info("jupyter-pause: auto-%s of %s skipped: %s", policy.action, path, e)
             activity.reset_clock()  # try again one threshold later, not every round
 
     def postpone(self, path: str) -> float:
         """ "Keep running": the idle clock starts again now."""
-        activity = self.manager.activity.for_path(path)
+        activity = self.activity.for_path(path)
         if activity is None:
             raise PauseError(f"{path!r} has no running kernel", status=409)
         activity.reset_clock()
         self._warned.discard(path)
-        session = self.manager.store.get(path)
-        self.manager.ledger.record(
+        session = self.store.get(path)
+        self.ledger.record(
             EventType.AUTO_PAUSE_POSTPONED,
             path=path,
             kernel_id=session.kernel_id or "",
@@ -230,20 +256,22 @@ class IdleWatcher:
             "seconds_left": verdict.seconds_left,
             "workload_class": policy.name,
             "action": policy.action,
-            "warning": session.path in self._warned,
+            # a warning stands only while the verdict still warns (a cell seen
+            # since restarted the clock, even if the next check has not run)
+            "warning": verdict.warn and session.path in self._warned,
         }
 
     async def report(self) -> dict[str, Any]:
         """``GET activity``: per session and server-wide, with the reasons."""
-        await self.manager.sync()
+        await self.operations.sync()
         now = time.time()
         sessions = []
-        for path, session in sorted(self.manager.store.sessions.items()):
+        for path, session in sorted(self.store.sessions.items()):
             if not session.kernel_id:
                 continue
             policy, source = await self.workload_class(session)
             verdict = self.verdict(session, policy, now)
-            activity = self.manager.activity.for_path(path)
+            activity = self.activity.for_path(path)
             if verdict is None or activity is None:
                 continue
             sessions.append(
@@ -264,7 +292,7 @@ class IdleWatcher:
                 }
             )
         last = max(
-            (self.manager.activity.for_path(s["path"]).last_user_activity for s in sessions),
+            (self.activity.for_path(s["path"]).last_user_activity for s in sessions),
             default=None,
         )
         busy = any(s["busy"] for s in sessions)

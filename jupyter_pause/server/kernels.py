@@ -13,6 +13,7 @@ Two jobs:
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import os
 from typing import Any
@@ -25,8 +26,17 @@ SERVER_URL_ENV = "JUPYTER_PAUSE_SERVER_URL"
 SERVER_TOKEN_ENV = "JUPYTER_PAUSE_SERVER_TOKEN"
 
 
+#: Seconds between two looks at whether a kernel we wait on is still alive.
+DEATH_POLL_INTERVAL = 0.5
+
+
 class KernelCallError(Exception):
     """The kernel raised, or did not answer in time."""
+
+
+class KernelDied(KernelCallError):
+    """The kernel's process exited (or Jupyter restarted it) while we waited on it:
+    whatever it held in memory is gone."""
 
 
 def _is_ipykernel(argv: list[str]) -> bool:
@@ -67,8 +77,8 @@ class PauseKernelManager(ServerKernelManager):
             extra[NOTEBOOK_ENV] = notebook.replace(os.sep, "/")
         if serverapp is not None:
             manager = serverapp.web_app.settings.get("jupyter_pause_manager")
-            if manager is not None and manager.checkpoint_dir:
-                extra[CHECKPOINT_DIR_ENV] = manager.checkpoint_dir
+            if manager is not None:
+                extra.update(manager.kernel_settings())
             extra[SERVER_URL_ENV] = serverapp.connection_url
             token = getattr(serverapp.identity_provider, "token", "")
             if token:
@@ -89,19 +99,21 @@ async def call_in_kernel(kernel_manager, function: str, timeout: float = 60, **k
     )
     client = kernel_manager.client()
     client.start_channels()
+    died = asyncio.ensure_future(wait_for_death(kernel_manager))
+    call = asyncio.ensure_future(_execute(client, expression, timeout))
     try:
-        await client.wait_for_ready(timeout=min(timeout, 60))
-        reply = await client.execute_interactive(
-            "",
-            silent=True,
-            store_history=False,
-            user_expressions={"result": expression},
-            timeout=timeout,
-            output_hook=lambda msg: None,
-        )
+        await asyncio.wait({call, died}, return_when=asyncio.FIRST_COMPLETED)
+        if not call.done():
+            failed = died.exception()
+            raise KernelDied(
+                f"its process cannot be reached: {failed}" if failed else died.result()
+            )
+        reply = call.result()
     except TimeoutError as e:
         raise KernelCallError(f"the kernel did not answer within {timeout:.0f} s") from e
     finally:
+        for task in (call, died):
+            task.cancel()
         client.stop_channels()
     result = reply["content"].get("user_expressions", {}).get("result", {})
     if result.get("status") != "ok":
@@ -111,3 +123,58 @@ async def call_in_kernel(kernel_manager, function: str, timeout: float = 60, **k
     if payload.get("error"):
         raise KernelCallError(payload["error"])
     return payload.get("result")
+
+
+async def _execute(client, expression: str, timeout: float) -> dict:
+    await client.wait_for_ready(timeout=min(timeout, 60))
+    return await client.execute_interactive(
+        "",
+        silent=True,
+        store_history=False,
+        user_expressions={"result": expression},
+        timeout=timeout,
+        output_hook=lambda msg: None,
+    )
+
+
+async def wait_for_death(kernel_manager) -> str:
+    """Return (with what happened) once the kernel's process is gone or replaced.
+
+    Two sources, whichever speaks first: Jupyter's restarter callbacks (it
+    noticed the death and restarts the kernel, or gave up), and the process
+    itself, polled, so that a death is seen even with auto-restart off.
+    A kernel that died is never waited on for the length of a call timeout.
+    """
+    loop = asyncio.get_running_loop()
+    told: asyncio.Future[str] = loop.create_future()
+
+    def on_restart() -> None:
+        if not told.done():
+            told.set_result("its process died and Jupyter restarted it as a fresh kernel")
+
+    def on_dead() -> None:
+        if not told.done():
+            told.set_result("its process died and Jupyter could not restart it")
+
+    # remote kernel managers (a gateway) have no restarter here: poll only
+    callbacks = hasattr(kernel_manager, "add_restart_callback")
+    if callbacks:
+        kernel_manager.add_restart_callback(on_restart, "restart")
+        kernel_manager.add_restart_callback(on_dead, "dead")
+    pid = _pid(kernel_manager)
+    try:
+        while not told.done():
+            if not await kernel_manager.is_alive():
+                return "its process exited"
+            if pid is not None and _pid(kernel_manager) not in (pid, None):
+                return "its process died and Jupyter restarted it as a fresh kernel"
+            await asyncio.wait({told}, timeout=DEATH_POLL_INTERVAL)
+        return told.result()
+    finally:
+        if callbacks:
+            kernel_manager.remove_restart_callback(on_restart, "restart")
+            kernel_manager.remove_restart_callback(on_dead, "dead")
+
+
+def _pid(kernel_manager) -> int | None:
+    return getattr(getattr(kernel_manager, "provisioner", None), "pid", None)

@@ -8,6 +8,17 @@ through :class:`~jupyter_pause.lifecycle.Session.move`, are persisted by the
 
 Operations return at once (the REST API answers ``202``); the work runs as an
 asyncio task whose progress is visible through ``operation(id)``.
+
+Three rules keep a notebook from ever being stuck:
+
+* every operation holds a lease (this process as its owner, a heartbeat);
+  at start-up, and whenever a claim meets an operation whose owner is gone,
+  :meth:`PauseManager.recover` resolves it from the truth on disk (was its
+  checkpoint committed?) and in the kernels (is the kernel alive?);
+* a kernel that dies while we wait on it is noticed within a second
+  (:func:`~.kernels.wait_for_death`), not after the call's timeout;
+* reads never write, and checkpoint-store work (which may wait on a file
+  lock or read gigabytes) runs in a thread, never on the event loop.
 """
 
 from __future__ import annotations
@@ -17,24 +28,30 @@ import dataclasses
 import os
 import posixpath
 import re
+import socket
 import time
 import uuid
 from typing import Any
 
 from ..engine import paths as checkpoint_paths
 from ..engine import store as checkpoint_store
+from ..engine.errors import CheckpointError
 from ..ledger import EventType, Ledger
 from ..lifecycle import (
     BUSY_STATES,
+    LEASE_INTERVAL,
+    OPERATION_STATES,
+    InvalidTransition,
     LiveState,
     Operation,
     OperationInProgress,
+    PersistenceError,
     Session,
     SessionStore,
     State,
 )
 from .activity import ActivityMonitor
-from .kernels import KernelCallError, call_in_kernel
+from .kernels import KernelCallError, KernelDied, call_in_kernel
 
 _TEMPORARY_PATH = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -62,6 +79,8 @@ class PauseManager:
         kernel_call_timeout: float,
         idle_wait_timeout: float,
         log,
+        activity: ActivityMonitor | None = None,
+        call=call_in_kernel,
     ):
         self.kernel_manager = kernel_manager
         self.session_manager = session_manager
@@ -74,13 +93,34 @@ class PauseManager:
         self.kernel_call_timeout = kernel_call_timeout
         self.idle_wait_timeout = idle_wait_timeout
         self.log = log
-        self.activity = ActivityMonitor(kernel_manager)
+        self.activity = activity if activity is not None else ActivityMonitor(kernel_manager)
         self.activity.listeners.append(self._on_activity)
+        #: how to run a kernel_ops function in a kernel (a fake in unit tests)
+        self.call = call
+        #: the owner written into the lease of every operation this process runs
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.operations: dict[str, Operation] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._running: dict[str, asyncio.Task] = {}  # operation id -> its task
+        self._resolving: set[str] = set()  # abandoned operations being settled now
         self._first_cell_pending: set[str] = set()
-        #: the idle watcher (jupyter_pause.server.idle), when auto-pause is on
-        self.idle = None
+        #: ``async (session) -> dict | None``: the auto_pause field of a status row
+        #: (the idle watcher provides it when auto-pause is on)
+        self.auto_pause_status = None
+        self._heartbeat: asyncio.Task | None = None
+        self._closed = False
+        #: set once :meth:`recover` ran: until then status and operations wait,
+        #: so that nobody sees (or trips over) what a dead server left behind
+        self.recovered = asyncio.Event()
+
+    def kernel_settings(self) -> dict[str, str]:
+        """The server's settings a kernel's magics and engine honour, handed to
+        every kernel at start (as environment variables the engine reads):
+        where checkpoints live and how many are kept."""
+        return {
+            checkpoint_paths.ENV_DIR: str(checkpoint_paths.checkpoint_root(self.checkpoint_dir)),
+            checkpoint_paths.ENV_KEEP: str(self.keep_checkpoints),
+        }
 
     # ------------------------------------------------------------------ paths
 
@@ -115,8 +155,13 @@ class PauseManager:
             if s.get("kernel") and not _TEMPORARY_PATH.fullmatch(posixpath.basename(s["path"]))
         }
 
-    async def sync(self) -> dict[str, dict]:
-        """Bring lifecycle sessions in line with the kernels that exist now."""
+    async def sync(self, stopped_at: float | None = None) -> dict[str, dict]:
+        """Bring lifecycle sessions in line with the kernels that exist now.
+
+        Driven by Jupyter's kernel events (:meth:`on_kernel_action`) and run
+        before each operation; never by a read such as ``GET status``.
+        ``stopped_at`` is when a kernel that is gone stopped, if known.
+        """
         live = await self.jupyter_sessions()
         for path, model in live.items():
             session = self.store.get(path)
@@ -133,19 +178,21 @@ class PauseManager:
                     session.live_state = LiveState.FRESH
                 if session.state == State.FAILED:
                     self._move(session, State.RUNNING, None)
-                self.store.save()
+                self._save()
             if not session.busy:
                 self.activity.watch(kernel["id"], path)
         for path, session in list(self.store.sessions.items()):
             if session.kernel_id and path not in live and not session.busy:
                 self.activity.unwatch(session.kernel_id)
-                self._record(EventType.KERNEL_STOPPED, session, None, stopped_by="user")
+                self._record(
+                    EventType.KERNEL_STOPPED, session, None, time_=stopped_at, stopped_by="user"
+                )
                 session.kernel_id = None
                 if session.state.has_kernel:
                     # shut down outside a pause (by the user, or culled): nothing
                     # left to track; its checkpoints stay for %restore
                     del self.store.sessions[path]
-                self.store.save()
+                self._save()
         return live
 
     async def came_back(self, report) -> None:
@@ -165,24 +212,98 @@ class PauseManager:
                     self.log.warning("jupyter-pause: could not resume %s: %s", path, e)
 
     async def on_kernel_action(self, logger, schema_id: str, data: dict) -> None:
-        """Jupyter Server's kernel_actions event: watch a new kernel from its start,
-        so that no cell escapes the ledger.  Its session (the notebook path) is
-        saved just after the kernel starts, so wait for it briefly."""
-        if data.get("action") != "start" or not data.get("kernel_id"):
+        """Jupyter Server's kernel_actions events drive the reconcile, so the
+        ledger says when a kernel started or stopped, not when someone looked.
+
+        start: watch the new kernel from its start, so that no cell escapes the
+        ledger (its session, the notebook path, is saved just after the kernel
+        starts, so wait for it briefly).  shutdown: record the stop now, with
+        this moment's time, even if no browser is open.
+        """
+        kernel_id = data.get("kernel_id")
+        if self._closed or not kernel_id or data.get("status", "success") != "success":
             return
-        for _ in range(50):
-            live = await self.jupyter_sessions()
-            if any(m["kernel"]["id"] == data["kernel_id"] for m in live.values()):
-                await self.sync()
-                return
-            await asyncio.sleep(0.1)
+        if data.get("action") == "start":
+            for _ in range(50):
+                live = await self.jupyter_sessions()
+                if any(m["kernel"]["id"] == kernel_id for m in live.values()):
+                    await self.sync()
+                    return
+                await asyncio.sleep(0.1)
+        elif data.get("action") == "shutdown":
+            self.kernel_stopped(kernel_id, time.time())
+
+    async def on_contents_action(self, logger, schema_id: str, data: dict) -> None:
+        """Jupyter Server's contents events: a notebook (or a folder of them)
+        renamed takes its session and its checkpoints along."""
+        if self._closed or data.get("action") != "rename":
+            return
+        old = (data.get("source_path") or "").strip("/")
+        new = (data.get("path") or "").strip("/")
+        if old and new and old != new:
+            await self.notebook_renamed(old, new)
+
+    async def notebook_renamed(self, old: str, new: str) -> None:
+        """Move the sessions of ``old`` (a notebook, or a folder) to ``new``, with
+        their checkpoint folders.  A session in the middle of an operation is
+        left where it is (its checkpoint may be writing); the log says so."""
+        moves = {
+            key: new + key[len(old) :]
+            for key in self.store.sessions
+            if key == old or key.startswith(old + "/")
+        }
+        for key, moved in moves.items():
+            session = self.store.sessions[key]
+            if session.busy or moved in self.store.sessions:
+                self.log.warning(
+                    "jupyter-pause: %s was renamed to %s, but its session stays (%s)",
+                    key,
+                    moved,
+                    "an operation runs" if session.busy else f"{moved} has a session",
+                )
+                continue
+            try:
+                await self._in_thread(self._move_checkpoints, key, moved)
+            except (PauseError, CheckpointError, OSError) as e:
+                self.log.warning("jupyter-pause: checkpoints of %s not moved: %s", key, e)
+                continue
+            del self.store.sessions[key]
+            session.path = moved
+            self.store.sessions[moved] = session
+            if key in self._first_cell_pending:
+                self._first_cell_pending.discard(key)
+                self._first_cell_pending.add(moved)
+            if session.kernel_id and self.activity.for_path(key) is not None:
+                self.activity.watch(session.kernel_id, moved)
+            self.log.info("jupyter-pause: %s follows its notebook to %s", key, moved)
+        if moves:
+            self._save()
+
+    def _move_checkpoints(self, old: str, new: str) -> None:
+        """Move and re-sign: the signature binds a checkpoint to its notebook."""
+        checkpoint_store.rebind(self.checkpoint_dir, old, new)
+
+    def kernel_stopped(self, kernel_id: str, when: float) -> None:
+        """A kernel was shut down outside a pause (by the user, or culled):
+        nothing is left to track; its checkpoints stay for %restore."""
+        session = next((s for s in self.store.sessions.values() if s.kernel_id == kernel_id), None)
+        if session is None or session.busy:
+            return  # not ours, or our own pause stopping it (it records the stop itself)
+        self.activity.unwatch(kernel_id)
+        self._record(EventType.KERNEL_STOPPED, session, None, time_=when, stopped_by="user")
+        session.kernel_id = None
+        if session.state.has_kernel:
+            del self.store.sessions[session.path]
+        self._save()
 
     async def status(self) -> dict[str, Any]:
-        live = await self.sync()
+        """Every notebook's state: a pure read (nothing is recorded or saved)."""
+        await self.recovered.wait()
+        live = await self.jupyter_sessions()
         sessions = []
         paths = sorted(set(live) | set(self.store.sessions))
         for path in paths:
-            session = self.store.get(path)
+            session = self.store.sessions.get(path) or Session(path=path)
             kernel = (live.get(path) or {}).get("kernel") or {}
             sessions.append(
                 {
@@ -193,8 +314,8 @@ class PauseManager:
                 }
             )
             sessions[-1].pop("pause_nonce", None)
-            if self.idle is not None:
-                sessions[-1]["auto_pause"] = await self.idle.auto_pause_status(session)
+            if self.auto_pause_status is not None:
+                sessions[-1]["auto_pause"] = await self.auto_pause_status(session)
         return {"backend": self.backend.describe(), "sessions": sessions}
 
     def operation(self, operation_id: str) -> Operation:
@@ -208,40 +329,75 @@ class PauseManager:
 
     # ----------------------------------------------------------- checkpoints
 
-    def list_checkpoints(self, path: str) -> list[dict[str, Any]]:
+    async def _in_thread(self, function, *args, **kwargs):
+        """Run checkpoint-store work in a thread: it reads gigabytes or waits on
+        a notebook's file lock, and the event loop must keep answering.
+
+        A checkpoint folder that leads out of the checkpoint root (a symlink)
+        is refused, never followed.
+        """
+        try:
+            return await asyncio.to_thread(function, *args, **kwargs)
+        except ValueError as e:
+            raise PauseError(f"refusing to use the checkpoint folder: {e}", status=409) from e
+
+    async def list_checkpoints(self, path: str) -> list[dict[str, Any]]:
         """A notebook's checkpoints, newest first, without their private metadata."""
+        return await self._in_thread(self._list_checkpoints, path)
+
+    def _list_checkpoints(self, path: str, *, private: bool = False) -> list[dict[str, Any]]:
+        self._check_folder(path)
         infos = checkpoint_store.list_checkpoints(dir=self.checkpoint_dir, notebook=path)
+        hidden = () if private else ("metadata", "path")
         listing = [
-            {k: v for k, v in dataclasses.asdict(info).items() if k not in ("metadata", "path")}
-            for info in infos
+            {k: v for k, v in dataclasses.asdict(info).items() if k not in hidden} for info in infos
         ]
         return sorted(listing, key=lambda c: c["id"], reverse=True)
 
-    def storage_by_notebook(self) -> dict[str, int]:
+    def _check_folder(self, path: str):
+        """The notebook's checkpoint folder; ValueError if it resolves outside
+        the checkpoint root, as a symlink planted there would."""
+        return checkpoint_paths.notebook_dir(self.checkpoint_dir, path)
+
+    async def storage_by_notebook(self) -> dict[str, int]:
         """Bytes each known notebook's checkpoints occupy on disk now (for reports).
 
         Measured on disk: incremental checkpoints share files, so adding up
         their sizes would count shared tensors twice.
         """
-        usage = {}
-        for path in self.store.sessions:
-            folder = checkpoint_paths.notebook_dir(self.checkpoint_dir, path)
-            files = folder.rglob("*") if folder.is_dir() else ()
-            usage[path] = sum(f.stat().st_size for f in files if f.is_file())
-        return usage
 
-    def delete_checkpoint(self, path: str, checkpoint_id: str) -> None:
+        def measure(paths: list[str]) -> dict[str, int]:
+            usage = {}
+            for path in paths:
+                try:
+                    folder = self._check_folder(path)
+                except ValueError:
+                    continue  # never measure (or follow) a folder outside the root
+                files = folder.rglob("*") if folder.is_dir() else ()
+                usage[path] = sum(f.stat().st_size for f in files if f.is_file())
+            return usage
+
+        return await self._in_thread(measure, list(self.store.sessions))
+
+    async def delete_checkpoint(self, path: str, checkpoint_id: str) -> None:
         if not checkpoint_paths.is_checkpoint_id(checkpoint_id):
             raise PauseError(f"{checkpoint_id!r} is not a checkpoint id (like 2026-11-30T18-02-11)")
-        listed = {c["id"]: c for c in self.list_checkpoints(path)}
+        session = self.store.sessions.get(path)
+        if session is not None and session.busy and session.operation.kind != "resume":
+            # its checkpoint holds the notebook's lock; do not queue behind it
+            raise OperationInProgress(path, session.operation)
+        listed = {c["id"]: c for c in await self.list_checkpoints(path)}
         if checkpoint_id not in listed:
             raise PauseError(f"{path!r} has no checkpoint {checkpoint_id!r}", status=404)
-        checkpoint_store.delete_checkpoint(
-            dir=self.checkpoint_dir, notebook=path, checkpoint_id=checkpoint_id
+        await self._in_thread(
+            checkpoint_store.delete_checkpoint,
+            dir=self.checkpoint_dir,
+            notebook=path,
+            checkpoint_id=checkpoint_id,
         )
         self._record(
             EventType.CHECKPOINT_DELETED,
-            self.store.get(path),
+            self.store.sessions.get(path) or Session(path=path),
             None,
             checkpoint_id=checkpoint_id,
             bytes=listed.get(checkpoint_id, {}).get("bytes", 0),
@@ -249,15 +405,31 @@ class PauseManager:
 
     # ------------------------------------------------------------ operations
 
+    async def _prepare(self, path: str, kind: str) -> tuple[Session, dict[str, dict]]:
+        """Common checks before claiming: the kernels as they are now, an
+        abandoned operation resolved, single flight, and the state allows it."""
+        await self.recovered.wait()
+        live = await self.sync()
+        session = self.store.sessions.get(path) or Session(path=path)
+        if (
+            session.busy
+            and self._abandoned(session)
+            and session.operation.id not in self._resolving
+        ):
+            await self._resolve(session, "its server stopped, or its lease expired")
+        if session.busy:
+            raise OperationInProgress(path, session.operation)
+        if session.state not in OPERATION_STATES[kind]:
+            wanted = "only a paused notebook resumes" if kind == "resume" else "not running"
+            raise PauseError(f"{path!r} is {session.state.value}; {wanted}", status=409)
+        if kind != "resume" and path not in live:
+            raise PauseError(f"{path!r} has no running kernel to {kind}", status=409)
+        return session, live
+
     async def pause(
         self, path: str, *, force: bool = False, after_cell: bool = False, auto: bool = False
     ) -> Operation:
-        live = await self.sync()
-        session = self.store.get(path)
-        if session.busy:
-            raise OperationInProgress(path, session.operation)
-        if path not in live:
-            raise PauseError(f"{path!r} has no running kernel to pause", status=409)
+        session, live = await self._prepare(path, "pause")
         kernel = live[path]["kernel"]
         if kernel.get("execution_state") == "busy" and not (force or after_cell):
             raise PauseError(
@@ -265,34 +437,29 @@ class PauseManager:
                 "or pause with force to interrupt it",
                 status=409,
             )
-        if session.state not in (State.RUNNING, State.READY, State.FAILED):
-            raise PauseError(f"{path!r} is {session.state.value}, not running", status=409)
         op = self._begin(path, "pause", force=force, after_cell=after_cell, auto=auto)
+        session = self.store.sessions[path]
         self._record(EventType.PAUSE_REQUESTED, session, op, auto=auto, force=force)
-        self._spawn(self._run_pause(session, op))
+        self._spawn(self._run_pause(session, op), op)
         return op
 
     async def checkpoint(self, path: str) -> Operation:
-        live = await self.sync()
-        session = self.store.get(path)
-        if session.busy:
-            raise OperationInProgress(path, session.operation)
-        if path not in live:
-            raise PauseError(f"{path!r} has no running kernel to checkpoint", status=409)
+        await self._prepare(path, "checkpoint")
         op = self._begin(path, "checkpoint")
-        self._spawn(self._run_checkpoint(session, op))
+        self._spawn(self._run_checkpoint(self.store.sessions[path], op), op)
         return op
 
     async def resume(self, path: str, checkpoint_id: str | None = None) -> Operation:
-        await self.sync()
-        session = self.store.get(path)
-        if session.busy:
-            raise OperationInProgress(path, session.operation)
-        if session.state not in (State.PAUSED, State.FAILED):
+        session, _ = await self._prepare(path, "resume")
+        available = [c["id"] for c in await self.list_checkpoints(path)]
+        if not await self._notebook_exists(path):
+            kept = f"Its checkpoints are kept ({', '.join(available)}): " if available else ""
             raise PauseError(
-                f"{path!r} is {session.state.value}; only a paused notebook resumes", status=409
+                f"the notebook {path!r} was deleted, so it cannot be resumed. {kept}"
+                f"to restore one into another notebook, run `%restore --notebook {path} "
+                "[checkpoint id]` there.",
+                status=404,
             )
-        available = [c["id"] for c in self.list_checkpoints(path)]
         if not available:
             raise PauseError(f"{path!r} has no checkpoint to resume from", status=409)
         if checkpoint_id is not None and checkpoint_id not in available:
@@ -300,20 +467,165 @@ class PauseManager:
                 f"{path!r} has no checkpoint {checkpoint_id!r}; it has {', '.join(available)}",
                 status=404,
             )
+        if session.busy:  # claimed while we listed (a thread), by another request
+            raise OperationInProgress(path, session.operation)
         op = self._begin(path, "resume", checkpoint_id=checkpoint_id)
+        session = self.store.sessions[path]
         self._record(EventType.RESUME_REQUESTED, session, op)
-        self._spawn(self._run_resume(session, op, checkpoint_id))
+        self._spawn(self._run_resume(session, op, checkpoint_id), op)
         return op
 
     def _begin(self, path: str, kind: str, **options: Any) -> Operation:
-        op = self.store.begin(path, kind, **options)  # raises OperationInProgress
+        """Claim the session (single flight); a claim that cannot be persisted
+        is rolled back and refused with 503, and the session stays free."""
+        try:
+            op = self.store.begin(path, kind, owner=self.owner, **options)
+        except PersistenceError as e:
+            raise PauseError(str(e), status=503) from e
         self.operations[op.id] = op
         return op
 
-    def _spawn(self, coro) -> None:
+    def _spawn(self, coro, op: Operation | None = None) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if op is not None:
+            self._running[op.id] = task
+            task.add_done_callback(lambda _: self._running.pop(op.id, None))
+
+    # ------------------------------------------------------------ recovery
+
+    async def _notebook_exists(self, path: str) -> bool:
+        try:
+            return bool(await maybe_await(self.contents_manager.file_exists(path)))
+        except Exception:  # the contents manager refuses hidden or outside paths
+            return False
+
+    def _abandoned(self, session: Session) -> bool:
+        """Whether the session's running operation has nobody left to finish it:
+        this process without a task for it (a task that ended without
+        finishing it), a server process on this machine that no longer exists,
+        or an owner elsewhere whose lease expired."""
+        op = session.operation
+        if op.owner == self.owner:
+            return op.id not in self._running
+        host, _, rest = op.owner.partition(":")
+        pid = rest.partition(":")[0]
+        if host == socket.gethostname() and pid.isdigit():
+            return int(pid) == os.getpid() or not _process_exists(int(pid))
+        return op.lease_expired()
+
+    async def recover(self) -> None:
+        """At start-up: resolve every operation a previous server left running,
+        and clean the temp folders of checkpoint writers that died with it."""
+        try:
+            for session in self.store.unfinished(self.owner):
+                if self._abandoned(session):
+                    await self._resolve(session, "the server stopped during it")
+            await self._in_thread(self._clean_dead_writers)
+        finally:
+            self.recovered.set()
+
+    def _clean_dead_writers(self) -> None:
+        """Remove temp folders of dead checkpoint writers in every notebook folder,
+        skipping folders whose lock a live writer holds (never wait for it)."""
+        root = checkpoint_paths.checkpoint_root(self.checkpoint_dir)
+        if not root.is_dir():
+            return
+        for folder in root.iterdir():
+            if folder.is_symlink() or not folder.is_dir():
+                continue
+            try:
+                with checkpoint_store.locked(folder, timeout=0):
+                    checkpoint_store.gc(folder, locked_already=True)
+            except (CheckpointError, OSError) as e:
+                self.log.info("jupyter-pause: %s not cleaned now: %s", folder, e)
+
+    async def _resolve(self, session: Session, why: str) -> None:
+        """End an abandoned operation with the truth: was its checkpoint committed
+        (the manifest carries the operation's id), is the kernel alive?"""
+        op = session.operation
+        self._resolving.add(op.id)  # a second request meanwhile gets 409, not a second resolve
+        try:
+            await self._settle(session, op, why)
+        finally:
+            self._resolving.discard(op.id)
+
+    async def _settle(self, session: Session, op: Operation, why: str) -> None:
+        path = session.path
+        alive = (
+            session.kernel_id is not None and self.execution_state(session.kernel_id) is not None
+        )
+        try:
+            listing = await self._in_thread(self._list_checkpoints, path, private=True)
+        except PauseError:
+            listing = []
+        committed = next(
+            (c for c in listing if (c.get("metadata") or {}).get("operation_id") == op.id), None
+        )
+        ids = [c["id"] for c in listing]
+        said = f"the {op.kind} {op.id} did not finish ({why})"
+        if committed is not None:
+            session.last_checkpoint = {
+                "id": committed["id"],
+                "time": time.time(),
+                "bytes": committed["bytes"],
+            }
+            session.pause_nonce = (committed.get("metadata") or {}).get("pause_nonce")
+        if not alive:
+            if session.kernel_id:
+                self.activity.unwatch(session.kernel_id)
+            session.kernel_id = None
+        if op.kind == "resume":
+            if alive:
+                to, error = (
+                    State.FAILED,
+                    (
+                        f"{said}; the kernel may hold a partial restore: resume again to restore "
+                        f"from {', '.join(ids) or 'a checkpoint'}"
+                    ),
+                )
+            else:
+                to, error = (
+                    State.PAUSED,
+                    f"{said}; nothing was restored and the checkpoints are intact: resume again",
+                )
+        elif alive:
+            saved = f"; checkpoint {committed['id']} was saved" if committed else ""
+            to, error = (
+                State.RUNNING,
+                f"{said}; nothing was shut down and the kernel keeps running{saved}",
+            )
+        elif committed is not None:
+            to, error = State.PAUSED, None
+            op.messages.append(
+                f"The server stopped during the {op.kind}, after checkpoint {committed['id']} "
+                "was committed and with the kernel gone: the notebook is paused."
+            )
+        else:
+            offer = (
+                f"Checkpoints you can resume from: {', '.join(ids)}"
+                if ids
+                else "There is no checkpoint to resume from."
+            )
+            to, error = (
+                State.FAILED,
+                (
+                    f"{said} before its checkpoint was committed, and the kernel stopped with it: "
+                    f"its unsaved state is lost. {offer}"
+                ),
+            )
+        try:
+            self._move(session, to, op, error=error)
+        except InvalidTransition:
+            self._move(session, State.FAILED, op, error=error or said)
+        if error:
+            self._fail(session, op, error)
+        else:
+            if op.kind == "pause":
+                self._record(EventType.PAUSED, session, op)
+            self._finish(session, op)
+        self.log.warning("jupyter-pause: %s %s", path, error or op.messages[-1])
 
     # ------------------------------------------------------------- pausing
 
@@ -408,7 +720,7 @@ class PauseManager:
         if session.kernel_id:
             try:
                 km = self.kernel_manager.get_kernel(session.kernel_id)
-                nonce = await call_in_kernel(km, "live_nonce", timeout=30)
+                nonce = await self.call(km, "live_nonce", timeout=30)
             except (KernelCallError, KeyError):
                 nonce = None
         if nonce and nonce == session.pause_nonce:
@@ -443,11 +755,11 @@ class PauseManager:
             self._record(EventType.KERNEL_INTERRUPTED, session, op)
             await self._wait_idle(kernel_id, 30)
 
-    def execution_state(self, kernel_id: str) -> str | None:
-        try:
-            return self.kernel_manager.get_kernel(kernel_id).execution_state
-        except KeyError:
+    def execution_state(self, kernel_id: str | None) -> str | None:
+        """The kernel's execution state, or None when the server has no such kernel."""
+        if kernel_id is None or kernel_id not in self.kernel_manager:
             return None
+        return self.kernel_manager.get_kernel(kernel_id).execution_state
 
     async def _wait_idle(self, kernel_id: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -469,7 +781,7 @@ class PauseManager:
         nonce = uuid.uuid4().hex if pause else None
         try:
             km = self.kernel_manager.get_kernel(session.kernel_id)
-            result = await call_in_kernel(
+            result = await self.call(
                 km,
                 "checkpoint",
                 timeout=self.kernel_call_timeout,
@@ -477,7 +789,11 @@ class PauseManager:
                 dir=self.checkpoint_dir,
                 nonce=nonce,
                 keep=self.keep_checkpoints,
+                operation=op.id,
             )
+        except KernelDied as e:
+            await self._kernel_died(session, op, str(e), report=report)
+            return False
         except (KernelCallError, KeyError) as e:
             error = f"checkpoint failed, so the notebook was not paused and its kernel keeps running: {e}"
             self._record(EventType.CHECKPOINT_FAILED, session, op, error=str(e))
@@ -515,6 +831,54 @@ class PauseManager:
             gpus=result.get("gpus"),
         )
         return True
+
+    async def _kernel_died(
+        self, session: Session, op: Operation, how: str, *, report: bool
+    ) -> None:
+        """The kernel died while it wrote a checkpoint: say so, and name the
+        checkpoint that is intact.  If Jupyter restarted it, the session keeps
+        the fresh kernel (resume restores into it); nothing is paused."""
+        kernel_id = session.kernel_id
+        try:
+            ids = [c["id"] for c in await self.list_checkpoints(session.path)]
+        except PauseError:
+            ids = []
+        intact = (
+            f"The last checkpoint, {ids[0]}, is intact: resume to restore it."
+            if ids
+            else "There is no earlier checkpoint to restore."
+        )
+        error = (
+            f"the kernel died during the checkpoint ({how}): its unsaved state is lost and "
+            f"nothing was paused. {intact}"
+        )
+        self._record(EventType.CHECKPOINT_FAILED, session, op, error=error)
+        self._record(EventType.KERNEL_STOPPED, session, op, stopped_by="died")
+        self.activity.unwatch(kernel_id)
+        op.step = "waiting for Jupyter to restart the kernel"
+        if await self._restarted(kernel_id):
+            session.live_state = LiveState.FRESH  # the same kernel id, an empty process
+        else:
+            session.kernel_id = None
+        self._move(session, State.FAILED, op, error=error)
+        if report:
+            self._fail(session, op, error)
+
+    async def _restarted(self, kernel_id: str, timeout: float = 30) -> bool:
+        """Whether Jupyter's restarter brings a dead kernel back (as a fresh
+        process under the same id), so the session reports the kernel it
+        really has: resume then restores into it."""
+        deadline = time.monotonic() + timeout
+        while kernel_id in self.kernel_manager:
+            km = self.kernel_manager.get_kernel(kernel_id)
+            if not getattr(km, "autorestart", False):
+                return False
+            if await km.is_alive():
+                return True
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.2)
+        return False
 
     async def _run_checkpoint(self, session: Session, op: Operation) -> None:
         previous = session.state
@@ -573,7 +937,7 @@ class PauseManager:
             self._move(session, State.RESTORING, op, "restoring the checkpoint")
             self._record(EventType.RESTORE_STARTED, session, op)
             km = self.kernel_manager.get_kernel(kernel_id)
-            result = await call_in_kernel(
+            result = await self.call(
                 km,
                 "restore",
                 timeout=self.kernel_call_timeout,
@@ -581,7 +945,7 @@ class PauseManager:
                 dir=self.checkpoint_dir,
                 checkpoint_id=checkpoint_id,
             )
-            nonce = await call_in_kernel(km, "live_nonce", timeout=30)
+            nonce = await self.call(km, "live_nonce", timeout=30)
             session.live_state = (
                 LiveState.RESTORED if nonce and nonce == session.pause_nonce else LiveState.FRESH
             )
@@ -606,7 +970,7 @@ class PauseManager:
             self._finish(session, op)
         except Exception as e:
             error = str(e)
-            others = self._alternatives(path, checkpoint_id)
+            others = await self._alternatives(path, checkpoint_id)
             if others:
                 error += f". Checkpoints you can resume from instead: {', '.join(others)}"
             self._record(EventType.RESTORE_FAILED, session, op, error=str(e))
@@ -621,10 +985,14 @@ class PauseManager:
 
     # -------------------------------------------------------------- helpers
 
-    def _alternatives(self, path: str, failed_id: str | None) -> list[str]:
+    async def _alternatives(self, path: str, failed_id: str | None) -> list[str]:
         """Checkpoints to offer after a failed resume, newest first: never the one that just
         failed (the newest sound one, when none was named), never a damaged or untrusted one."""
-        sound = [c["id"] for c in self.list_checkpoints(path) if c["status"] == "ok"]
+        try:
+            listing = await self.list_checkpoints(path)
+        except (PauseError, ValueError):
+            return []
+        sound = [c["id"] for c in listing if c["status"] == "ok"]
         failed_id = failed_id or (sound[0] if sound else None)
         return [c for c in sound if c != failed_id]
 
@@ -658,20 +1026,36 @@ class PauseManager:
         error: str | None = None,
     ) -> None:
         previous = session.move(to, error=error)
-        if op is not None and step:
-            op.step = step
-        self.store.save()
+        if op is not None:
+            op.heartbeat = time.time()
+            if step:
+                op.step = step
+        self._save()
         if previous != to:
             self._record(
                 EventType.STATE_CHANGED, session, op, **{"from": previous.value, "to": to.value}
             )
 
+    def _save(self) -> None:
+        """Persist the sessions.  Once an operation is claimed, a failed write
+        (a full disk) must not stop it half way: the state in memory is the
+        truth, and the next write carries it."""
+        try:
+            self.store.save()
+        except OSError as e:
+            self.log.error("jupyter-pause: could not save %s: %s", self.store.path, e)
+
     def _finish(self, session: Session, op: Operation) -> None:
         op.step = "done"
-        self.store.finish(session.path)
+        op.finished = time.time()
+        op.outcome = "succeeded"
+        self._save()
 
     def _fail(self, session: Session, op: Operation, error: str) -> None:
-        self.store.finish(session.path, error=error)
+        op.finished = time.time()
+        op.outcome = "failed"
+        op.error = error
+        self._save()
         self._record(EventType.OPERATION_FAILED, session, op, operation=op.kind, error=error)
 
     def _unexpected(self, session: Session, op: Operation, error: Exception) -> None:
@@ -703,10 +1087,41 @@ class PauseManager:
             **data,
         )
 
+    def start(self) -> None:
+        """Keep the leases of this process's running operations alive."""
+        self._heartbeat = asyncio.ensure_future(self._beat())
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(LEASE_INTERVAL)
+            now = time.time()
+            mine = [
+                s.operation
+                for s in self.store.sessions.values()
+                if s.busy and s.operation.owner == self.owner
+            ]
+            for op in mine:
+                op.heartbeat = now
+            if mine:
+                self._save()  # on the loop: the sessions must not change while serialised
+
     async def close(self) -> None:
+        self._closed = True
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
         for task in list(self._tasks):
             task.cancel()
         self.activity.close()
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 async def maybe_await(value):

@@ -1,0 +1,183 @@
+"""Fakes for the Jupyter Server parts the PauseManager talks to, so that the
+lifecycle and the manager can be tested without a server.
+
+The checkpoint files are real: the fake kernel's "checkpoint" and "restore"
+run the real engine on a plain dict as the namespace.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from pathlib import Path
+
+from jupyter_pause.backends.base import PauseBackend
+from jupyter_pause.engine import api as engine
+from jupyter_pause.ledger import Ledger
+from jupyter_pause.lifecycle import SessionStore
+from jupyter_pause.server.kernels import KernelCallError
+from jupyter_pause.server.manager import PauseManager
+
+_ids = itertools.count(1)
+
+
+class FakeKernel:
+    def __init__(self, kernel_id: str, namespace: dict | None = None):
+        self.kernel_id = kernel_id
+        self.execution_state = "idle"
+        self.namespace = namespace if namespace is not None else {}
+        self.nonce = None
+
+
+class FakeKernelManager:
+    def __init__(self):
+        self.kernels: dict[str, FakeKernel] = {}
+
+    def start(self, namespace: dict | None = None) -> str:
+        kernel_id = f"kernel-{next(_ids)}"
+        self.kernels[kernel_id] = FakeKernel(kernel_id, namespace)
+        return kernel_id
+
+    def get_kernel(self, kernel_id: str) -> FakeKernel:
+        return self.kernels[kernel_id]
+
+    def __contains__(self, kernel_id) -> bool:
+        return kernel_id in self.kernels
+
+    async def shutdown_kernel(self, kernel_id: str, now: bool = False) -> None:
+        del self.kernels[kernel_id]
+
+    async def interrupt_kernel(self, kernel_id: str) -> None:
+        self.kernels[kernel_id].execution_state = "idle"
+
+
+class FakeSessionManager:
+    """Jupyter's notebook sessions: path -> kernel id."""
+
+    def __init__(self, kernel_manager: FakeKernelManager):
+        self.kernel_manager = kernel_manager
+        self.paths: dict[str, str] = {}
+
+    async def list_sessions(self) -> list[dict]:
+        return [
+            {"path": path, "kernel": {"id": kid, "name": "python3", "execution_state": "idle"}}
+            for path, kid in self.paths.items()
+            if kid in self.kernel_manager
+        ]
+
+    async def create_session(self, path, name, type, kernel_name):
+        kernel_id = self.kernel_manager.start()
+        self.paths[path] = kernel_id
+        return {"path": path, "kernel": {"id": kernel_id, "name": kernel_name}}
+
+
+class FakeContentsManager:
+    def __init__(self, files=()):
+        self.files = set(files)
+
+    def file_exists(self, path: str) -> bool:
+        return path in self.files
+
+
+class FakeActivity:
+    """The ActivityMonitor's interface, without IOPub."""
+
+    def __init__(self):
+        self.listeners = []
+        self.kernels = {}
+
+    def watch(self, kernel_id, path):
+        from jupyter_pause.server.activity import KernelActivity
+
+        return self.kernels.setdefault(kernel_id, KernelActivity(kernel_id=kernel_id, path=path))
+
+    def unwatch(self, kernel_id):
+        self.kernels.pop(kernel_id, None)
+
+    def for_path(self, path):
+        return next((a for a in self.kernels.values() if a.path == path), None)
+
+    def close(self):
+        self.kernels.clear()
+
+
+class FakeBackend(PauseBackend):
+    name = "fake"
+
+    async def release(self, sessions, shutdown_kernel):
+        for session in sessions:
+            if session.kernel_id:
+                await shutdown_kernel(session.kernel_id)
+        return {"released_at": time.time()}
+
+
+def kernel_call(checkpoint_dir: Path):
+    """``call_in_kernel`` for fake kernels: the real engine on the kernel's dict."""
+
+    async def call(kernel: FakeKernel, function: str, timeout: float = 60, **kw):
+        if function == "checkpoint":
+            metadata = {
+                k: v
+                for k, v in (
+                    ("pause_nonce", kw.get("nonce")),
+                    ("operation_id", kw.get("operation")),
+                )
+                if v
+            }
+            try:
+                result = engine.checkpoint(
+                    dir=checkpoint_dir,
+                    notebook=kw["notebook"],
+                    keep=kw.get("keep"),
+                    metadata=metadata,
+                    progress=False,
+                    namespace=kernel.namespace,
+                )
+            except Exception as e:
+                raise KernelCallError(f"{type(e).__name__}: {e}") from e
+            kernel.nonce = kw.get("nonce") or kernel.nonce
+            return {
+                "id": result.id,
+                "bytes": result.bytes_total,
+                "bytes_written": result.bytes_written,
+                "seconds": result.seconds,
+                "skipped": {},
+            }
+        if function == "restore":
+            result = engine.restore(
+                kw.get("checkpoint_id"),
+                dir=checkpoint_dir,
+                notebook=kw["notebook"],
+                namespace=kernel.namespace,
+                progress=False,
+            )
+            return {"id": result.id, "bytes": result.bytes_read, "seconds": result.seconds}
+        if function == "live_nonce":
+            return kernel.nonce
+        raise AssertionError(function)
+
+    return call
+
+
+def make_manager(tmp_path: Path, notebooks=("nb.ipynb",), store: SessionStore | None = None):
+    """A PauseManager over fakes, its checkpoints and session file under ``tmp_path``."""
+    kernels = FakeKernelManager()
+    checkpoint_dir = tmp_path / "checkpoints"
+    manager = PauseManager(
+        kernel_manager=kernels,
+        session_manager=FakeSessionManager(kernels),
+        contents_manager=FakeContentsManager(notebooks),
+        store=store or SessionStore(tmp_path / "sessions.json"),
+        ledger=Ledger(),
+        backend=FakeBackend(),
+        checkpoint_dir=str(checkpoint_dir),
+        keep_checkpoints=3,
+        kernel_call_timeout=60,
+        idle_wait_timeout=60,
+        log=logging.getLogger("test"),
+        activity=FakeActivity(),
+        call=kernel_call(checkpoint_dir),
+    )
+    manager.recovered.set()  # nothing to recover unless a test calls recover()
+    return manager

@@ -1,0 +1,26 @@
+"""Backends that stop at a chosen point, so a test can inject a fault there.
+
+Loaded by a real server started in a subprocess
+(``--PauseApp.backend_class=tests.fault_backends.GatedRelease``).
+"""
+
+import asyncio
+from pathlib import Path
+
+from traitlets import Unicode
+
+from jupyter_pause.backends.local import LocalBackend
+
+
+class GatedRelease(LocalBackend):
+    """The local backend, but ``release`` (state ``pausing``, the checkpoint
+    committed) announces itself with ``<gate>/releasing`` and goes on only
+    once ``<gate>/release`` exists."""
+
+    gate = Unicode(config=True, help="The folder of the gate files.")
+
+    async def release(self, sessions, shutdown_kernel):
+        Path(self.gate, "releasing").touch()
+        while not Path(self.gate, "release").exists():
+            await asyncio.sleep(0.05)
+        return await super().release(sessions, shutdown_kernel)

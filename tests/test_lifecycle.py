@@ -1,0 +1,335 @@
+"""The lifecycle and the manager without a server: every state × operation,
+recovery of abandoned operations, leases, claims that cannot be persisted."""
+
+import asyncio
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jupyter_pause.engine import api as engine
+from jupyter_pause.lifecycle import (
+    OPERATION_STATES,
+    TRANSITIONS,
+    LiveState,
+    Operation,
+    OperationInProgress,
+    PersistenceError,
+    Session,
+    SessionStore,
+    State,
+)
+from jupyter_pause.server.manager import PauseError
+
+from .fakes import make_manager
+
+NB = "nb.ipynb"
+
+
+async def settle(manager):
+    """Wait for every operation task the manager started."""
+    while manager._tasks:
+        await asyncio.gather(*list(manager._tasks), return_exceptions=True)
+
+
+def with_session(manager, state: State, *, kernel: bool, operation: Operation | None = None):
+    session = manager.store.get(NB)
+    session.state = state
+    if kernel:
+        session.kernel_id = manager.kernel_manager.start({"x": 41})
+        manager.session_manager.paths[NB] = session.kernel_id
+    session.operation = operation
+    return session
+
+
+def earlier_checkpoint(manager, value=1):
+    return engine.checkpoint(
+        dir=manager.checkpoint_dir, notebook=NB, namespace={"x": value}, progress=False
+    ).id
+
+
+# What each operation does from each state (with a live kernel exactly when the
+# state has one, a checkpoint on disk, and nothing else running): the state it
+# ends in, or the HTTP status it is refused with.
+EXPECTED = {
+    (State.RUNNING, "pause"): State.PAUSED,
+    (State.RUNNING, "checkpoint"): State.RUNNING,
+    (State.RUNNING, "resume"): 409,
+    (State.READY, "pause"): State.PAUSED,
+    (State.READY, "checkpoint"): State.READY,  # it said "checkpointing -> ready"
+    (State.READY, "resume"): 409,
+    (State.PAUSED, "pause"): 409,
+    (State.PAUSED, "checkpoint"): 409,
+    (State.PAUSED, "resume"): State.READY,
+    (State.FAILED, "pause"): 409,  # no kernel
+    (State.FAILED, "checkpoint"): 409,  # no kernel
+    (State.FAILED, "resume"): State.READY,
+}
+BUSY = [State.CHECKPOINTING, State.PAUSING, State.RESUMING, State.WAITING_FOR_CAPACITY]
+BUSY.append(State.RESTORING)
+
+
+async def start(manager, kind):
+    if kind == "pause":
+        return await manager.pause(NB)
+    if kind == "checkpoint":
+        return await manager.checkpoint(NB)
+    return await manager.resume(NB)
+
+
+@pytest.mark.parametrize("kind", ["pause", "checkpoint", "resume"])
+@pytest.mark.parametrize("state", list(State))
+async def test_every_state_and_operation(tmp_path, state, kind):
+    manager = make_manager(tmp_path)
+    earlier_checkpoint(manager)
+    running = None
+    if state in BUSY:
+        # an operation another live server runs (its lease is fresh)
+        running = Operation(kind="pause", path=NB, owner="elsewhere:1:x")
+    with_session(manager, state, kernel=state.has_kernel, operation=running)
+
+    if state in BUSY:
+        with pytest.raises(OperationInProgress):
+            await start(manager, kind)
+        assert manager.store.sessions[NB].state == state
+        return
+    expected = EXPECTED[(state, kind)]
+    if expected == 409:
+        with pytest.raises(PauseError) as refused:
+            await start(manager, kind)
+        assert refused.value.status == 409
+        assert manager.store.sessions[NB].state == state
+        assert not manager.store.sessions[NB].busy
+        return
+    op = await start(manager, kind)
+    await settle(manager)
+    assert op.outcome == "succeeded", op.error
+    assert manager.store.sessions[NB].state == expected
+
+
+def test_the_operation_table_only_names_states_a_claim_can_leave():
+    for kind, states in OPERATION_STATES.items():
+        first = {"pause": State.CHECKPOINTING, "checkpoint": State.CHECKPOINTING}.get(
+            kind, State.RESUMING
+        )
+        for state in states:
+            assert first in TRANSITIONS[state] or state == State.FAILED, (kind, state)
+
+
+async def test_a_checkpoint_right_after_a_resume_keeps_the_session_ready(tmp_path):
+    manager = make_manager(tmp_path)
+    earlier_checkpoint(manager)
+    with_session(manager, State.PAUSED, kernel=False)
+    await manager.resume(NB)
+    await settle(manager)
+    assert manager.store.sessions[NB].state == State.READY
+
+    op = await manager.checkpoint(NB)
+    await settle(manager)
+    assert op.outcome == "succeeded", op.error
+    assert manager.store.sessions[NB].state == State.READY
+    assert len(engine.list_checkpoints(dir=manager.checkpoint_dir, notebook=NB)) == 2
+
+
+# ------------------------------------------------------------------ recovery
+
+
+def dead_owner() -> str:
+    """The lease owner of a server process on this machine that has exited."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return f"{socket.gethostname()}:{process.pid}:gone"
+
+
+def abandoned(manager, kind, state, *, kernel, committed, earlier=True):
+    """A session as a server killed mid-``kind`` left it in the session file."""
+    if earlier:
+        earlier_checkpoint(manager)
+    op = Operation(kind=kind, path=NB, owner=dead_owner())
+    session = with_session(manager, state, kernel=kernel, operation=op)
+    if not kernel:
+        session.kernel_id = "kernel-of-the-dead-server"
+    if committed:
+        time.sleep(1.05)  # checkpoint ids have a resolution of one second
+        engine.checkpoint(
+            dir=manager.checkpoint_dir,
+            notebook=NB,
+            namespace={"x": 2},
+            metadata={"operation_id": op.id, "pause_nonce": "n"},
+            progress=False,
+        )
+    return session, op
+
+
+@pytest.mark.parametrize(
+    "kind, state, kernel, committed, ends, outcome",
+    [
+        ("pause", State.CHECKPOINTING, False, False, State.FAILED, "failed"),
+        ("pause", State.CHECKPOINTING, False, True, State.PAUSED, "succeeded"),
+        ("pause", State.PAUSING, False, True, State.PAUSED, "succeeded"),
+        ("pause", State.CHECKPOINTING, True, False, State.RUNNING, "failed"),
+        ("pause", State.PAUSING, True, True, State.RUNNING, "failed"),
+        ("checkpoint", State.CHECKPOINTING, False, False, State.FAILED, "failed"),
+        ("checkpoint", State.CHECKPOINTING, True, True, State.RUNNING, "failed"),
+        ("resume", State.RESTORING, False, False, State.PAUSED, "failed"),
+        ("resume", State.WAITING_FOR_CAPACITY, False, False, State.PAUSED, "failed"),
+        ("resume", State.RESTORING, True, False, State.FAILED, "failed"),
+    ],
+)
+async def test_start_up_resolves_what_a_dead_server_left_running(
+    tmp_path, kind, state, kernel, committed, ends, outcome
+):
+    manager = make_manager(tmp_path)
+    session, op = abandoned(manager, kind, state, kernel=kernel, committed=committed)
+
+    await manager.recover()
+
+    assert session.state == ends
+    assert op.outcome == outcome and op.finished
+    assert not session.busy
+    if ends == State.FAILED and not kernel:
+        # the truth: the state is lost, and which checkpoint to resume from
+        earlier = engine.list_checkpoints(dir=manager.checkpoint_dir, notebook=NB)[0].id
+        assert "lost" in session.error and earlier in session.error
+    if ends == State.PAUSED and committed:
+        assert session.kernel_id is None
+        assert (
+            session.last_checkpoint["id"]
+            == engine.list_checkpoints(dir=manager.checkpoint_dir, notebook=NB)[-1].id
+        )
+    if kernel:
+        assert session.kernel_id in manager.kernel_manager
+    # and the notebook is free again: the next operation is not refused with 409
+    if ends in (State.PAUSED, State.FAILED) and not kernel:
+        await manager.resume(NB)
+        await settle(manager)
+        assert session.state == State.READY
+
+
+async def test_a_failed_pause_without_any_checkpoint_says_there_is_none(tmp_path):
+    manager = make_manager(tmp_path)
+    session, _ = abandoned(
+        manager, "pause", State.CHECKPOINTING, kernel=False, committed=False, earlier=False
+    )
+    await manager.recover()
+    assert session.state == State.FAILED
+    assert "no checkpoint to resume from" in session.error
+
+
+async def test_a_live_lease_is_respected_and_an_expired_one_is_taken_over(tmp_path):
+    manager = make_manager(tmp_path)
+    earlier_checkpoint(manager)
+    op = Operation(kind="checkpoint", path=NB, owner="other-server:7:alive")
+    session = with_session(manager, State.CHECKPOINTING, kernel=True, operation=op)
+
+    await manager.recover()  # at start-up, too: another live server owns it
+    with pytest.raises(OperationInProgress):
+        await manager.checkpoint(NB)
+    assert session.busy
+
+    op.heartbeat = time.time() - 3600  # its owner stopped renewing the lease
+    new = await manager.checkpoint(NB)
+    await settle(manager)
+    assert op.outcome == "failed" and "lease" in op.error
+    assert new.outcome == "succeeded", new.error
+    assert session.state == State.RUNNING
+
+
+async def test_an_operation_of_this_server_without_a_task_is_not_stuck(tmp_path):
+    manager = make_manager(tmp_path)
+    earlier_checkpoint(manager)
+    op = Operation(kind="pause", path=NB, owner=manager.owner)
+    with_session(manager, State.CHECKPOINTING, kernel=True, operation=op)
+    new = await manager.checkpoint(NB)
+    await settle(manager)
+    assert op.outcome == "failed"
+    assert new.outcome == "succeeded", new.error
+
+
+# ------------------------------------------------------ claims and persistence
+
+
+def test_a_claim_that_cannot_be_saved_is_rolled_back(tmp_path):
+    store = SessionStore(tmp_path / "sessions.json")
+    store.get(NB).state = State.RUNNING
+    store.save()
+    before = (tmp_path / "sessions.json").read_text()
+    # the session file cannot be replaced: a real OSError from the file system
+    (tmp_path / "sessions.json").unlink()
+    (tmp_path / "sessions.json").mkdir()
+    (tmp_path / "sessions.json" / "blocker").write_text(before)
+
+    with pytest.raises(PersistenceError, match="nothing was started"):
+        store.begin(NB, "pause")
+    assert not store.sessions[NB].busy
+    with pytest.raises(PersistenceError):
+        store.begin("new.ipynb", "checkpoint")
+    assert "new.ipynb" not in store.sessions
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".sessions-")]
+
+    (tmp_path / "sessions.json" / "blocker").unlink()
+    (tmp_path / "sessions.json").rmdir()
+    op = store.begin(NB, "pause")  # not 409: nothing was left claimed
+    assert store.sessions[NB].operation is op
+
+
+def test_sessions_round_trip_with_their_lease():
+    session = Session(path=NB, state=State.READY, live_state=LiveState.FRESH)
+    session.operation = Operation(kind="pause", path=NB, owner="me:1:x", heartbeat=12.5)
+    again = Session.from_json(session.to_json())
+    assert again.operation.owner == "me:1:x" and again.operation.heartbeat == 12.5
+    assert again.state == State.READY and again.live_state == LiveState.FRESH
+
+
+# ------------------------------------------------------------- the idle watcher
+
+
+async def test_the_idle_watcher_acts_only_through_the_operations_it_is_given(tmp_path):
+    from jupyter_pause.idle import load_classes
+    from jupyter_pause.server.idle import IdleWatcher
+
+    manager = make_manager(tmp_path)
+    session = with_session(manager, State.RUNNING, kernel=True)
+    idle_since = time.time() - 100
+    manager.activity.watch(session.kernel_id, NB).reset_clock(idle_since)
+    watcher = IdleWatcher(
+        operations=manager,
+        store=manager.store,
+        activity=manager.activity,
+        ledger=manager.ledger,
+        kernel_manager=manager.kernel_manager,
+        contents_manager=manager.contents_manager,
+        classes=load_classes(
+            {"gpu-interactive": {"idle_threshold": 60, "min_running_time": 0, "warn_before": 0}}
+        ),
+        default_class="gpu-interactive",
+        interval=3600,
+        log=manager.log,
+    )
+
+    await watcher.check()
+    await settle(manager)
+
+    assert session.state == State.PAUSED
+    (requested,) = manager.ledger.events(types=["pause-requested"])
+    assert requested.data["auto"] is True
+
+
+async def test_concurrent_claims_settle_an_abandoned_operation_once(tmp_path):
+    manager = make_manager(tmp_path)
+    session, op = abandoned(
+        manager, "checkpoint", State.CHECKPOINTING, kernel=True, committed=False
+    )
+    answers = await asyncio.gather(
+        *(manager.checkpoint(NB) for _ in range(5)), return_exceptions=True
+    )
+    await settle(manager)
+    started = [a for a in answers if isinstance(a, Operation)]
+    assert len(started) == 1, answers
+    assert all(isinstance(a, OperationInProgress) for a in answers if a not in started)
+    assert op.outcome == "failed"
+    failures = manager.ledger.events(types=["operation-failed"])
+    assert [e.operation_id for e in failures] == [op.id]
+    assert started[0].outcome == "succeeded" and session.state == State.RUNNING

@@ -1,0 +1,139 @@
+"""The server is SIGKILLed in the middle of a pause or checkpoint and started
+again: every unfinished operation is resolved from the truth on disk and in
+the kernels, and the notebook can be worked with at once (real processes)."""
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from jupyter_pause.accounting.client import LocalServer
+from jupyter_pause.engine import paths
+
+from .helpers import gate_code
+
+REPO = Path(__file__).resolve().parent.parent
+NB = "nb.ipynb"
+
+pytestmark = pytest.mark.slow
+
+
+def wait_for(condition, timeout=120, what="the condition"):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout} s")
+        time.sleep(0.1)
+
+
+def process_gone(pid: int) -> bool:
+    """Exited (a zombie nobody reaped yet counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.fixture
+def server_factory(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    nb = {"cells": [], "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+          "nbformat": 4, "nbformat_minor": 5}  # fmt: skip
+    (root / NB).write_text(json.dumps(nb))
+    env = {
+        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+        "PYTHONPATH": str(REPO),
+    }
+    servers = []
+
+    def make(*extra_args):
+        server = LocalServer(root, tmp_path / "state", env=env, extra_args=list(extra_args))
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()
+
+
+def kill_server(server: LocalServer, kernel_pid: int) -> None:
+    """SIGKILL the server; its kernels notice their parent is gone and exit."""
+    server.process.send_signal(signal.SIGKILL)
+    server.process.wait(30)
+    wait_for(lambda: process_gone(kernel_pid), what="the orphaned kernel's exit")
+
+
+def start_notebook(client, code):
+    kernel_id = client.open_notebook(NB)["kernel"]["id"]
+    pid = client.evaluate(kernel_id, f"{code}\nimport os; print(os.getpid())")
+    return kernel_id, pid
+
+
+@pytest.mark.parametrize("kind", ["pause", "checkpoint"])
+def test_killed_during_the_kernels_write_the_notebook_ends_failed_with_what_to_resume(
+    server_factory, tmp_path, kind
+):
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    server = server_factory()
+    client = server.start()
+    kernel_id, pid = start_notebook(client, "x = 1")
+    assert client.wait(client.checkpoint(NB))["outcome"] == "succeeded"
+    earlier = client.session_status(NB)["last_checkpoint"]["id"]
+    assert client.execute(kernel_id, "x = 2\n" + gate_code(gate)).ok
+    op = client.pause(NB) if kind == "pause" else client.checkpoint(NB)
+    wait_for(lambda: (gate / "started").exists(), what="the checkpoint's write")
+    folder = paths.notebook_dir(server.checkpoint_dir, NB)
+    assert [p for p in folder.iterdir() if p.name.startswith(".tmp-")]  # mid-write
+
+    kill_server(server, pid)
+    client = server_factory().start()
+
+    session = client.session_status(NB)
+    assert session["state"] == "failed", session
+    assert session["operation"]["id"] == op["id"]
+    assert session["operation"]["outcome"] == "failed"
+    assert "lost" in session["error"] and earlier in session["error"]
+    # the dead writer's temp folder is gone already, not at the next checkpoint
+    assert not [p for p in folder.iterdir() if p.name.startswith(".tmp-")]
+    # and the notebook is not held: resume works at once (today: 409 forever)
+    resumed = client.wait(client.resume(NB))
+    assert resumed["outcome"] == "succeeded", resumed
+    kernel_id = client.session_status(NB)["kernel_id"]
+    assert client.evaluate(kernel_id, "print(x)") == 1
+
+
+def test_killed_while_pausing_after_the_checkpoint_the_notebook_ends_paused(
+    server_factory, tmp_path
+):
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    backend = (
+        "--PauseApp.backend_class=tests.fault_backends.GatedRelease",
+        f"--GatedRelease.gate={gate}",
+    )
+    server = server_factory(*backend)
+    client = server.start()
+    _, pid = start_notebook(client, "x = 2")
+    op = client.pause(NB)
+    wait_for(lambda: (gate / "releasing").exists(), what="the release of the accelerator")
+    assert client.session_status(NB)["state"] == "pausing"
+
+    kill_server(server, pid)
+    client = server_factory(*backend).start()
+
+    session = client.session_status(NB)
+    assert session["state"] == "paused", session
+    assert session["kernel_id"] is None
+    assert session["operation"]["id"] == op["id"]
+    assert session["operation"]["outcome"] == "succeeded"
+    assert session["last_checkpoint"]["id"] == client.checkpoints(NB)[0]["id"]
+    resumed = client.wait(client.resume(NB))
+    assert resumed["outcome"] == "succeeded", resumed
+    kernel_id = client.session_status(NB)["kernel_id"]
+    assert client.evaluate(kernel_id, "print(x)") == 2
