@@ -126,7 +126,7 @@ class Cluster:
         self.emu.stop()
 
     # -- waiting --
-    def wait_for(self, predicate, timeout: float = 5.0, what: str = "condition"):
+    def wait_for(self, predicate, timeout: float = 60.0, what: str = "condition"):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             value = predicate()

@@ -636,12 +636,15 @@ class KubeEmulator:
 
     def wait_while_frozen(self, token: str) -> bool:
         """Hold a request of a frozen process; ``False``: its pod is gone (token invalid)."""
-        ns, uid = self.bound[token]
+        ns = self.bound[token][0]
         with self.store.cond:
-            while uid in self.frozen and not self.stopping.is_set():
+            while (
+                self.bound[token][1] in self.frozen
+                and self._pod_alive(ns, self.bound[token][1])
+                and not self.stopping.is_set()
+            ):
                 self.store.cond.wait(timeout=0.1)
-            uid = self.bound[token][1]
-            return self._pod_alive(ns, uid)
+            return self._pod_alive(ns, self.bound[token][1])
 
     def rules_for(self, principal: str) -> list[dict] | None:
         """Role rules of a principal; a ServiceAccount's come from stored RoleBindings."""

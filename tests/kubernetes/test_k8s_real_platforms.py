@@ -160,9 +160,9 @@ def test_hung_checkpoint_is_seen_and_aborted_from_outside(
     process = cluster.process_context("sa-pod-snapshot", "nb-0")
     pausing = in_thread(
         lambda: asyncio.run(
-            pod_backend(cluster, context=process, snapshot_timeout=1.0).release(
-                sessions, shutdown_kernel
-            )
+            pod_backend(
+                cluster, context=process, snapshot_timeout=1.0, cleanup_timeout=1.0
+            ).release(sessions, shutdown_kernel)
         )
     )
     cluster.wait_for(lambda: ours(cluster) and not cluster.pod_ready(), what="frozen")
@@ -367,6 +367,21 @@ def test_api_errors_after_paused_true_are_not_a_failed_pause(cluster, sessions, 
     assert facts["workspace"] == WORKSPACE
     ann = cluster.emu.get("Workspace", NAMESPACE, WORKSPACE)["metadata"]["annotations"]
     assert ann["jupyter-pause.io/state"] == "paused"
+
+
+def test_restored_copy_reloads_its_token(make_cluster, sessions, shutdown_kernel):
+    """Defect 5: right after a restore the old pod's token is refused (401) until reloaded."""
+    cluster = make_cluster(Scenario(restore_in_place=True))
+    cluster.add_gke_notebook()
+    restored = []
+
+    def after_restore(req):
+        return bool(cluster.ctl.restored_pods) and not restored.append(req) and len(restored) <= 2
+
+    cluster.emu.fail_next(2, code=401, match=after_restore)
+    facts = asyncio.run(pod_backend(cluster).release(sessions, shutdown_kernel))
+    assert facts["restored_from"] == "snapshot"
+    assert [r.code for r in cluster.emu.requests if r.code == 401] == [401, 401]
 
 
 # -- 7. gc never suggests deleting other tools' snapshots -------------------------------------------

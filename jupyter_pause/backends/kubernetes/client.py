@@ -21,6 +21,8 @@ against.
   after a few seconds would turn that into a failed pause.  Inside
   :func:`retrying_until` every request retries transient failures, with
   exponential backoff, until that deadline; outside it, ``retries`` times.
+  Inside it a 401 also reloads the credentials and retries: a pod restored
+  from a snapshot wakes up with the token of the pod it was taken from.
 """
 
 from __future__ import annotations
@@ -255,6 +257,12 @@ class KubeClient:
                 message, reason = _status_message(e)
                 status = e.status or 0
                 if (status == 429 or status >= 500) and self._wait_to_retry(attempt):
+                    continue
+                if status == 401 and _DEADLINE.get() is not None and self._wait_to_retry(attempt):
+                    # A pod restored from a snapshot holds the token of the pod it
+                    # was taken from; the kubelet mounts a new one: read it again.
+                    self.reset()
+                    fn = self._rebind(fn)
                     continue
                 cls = {404: NotFound, 409: Conflict, 403: Forbidden, 422: Invalid}.get(
                     status, KubeError
