@@ -591,9 +591,11 @@ def cmd_gc(client, args) -> int:
 
 
 def gc_checkpoints(root: str, older_than: float, *, dry_run: bool = False) -> dict[str, Any]:
-    """Delete application checkpoints older than ``older_than`` under ``root``.
+    """Delete this user's application checkpoints older than ``older_than`` under ``root``.
 
-    The newest checkpoint of each notebook is always kept: it is the way back
+    Only this user's part of the root is scanned (the root may be a volume several
+    users share; their checkpoints are never ours to expire). The newest checkpoint
+    of each notebook is always kept: it is the way back
     for a paused session whose snapshot is gone.  Uses the engine's store
     (which also drops blobs no checkpoint references any more).
     """
@@ -603,7 +605,7 @@ def gc_checkpoints(root: str, older_than: float, *, dry_run: bool = False) -> di
     from ..engine import paths
 
     out: dict[str, Any] = {"deleted": [], "kept": [], "errors": []}
-    base = Path(root).expanduser()
+    base = paths.user_root(Path(root).expanduser())
     if not base.is_dir():
         out["errors"].append(f"{base} is not a directory")
         return out

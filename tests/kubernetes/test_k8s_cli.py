@@ -12,6 +12,7 @@ from k8s_emulator import Scenario
 
 from jupyter_pause.backends.kubernetes import status as status_mod
 from jupyter_pause.backends.kubernetes.client import KubeClient
+from jupyter_pause.engine.paths import user_root
 
 
 def pause(cluster, sessions, shutdown_kernel):
@@ -307,11 +308,14 @@ def test_gc_dry_run_deletes_nothing(cluster, sessions, shutdown_kernel, capsys):
 
 def test_gc_checkpoints_keeps_the_newest(tmp_path, cluster, capsys):
     root = tmp_path / "checkpoints"
-    nb = root / "train.ipynb-0123456789"
+    mine = user_root(root)
+    nb = mine / "train.ipynb-0123456789"
     for cid in ("2020-01-01T00-00-00", "2020-01-02T00-00-00", "2099-01-01T00-00-00"):
         (nb / cid).mkdir(parents=True)
-    only = root / "eval.ipynb-0123456789" / "2020-01-01T00-00-00"
+    only = mine / "eval.ipynb-0123456789" / "2020-01-01T00-00-00"
     only.mkdir(parents=True)
+    theirs = user_root(root, "someone-else") / "train.ipynb-0123456789" / "2020-01-01T00-00-00"
+    theirs.mkdir(parents=True)
     rc, out = cli(
         cluster,
         "gc",
@@ -330,6 +334,7 @@ def test_gc_checkpoints_keeps_the_newest(tmp_path, cluster, capsys):
         "train.ipynb-0123456789/2020-01-02T00-00-00",
     ]
     assert only.exists() and (nb / "2099-01-01T00-00-00").exists()
+    assert theirs.exists(), "another user's checkpoints are never expired"
 
 
 def test_status_of_a_missing_workspace(cluster, capsys):
