@@ -238,14 +238,9 @@ c.JupyterHub.load_roles = {roles!r}
         req.add_header("Content-Type", "application/json")
         try:
             with urllib.request.urlopen(req, timeout=60) as response:
-                raw = response.read()
-                return response.status, (json.loads(raw) if raw.strip() else None)
+                return response.status, parsed(response.read())
         except urllib.error.HTTPError as e:
-            raw = e.read()
-            try:
-                return e.code, json.loads(raw)
-            except ValueError:
-                return e.code, raw.decode(errors="replace")
+            return e.code, parsed(e.read())
 
     def api(self, method: str, path: str, body: Any = None):
         return self.request(method, f"{self.url}/hub/api/{path}", body)
@@ -287,6 +282,16 @@ c.JupyterHub.load_roles = {roles!r}
             interval=0.1,
         )
         return time.monotonic()
+
+
+def parsed(raw: bytes):
+    """JSON, or the text of a page, or None for an empty body."""
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw.decode(errors="replace")
 
 
 def process_exited(pid: int) -> bool:
