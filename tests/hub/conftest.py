@@ -72,7 +72,9 @@ class Hub:
     into their home before their server starts.
     """
 
-    def __init__(self, base: Path, service: dict[str, Any] | None = None):
+    def __init__(
+        self, base: Path, service: dict[str, Any] | None = None, servers_may_stop: bool = True
+    ):
         if not Path(PROXY).exists():
             raise RuntimeError(
                 "configurable-http-proxy is not installed: run `make hub-proxy` "
@@ -89,6 +91,7 @@ class Hub:
         self.token = secrets.token_hex(16)
         self.service_token = secrets.token_hex(16)
         self.service = service
+        self.servers_may_stop = servers_may_stop
         self.process: subprocess.Popen | None = None
         self.log_path = self.dir / "hub.log"
 
@@ -124,12 +127,11 @@ class Hub:
     def write_config(self) -> Path:
         args = ["--allow-root"] if os.geteuid() == 0 else []
         services = [{"name": "test-admin", "api_token": self.token}]
+        server_scopes = ["users:activity!user", "access:servers!server"]
+        if self.servers_may_stop:
+            server_scopes.append("delete:servers!server")  # the one grant jupyter-pause needs
         roles = [
-            # servers may stop themselves: the one grant jupyter-pause needs
-            {
-                "name": "server",
-                "scopes": ["users:activity!user", "access:servers!server", "delete:servers!server"],
-            },
+            {"name": "server", "scopes": server_scopes},
             {
                 "name": "test-admin",
                 "scopes": ["admin:users", "admin:servers", "access:servers", "access:services"],
@@ -322,8 +324,8 @@ def jp_server_cleanup():
 def hub_factory(tmp_path):
     hubs: list[Hub] = []
 
-    def make(service: dict[str, Any] | None = None) -> Hub:
-        hub = Hub(tmp_path, service)
+    def make(service: dict[str, Any] | None = None, servers_may_stop: bool = True) -> Hub:
+        hub = Hub(tmp_path, service, servers_may_stop)
         hubs.append(hub)
         return hub
 

@@ -87,3 +87,30 @@ def test_pause_stops_the_server_and_the_next_start_resumes_the_notebook(hub_fact
         f"\nhub pause: request -> server stopped {stopped - requested:.2f} s; "
         f"start request -> first cell runnable {runnable - start:.2f} s"
     )
+
+
+def test_a_pause_the_hub_refuses_leaves_every_kernel_running_and_says_why(hub_factory):
+    hub = hub_factory(servers_may_stop=False)  # the Hub's default 'server' role
+    path = hub.add_notebook("alice")
+    hub.add_notebook("alice", "other.ipynb")
+    hub.start()
+    alice = hub.spawn("alice")
+    kernels = {}
+    for name, code in ((path, "x = 41"), ("other.ipynb", "y = 1")):
+        kernels[name] = alice.open_notebook(name)["kernel"]["id"]
+        assert alice.execute(kernels[name], code).ok
+
+    op = alice.wait(alice.pause(path), timeout=120)
+
+    assert op["outcome"] == "failed"
+    assert "403" in op["error"] and "delete:servers!server" in op["error"], op["error"]
+    assert "keeps running" in op["error"]
+    assert hub.server_model("alice")["ready"]
+    for name, kernel in kernels.items():
+        session = alice.session_status(name)
+        assert session["state"] == "running", session
+        assert session["kernel_id"] == kernel
+        assert session["last_checkpoint"]["id"]  # both were checkpointed first
+    assert alice.evaluate(kernels[path], "print(x + 1)") == 42
+    state = json.loads((hub.data_dir("alice") / "pause" / "jupyterhub.json").read_text())
+    assert state["state"] == "failed"
