@@ -40,7 +40,7 @@ from traitlets.config import Application
 
 from .. import __version__
 from .api import HubAPI, HubError, fetch_json
-from .policy import FALLBACKS, LIVE_STATES, decide, hub_idle_seconds, parse_time
+from .policy import FALLBACKS, decide
 
 log = logging.getLogger("jupyter_pause.hub")
 
@@ -198,7 +198,7 @@ class PauseService(Application):
             timeout=self.timeout,
             fallback=self.fallback,
         )
-        record["decision"] = decision.reason
+        record.update(decision=decision.reason, checked=now)
         self.records.save()
         if decision.action == "pause":
             self.start_pause(user["name"], name, server, decision.path, decision.reason, "idle")
@@ -301,59 +301,42 @@ class PauseService(Application):
             await asyncio.sleep(self.check_interval)
 
     async def servers(self) -> list[dict[str, Any]]:
-        """Every user's servers for the admin page: the Hub's view joined with ours."""
+        """Every user's servers for the admin page: the Hub's view joined with ours.
+
+        A server the Hub does not list is stopped; it is ``paused`` (or
+        ``culled``) when this service stopped it that way.
+        """
         now = time.time()
-        rows = {}
+        running = {}
         for user in await self.hub.users():
-            servers = dict(user.get("servers") or {})
-            if not servers and f"{user['name']}/" not in self.records.servers:
-                servers[""] = None  # a user who never started a server
-            for name, server in servers.items():
-                key = f"{user['name']}/{name}"
-                record = dict(self.records.servers.get(key) or {})
-                state = record.get("state") or "stopped"
-                if server is not None:
-                    state = (
-                        "pausing" if key in self._pausing else (server.get("pending") or "running")
-                    )
-                elif state in ("running", "pausing", "starting"):
-                    state = "stopped"
-                last = record.get("last_activity")
-                if server is not None and server.get("last_activity"):
-                    last = server["last_activity"]
-                rows[key] = {
-                    "user": user["name"],
-                    "server": name,
-                    "state": state,
-                    "last_activity": last,
-                    "idle_seconds": hub_idle_seconds(server, now) if server else None,
-                    "jupyter_pause": record.get("jupyter_pause"),
-                    "released_hours_this_week": self.released_hours(record, state, now),
-                    "paused_at": record.get("stopped") if state == "paused" else None,
-                    "pause_seconds": record.get("pause_seconds"),
-                    "decision": record.get("decision"),
-                    "error": record.get("error"),
-                }
-        for key, record in self.records.servers.items():
-            if key not in rows:
-                user, _, name = key.partition("/")
-                state = record.get("state") or "stopped"
-                if state in ("running", "pausing", "starting"):
-                    state = "stopped"
-                rows[key] = {
-                    "user": user,
-                    "server": name,
-                    "state": state,
-                    "last_activity": record.get("last_activity"),
-                    "idle_seconds": None,
-                    "jupyter_pause": record.get("jupyter_pause"),
-                    "released_hours_this_week": self.released_hours(record, state, now),
-                    "paused_at": record.get("stopped") if state == "paused" else None,
-                    "pause_seconds": record.get("pause_seconds"),
-                    "decision": record.get("decision"),
-                    "error": record.get("error"),
-                }
-        return [rows[k] for k in sorted(rows)]
+            running[f"{user['name']}/"] = None  # every user has a default server
+            for name, server in (user.get("servers") or {}).items():
+                running[f"{user['name']}/{name}"] = server
+        keys = sorted(set(running) | set(self.records.servers))
+        return [self.row(key, running.get(key), now) for key in keys]
+
+    def row(self, key: str, server: dict | None, now: float) -> dict[str, Any]:
+        record = self.records.servers.get(key) or {}
+        if server is not None:
+            state = "pausing" if key in self._pausing else (server.get("pending") or "running")
+        else:
+            state = record.get("state") or "stopped"
+            if state in ("running", "pausing", "starting"):
+                state = "stopped"
+        user, _, name = key.partition("/")
+        return {
+            "user": user,
+            "server": name,
+            "state": state,
+            "last_activity": (server or {}).get("last_activity") or record.get("last_activity"),
+            "jupyter_pause": record.get("jupyter_pause"),
+            "released_hours_this_week": self.released_hours(record, state, now),
+            "paused_at": record.get("stopped") if state == "paused" else None,
+            "pause_seconds": record.get("pause_seconds"),
+            "decision": record.get("decision"),
+            "checked": record.get("checked"),
+            "error": record.get("error"),
+        }
 
     @staticmethod
     def released_hours(record: dict[str, Any], state: str, now: float) -> float:
@@ -412,6 +395,3 @@ def main(argv=None) -> None:
         service.start_service()
     except KeyboardInterrupt:  # the Hub stops its services with SIGINT or SIGTERM
         log.info("jupyter-pause-hub: stopped")
-
-
-__all__ = ["PauseService", "Records", "main", "week_start", "LIVE_STATES", "parse_time"]

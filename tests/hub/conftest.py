@@ -41,15 +41,16 @@ NOTEBOOK = {
     "nbformat_minor": 5,
 }
 
-#: what the service and the tests may do (docs/jupyterhub.md lists the same for the service)
-SERVICE_SCOPES = [
-    "list:users",
-    "read:users:activity",
-    "read:servers",
-    "delete:servers",
-    "start:servers",
-    "access:servers",
-]
+
+def deploy_config():
+    """The example hub config (deploy/jupyterhub): the tests use its roles."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    folder = ROOT / "deploy" / "jupyterhub"
+    return PyFileConfigLoader("jupyterhub_config.py", path=str(folder)).load_config()
+
+
+ROLES = {role["name"]: role for role in deploy_config().JupyterHub.load_roles}
 
 
 def wait_until(condition, timeout: float, what: str, interval: float = 0.2):
@@ -127,9 +128,9 @@ class Hub:
     def write_config(self) -> Path:
         args = ["--allow-root"] if os.geteuid() == 0 else []
         services = [{"name": "test-admin", "api_token": self.token}]
-        server_scopes = ["users:activity!user", "access:servers!server"]
-        if self.servers_may_stop:
-            server_scopes.append("delete:servers!server")  # the one grant jupyter-pause needs
+        server_scopes = ROLES["server"]["scopes"]
+        if not self.servers_may_stop:  # the Hub's default 'server' role
+            server_scopes = [s for s in server_scopes if s != "delete:servers!server"]
         roles = [
             {"name": "server", "scopes": server_scopes},
             {
@@ -153,9 +154,7 @@ class Hub:
                     ],
                 }
             )
-            roles.append(
-                {"name": "jupyter-pause", "scopes": SERVICE_SCOPES, "services": ["jupyter-pause"]}
-            )
+            roles.append(ROLES["jupyter-pause"])
         config = f"""
 c = get_config()  # noqa
 c.JupyterHub.ip = "127.0.0.1"

@@ -114,3 +114,18 @@ def test_the_backend_is_chosen_automatically_under_a_hub(monkeypatch):
     monkeypatch.setenv("JUPYTERHUB_USER", "alice")
     assert backend_class_for("auto") is JupyterHubBackend
     assert backend_class_for("local") is LocalBackend  # an explicit choice wins
+
+
+def test_the_example_hub_config_grants_the_roles_and_runs_the_service(monkeypatch):
+    from .conftest import deploy_config
+
+    config = deploy_config()
+    roles = {r["name"]: r for r in config.JupyterHub.load_roles}
+    assert "delete:servers!server" in roles["server"]["scopes"]
+    assert {"users:activity!user", "access:servers!server"} <= set(roles["server"]["scopes"])
+    (service,) = config.JupyterHub.services
+    assert roles["jupyter-pause"]["services"] == [service["name"]]
+    assert service["command"][0].endswith("jupyter-pause-hub")
+    app = PauseService()
+    app.parse_command_line(service["command"][1:])
+    assert (app.timeout, app.fallback, app.proxy_url) == (1800, "leave", "http://127.0.0.1:8000")

@@ -4,7 +4,7 @@ and survive a hub restart."""
 
 from __future__ import annotations
 
-import threading
+import time
 
 import pytest
 
@@ -57,11 +57,9 @@ def test_the_service_pauses_idle_servers_never_busy_ones_and_culls_those_without
     idle = carol.open_notebook("demo.ipynb")["kernel"]["id"]
     assert carol.execute(idle, "y = 2").ok
     alice_pid, carol_pid = hub.pid("alice"), hub.pid("carol")
-    # a silent, long cell: busy but quiet, what the idle culler mistakes for idleness
-    sleeper = threading.Thread(
-        target=alice.execute, args=(busy, "import time; time.sleep(600)"), daemon=True
-    )
-    sleeper.start()
+    # a silent, long cell (what the idle culler mistakes for idleness): sent, not awaited
+    busy_since = time.time()
+    assert alice.execute(busy, "import time; time.sleep(900)", timeout=1).status == "timeout"
     wait_until(
         lambda: any(
             s["kernel_id"] == busy and s["execution_state"] == "busy"
@@ -83,8 +81,12 @@ def test_the_service_pauses_idle_servers_never_busy_ones_and_culls_those_without
     assert service_row(hub, "bob")["state"] == "culled"
     wait_until(lambda: process_exited(bob_pid), 60, "bob's server to exit")
 
-    # alice's kernel was busy all along: many checks later she still runs
-    checks = service_row(hub, "alice")
+    # alice's kernel was busy all along: checked after the timeout passed, she still runs
+    checks = wait_until(
+        lambda: (row := service_row(hub, "alice"))["checked"] > busy_since + 35 and row,
+        120,
+        "a check of alice's server after the timeout",
+    )
     assert checks["state"] == "running"
     assert "busy" in checks["decision"], checks
     assert hub.server_model("alice")["ready"]
