@@ -70,6 +70,7 @@ c.JupyterHub.services = [
             "--fallback=leave",  # servers without jupyter-pause: 'leave' or 'cull'
         ],
         "api_token": os.environ.get("JUPYTER_PAUSE_HUB_TOKEN") or secrets.token_hex(32),
+        "oauth_no_confirm": True,  # admins open the page without a consent screen
     }
 ]
 # jupyterhub-idle-culler is not needed; if you keep it for other reasons, give it

@@ -95,7 +95,9 @@ class PauseApp(ExtensionApp):
         )
 
     def initialize_settings(self):
-        self.ledger = Ledger(Path(self.state_dir) / "ledger.sqlite3", user=getpass.getuser())
+        # on a hub, the Hub's user name (under KubeSpawner every Unix user is jovyan)
+        user = os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+        self.ledger = Ledger(Path(self.state_dir) / "ledger.sqlite3", user=user)
         self._connect_event_bus()
         self.backend_instance = self._make_backend()
         self._prepare_kernels()

@@ -146,6 +146,7 @@ class Hub:
                     "name": "jupyter-pause",
                     "url": f"http://127.0.0.1:{self.service_port}",
                     "api_token": self.service_token,
+                    "oauth_no_confirm": True,
                     "command": [
                         str(BIN / "jupyter-pause-hub"),
                         f"--proxy-url={self.url}",

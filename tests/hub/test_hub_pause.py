@@ -58,6 +58,7 @@ def test_pause_stops_the_server_and_the_next_start_resumes_the_notebook(hub_fact
 
     start = time.monotonic()
     alice = hub.spawn("alice")
+    ready = time.monotonic()
     session = wait_until(
         lambda: (s := alice.session_status(path)) and s["state"] == "ready" and s,
         180,
@@ -81,11 +82,13 @@ def test_pause_stops_the_server_and_the_next_start_resumes_the_notebook(hub_fact
         assert fact in types, (fact, types)
     assert types.index("workspace-stopped") < types.index("capacity-acquired")
     report = alice.api("GET", "report")
+    assert [u["key"] for u in report["by_user"]] == ["alice"]  # the Hub's name, not the Unix one
     (pause,) = report["pauses"]
     assert pause["released"] and pause["runnable"] and pause["resume_latency_s"] >= 0
     print(
         f"\nhub pause: request -> server stopped {stopped - requested:.2f} s; "
-        f"start request -> first cell runnable {runnable - start:.2f} s"
+        f"start request -> first cell runnable {runnable - start:.2f} s "
+        f"(the Hub reports the server ready after {ready - start:.2f} s)"
     )
 
 

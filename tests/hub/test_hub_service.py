@@ -4,7 +4,12 @@ and survive a hub restart."""
 
 from __future__ import annotations
 
+import http.cookiejar
+import re
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 
 import pytest
 
@@ -142,3 +147,56 @@ def test_two_users_checkpoints_never_mix_and_a_hub_restart_loses_nothing(hub_fac
     assert op["outcome"] == "succeeded", op
     kernel = alice.session_status("demo.ipynb")["kernel_id"]
     assert alice.evaluate(kernel, "print(x + 1)") == 42
+
+
+class Browser:
+    """Cookies and redirects, as a browser: logs in to the Hub, then OAuth to the service."""
+
+    def __init__(self, hub):
+        self.hub = hub
+        self.jar = http.cookiejar.CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
+
+    def open(self, url, form=None):
+        data = None if form is None else urllib.parse.urlencode(form).encode()
+        try:
+            with self.opener.open(urllib.request.Request(url, data=data), timeout=60) as r:
+                return r.status, r.geturl(), r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, url, e.read().decode(errors="replace")
+
+    def login(self, user):
+        _, _, page = self.open(f"{self.hub.url}/hub/login")
+        xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page).group(1)
+        code, _, _ = self.open(
+            f"{self.hub.url}/hub/login", {"username": user, "password": "x", "_xsrf": xsrf}
+        )
+        assert code == 200
+
+
+def test_the_admin_page_needs_an_admin_and_its_buttons_the_xsrf_token(hub_factory):
+    hub = hub_factory(service={"timeout": 3600, "check_interval": 60})
+    hub.add_notebook("alice")
+    hub.start()
+    hub.add_user("alice")
+
+    someone = Browser(hub)
+    someone.login("mallory")
+    code, _, _ = someone.open(hub.service_url)
+    assert code == 403  # not an admin
+
+    admin = Browser(hub)
+    admin.login("admin")
+    code, url, page = admin.open(hub.service_url)
+    assert code == 200 and url.startswith(hub.service_url), (code, url)
+    assert "alice" in page and "Start" in page
+    action = re.search(r"action='(api/servers/alice//start)'", page).group(1)
+    xsrf = re.search(r"name='_xsrf' value='([^']+)'", page).group(1)
+
+    code, _, _ = admin.open(hub.service_url + action, {})  # a forged form: no token
+    assert code == 403
+    assert hub.server_model("alice") is None
+
+    code, url, _ = admin.open(hub.service_url + action, {"_xsrf": xsrf})
+    assert code == 200 and url.rstrip("/") == hub.service_url.rstrip("/")  # back to the page
+    wait_until(lambda: (hub.server_model("alice") or {}).get("ready"), 180, "alice to start")
