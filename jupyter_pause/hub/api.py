@@ -21,6 +21,7 @@ class HubError(Exception):
 
     def __init__(self, status: int, message: str):
         self.status = status
+        message = " ".join(str(message).split())  # one line: it may end up in a status line
         super().__init__(f"HTTP {status}: {message}" if status else message)
 
 

@@ -28,13 +28,19 @@ class ServiceHandler(HubOAuthenticated, web.RequestHandler):
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(data))
 
+    async def servers(self) -> list[dict]:
+        try:
+            return await self.service.servers()
+        except HubError as e:
+            raise web.HTTPError(502, reason=f"the Hub did not answer: {e}") from None
+
 
 class ServersHandler(ServiceHandler):
     """``GET api/servers``: what the admin page shows, as JSON."""
 
     @web.authenticated
     async def get(self):
-        self.write_json({"servers": await self.service.servers()})
+        self.write_json({"servers": await self.servers()})
 
 
 class ServerActionHandler(ServiceHandler):
@@ -51,7 +57,10 @@ class ServerActionHandler(ServiceHandler):
         if action == "pause":
             if server is None or not server.get("ready"):
                 raise web.HTTPError(409, reason=f"{user}/{name} is not running")
-            has_pause, _, status = await service.inspect(server)
+            try:
+                has_pause, _, status = await service.inspect(server)
+            except HubError as e:
+                raise web.HTTPError(502, reason=f"{user}/{name} did not answer: {e}") from None
             live = [
                 s["path"]
                 for s in (status or {}).get("sessions", [])
@@ -66,7 +75,7 @@ class ServerActionHandler(ServiceHandler):
             if server is not None:
                 raise web.HTTPError(409, reason=f"{user}/{name} is already running")
             try:
-                await service.start(user, name)
+                await service.start_server(user, name)
             except HubError as e:
                 raise web.HTTPError(409, reason=str(e)) from None
         if self.get_body_argument("_xsrf", None) is not None:
@@ -92,7 +101,7 @@ class AdminPage(ServiceHandler):
     @web.authenticated
     async def get(self):
         rows = []
-        for s in await self.service.servers():
+        for s in await self.servers():
             target = f"api/servers/{escape(s['user'])}/{escape(s['server'])}"
             if s["state"] == "running" and s["jupyter_pause"]:
                 button = self.form(target + "/pause", "Pause")

@@ -268,7 +268,7 @@ class PauseService(Application):
                 raise TimeoutError(f"{user}/{name} did not stop within {self.stop_timeout:g} s")
             await asyncio.sleep(0.5)
 
-    async def start(self, user: str, name: str) -> int:
+    async def start_server(self, user: str, name: str) -> int:
         """The admin's Start button: the server's notebooks resume on their own when
         it is configured so (JupyterHubBackend.resume_on_start), else in JupyterLab."""
         code = await self.hub.start_server(user, name)
