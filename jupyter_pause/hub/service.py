@@ -110,6 +110,11 @@ class PauseService(Application):
         config=True
     )
     service_url = Unicode(help="where to listen; default: $JUPYTERHUB_SERVICE_URL").tag(config=True)
+    ip = Unicode(
+        "",
+        help="the address to listen on; empty: the host of service_url (in a pod whose "
+        "service URL names a Kubernetes Service, use 0.0.0.0)",
+    ).tag(config=True)
 
     aliases = {
         "timeout": "PauseService.timeout",
@@ -119,6 +124,7 @@ class PauseService(Application):
         "proxy-url": "PauseService.proxy_url",
         "data-dir": "PauseService.data_dir",
         "url": "PauseService.service_url",
+        "ip": "PauseService.ip",
     }
 
     @default("data_dir")
@@ -377,7 +383,7 @@ class PauseService(Application):
     def start_service(self) -> None:
         url = urlparse(self.service_url)
         app = self.make_app()
-        app.listen(url.port or 80, url.hostname or "127.0.0.1")
+        app.listen(url.port or 80, self.ip or url.hostname or "127.0.0.1")
         log.info("jupyter-pause-hub %s listening on %s", __version__, self.service_url)
         loop = IOLoop.current()
         loop.add_callback(self.loop)

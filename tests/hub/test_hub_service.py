@@ -200,3 +200,11 @@ def test_the_admin_page_needs_an_admin_and_its_buttons_the_xsrf_token(hub_factor
     code, url, _ = admin.open(hub.service_url + action, {"_xsrf": xsrf})
     assert code == 200 and url.rstrip("/") == hub.service_url.rstrip("/")  # back to the page
     wait_until(lambda: (hub.server_model("alice") or {}).get("ready"), 180, "alice to start")
+
+    # no notebook runs: nothing to checkpoint, the service has the Hub stop the server
+    code, _ = hub.request("POST", f"{hub.service_url}api/servers/alice//pause")
+    assert code == 202
+    hub.wait_stopped("alice")
+    wait_until(lambda: service_row(hub, "alice")["state"] == "paused", 60, "alice paused")
+    code, body = hub.request("POST", f"{hub.service_url}api/servers/alice//pause")
+    assert code == 409 and "not running" in body["message"]
