@@ -180,17 +180,14 @@ class JupyterHubBackend(PauseBackend):
         elif stop.done() and stop.exception() is None:
             answer = str(stop.result())
         else:
+            failure = stop.exception() if stop.done() else None
             stop.cancel()
-            error = (
-                str(stop.exception())
-                if stop.done() and not stop.cancelled()
-                else f"no answer within {self.stop_timeout:g} s"
-            )
+            error = str(failure) if failure else f"no answer within {self.stop_timeout:g} s"
             self._pause_task = None
             signal.signal(signal.SIGINT, previous_sigint)
             self.write_state(state="failed", server=self.server, requested=requested, error=error)
             hint = ""
-            if "403" in error:
+            if getattr(failure, "status", None) == 403:
                 hint = (
                     " The Hub admin must let servers stop themselves: give the 'server' role "
                     "the scope delete:servers!server (see docs/jupyterhub.md)."

@@ -186,7 +186,7 @@ class PauseService(Application):
             return  # starting, stopping, or being paused
         now = time.time()
         try:
-            has_pause, activity, status = await self.inspect(server)
+            has_pause, activity, _ = await self.inspect(server)
         except HubError as e:
             log.warning("jupyter-pause-hub: cannot read %s: %s", key, e)
             return
@@ -206,6 +206,9 @@ class PauseService(Application):
         )
         record.update(decision=decision.reason, checked=now)
         self.records.save()
+        failed_recently = record.get("error") and now - record.get("requested", 0) < self.timeout
+        if decision.action == "pause" and failed_recently:
+            return  # the last pause failed (its error is on the page); retry after a timeout
         if decision.action == "pause":
             self.start_pause(user["name"], name, server, decision.path, decision.reason, "idle")
         elif decision.action == "cull":
