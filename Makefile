@@ -6,11 +6,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.jupyter-pause-installed
 JLPM := cd labextension && ../$(BIN)/jlpm
 JUPYTER_ARGS ?=
-# the venv first on PATH: jlpm and jupyter-builder live there
-export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+# the venv first on PATH: jlpm and jupyter-builder live there; then the hub's proxy
+HUB_PROXY := $(VENV)/hub-proxy/node_modules/.bin/configurable-http-proxy
+export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/$(VENV)/hub-proxy/node_modules/.bin:$(PATH)
 PYTEST_ARGS ?=
 
-.PHONY: lab test lint format bench build check-wheel browser kubectl clean
+.PHONY: lab test lint format bench build check-wheel browser kubectl hub-proxy clean
 
 # --- set-up -------------------------------------------------------------
 $(STAMP): pyproject.toml labextension/package.json
@@ -40,7 +41,7 @@ ROOT_ARGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(ROOT_ARGS) $(JUPYTER_ARGS)
 
-test: $(STAMP) browser kubectl lint check-wheel
+test: $(STAMP) browser kubectl hub-proxy lint check-wheel
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # --- the rest ------------------------------------------------------------
@@ -74,6 +75,12 @@ kubectl:
 	@command -v kubectl >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client; \
 	  else echo "Install Debian's kubernetes-client (sudo apt-get install kubernetes-client) for the deploy/ tests" >&2; exit 1; fi; }
+
+# JupyterHub's proxy for the hub tests (tests/hub): npm, not pip
+hub-proxy: $(HUB_PROXY)
+
+$(HUB_PROXY):
+	npm install --silent --no-audit --no-fund --prefix $(VENV)/hub-proxy configurable-http-proxy@5
 
 clean:
 	rm -rf $(VENV) labextension/node_modules labextension/lib jupyter_pause/labextension dist build

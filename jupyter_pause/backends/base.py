@@ -10,6 +10,9 @@ questions:
   (or report that the session waits for capacity).
 * ``startup``: the server has just started; did it come back from a
   platform snapshot (live kernels intact) or is this a cold start?
+
+and may listen to one event, ``stopping``: the server is shutting down
+(the platform may be stopping it as the last step of a pause).
 """
 
 from __future__ import annotations
@@ -69,6 +72,10 @@ class PauseBackend(LoggingConfigurable):
     async def startup(self) -> StartupReport:
         """Called once when the server starts."""
         return StartupReport()
+
+    async def stopping(self) -> None:
+        """Called once when the server shuts down, before its kernels are stopped
+        and before the manager and the ledger close.  The default needs nothing."""
 
     def describe(self) -> dict[str, Any]:
         """Backend facts for ``GET status``."""

@@ -40,8 +40,10 @@ class PauseApp(ExtensionApp):
         "auto",
         config=True,
         help="""Where the accelerator lives: 'local' (stop the kernel),
-        'kubeflow-workspace', 'gke-pod-snapshot', or 'auto' (detect a pod,
-        else local).  Ignored when backend_class is set.""",
+        'jupyterhub' (the Hub stops the whole single-user server),
+        'kubeflow-workspace', 'gke-pod-snapshot', or 'auto' (a JupyterHub
+        single-user server, else detect a pod, else local).  Ignored when
+        backend_class is set.""",
     )
     backend_class = Type(
         default_value=None,
@@ -93,7 +95,9 @@ class PauseApp(ExtensionApp):
         )
 
     def initialize_settings(self):
-        self.ledger = Ledger(Path(self.state_dir) / "ledger.sqlite3", user=getpass.getuser())
+        # on a hub, the Hub's user name (under KubeSpawner every Unix user is jovyan)
+        user = os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+        self.ledger = Ledger(Path(self.state_dir) / "ledger.sqlite3", user=user)
         self._connect_event_bus()
         self.backend_instance = self._make_backend()
         self._prepare_kernels()
@@ -225,6 +229,9 @@ class PauseApp(ExtensionApp):
             )
 
     async def stop_extension(self):
+        backend = getattr(self, "backend_instance", None)
+        if backend is not None:
+            await backend.stopping()
         if getattr(self, "idle_watcher", None) is not None:
             self.idle_watcher.stop()
         manager = getattr(self, "manager", None)

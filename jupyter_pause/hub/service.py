@@ -1,0 +1,406 @@
+"""``jupyter-pause-hub``: a JupyterHub managed service that pauses idle servers
+instead of culling them.
+
+Every ``check_interval`` it walks the users' running servers through the Hub
+API.  For a server with jupyter-pause it reads ``jupyter-pause/api/activity``
+(through the proxy, with the service's token) and, when
+:func:`~.policy.decide` says so, pauses it: it asks the server to pause one
+live notebook (the ``jupyterhub`` backend then checkpoints every notebook and
+has the Hub stop the server), and waits until the Hub reports the server
+stopped.  A server without jupyter-pause is left alone, or culled with
+``fallback = "cull"``.
+
+At its URL (``/services/jupyter-pause/``) it serves a page for the Hub's
+admins: each user's servers, running or paused, last activity, accelerator
+hours released by pausing this week (from each server's report), and a
+Pause / Start button per server.  ``api/servers`` serves the same as JSON.
+
+What it did is kept in ``pauses.json`` in ``data_dir``, so that a restart of
+the service (or of the Hub) still knows which stopped servers are paused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+import os
+import signal
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from tornado import web
+from tornado.ioloop import IOLoop
+from traitlets import Enum, Float, Unicode, default
+from traitlets.config import Application
+
+from .. import __version__
+from .api import HubAPI, HubError, fetch_json
+from .policy import FALLBACKS, decide
+
+log = logging.getLogger("jupyter_pause.hub")
+
+
+def week_start(now: float) -> float:
+    """Monday 00:00 UTC of the week that contains ``now``."""
+    day = dt.datetime.fromtimestamp(now, dt.timezone.utc).date()
+    monday = day - dt.timedelta(days=day.weekday())
+    return dt.datetime(monday.year, monday.month, monday.day, tzinfo=dt.timezone.utc).timestamp()
+
+
+class Records:
+    """What the service knows about each server (``user/name``), as one JSON file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            self.servers: dict[str, dict[str, Any]] = json.loads(path.read_text())["servers"]
+        except (OSError, ValueError, KeyError):
+            self.servers = {}
+
+    def get(self, key: str) -> dict[str, Any]:
+        return self.servers.setdefault(key, {})
+
+    def update(self, key: str, **values: Any) -> dict[str, Any]:
+        record = self.get(key)
+        record.update(values)
+        self.save()
+        return record
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".pauses-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"version": 1, "servers": self.servers}, f, indent=1)
+        os.replace(tmp, self.path)
+
+
+class PauseService(Application):
+    """Pause idle JupyterHub servers instead of culling them."""
+
+    name = "jupyter-pause-hub"
+    version = __version__
+    description = __doc__
+
+    timeout = Float(
+        1800.0,
+        help="seconds a server must be idle (no notebook activity, no busy kernel) before "
+        "it is paused; workload classes with a longer threshold keep it longer",
+    ).tag(config=True)
+    check_interval = Float(60.0, help="seconds between two walks over the servers").tag(config=True)
+    fallback = Enum(
+        FALLBACKS,
+        "leave",
+        help="servers without jupyter-pause: 'leave' them to the usual culler, or 'cull' "
+        "them (stop, losing kernel state) after the same timeout",
+    ).tag(config=True)
+    stop_timeout = Float(
+        300.0, help="seconds a pause may take, from the request until the Hub reports it stopped"
+    ).tag(config=True)
+    proxy_url = Unicode(
+        "http://127.0.0.1:8000",
+        help="where the service reaches users' servers: the proxy's URL (on Zero to "
+        "JupyterHub http://proxy-public)",
+    ).tag(config=True)
+    data_dir = Unicode(help="where pauses.json is kept; default: the working directory").tag(
+        config=True
+    )
+    service_url = Unicode(help="where to listen; default: $JUPYTERHUB_SERVICE_URL").tag(config=True)
+    ip = Unicode(
+        "",
+        help="the address to listen on; empty: the host of service_url (in a pod whose "
+        "service URL names a Kubernetes Service, use 0.0.0.0)",
+    ).tag(config=True)
+
+    aliases = {
+        "timeout": "PauseService.timeout",
+        "check-interval": "PauseService.check_interval",
+        "fallback": "PauseService.fallback",
+        "stop-timeout": "PauseService.stop_timeout",
+        "proxy-url": "PauseService.proxy_url",
+        "data-dir": "PauseService.data_dir",
+        "url": "PauseService.service_url",
+        "ip": "PauseService.ip",
+    }
+
+    @default("data_dir")
+    def _default_data_dir(self):
+        return os.getcwd()
+
+    @default("service_url")
+    def _default_service_url(self):
+        return os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101")
+
+    def initialize(self, argv=None):
+        super().initialize(argv)
+        self.hub = HubAPI.from_environment()
+        self.token = self.hub.token
+        self.records = Records(Path(self.data_dir) / "pauses.json")
+        self._pausing: dict[str, asyncio.Task] = {}
+
+    # -- one server ------------------------------------------------------------
+
+    def server_url(self, server: dict[str, Any]) -> str:
+        return self.proxy_url.rstrip("/") + server["url"]
+
+    async def server_api(self, server, method: str, path: str, body=None):
+        url = self.server_url(server) + "jupyter-pause/api/" + path
+        return await fetch_json(url, self.token, method, body, timeout=30)
+
+    async def inspect(self, server) -> tuple[bool, dict | None, dict | None]:
+        """(has jupyter-pause, its activity or None, its status or None)."""
+        try:
+            _, status = await self.server_api(server, "GET", "status")
+        except HubError as e:
+            if e.status == 404:
+                return False, None, None
+            raise
+        try:
+            _, activity = await self.server_api(server, "GET", "activity")
+        except HubError as e:
+            if e.status != 404:
+                raise
+            activity = None  # auto-pause is off there
+        return True, activity, status
+
+    async def refresh_report(self, key: str, server) -> None:
+        """Accelerator-hours released by pausing this week, from the server's report."""
+        now = time.time()
+        try:
+            _, report = await self.server_api(
+                server, "GET", f"report?since={week_start(now)}&until={now}"
+            )
+        except HubError as e:
+            log.info("jupyter-pause-hub: no report from %s: %s", key, e)
+            return
+        hours = ((report.get("totals") or {}).get("gpu_hours") or {}).get("released", 0.0)
+        self.records.update(key, released_hours=hours, report_time=now)
+
+    async def check_server(self, user: dict, name: str, server: dict) -> None:
+        key = f"{user['name']}/{name}"
+        if key in self._pausing or server.get("pending") or not server.get("ready"):
+            return  # starting, stopping, or being paused
+        now = time.time()
+        try:
+            has_pause, activity, _ = await self.inspect(server)
+        except HubError as e:
+            log.warning("jupyter-pause-hub: cannot read %s: %s", key, e)
+            return
+        record = self.records.get(key)
+        record.update(jupyter_pause=has_pause, state="running")
+        if activity and activity.get("server", {}).get("last_activity"):
+            record["last_activity"] = activity["server"]["last_activity"]
+        if has_pause and now - record.get("report_time", 0) > 600:
+            await self.refresh_report(key, server)
+        decision = decide(
+            server,
+            activity,
+            has_pause=has_pause,
+            now=now,
+            timeout=self.timeout,
+            fallback=self.fallback,
+        )
+        record.update(decision=decision.reason, checked=now)
+        self.records.save()
+        failed_recently = record.get("error") and now - record.get("requested", 0) < self.timeout
+        if decision.action == "pause" and failed_recently:
+            return  # the last pause failed (its error is on the page); retry after a timeout
+        if decision.action == "pause":
+            self.start_pause(user["name"], name, server, decision.path, decision.reason, "idle")
+        elif decision.action == "cull":
+            log.info("jupyter-pause-hub: culling %s: %s", key, decision.reason)
+            await self.hub.stop_server(user["name"], name)
+            self.records.update(key, state="culled", stopped=time.time(), reason=decision.reason)
+
+    def start_pause(self, user: str, name: str, server, path, reason: str, by: str) -> None:
+        key = f"{user}/{name}"
+        task = asyncio.ensure_future(self.pause(user, name, server, path, reason, by))
+        self._pausing[key] = task
+        task.add_done_callback(lambda _: self._pausing.pop(key, None))
+
+    async def pause(self, user: str, name: str, server, path, reason: str, by: str) -> None:
+        """Pause one server and wait until the Hub reports it stopped."""
+        key = f"{user}/{name}"
+        requested = time.time()
+        log.info("jupyter-pause-hub: pausing %s (%s)", key, reason)
+        gpus = None
+        try:
+            _, status = await self.server_api(server, "GET", "status")
+            gpus = max((s.get("gpus") or 0 for s in status.get("sessions") or []), default=0)
+        except HubError:
+            pass
+        self.records.update(
+            key, state="pausing", requested=requested, reason=reason, by=by, error=None, gpus=gpus
+        )
+        operation = None
+        try:
+            if path:
+                _, answer = await self.server_api(server, "POST", "sessions/pause", {"path": path})
+                operation = answer["operation"]["id"]
+            else:  # no live notebook: nothing to checkpoint
+                await self.hub.stop_server(user, name)
+            await self.wait_stopped(user, name, server, operation)
+        except (HubError, TimeoutError) as e:
+            log.warning("jupyter-pause-hub: pause of %s failed: %s", key, e)
+            self.records.update(key, state="running", error=str(e))
+            return
+        stopped = time.time()
+        self.records.update(
+            key, state="paused", stopped=stopped, pause_seconds=round(stopped - requested, 3)
+        )
+        log.info("jupyter-pause-hub: %s paused in %.1f s", key, stopped - requested)
+
+    async def wait_stopped(self, user: str, name: str, server, operation: str | None) -> None:
+        """Until the Hub reports the server stopped; raise if the pause failed."""
+        deadline = time.monotonic() + self.stop_timeout
+        while True:
+            model = await self.hub.user(user)
+            if name not in (model.get("servers") or {}):
+                return
+            if operation:
+                try:
+                    _, op = await self.server_api(server, "GET", f"operations/{operation}")
+                except HubError:
+                    op = None  # the server is going away
+                if op and op.get("outcome") == "failed":
+                    raise HubError(409, op.get("error") or "the pause failed")
+                if op and op.get("outcome") == "succeeded":
+                    # paused, but the server's backend did not stop it (not the
+                    # jupyterhub backend): every notebook is checkpointed, stop it
+                    await self.hub.stop_server(user, name)
+                    operation = None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{user}/{name} did not stop within {self.stop_timeout:g} s")
+            await asyncio.sleep(0.5)
+
+    async def start_server(self, user: str, name: str) -> int:
+        """The admin's Start button: the server's notebooks resume on their own when
+        it is configured so (JupyterHubBackend.resume_on_start), else in JupyterLab."""
+        code = await self.hub.start_server(user, name)
+        self.records.update(f"{user}/{name}", state="starting", started=time.time())
+        return code
+
+    # -- all servers -----------------------------------------------------------
+
+    async def check(self) -> None:
+        users = await self.hub.users()
+        running = set()
+        for user in users:
+            for name, server in (user.get("servers") or {}).items():
+                running.add(f"{user['name']}/{name}")
+                try:
+                    await self.check_server(user, name, server)
+                except Exception:
+                    log.exception("jupyter-pause-hub: checking %s/%s failed", user["name"], name)
+        for key, record in self.records.servers.items():
+            if key not in running and record.get("state") in ("running", "starting"):
+                record["state"] = "stopped"
+        self.records.save()
+
+    async def loop(self) -> None:
+        while True:
+            try:
+                await self.check()
+            except Exception:
+                log.exception("jupyter-pause-hub: a check failed")
+            await asyncio.sleep(self.check_interval)
+
+    async def servers(self) -> list[dict[str, Any]]:
+        """Every user's servers for the admin page: the Hub's view joined with ours.
+
+        A server the Hub does not list is stopped; it is ``paused`` (or
+        ``culled``) when this service stopped it that way.
+        """
+        now = time.time()
+        running = {}
+        for user in await self.hub.users():
+            running[f"{user['name']}/"] = None  # every user has a default server
+            for name, server in (user.get("servers") or {}).items():
+                running[f"{user['name']}/{name}"] = server
+        keys = sorted(set(running) | set(self.records.servers))
+        return [self.row(key, running.get(key), now) for key in keys]
+
+    def row(self, key: str, server: dict | None, now: float) -> dict[str, Any]:
+        record = self.records.servers.get(key) or {}
+        if server is not None:
+            state = "pausing" if key in self._pausing else (server.get("pending") or "running")
+        else:
+            state = record.get("state") or "stopped"
+            if state in ("running", "pausing", "starting"):
+                state = "stopped"
+        user, _, name = key.partition("/")
+        return {
+            "user": user,
+            "server": name,
+            "state": state,
+            "last_activity": (server or {}).get("last_activity") or record.get("last_activity"),
+            "jupyter_pause": record.get("jupyter_pause"),
+            "released_hours_this_week": self.released_hours(record, state, now),
+            "paused_at": record.get("stopped") if state == "paused" else None,
+            "pause_seconds": record.get("pause_seconds"),
+            "decision": record.get("decision"),
+            "checked": record.get("checked"),
+            "error": record.get("error"),
+        }
+
+    @staticmethod
+    def released_hours(record: dict[str, Any], state: str, now: float) -> float:
+        """The server's own report (as last read), plus the pause going on now."""
+        hours = float(record.get("released_hours") or 0.0)
+        stopped = record.get("stopped")
+        if state == "paused" and stopped:
+            since = max(stopped, week_start(now), record.get("report_time") or 0)
+            hours += max(0.0, now - since) / 3600 * (record.get("gpus") or 1)
+        return round(hours, 4)
+
+    # -- the web side ----------------------------------------------------------
+
+    def make_app(self) -> web.Application:
+        from jupyterhub.services.auth import HubOAuthCallbackHandler
+        from jupyterhub.utils import url_path_join
+
+        from .page import AdminPage, ServerActionHandler, ServersHandler
+
+        prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/jupyter-pause/")
+        return web.Application(
+            [
+                (prefix, AdminPage),
+                (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
+                (url_path_join(prefix, "api/servers"), ServersHandler),
+                (
+                    url_path_join(prefix, r"api/servers/([^/]+)/([^/]*)/(pause|start)"),
+                    ServerActionHandler,
+                ),
+            ],
+            service=self,
+            page_url=prefix,
+            cookie_secret=os.urandom(32),
+            # no tornado xsrf_cookies: it would check before the Hub's auth can
+            # tell a token from a cookie; the Hub's auth checks XSRF on cookie POSTs
+        )
+
+    def start_service(self) -> None:
+        url = urlparse(self.service_url)
+        app = self.make_app()
+        app.listen(url.port or 80, self.ip or url.hostname or "127.0.0.1")
+        log.info("jupyter-pause-hub %s listening on %s", __version__, self.service_url)
+        loop = IOLoop.current()
+        loop.add_callback(self.loop)
+        loop.start()
+
+
+def main(argv=None) -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="[%(levelname).1s %(asctime)s %(name)s] %(message)s"
+    )
+    service = PauseService()
+    service.initialize(argv)
+    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+    try:
+        service.start_service()
+    except KeyboardInterrupt:  # the Hub stops its services with SIGINT or SIGTERM
+        log.info("jupyter-pause-hub: stopped")
