@@ -527,9 +527,10 @@ class PauseManager:
             self.recovered.set()
 
     def _clean_dead_writers(self) -> None:
-        """Remove temp folders of dead checkpoint writers in every notebook folder,
-        skipping folders whose lock a live writer holds (never wait for it)."""
-        root = checkpoint_paths.checkpoint_root(self.checkpoint_dir)
+        """Remove temp folders of dead checkpoint writers in every notebook folder of
+        this user (a shared root holds others' too: never ours to touch), skipping
+        folders whose lock a live writer holds (never wait for it)."""
+        root = checkpoint_paths.user_root(self.checkpoint_dir)
         if not root.is_dir():
             return
         for folder in root.iterdir():
