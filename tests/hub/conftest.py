@@ -10,6 +10,7 @@ servers with an admin service token.  Nothing is mocked.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -294,6 +295,21 @@ def parsed(raw: bytes):
         return json.loads(raw)
     except ValueError:
         return raw.decode(errors="replace")
+
+
+@contextlib.contextmanager
+def as_user(user: str):
+    """Read checkpoints as ``user``'s server does: the engine keeps each Hub user's
+    checkpoints in their own folder and binds them to that owner (``$JUPYTERHUB_USER``)."""
+    before = os.environ.get("JUPYTERHUB_USER")
+    os.environ["JUPYTERHUB_USER"] = user
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["JUPYTERHUB_USER"]
+        else:
+            os.environ["JUPYTERHUB_USER"] = before
 
 
 def process_exited(pid: int) -> bool:

@@ -9,7 +9,7 @@ import pytest
 
 from jupyter_pause.engine import store as checkpoint_store
 
-from .conftest import process_exited, wait_until
+from .conftest import as_user, process_exited, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -51,9 +51,10 @@ def test_pause_stops_the_server_and_the_next_start_resumes_the_notebook(hub_fact
     wait_until(lambda: process_exited(pid), 60, "alice's server process to exit")
 
     assert paused_sessions(hub, "alice") == {path: "paused"}
-    checkpoints = checkpoint_store.list_checkpoints(
-        dir=hub.data_dir("alice") / "pause" / "checkpoints", notebook=path
-    )
+    with as_user("alice"):
+        checkpoints = checkpoint_store.list_checkpoints(
+            dir=hub.data_dir("alice") / "pause" / "checkpoints", notebook=path
+        )
     assert len(checkpoints) == 1
 
     start = time.monotonic()

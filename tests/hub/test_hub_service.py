@@ -17,7 +17,7 @@ from jupyter_pause.engine import paths as checkpoint_paths
 from jupyter_pause.engine import store as checkpoint_store
 from jupyter_pause.engine.errors import UntrustedCheckpoint
 
-from .conftest import process_exited, wait_until
+from .conftest import as_user, process_exited, wait_until
 from .test_hub_pause import paused_sessions
 
 pytestmark = pytest.mark.slow
@@ -41,7 +41,8 @@ def service_row(hub, user):
 
 
 def checkpoint_folder(hub, user, path):
-    nbdir = checkpoint_paths.notebook_dir(hub.data_dir(user) / "pause" / "checkpoints", path)
+    with as_user(user):
+        nbdir = checkpoint_paths.notebook_dir(hub.data_dir(user) / "pause" / "checkpoints", path)
     (checkpoint_id,) = checkpoint_store.checkpoint_ids(nbdir)
     return nbdir, checkpoint_id
 
@@ -133,9 +134,10 @@ def test_two_users_checkpoints_never_mix_and_a_hub_restart_loses_nothing(hub_fac
     for user, other in (("alice", "carol"), ("carol", "alice")):
         nbdir, checkpoint_id = checkpoint_folder(hub, user, "demo.ipynb")
         assert str(hub.home(user)) in str(nbdir)
-        checkpoint_store.read_manifest(nbdir, checkpoint_id, key=keys[user])
-        with pytest.raises(UntrustedCheckpoint):
-            checkpoint_store.read_manifest(nbdir, checkpoint_id, key=keys[other])
+        with as_user(user):
+            checkpoint_store.read_manifest(nbdir, checkpoint_id, key=keys[user])
+            with pytest.raises(UntrustedCheckpoint):
+                checkpoint_store.read_manifest(nbdir, checkpoint_id, key=keys[other])
 
     hub.stop()
     hub.start()
