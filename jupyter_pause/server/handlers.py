@@ -19,6 +19,7 @@ from tornado.httputil import responses
 
 from ..engine.errors import CheckpointError, CheckpointNotFound
 from ..lifecycle import OperationInProgress
+from .explain import verify_listing
 from .manager import PauseError
 
 NAMESPACE = "jupyter-pause/api"
@@ -134,7 +135,10 @@ class CheckpointsHandler(PauseHandler):
     @translate_errors
     async def get(self):
         path = await self.path_argument(self.get_query_argument("path", None))
-        self.write_json({"path": path, "checkpoints": self.manager.list_checkpoints(path)})
+        listing = self.manager.list_checkpoints(path)
+        if self.get_query_argument("verify", "") in ("1", "true"):
+            listing = await verify_listing(self.manager, path, listing)
+        self.write_json({"path": path, "checkpoints": listing})
 
 
 class CheckpointHandler(PauseHandler):

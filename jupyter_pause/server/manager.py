@@ -34,6 +34,7 @@ from ..lifecycle import (
     State,
 )
 from .activity import ActivityMonitor
+from .explain import explain
 from .kernels import KernelCallError, call_in_kernel
 
 _TEMPORARY_PATH = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -193,6 +194,7 @@ class PauseManager:
                 }
             )
             sessions[-1].pop("pause_nonce", None)
+            sessions[-1].update(await explain(self, session))
             if self.idle is not None:
                 sessions[-1]["auto_pause"] = await self.idle.auto_pause_status(session)
         return {"backend": self.backend.describe(), "sessions": sessions}

@@ -5,9 +5,11 @@
 import { IFrame, MainAreaWidget } from '@jupyterlab/apputils';
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
+import { TranslationBundle } from '@jupyterlab/translation';
 
 export function createReportWidget(
-  settings: ServerConnection.ISettings
+  settings: ServerConnection.ISettings,
+  trans: TranslationBundle
 ): MainAreaWidget<IFrame> {
   const frame = new IFrame({ sandbox: [] });
   frame.url = URLExt.join(
@@ -16,9 +18,11 @@ export function createReportWidget(
     'api',
     'report.html'
   );
+  const title = trans.__('GPU-Time Report');
+  frame.node.querySelector('iframe')?.setAttribute('title', title);
   const widget = new MainAreaWidget({ content: frame });
   widget.id = 'jupyter-pause-report';
-  widget.title.label = 'GPU-Time Report';
+  widget.title.label = title;
   widget.title.closable = true;
   widget.addClass('jp-PauseReport');
   return widget;

@@ -1,0 +1,63 @@
+"""What the notebook UI needs to tell a person, beyond the lifecycle state.
+
+The lifecycle says *where* a notebook is; a person also wants to know *why*
+and *what next*: who paused it (the idle policy, ``%pause``, or someone
+pressing a button), which idle policy applies and how long it waits, and
+whether a checkpoint can still be trusted before resuming from it.  These
+are read-only views over the manager's state, kept out of the manager so that
+the lifecycle code stays about moving between states.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..engine import store as checkpoint_store
+from ..engine.errors import CheckpointError
+from ..lifecycle import Session, State
+
+
+def paused_by(session: Session) -> str | None:
+    """``auto``, ``magic`` or ``user`` for a paused notebook, else None."""
+    op = session.operation
+    if session.state != State.PAUSED or op is None or op.kind != "pause":
+        return None
+    if op.options.get("auto"):
+        return "auto"
+    if op.options.get("after_cell"):
+        return "magic"  # only %pause waits for its own cell to end
+    return "user"
+
+
+async def explain(manager, session: Session) -> dict[str, Any]:
+    """The ``paused_by`` and ``policy`` fields of a session in ``GET status``."""
+    policy = None
+    if manager.idle is not None:
+        workload_class, _ = await manager.idle.workload_class(session)
+        policy = {
+            "workload_class": workload_class.name,
+            "idle_threshold": workload_class.idle_threshold if workload_class.acts else None,
+            "action": workload_class.action,
+            "warn_before": workload_class.warn_before,
+        }
+    return {"paused_by": paused_by(session), "policy": policy}
+
+
+def _problem(checkpoint_dir, path: str, checkpoint_id: str) -> str | None:
+    try:
+        checkpoint_store.verify_checkpoint(checkpoint_dir, path, checkpoint_id)
+    except CheckpointError as e:
+        return str(e)
+    return None
+
+
+async def verify_listing(manager, path: str, listing: list[dict]) -> list[dict]:
+    """Add ``problem`` to each checkpoint: None when its signature and every
+    hash verify, else why it cannot be resumed from.  Hashing reads every
+    byte, so it runs in a thread, never on the event loop."""
+    for checkpoint in listing:
+        checkpoint["problem"] = await asyncio.to_thread(
+            _problem, manager.checkpoint_dir, path, checkpoint["id"]
+        )
+    return listing
