@@ -76,3 +76,33 @@ async def test_verified_listing_marks_the_corrupt_checkpoint(jp_fetch, jp_server
     # without verify, the listing stays cheap and says nothing about hashes
     code, listing = await api(jp_fetch, "checkpoints", params={"path": notebook_path})
     assert all("problem" not in c for c in listing["checkpoints"])
+
+
+async def test_unsaveable_lists_every_variable_a_pause_would_leave_out(
+    jp_fetch, jp_serverapp, notebook_path
+):
+    model = await start_session(jp_fetch, notebook_path)
+    kernel_id = model["kernel"]["id"]
+    await wait_for_state(jp_serverapp, kernel_id, "idle")
+    await execute(
+        jp_serverapp,
+        kernel_id,
+        "import threading\nlock = threading.Lock()\ngen = (i for i in range(3))\nfine = [1, 2]",
+    )
+    code, body = await api(jp_fetch, "sessions", "unsaveable", params={"path": notebook_path})
+    assert code == 200, body
+    assert sorted(body["unsaveable"]) == ["gen", "lock"]
+    assert all(len(reason) > 0 for reason in body["unsaveable"].values())
+    # asking saves nothing and changes nothing
+    assert (await session_status(jp_fetch, notebook_path))["state"] == "running"
+    assert (
+        checkpoint_store.list_checkpoints(
+            jp_serverapp.web_app.settings["jupyter_pause_manager"].checkpoint_dir, notebook_path
+        )
+        == []
+    )
+
+
+async def test_unsaveable_needs_a_kernel(jp_fetch, notebook_path):
+    code, body = await api(jp_fetch, "sessions", "unsaveable", params={"path": notebook_path})
+    assert code == 409 and "no running kernel" in body["message"]

@@ -19,7 +19,7 @@ from tornado.httputil import responses
 
 from ..engine.errors import CheckpointError, CheckpointNotFound
 from ..lifecycle import OperationInProgress
-from .explain import verify_listing
+from .explain import unsaveable, verify_listing
 from .manager import PauseError
 
 NAMESPACE = "jupyter-pause/api"
@@ -117,6 +117,16 @@ class CheckpointSessionHandler(PauseHandler):
         path = await self.path_argument(self.body().get("path"))
         op = await self.manager.checkpoint(path)
         self.write_json({"operation": op.to_json()}, status=202)
+
+
+class UnsaveableHandler(PauseHandler):
+    """What a pause would not save now: asked before a person pauses."""
+
+    @tornado.web.authenticated
+    @translate_errors
+    async def get(self):
+        path = await self.path_argument(self.get_query_argument("path", None))
+        self.write_json({"path": path, "unsaveable": await unsaveable(self.manager, path)})
 
 
 class OperationHandler(PauseHandler):
@@ -257,6 +267,7 @@ ROUTES = [
     (rf"{NAMESPACE}/sessions/pause", PauseSessionHandler),
     (rf"{NAMESPACE}/sessions/resume", ResumeSessionHandler),
     (rf"{NAMESPACE}/sessions/checkpoint", CheckpointSessionHandler),
+    (rf"{NAMESPACE}/sessions/unsaveable", UnsaveableHandler),
     (rf"{NAMESPACE}/operations/{_OPERATION_ID}", OperationHandler),
     (rf"{NAMESPACE}/checkpoints", CheckpointsHandler),
     (rf"{NAMESPACE}/checkpoints/{_CHECKPOINT_ID}", CheckpointHandler),

@@ -125,6 +125,9 @@ export class PauseActions {
       }
       force = true;
     }
+    if (!force && !(await this._confirmUnsaveable(path))) {
+      return null;
+    }
     await this.save(panel); // outputs worth studying are on disk before the kernel goes
     const op = await this._run(
       'sessions/pause',
@@ -136,6 +139,59 @@ export class PauseActions {
       this.detachKernel(panel);
     }
     return op;
+  }
+
+  /**
+   * Before a pause by hand: list every variable the pause would not save,
+   * with why, and let the user decide.  True to go on.
+   */
+  private async _confirmUnsaveable(path: string): Promise<boolean> {
+    const trans = this.trans;
+    let unsaveable: Record<string, string> = {};
+    try {
+      unsaveable = (
+        await requestAPI<{ unsaveable: Record<string, string> }>(
+          `sessions/unsaveable?path=${encodeURIComponent(path)}`,
+          this._model.serverSettings
+        )
+      ).unsaveable;
+    } catch {
+      return true; // the pause itself says what was not saved
+    }
+    const names = Object.keys(unsaveable).sort();
+    if (!names.length) {
+      return true;
+    }
+    const body = document.createElement('div');
+    body.className = 'jp-PauseUnsaveable';
+    const intro = document.createElement('p');
+    intro.textContent = trans._n(
+      'One variable cannot be saved and will not come back after Resume:',
+      '%1 variables cannot be saved and will not come back after Resume:',
+      names.length
+    );
+    const list = document.createElement('ul');
+    for (const name of names) {
+      const item = document.createElement('li');
+      item.textContent = `${name}: ${shortReason(unsaveable[name], 100)}`;
+      list.appendChild(item);
+    }
+    const details = document.createElement('details');
+    const summary = document.createElement('summary');
+    summary.textContent = trans.__('Show details');
+    const full = document.createElement('pre');
+    full.textContent = names.map(n => `${n}: ${unsaveable[n]}`).join('\n');
+    details.append(summary, full);
+    body.append(intro, list, details);
+    const answer = await showDialog({
+      title: trans.__('Not everything can be saved'),
+      body: new Widget({ node: body }),
+      buttons: [
+        Dialog.cancelButton(),
+        Dialog.warnButton({ label: trans.__('Pause anyway') })
+      ]
+    });
+    return answer.button.accept;
   }
 
   /** Save the notebook file if it has unsaved changes. */

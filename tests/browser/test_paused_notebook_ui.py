@@ -105,3 +105,31 @@ def test_run_in_an_empty_kernel_is_a_choice_not_an_accident(shared_lab, page):
     page.locator(KERNEL_NAME, has_text="Python 3").wait_for()
     # the saved state stays, for %restore
     assert lab.client.checkpoints("empty.ipynb")
+
+
+def test_a_pause_lists_what_cannot_be_saved_first(shared_lab, page, screenshot):
+    lab = shared_lab
+    write_notebook(
+        lab.root,
+        "unsaveable.ipynb",
+        ["import threading\nlock = threading.Lock()\ngen = (i for i in range(3))\nkept = 1"],
+    )
+    page.goto(lab.lab_url("unsaveable.ipynb"))
+    wait_status(page, "Pause: Live")
+    run_cell(page, 0, None)
+
+    pause = page.locator("jp-button[data-command='jupyter-pause:pause']")
+    pause.click()
+    dialog = page.locator(".jp-Dialog", has_text="Not everything can be saved")
+    dialog.wait_for()
+    items = dialog.locator("li").all_inner_texts()
+    assert [i.split(":")[0] for i in items] == ["gen", "lock"]
+    screenshot("pause-unsaveable")
+    dialog.get_by_role("button", name="Cancel").click()
+    dialog.wait_for(state="hidden")
+    assert session_of(lab, "unsaveable.ipynb")["state"] == "running"
+
+    pause.click()
+    dialog.get_by_role("button", name="Pause anyway").click()
+    wait_status(page, "Pause: Paused")
+    assert jupyter_kernels_for(lab, "unsaveable.ipynb") == []
