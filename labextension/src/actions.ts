@@ -42,6 +42,19 @@ const PAUSABLE: PauseState[] = ['running', 'ready'];
 /** How long a page follows one operation before it gives up asking. */
 const FOLLOW_DEADLINE_MS = 60 * 60 * 1000;
 
+/**
+ * Run a task nobody awaits (a button's click, a background save) and show
+ * its failure to the user instead of losing it in the console.
+ */
+export function surfaceErrors(task: Promise<unknown>, what: string): void {
+  task.catch(error => {
+    console.error(`jupyter-pause: ${what}`, error);
+    Notification.error(`${what}: ${(error as Error).message ?? error}`, {
+      autoClose: false
+    });
+  });
+}
+
 /** A short message with the whole story behind a "Show details" button. */
 export function showDetails(
   title: string,

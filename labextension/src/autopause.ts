@@ -10,7 +10,7 @@
 import { Notification } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 
-import { PauseActions } from './actions';
+import { PauseActions, surfaceErrors } from './actions';
 import { ISessionStatus, PauseState } from './api';
 import { formatDuration, formatTime, shortReason } from './labels';
 
@@ -28,6 +28,7 @@ export class AutoPauseNotices {
   }
 
   private _update(): void {
+    const trans = this._actions.trans;
     const sessions = this._actions.model.status?.sessions ?? [];
     for (const session of sessions) {
       const before = this._states.get(session.path);
@@ -42,7 +43,11 @@ export class AutoPauseNotices {
         session.state === 'checkpointing' &&
         before !== 'checkpointing'
       ) {
-        void this._save(session.path); // the kernel goes next: the file must not
+        // the kernel goes next: the file must not
+        surfaceErrors(
+          this._save(session.path),
+          trans.__('Saving %1 failed', session.path)
+        );
       }
       if (
         session.state === 'paused' &&
@@ -69,7 +74,7 @@ export class AutoPauseNotices {
       if (this._warnings.has(path)) {
         continue;
       }
-      void this._save(path);
+      surfaceErrors(this._save(path), trans.__('Saving %1 failed', path));
       const id = Notification.warning(this._warningText(path), {
         autoClose: false,
         actions: [

@@ -7,7 +7,7 @@
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { Widget } from '@lumino/widgets';
 
-import { PauseActions, showDetails } from './actions';
+import { PauseActions, showDetails, surfaceErrors } from './actions';
 import { ISessionStatus } from './api';
 import { formatBytes, formatDuration, formatTime, shortReason } from './labels';
 
@@ -98,7 +98,7 @@ export class PauseBanner extends Widget {
     const button = document.createElement('button');
     button.className = 'jp-PauseBanner-button jp-mod-styled';
     button.textContent = label;
-    button.onclick = () => void act();
+    button.onclick = () => surfaceErrors(Promise.resolve().then(act), label);
     return button;
   }
 }

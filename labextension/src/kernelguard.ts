@@ -12,7 +12,7 @@
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 
-import { PauseActions } from './actions';
+import { PauseActions, surfaceErrors } from './actions';
 import { PauseState, RESUMABLE_STATES } from './api';
 import {
   askBeforeStart,
@@ -30,6 +30,9 @@ const SETTLING: PauseState[] = [
   'restoring'
 ];
 
+/** How long a cell run waits for a pause or resume under way to end. */
+const SETTLE_DEADLINE_MS = 30 * 60 * 1000;
+
 export class KernelGuard {
   constructor(
     private readonly _actions: PauseActions,
@@ -44,7 +47,13 @@ export class KernelGuard {
     const context = panel.sessionContext;
     holdKernel(context);
     askBeforeStart(context, start => this._askFirst(panel, start));
-    void this._decide(panel);
+    surfaceErrors(
+      this._decide(panel),
+      this._actions.trans.__(
+        'Starting the kernel of %1 failed',
+        panel.context.path
+      )
+    );
   }
 
   /** Release the held kernel start unless the server says the notebook is paused. */
@@ -71,11 +80,22 @@ export class KernelGuard {
     const actions = this._actions;
     const trans = actions.trans;
     const path = panel.context.path;
-    let session = await actions.model.fetchSession(path);
-    while (session && SETTLING.includes(session.state)) {
+    // unreachable server: go by the last answer rather than guess "not paused"
+    const ask = async () =>
+      (await actions.model.fetchSession(path)) ?? actions.model.session(path);
+    let session = await ask();
+    const deadline = Date.now() + SETTLE_DEADLINE_MS;
+    while (
+      session &&
+      SETTLING.includes(session.state) &&
+      Date.now() < deadline
+    ) {
       // a pause or resume is under way: its outcome decides what to do
       await new Promise(resolve => setTimeout(resolve, 500));
-      session = await actions.model.fetchSession(path);
+      session = await ask();
+    }
+    if (session && SETTLING.includes(session.state)) {
+      return false; // still under way: run nothing rather than guess
     }
     if (!session || !RESUMABLE_STATES.includes(session.state)) {
       return start();

@@ -8,7 +8,7 @@ import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { Widget } from '@lumino/widgets';
 
-import { PauseActions } from './actions';
+import { PauseActions, surfaceErrors } from './actions';
 import { ICheckpointSummary, RESUMABLE_STATES, requestAPI } from './api';
 import { formatBytes, shortReason } from './labels';
 
@@ -113,14 +113,18 @@ export class SnapshotsPanel extends Widget {
     resume.title = resumable ? '' : trans.__('Pause the notebook first');
     resume.onclick = () => {
       if (panel) {
-        void this._actions.resume(panel, c.id);
+        surfaceErrors(
+          this._actions.resume(panel, c.id),
+          trans.__('Resume failed')
+        );
       }
     };
     const remove = document.createElement('button');
     remove.className = 'jp-mod-styled';
     remove.textContent = trans.__('Delete');
     remove.setAttribute('aria-label', trans.__('Delete saved state %1', c.id));
-    remove.onclick = () => void this._delete(path, c.id);
+    remove.onclick = () =>
+      surfaceErrors(this._delete(path, c.id), trans.__('Delete failed'));
     item.append(text, verdict, resume, remove);
     return item;
   }

@@ -8,6 +8,7 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
 import { Widget } from '@lumino/widgets';
 
+import { surfaceErrors } from './actions';
 import { ISessionStatus } from './api';
 import {
   describeSession,
@@ -180,7 +181,7 @@ export class PauseStatusItem extends Widget {
       button.disabled = !this._commands.isEnabled(id);
       button.onclick = () => {
         this._popup?.dispose();
-        void this._commands.execute(id);
+        surfaceErrors(this._commands.execute(id), this._commands.label(id));
       };
       actions.appendChild(button);
     }
