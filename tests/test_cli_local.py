@@ -49,6 +49,15 @@ def local_server(tmp_path, monkeypatch):
     server.stop()
 
 
+def test_the_server_logs_the_policy_in_force_at_start_up(local_server):
+    server, _ = local_server
+    line = next(
+        (line for line in server.log_tail(100_000).splitlines() if "auto-pause on" in line), ""
+    )
+    assert "gpu-interactive: pause after 30 min 00 s idle" in line and "(default)" in line
+    assert "never: never acts" in line
+
+
 def test_status_list_and_resume_on_the_local_server(local_server, capsys):
     server, client = local_server
     nb = {

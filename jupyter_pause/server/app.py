@@ -23,6 +23,7 @@ from ..backends.base import PauseBackend
 from ..idle import load_classes
 from ..ledger import Ledger
 from ..lifecycle import SessionStore
+from .explain import policy_summary
 from .handlers import ROUTES
 from .idle import IdleWatcher
 from .manager import PauseManager
@@ -135,6 +136,12 @@ class PauseApp(ExtensionApp):
     async def _startup(self):
         if self.idle_watcher is not None:
             self.idle_watcher.start()
+            self.log.info(
+                "jupyter-pause: auto-pause on (c.PauseApp.workload_classes to change): %s",
+                policy_summary(self.idle_watcher.classes, self.default_workload_class),
+            )
+        else:
+            self.log.info("jupyter-pause: auto-pause off (c.PauseApp.auto_pause = False)")
         report = await self.backend_instance.startup()
         await self.manager.came_back(report)
         self.log.info(
