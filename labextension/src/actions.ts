@@ -384,20 +384,32 @@ export class PauseActions {
   }
 
   /** An error notice that is withdrawn once the notebook recovers. */
-  notifyError(path: string, message: string, details: string): void {
+  notifyError(
+    path: string,
+    message: string,
+    details: string,
+    replacing?: string
+  ): void {
     const trans = this.trans;
-    const id = Notification.error(message, {
-      autoClose: false,
+    const options = {
+      autoClose: false as const,
       actions: [
         {
           label: trans.__('Show details'),
-          callback: event => {
+          callback: (event: MouseEvent) => {
             event.preventDefault(); // keep the notice open
             showDetails(message, details, trans);
           }
         }
       ]
-    });
+    };
+    let id = replacing;
+    if (
+      id === undefined ||
+      !Notification.update({ id, message, type: 'error', ...options })
+    ) {
+      id = Notification.error(message, options);
+    }
     this._errorNotices.set(path, [...(this._errorNotices.get(path) ?? []), id]);
   }
 
@@ -545,11 +557,12 @@ export class PauseActions {
           : []
       });
     } else {
-      Notification.dismiss(id);
+      // the same notice turns into the error (a second one would leave a spinner behind)
       this.notifyError(
         path,
         trans.__('%1 failed: %2', verb, shortReason(op.error)),
-        [op.error, notes].filter(Boolean).join('\n\n')
+        [op.error, notes].filter(Boolean).join('\n\n'),
+        id
       );
     }
     return op;

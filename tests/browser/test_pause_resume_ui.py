@@ -27,10 +27,12 @@ def test_pause_reload_resume_and_check(lab, page, screenshot):
     run_cell(page, 1, "parameters")
     run_cell(page, 2, "fingerprint")
 
-    pause = page.locator("jp-button[data-command='jupyter-pause:pause']")
+    pause = page.locator("jp-button[data-command='jupyter-pause:pause']:not([disabled])")
     pause.click()
     wait_status(page, "Pause: Paused")
-    assert page.locator("jp-button[data-command='jupyter-pause:resume']").is_visible()
+    assert page.locator(
+        "jp-button[data-command='jupyter-pause:resume']:not([disabled])"
+    ).is_visible()
     # JupyterLab's own kernel indicator agrees: the kernel is gone
     page.locator(".jp-Toolbar-kernelName", has_text="No Kernel").wait_for()
     session = session_of(lab, DEMO.name)
@@ -57,13 +59,13 @@ def test_pause_and_resume_in_the_same_tab(lab, page):
     run_cell(page, 1, "parameters")
     run_cell(page, 2, "fingerprint")
 
-    page.locator("jp-button[data-command='jupyter-pause:pause']").click()
+    page.locator("jp-button[data-command='jupyter-pause:pause']:not([disabled])").click()
     wait_status(page, "Pause: Paused")
     # no modal for a notebook the user has just paused here; the banner says it
     assert page.locator(".jp-Dialog").count() == 0
     page.locator(BANNER).get_by_text("Paused at").wait_for()
 
-    page.locator("jp-button[data-command='jupyter-pause:resume']").click()
+    page.locator("jp-button[data-command='jupyter-pause:resume']:not([disabled])").click()
     wait_resumed(page)
     page.locator(".jp-Toolbar-kernelName", has_text="Python 3").wait_for()
     output = run_cell(page, 4, "ALL PASS")
@@ -82,7 +84,8 @@ def test_a_failed_resume_says_why_and_offers_the_checkpoints_that_verify(lab, pa
     ]
     assert lab.client.wait(op)["outcome"] == "succeeded"
     run_cell(page, 1, None)
-    page.locator("jp-button[data-command='jupyter-pause:pause']").click()
+    # enabled once the page has seen the checkpoint above end
+    page.locator("jp-button[data-command='jupyter-pause:pause']:not([disabled])").click()
     wait_status(page, "Pause: Paused")
 
     infos = sorted(
@@ -95,8 +98,12 @@ def test_a_failed_resume_says_why_and_offers_the_checkpoints_that_verify(lab, pa
     data[len(data) // 2] ^= 0xFF
     pickle_file.write_bytes(bytes(data))
 
-    page.locator("jp-button[data-command='jupyter-pause:resume']").click()
+    page.locator("jp-button[data-command='jupyter-pause:resume']:not([disabled])").click()
     wait_status(page, "Pause: Failed")
+    # the progress notice became the error: no spinner is left behind
+    page.locator(".Toastify__toast", has_text="Resuming two.ipynb: restoring").wait_for(
+        state="detached"
+    )
     # a short reason, the whole story one click away
     banner = page.locator(BANNER)
     banner.get_by_text("Resume failed:").wait_for()

@@ -118,7 +118,7 @@ def test_a_pause_lists_what_cannot_be_saved_first(shared_lab, page, screenshot):
     wait_status(page, "Pause: Live")
     run_cell(page, 0, None)
 
-    pause = page.locator("jp-button[data-command='jupyter-pause:pause']")
+    pause = page.locator("jp-button[data-command='jupyter-pause:pause']:not([disabled])")
     pause.click()
     dialog = page.locator(".jp-Dialog", has_text="Not everything can be saved")
     dialog.wait_for()
