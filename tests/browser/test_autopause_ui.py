@@ -66,4 +66,11 @@ def test_the_report_opens_from_the_command_palette(lab, page, screenshot):
     frame = page.frame_locator(".jp-PauseReport iframe")
     frame.locator("svg").first.wait_for()
     assert frame.locator("h1").first.inner_text()
-    assert page.locator(".jp-PauseReport iframe").get_attribute("title") == "GPU-Time Report"
+    iframe = page.locator(".jp-PauseReport iframe")
+    assert iframe.get_attribute("title") == "GPU-Time Report"
+    first = iframe.get_attribute("src")
+    page.locator(".jp-PauseReport .jp-Toolbar").get_by_text("Refresh").click()
+    page.wait_for_function(
+        f"document.querySelector('.jp-PauseReport iframe').src.split('/').pop() !== {first.split('/')[-1]!r}"
+    )
+    frame.locator("svg").first.wait_for()
