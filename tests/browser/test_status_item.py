@@ -11,6 +11,7 @@ from .conftest import (
     jupyter_kernels_for,
     run_cell,
     session_of,
+    wait_resumed,
     wait_status,
     write_notebook,
 )
@@ -86,8 +87,18 @@ def test_kernel_menu_palette_and_saved_state_panel(shared_lab, page, screenshot)
     assert "Verified" in entry.first.inner_text() and "1 object" in entry.first.inner_text()
     screenshot("saved-state-panel")
 
+    # resume from a chosen saved state, from the panel
+    op = lab.api("POST", "jupyter-pause/api/sessions/pause", {"path": "snap.ipynb"})["operation"]
+    assert lab.client.wait(op)["outcome"] == "succeeded"
+    # each button is labelled with the saved state it acts on
+    entry.first.get_by_role("button", name="Resume from saved state").and_(
+        page.locator(":enabled")
+    ).click()
+    wait_resumed(page)
+    assert session_of(lab, "snap.ipynb")["restored_from"] == "checkpoint"
+
     checkpoint_id = entry.first.get_attribute("data-checkpoint")
     entry.first.get_by_role("button", name="Delete").click()
     page.locator(".jp-Dialog").get_by_role("button", name="Delete").click()
     panel.locator(f"li[data-checkpoint='{checkpoint_id}']").wait_for(state="detached")
-    assert lab.client.checkpoints("snap.ipynb") == []
+    assert checkpoint_id not in [c["id"] for c in lab.client.checkpoints("snap.ipynb")]
