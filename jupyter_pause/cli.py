@@ -16,10 +16,16 @@ import sys
 # sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "activity": ("jupyter_pause.commands.activity", "print kernel activity for idle probes"),
-    "status": ("jupyter_pause.commands.kube", "show the pause state of a workspace"),
-    "resume": ("jupyter_pause.commands.kube", "resume a paused workspace"),
+    "status": (
+        "jupyter_pause.commands.where",
+        "show the pause state of notebooks (local server) or a workspace (Kubernetes)",
+    ),
+    "resume": (
+        "jupyter_pause.commands.where",
+        "resume a paused notebook (local server) or workspace (Kubernetes)",
+    ),
     "abort": ("jupyter_pause.commands.kube", "abort a hung pause snapshot from outside the pod"),
-    "list": ("jupyter_pause.commands.kube", "list snapshots and checkpoints"),
+    "list": ("jupyter_pause.commands.where", "list saved state (checkpoints) and snapshots"),
     "gc": ("jupyter_pause.commands.kube", "delete expired snapshots and checkpoints"),
     "report": ("jupyter_pause.commands.report", "GPU-time accounting from the ledger"),
     "trial": ("jupyter_pause.commands.trial", "run the pause/resume trial on a notebook"),

@@ -96,6 +96,26 @@ def gpu_usage() -> dict[str, Any]:
     return {"gpus": len(used), "gpu_model": torch.cuda.get_device_name(used[0])}
 
 
+def unsaveable() -> dict[str, str]:
+    """The user's variables a checkpoint would leave out now, with why, so a
+    person can decide before pausing.  Each is pickled to nowhere, as the
+    checkpoint itself would try (tensors are only referenced, not copied)."""
+    from .engine import namespace as ns_mod
+    from .engine import pickling
+
+    ns, hidden = ns_mod.user_namespace()
+    candidates, skipped, _ = ns_mod.select(ns, hidden)
+    for name, obj in candidates.items():
+        reason = pickling.probe(obj, ns)
+        if reason:
+            skipped[name] = reason
+    return {
+        name: reason
+        for name, reason in skipped.items()
+        if not name.startswith("<") and not reason.startswith("module")
+    }
+
+
 def live_nonce() -> str | None:
     return _live_nonce
 
@@ -104,4 +124,5 @@ _OPERATIONS: dict[str, Any] = {
     "checkpoint": checkpoint,
     "restore": restore,
     "live_nonce": live_nonce,
+    "unsaveable": unsaveable,
 }

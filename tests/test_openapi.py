@@ -274,6 +274,11 @@ async def test_real_responses_match_the_spec(jp_fetch, jp_serverapp, notebook_pa
 
     code, listing = await call("get", "/checkpoints", params=nb)
     (checkpoint,) = listing["checkpoints"]
+    code, verified = await call("get", "/checkpoints", params={**nb, "verify": "1"})
+    assert verified["checkpoints"][0]["problem"] is None
+
+    code, body = await call("get", "/sessions/unsaveable", params=nb)
+    assert code == 200 and body["unsaveable"] == {}
 
     code, events = await call("get", "/events")
     last = events["events"][0]["id"]

@@ -23,37 +23,39 @@ h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bott
 th,td{padding:3px 8px;border-bottom:1px solid #eceff1;text-align:right}
 th:first-child,td:first-child,th:nth-child(2),td:nth-child(2){text-align:left}
 th{background:#f5f7f8}svg{max-width:100%;height:auto;display:block;margin:6px 0}
-dl{font-size:12.5px}dt{font-weight:600;margin-top:6px}dd{margin-left:16px}
+td.lost{color:#b71c1c;font-weight:600}dl{font-size:12.5px}dt{font-weight:600;margin-top:6px}dd{margin-left:16px}
 """
 
 DEFINITIONS = [
     (
         "allocated",
-        "KERNEL_STARTED (or the session's first event) until ACCELERATOR_RELEASED; again from "
-        "CAPACITY_ACQUIRED / KERNEL_STARTED after a resume. Hours x GPUs.",
+        "From the moment a kernel starts (or is found running) until its accelerator is "
+        "released by a pause; again from the moment a resume gets its accelerator back. "
+        "Hours times GPUs.",
     ),
-    (
-        "active",
-        "Union of cell executions (duration ending at CELL_EXECUTED) inside allocated time.",
-    ),
-    (
-        "released",
-        "ACCELERATOR_RELEASED until the accelerator is acquired again (or the period ends).",
-    ),
+    ("actively used", "Time spent running cells, within the allocated time."),
+    ("released", "From a pause releasing the accelerator until a resume takes one again."),
     (
         "always-on",
-        "What an allocation that never paused would have held: GPUs x (period end - first seen).",
+        "What the notebooks would have held had they never paused: GPUs times the hours "
+        "from when each was first seen to the end of the period.",
     ),
-    ("pause latency", "PAUSE_REQUESTED -> ACCELERATOR_RELEASED."),
+    ("pause latency", "From the pause request until the accelerator is free."),
     (
         "resume latency",
-        "RESUME_REQUESTED -> FIRST_CELL_RUNNABLE; capacity wait is the part "
-        "between WAITING_FOR_CAPACITY and CAPACITY_ACQUIRED.",
+        "From the resume request until a cell can run; the capacity wait is the part spent "
+        "waiting for an accelerator to become free.",
     ),
-    ("interruption", "An auto-pause resumed within the interruption window after its request."),
+    ("interruption", "An automatic pause that the user resumed soon after (within the window)."),
     (
         "restore outcome",
-        "snapshot / checkpoint (fallback) from RESTORE_FINISHED; failed otherwise.",
+        "Whether the state came back from a platform snapshot, from a checkpoint (fallback), "
+        "or not at all (failed).",
+    ),
+    (
+        "not restored",
+        "Variables the pause's checkpoint could not save: a resume brings the rest back "
+        "without them.",
     ),
 ]
 
@@ -69,14 +71,14 @@ def render_html(
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{esc(title)}</h1>",
         f"<div class='muted'>{esc(fmt_time(p['since']))} – {esc(fmt_time(p['until']))}"
-        f" ({p['hours']:.1f} h), {len(data['sessions'])} sessions</div>",
+        f" ({p['hours']:.1f} h), {_n(len(data['sessions']), 'session')}</div>",
         "<div class='cards'>",
     ]
     for label, value in (
-        ("allocated", f"{gh['allocated']:.1f} h"),
-        ("actively used", f"{gh['active']:.1f} h"),
-        ("released by pausing", f"{gh['released']:.1f} h"),
-        ("always-on would hold", f"{gh['always_on']:.1f} h"),
+        ("allocated", f"{_h(gh['allocated'])} h"),
+        ("actively used", f"{_h(gh['active'])} h"),
+        ("released by pausing", f"{_h(gh['released'])} h"),
+        ("always-on would hold", f"{_h(gh['always_on'])} h"),
         ("pauses / interruptions", f"{t['pauses']['count']} / {t['pauses']['interruptions']}"),
         ("storage held now", fmt_bytes(data["storage"]["bytes_now"])),
     ):
@@ -147,8 +149,8 @@ def render_html(
         f"<li>Snapshots: {sb['n']}, median {esc(fmt_bytes(sb['median']))}, max {esc(fmt_bytes(sb['max']))}.</li>"
         f"<li>Storage held now: {esc(fmt_bytes(data['storage']['bytes_now']))}"
         f" (source: {esc(data['storage']['source'])}).</li>"
-        f"<li>Interruptions: {t['pauses']['interruptions']} of {t['pauses']['auto']} auto-pauses were"
-        f" resumed within {data['options']['interruption_minutes']:g} minutes.</li></ul>"
+        f"<li>Interruptions: {t['pauses']['interruptions']} of"
+        f" {_n(t['pauses']['auto'], 'automatic pause')} resumed within {data['options']['interruption_minutes']:g} minutes.</li></ul>"
     )
 
     parts.append("<h2 id='pauses'>Pause intervals</h2>")
@@ -165,6 +167,16 @@ def render_html(
 
 def _f(v: float | None, nd: int = 1) -> str:
     return "–" if v is None else f"{v:.{nd}f}"
+
+
+def _h(hours: float) -> str:
+    """Accelerator-hours, rounded the same way in the tiles and the tables."""
+    return f"{hours:.2f}"
+
+
+def _n(count: int, one: str, many: str | None = None) -> str:
+    """ "1 session", "3 sessions"."""
+    return f"{count} {one if count == 1 else (many or one + 's')}"
 
 
 def _latency_table(t: dict[str, Any]) -> str:
@@ -195,9 +207,9 @@ def _groups_table(data: dict[str, Any]) -> str:
     for scope, g in scoped_groups(data):
         gh = g["gpu_hours"]
         rows.append(
-            f"<tr><td>{scope}</td><td>{esc(g['key'])}</td><td>{gh['allocated']:.2f}</td>"
-            f"<td>{gh['active']:.2f}</td><td>{gh['idle_allocated']:.2f}</td>"
-            f"<td>{gh['released']:.2f}</td><td>{gh['always_on']:.2f}</td>"
+            f"<tr><td>{scope}</td><td>{esc(g['key'])}</td><td>{_h(gh['allocated'])}</td>"
+            f"<td>{_h(gh['active'])}</td><td>{_h(gh['idle_allocated'])}</td>"
+            f"<td>{_h(gh['released'])}</td><td>{_h(gh['always_on'])}</td>"
             f"<td>{g['pauses']['count']}</td><td>{g['pauses']['interruptions']}</td>"
             f"<td>{_f(g['resume_latency_s']['median'])}</td><td>{_f(g['resume_latency_s']['p95'])}</td></tr>"
         )
@@ -209,16 +221,20 @@ def _pauses_table(pauses: list[dict[str, Any]]) -> str:
         return "<p class='muted'>No pauses in this period.</p>"
     head = (
         "<tr><th>notebook</th><th>requested</th><th>auto</th><th>pause s</th><th>resume s</th>"
-        "<th>capacity wait s</th><th>restored from</th><th>checkpoint</th><th>interrupted</th></tr>"
+        "<th>capacity wait s</th><th>restored from</th><th>checkpoint</th><th>not restored</th>"
+        "<th>interrupted</th></tr>"
     )
     rows = []
     for x in pauses:
         when = x["requested"] if x["requested"] is not None else x["released"]
+        # a resume that lost state: it failed, or came back without some variables
+        lost = "everything" if x["restore_outcome"] == "failed" else ", ".join(x.get("lost", []))
         rows.append(
             f"<tr><td>{esc(x['path'])}</td><td>{esc(fmt_time(when)) if when else '–'}</td>"
             f"<td>{'yes' if x['auto'] else 'no'}</td><td>{_f(x['pause_latency_s'])}</td>"
             f"<td>{_f(x['resume_latency_s'])}</td><td>{_f(x['capacity_wait_s'])}</td>"
             f"<td>{esc(x['restore_outcome'] or '–')}</td><td>{esc(fmt_bytes(x['checkpoint_bytes']))}</td>"
+            f"<td class='{'lost' if lost else ''}'>{esc(lost)}</td>"
             f"<td>{'yes' if x['interrupted'] else ''}</td></tr>"
         )
     return "<table class='pauses'>" + head + "".join(rows) + "</table>"

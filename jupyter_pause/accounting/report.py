@@ -74,7 +74,7 @@ seconds, sizes bytes)::
              "auto", "reason", "failed", "resume_requested", "runnable",
              "pause_latency_s", "resume_latency_s", "capacity_wait_s",
              "restore_outcome", "checkpoint_bytes", "snapshot_bytes",
-             "interrupted", "gpus"}
+             "interrupted", "gpus", "lost"}
 
 Timeline states: ``running``, ``pausing``, ``restoring`` (allocated),
 ``paused``, ``resuming``, ``waiting-for-capacity`` (released), ``stopped``.
@@ -187,6 +187,7 @@ class PauseRecord:
     snapshot_bytes: int | None = None
     gpus: int = 1
     interrupted: bool = False
+    lost: list[str] = field(default_factory=list)  # variables the pause's checkpoint skipped
 
     @property
     def pause_latency_s(self) -> float | None:
@@ -236,6 +237,7 @@ class PauseRecord:
             "snapshot_bytes": self.snapshot_bytes,
             "interrupted": self.interrupted,
             "gpus": self.gpus,
+            "lost": self.lost,
         }
 
 
@@ -386,6 +388,7 @@ def _apply(s: SessionRecord, ev: LedgerEvent) -> None:
         s.checkpoints.append((t, nbytes))
         if st == "pausing" and cur is not None:
             cur.checkpoint_bytes = nbytes
+            cur.lost = sorted(d.get("skipped") or [])
     elif T == EventType.SNAPSHOT_READY:
         nbytes = int(d.get("bytes", 0) or 0)
         s.snapshots.append((t, nbytes))

@@ -3,8 +3,8 @@
 Runs the notebook, pauses, checks what was released and what remains,
 resumes, checks files and live state and runs the model cell, repeats the
 restore from the checkpoint into a fresh kernel, then deletes what it
-created.  Prints one table (time, sizes, PASS/FAIL per check) and writes it
-as JSON.  Without ``--url`` it starts its own Jupyter server (local backend)
+created.  Prints one table (time, sizes, PASS/FAIL per check) and, with
+``--json FILE``, writes it as JSON there.  Without ``--url`` it starts its own Jupyter server (local backend)
 on a copy of NOTEBOOK; with ``--url`` NOTEBOOK is a path on that server.
 """
 
@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str = "trial") -> None:
         " e.g. --server-arg=--PauseApp.backend_class=my.Backend",
     )
     parser.add_argument(
-        "--json", dest="json_path", help="write the result here (default: trial.json)"
+        "--json", dest="json_path", help="also write the result as JSON to this file"
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per step")
     parser.add_argument("--keep", action="store_true", help="keep the temporary server folder")
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         log=lambda msg: print(msg, file=sys.stderr),
     )
     sys.stdout.write(result.to_text())
-    path = args.json_path or "trial.json"
-    write_json(result, path)
-    print(f"wrote {path}", file=sys.stderr)
+    if args.json_path:  # only where asked: never litter the current folder
+        write_json(result, args.json_path)
+        print(f"wrote {args.json_path}", file=sys.stderr)
     return 0 if result.passed else 1

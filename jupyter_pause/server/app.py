@@ -23,6 +23,7 @@ from ..backends.base import PauseBackend
 from ..idle import load_classes
 from ..ledger import Ledger
 from ..lifecycle import SessionStore
+from .explain import policy_summary
 from .handlers import ROUTES
 from .idle import IdleWatcher
 from .manager import PauseManager
@@ -130,6 +131,7 @@ class PauseApp(ExtensionApp):
                 log=self.log,
             )
             self.manager.auto_pause_status = self.idle_watcher.auto_pause_status
+            self.manager.workload_class = self.idle_watcher.workload_class
             self._warn_about_culling()
         self.settings.update(
             jupyter_pause_manager=self.manager,
@@ -149,6 +151,12 @@ class PauseApp(ExtensionApp):
         self.manager.start()
         if self.idle_watcher is not None:
             self.idle_watcher.start()
+            self.log.info(
+                "jupyter-pause: auto-pause on (c.PauseApp.workload_classes to change): %s",
+                policy_summary(self.idle_watcher.classes, self.default_workload_class),
+            )
+        else:
+            self.log.info("jupyter-pause: auto-pause off (c.PauseApp.auto_pause = False)")
         report = await self.backend_instance.startup()
         await self.manager.came_back(report)
         self.log.info(

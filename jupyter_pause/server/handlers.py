@@ -20,6 +20,7 @@ from tornado.httputil import responses
 
 from ..engine.errors import CheckpointError, CheckpointNotFound
 from ..lifecycle import OperationInProgress
+from .explain import unsaveable, verify_listing
 from .manager import PauseError
 
 NAMESPACE = "jupyter-pause/api"
@@ -165,6 +166,16 @@ class CheckpointSessionHandler(PauseHandler):
         self.write_json({"operation": op.to_json()}, status=202)
 
 
+class UnsaveableHandler(PauseHandler):
+    """What a pause would not save now: asked before a person pauses."""
+
+    @tornado.web.authenticated
+    @translate_errors
+    async def get(self):
+        path = await self.path_argument(self.get_query_argument("path", None))
+        self.write_json({"path": path, "unsaveable": await unsaveable(self.manager, path)})
+
+
 class OperationHandler(PauseHandler):
     _track_activity = False
 
@@ -181,7 +192,10 @@ class CheckpointsHandler(PauseHandler):
     @translate_errors
     async def get(self):
         path = await self.path_argument(self.get_query_argument("path", None))
-        self.write_json({"path": path, "checkpoints": await self.manager.list_checkpoints(path)})
+        listing = await self.manager.list_checkpoints(path)
+        if self.get_query_argument("verify", "") in ("1", "true"):
+            listing = await verify_listing(self.manager, path, listing)
+        self.write_json({"path": path, "checkpoints": listing})
 
 
 class CheckpointHandler(PauseHandler):
@@ -291,6 +305,7 @@ ROUTES = [
     (rf"{NAMESPACE}/sessions/pause", PauseSessionHandler),
     (rf"{NAMESPACE}/sessions/resume", ResumeSessionHandler),
     (rf"{NAMESPACE}/sessions/checkpoint", CheckpointSessionHandler),
+    (rf"{NAMESPACE}/sessions/unsaveable", UnsaveableHandler),
     (rf"{NAMESPACE}/operations/{_OPERATION_ID}", OperationHandler),
     (rf"{NAMESPACE}/checkpoints", CheckpointsHandler),
     (rf"{NAMESPACE}/checkpoints/{_CHECKPOINT_ID}", CheckpointHandler),

@@ -51,6 +51,7 @@ from ..lifecycle import (
     State,
 )
 from .activity import ActivityMonitor
+from .explain import explain
 from .kernels import KernelCallError, KernelDied, call_in_kernel
 
 _TEMPORARY_PATH = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -107,6 +108,8 @@ class PauseManager:
         #: ``async (session) -> dict | None``: the auto_pause field of a status row
         #: (the idle watcher provides it when auto-pause is on)
         self.auto_pause_status = None
+        #: ``async (session) -> (WorkloadClass, source)``: the policy a status row shows
+        self.workload_class = None
         self._heartbeat: asyncio.Task | None = None
         self._closed = False
         #: set once :meth:`recover` ran: until then status and operations wait,
@@ -314,6 +317,7 @@ class PauseManager:
                 }
             )
             sessions[-1].pop("pause_nonce", None)
+            sessions[-1].update(await explain(session, self.workload_class))
             if self.auto_pause_status is not None:
                 sessions[-1]["auto_pause"] = await self.auto_pause_status(session)
         return {"backend": self.backend.describe(), "sessions": sessions}

@@ -7,17 +7,27 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-/** Every state of the pause lifecycle (see jupyter_pause/lifecycle.py). */
-export type PauseState =
-  | 'running'
-  | 'checkpointing'
-  | 'pausing'
-  | 'paused'
-  | 'resuming'
-  | 'waiting-for-capacity'
-  | 'restoring'
-  | 'ready'
-  | 'failed';
+/**
+ * Every state of the pause lifecycle, in the order of `State` in
+ * jupyter_pause/lifecycle.py (tests/test_labextension_states.py checks that
+ * the two lists are equal).
+ */
+export const PAUSE_STATES = [
+  'running',
+  'checkpointing',
+  'pausing',
+  'paused',
+  'resuming',
+  'waiting-for-capacity',
+  'restoring',
+  'ready',
+  'failed'
+] as const;
+
+export type PauseState = (typeof PAUSE_STATES)[number];
+
+/** States in which the notebook has no kernel of its own until it resumes. */
+export const RESUMABLE_STATES: readonly PauseState[] = ['paused', 'failed'];
 
 export interface IOperation {
   id: string;
@@ -29,13 +39,28 @@ export interface IOperation {
   error: string;
   step: string;
   messages: string[];
+  options: Record<string, unknown>;
 }
 
 export interface ICheckpointSummary {
   id: string;
-  time: string;
+  /** ISO 8601 in listings; seconds since the epoch in `last_checkpoint`. */
+  time: string | number;
   bytes: number;
   objects?: string[];
+  skipped?: Record<string, string>;
+  trusted?: boolean;
+  /** Listings asked with `verify=1`: null when every hash matched, else why not. */
+  problem?: string | null;
+}
+
+/** The idle policy that applies to a notebook. */
+export interface IPolicy {
+  workload_class: string;
+  /** Seconds idle before the policy acts; null: never. */
+  idle_threshold: number | null;
+  action: 'pause' | 'checkpoint' | 'none';
+  warn_before: number;
 }
 
 export interface IAutoPause {
@@ -61,6 +86,9 @@ export interface ISessionStatus {
   error: string | null;
   workload_class?: string | null;
   auto_pause?: IAutoPause | null;
+  /** Who paused it: the idle policy, `%pause`, or a person (button, CLI). */
+  paused_by?: 'auto' | 'magic' | 'user' | null;
+  policy?: IPolicy | null;
 }
 
 export interface IStatus {

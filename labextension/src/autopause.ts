@@ -1,76 +1,165 @@
 /**
- * Warn before an auto-pause, with a "Keep running" button, and report what
- * went wrong in operations this page did not start (an auto-pause whose
- * checkpoint failed, a pause asked for with `%pause`).
+ * Auto-pause, made visible: a warning that counts down live with a "Keep
+ * running" button, the notebook file saved before the kernel goes, and a
+ * notice that stays after it happened, saying why.  Also reports errors of
+ * operations this page did not start (an auto-pause whose checkpoint
+ * failed, a `%pause`), and withdraws them once the notebook recovers.
  *
- * The server decides (idle policy); this only shows its decision, once per
- * warning period, and withdraws the notification when the danger passed.
+ * The server decides (idle policy); this only shows its decisions.
  */
 import { Notification } from '@jupyterlab/apputils';
+import { INotebookTracker } from '@jupyterlab/notebook';
 
-import { PauseActions } from './actions';
-import { formatElapsed } from './labels';
-import { PauseStatusModel } from './model';
+import { PauseActions, surfaceErrors } from './actions';
+import { ISessionStatus, PauseState } from './api';
+import { formatDuration, formatTime, shortReason } from './labels';
 
-export class AutoPauseWarnings {
+export class AutoPauseNotices {
   constructor(
-    private readonly _model: PauseStatusModel,
-    private readonly _actions: PauseActions
+    private readonly _actions: PauseActions,
+    private readonly _notebooks: INotebookTracker
   ) {
-    _model.changed.connect(this._update, this);
+    _actions.model.changed.connect(this._update, this);
+    this._timer = window.setInterval(() => this._countDown(), 1000);
+  }
+
+  dispose(): void {
+    window.clearInterval(this._timer);
   }
 
   private _update(): void {
-    this._reportErrors();
+    const trans = this._actions.trans;
+    const sessions = this._actions.model.status?.sessions ?? [];
+    for (const session of sessions) {
+      const before = this._states.get(session.path);
+      this._states.set(session.path, session.state);
+      this._reportError(session);
+      if (session.state === 'running' || session.state === 'ready') {
+        this._actions.dismissErrors(session.path);
+      }
+      const autoOp = session.operation?.options?.auto === true;
+      if (
+        autoOp &&
+        session.state === 'checkpointing' &&
+        before !== 'checkpointing'
+      ) {
+        // the kernel goes next: the file must not
+        surfaceErrors(
+          this._save(session.path),
+          trans.__('Saving %1 failed', session.path)
+        );
+      }
+      if (
+        session.state === 'paused' &&
+        session.paused_by === 'auto' &&
+        before !== undefined &&
+        before !== 'paused'
+      ) {
+        this._notifyPaused(session);
+      }
+    }
+    this._warn(sessions);
+  }
+
+  private _warn(sessions: ISessionStatus[]): void {
+    const trans = this._actions.trans;
     const warned = new Set<string>();
-    for (const session of this._model.status?.sessions ?? []) {
+    for (const session of sessions) {
       const auto = session.auto_pause;
       if (!auto?.warning || session.state !== 'running') {
         continue;
       }
-      warned.add(session.path);
-      if (this._shown.has(session.path)) {
+      const path = session.path;
+      warned.add(path);
+      if (this._warnings.has(path)) {
         continue;
       }
-      const path = session.path;
-      const id = Notification.warning(
-        `${path} has been idle and will be paused in ${formatElapsed(auto.seconds_left)} ` +
-          `(policy "${auto.workload_class}"). Its state is checkpointed first.`,
-        {
-          autoClose: false,
-          actions: [
-            {
-              label: 'Keep running',
-              caption: 'Postpone the auto-pause by one idle period',
-              callback: () => void this._actions.keepRunning(path)
-            }
-          ]
-        }
-      );
-      this._shown.set(path, id);
+      surfaceErrors(this._save(path), trans.__('Saving %1 failed', path));
+      const id = Notification.warning(this._warningText(path), {
+        autoClose: false,
+        actions: [
+          {
+            label: trans.__('Keep running'),
+            caption: trans.__('Postpone the auto-pause by one idle period'),
+            callback: () => void this._actions.keepRunning(path)
+          }
+        ]
+      });
+      this._warnings.set(path, id);
     }
-    for (const [path, id] of this._shown) {
+    for (const [path, id] of this._warnings) {
       if (!warned.has(path)) {
         Notification.dismiss(id);
-        this._shown.delete(path);
+        this._warnings.delete(path);
       }
     }
   }
 
-  private _reportErrors(): void {
-    for (const session of this._model.status?.sessions ?? []) {
-      const error = session.error;
-      const previous = this._errors.get(session.path);
-      this._errors.set(session.path, error);
-      const own =
-        session.operation &&
-        this._actions.ownOperations.has(session.operation.id);
-      if (error && error !== previous && previous !== undefined && !own) {
-        Notification.error(`${session.path}: ${error}`, { autoClose: false });
+  private _warningText(path: string): string {
+    const trans = this._actions.trans;
+    const session = this._actions.session(path);
+    const left = this._actions.model.secondsLeft(path) ?? 0;
+    return trans.__(
+      '%1 has been idle and will be paused in %2 (policy "%3"). Its state is saved first.',
+      path,
+      formatDuration(left, trans),
+      session?.auto_pause?.workload_class ?? ''
+    );
+  }
+
+  private _countDown(): void {
+    for (const [path, id] of this._warnings) {
+      Notification.update({ id, message: this._warningText(path) });
+    }
+  }
+
+  private _notifyPaused(session: ISessionStatus): void {
+    const trans = this._actions.trans;
+    const threshold = session.policy?.idle_threshold;
+    const message = threshold
+      ? trans.__(
+          '%1 was paused automatically at %2 after %3 idle. Its state is saved: Resume brings it back.',
+          session.path,
+          formatTime(session.since),
+          formatDuration(threshold, trans)
+        )
+      : trans.__(
+          '%1 was paused automatically at %2. Its state is saved: Resume brings it back.',
+          session.path,
+          formatTime(session.since)
+        );
+    Notification.info(message, { autoClose: false });
+  }
+
+  /** Save every open view of the notebook that has unsaved changes. */
+  private async _save(path: string): Promise<void> {
+    const saves: Promise<void>[] = [];
+    this._notebooks.forEach(panel => {
+      if (panel.context.path === path) {
+        saves.push(this._actions.save(panel));
       }
+    });
+    await Promise.all(saves);
+  }
+
+  private _reportError(session: ISessionStatus): void {
+    const error = session.error;
+    const previous = this._errors.get(session.path);
+    this._errors.set(session.path, error);
+    const own =
+      session.operation &&
+      this._actions.ownOperations.has(session.operation.id);
+    if (error && error !== previous && previous !== undefined && !own) {
+      this._actions.notifyError(
+        session.path,
+        `${session.path}: ${shortReason(error)}`,
+        error
+      );
     }
   }
 
   private _errors = new Map<string, string | null>();
-  private _shown = new Map<string, string>();
+  private _states = new Map<string, PauseState>();
+  private _timer: number;
+  private _warnings = new Map<string, string>();
 }

@@ -1,28 +1,42 @@
 /**
- * jupyter-pause frontend: small plugins that share one status model.
+ * jupyter-pause frontend: small plugins around one status model, each of
+ * which a user can disable on its own.
  *
  * - `jupyter-pause:model` polls `GET status` (never counted as activity);
- * - `jupyter-pause:status-item` shows the current notebook's state;
- * - `jupyter-pause:plugin` adds the commands, the toolbar buttons declared in
- *   `schema/plugin.json`, the resume offer and the auto-pause warnings.
+ * - `jupyter-pause:plugin` the actions: Pause, Resume and Save State Now as
+ *   commands, toolbar buttons and Kernel menu items (`schema/plugin.json`);
+ * - `jupyter-pause:kernel-guard` no kernel for a paused notebook, and a
+ *   question before a cell runs in one;
+ * - `jupyter-pause:banner` the banner in a paused or failed notebook;
+ * - `jupyter-pause:status-item` the status bar item and its popover;
+ * - `jupyter-pause:auto-pause` auto-pause warnings and notices;
+ * - `jupyter-pause:snapshots` the "Saved state" side panel;
+ * - `jupyter-pause:report` the GPU-time report.
  */
 import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette } from '@jupyterlab/apputils';
+import { ICommandPalette, ISessionContextDialogs } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
+import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { Token } from '@lumino/coreutils';
 
 import { PauseActions } from './actions';
-import { AutoPauseWarnings } from './autopause';
-import { pauseIcon, resumeIcon } from './icons';
+import { AutoPauseNotices } from './autopause';
+import { PauseBanners } from './banner';
+import { pauseIcon, resumeIcon, snapshotsIcon } from './icons';
+import { KernelGuard } from './kernelguard';
 import { PauseStatusModel } from './model';
 import { createReportWidget } from './report';
-import { ResumeOffer } from './resume';
 import { RerunOffer } from './rerun';
+import { SnapshotsPanel } from './snapshots';
 import { PauseStatusItem } from './statusbar';
+
+/** The user-visible strings' domain (`trans.__`). */
+const DOMAIN = 'jupyter_pause';
 
 /** The shared status model, for other plugins (and other extensions). */
 export const IPauseStatusModel = new Token<PauseStatusModel>(
@@ -30,10 +44,17 @@ export const IPauseStatusModel = new Token<PauseStatusModel>(
   'The latest jupyter-pause status, polled from the server.'
 );
 
+/** What the user can do; shared by the toolbar, menus, banner and dialogs. */
+export const IPauseActions = new Token<PauseActions>(
+  'jupyter-pause:IPauseActions',
+  'Pause, resume and save the state of notebooks.'
+);
+
 export const CommandIDs = {
   pause: 'jupyter-pause:pause',
   resume: 'jupyter-pause:resume',
   checkpoint: 'jupyter-pause:checkpoint',
+  snapshots: 'jupyter-pause:show-snapshots',
   report: 'jupyter-pause:report'
 } as const;
 
@@ -42,19 +63,143 @@ const modelPlugin: JupyterFrontEndPlugin<PauseStatusModel> = {
   description: 'Polls the jupyter-pause status endpoint.',
   autoStart: true,
   provides: IPauseStatusModel,
-  activate: (app: JupyterFrontEnd) =>
-    new PauseStatusModel(app.serviceManager.serverSettings)
+  optional: [ISettingRegistry],
+  activate: (app: JupyterFrontEnd, registry: ISettingRegistry | null) => {
+    const model = new PauseStatusModel(app.serviceManager.serverSettings);
+    if (registry) {
+      void registry.load(modelPlugin.id).then(settings => {
+        const apply = () => {
+          model.interval =
+            (settings.get('pollInterval').composite as number) * 1000;
+        };
+        apply();
+        settings.changed.connect(apply);
+      });
+    }
+    return model;
+  }
+};
+
+const actionsPlugin: JupyterFrontEndPlugin<PauseActions> = {
+  id: 'jupyter-pause:plugin',
+  description:
+    'Pause, Resume and Save State Now: commands, toolbar buttons, Kernel menu items.',
+  autoStart: true,
+  provides: IPauseActions,
+  requires: [IPauseStatusModel, INotebookTracker],
+  optional: [ICommandPalette, ITranslator, ISessionContextDialogs],
+  activate: (
+    app: JupyterFrontEnd,
+    model: PauseStatusModel,
+    notebooks: INotebookTracker,
+    palette: ICommandPalette | null,
+    translator: ITranslator | null,
+    sessionDialogs: ISessionContextDialogs | null
+  ) => {
+    const trans = (translator ?? nullTranslator).load(DOMAIN);
+    const actions = new PauseActions(model, trans, sessionDialogs);
+    const current = (): NotebookPanel | null => notebooks.currentWidget;
+    const path = () => current()?.context.path ?? null;
+    const run =
+      (act: (panel: NotebookPanel) => Promise<unknown>) => async () => {
+        const panel = current();
+        if (panel) {
+          await act(panel);
+        }
+      };
+
+    app.commands.addCommand(CommandIDs.pause, {
+      label: trans.__('Pause'),
+      caption: trans.__(
+        'Save this notebook’s state, then stop its kernel and free its accelerator'
+      ),
+      icon: args => (args.toolbar ? pauseIcon : undefined),
+      isEnabled: () => actions.canPause(path()),
+      isVisible: () => !actions.canResume(path()),
+      execute: run(panel => actions.pause(panel))
+    });
+    app.commands.addCommand(CommandIDs.resume, {
+      label: trans.__('Resume'),
+      caption: trans.__(
+        'Start a kernel and bring back this notebook’s saved state'
+      ),
+      icon: args => (args.toolbar ? resumeIcon : undefined),
+      isEnabled: () => actions.canResume(path()),
+      isVisible: () => actions.canResume(path()),
+      execute: run(panel => actions.resume(panel))
+    });
+    app.commands.addCommand(CommandIDs.checkpoint, {
+      label: trans.__('Save State Now'),
+      caption: trans.__(
+        'Save this notebook’s live state (as %%checkpoint does) without pausing'
+      ),
+      isEnabled: () => actions.canCheckpoint(path()),
+      execute: run(panel => actions.checkpoint(panel))
+    });
+    const refreshCommands = () => {
+      for (const id of Object.values(CommandIDs)) {
+        if (app.commands.hasCommand(id)) {
+          app.commands.notifyCommandChanged(id);
+        }
+      }
+    };
+    model.changed.connect(refreshCommands);
+    notebooks.currentChanged.connect(refreshCommands);
+    if (palette) {
+      const category = trans.__('Pause and Resume');
+      for (const command of [
+        CommandIDs.pause,
+        CommandIDs.resume,
+        CommandIDs.checkpoint
+      ]) {
+        palette.addItem({ command, category });
+      }
+    }
+    return actions;
+  }
+};
+
+const guardPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-pause:kernel-guard',
+  description:
+    'No kernel for a paused notebook; asks before a cell runs in one.',
+  autoStart: true,
+  requires: [IPauseActions, INotebookTracker],
+  activate: (_app, actions: PauseActions, notebooks: INotebookTracker) => {
+    new KernelGuard(actions, notebooks);
+  }
+};
+
+const bannerPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-pause:banner',
+  description: 'A banner in paused and failed notebooks, with Resume.',
+  autoStart: true,
+  requires: [IPauseActions, INotebookTracker],
+  activate: (_app, actions: PauseActions, notebooks: INotebookTracker) => {
+    new PauseBanners(actions, notebooks);
+  }
+};
+
+const rerunPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-pause:rerun',
+  description:
+    'After a resume, offers to re-run the cells that made what could not be saved.',
+  autoStart: true,
+  requires: [IPauseStatusModel, INotebookTracker],
+  activate: (_app, model: PauseStatusModel, notebooks: INotebookTracker) => {
+    new RerunOffer(model, notebooks);
+  }
 };
 
 const statusPlugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-pause:status-item',
   description: 'Shows the current notebook pause state in the status bar.',
   autoStart: true,
-  requires: [IPauseStatusModel, INotebookTracker],
+  requires: [IPauseActions, INotebookTracker],
   optional: [IStatusBar],
   activate: (
     app: JupyterFrontEnd,
-    model: PauseStatusModel,
+    actions: PauseActions,
     notebooks: INotebookTracker,
     statusBar: IStatusBar | null
   ) => {
@@ -62,7 +207,13 @@ const statusPlugin: JupyterFrontEndPlugin<void> = {
       return;
     }
     const currentPath = () => notebooks.currentWidget?.context.path ?? null;
-    const item = new PauseStatusItem(model, currentPath);
+    const item = new PauseStatusItem(
+      actions.model,
+      currentPath,
+      app.commands,
+      actions.trans,
+      [CommandIDs.pause, CommandIDs.resume, CommandIDs.checkpoint]
+    );
     notebooks.currentChanged.connect(() => item.update());
     statusBar.registerStatusItem('jupyter-pause:status', {
       item,
@@ -73,88 +224,85 @@ const statusPlugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-const actionsPlugin: JupyterFrontEndPlugin<void> = {
-  id: 'jupyter-pause:plugin',
-  description:
-    'Pause, Resume and Checkpoint commands, toolbar buttons, resume offer.',
+const autoPausePlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-pause:auto-pause',
+  description: 'Auto-pause warnings with Keep running, and notices after it.',
   autoStart: true,
-  requires: [IPauseStatusModel, INotebookTracker],
+  requires: [IPauseActions, INotebookTracker],
+  activate: (_app, actions: PauseActions, notebooks: INotebookTracker) => {
+    new AutoPauseNotices(actions, notebooks);
+  }
+};
+
+const snapshotsPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-pause:snapshots',
+  description:
+    'The "Saved state" side panel: list, verify, resume from, delete.',
+  autoStart: true,
+  requires: [IPauseActions, INotebookTracker],
   optional: [ICommandPalette],
   activate: (
     app: JupyterFrontEnd,
-    model: PauseStatusModel,
+    actions: PauseActions,
     notebooks: INotebookTracker,
     palette: ICommandPalette | null
   ) => {
-    const actions = new PauseActions(model);
-    const current = (): NotebookPanel | null => notebooks.currentWidget;
-    const path = () => current()?.context.path ?? null;
+    const trans = actions.trans;
+    const panel = new SnapshotsPanel(actions, notebooks);
+    panel.title.icon = snapshotsIcon;
+    app.shell.add(panel, 'right', { rank: 900 });
+    app.commands.addCommand(CommandIDs.snapshots, {
+      label: trans.__('Show Saved State'),
+      caption: trans.__('List this notebook’s saved state, verified'),
+      execute: () => app.shell.activateById(panel.id)
+    });
+    palette?.addItem({
+      command: CommandIDs.snapshots,
+      category: trans.__('Pause and Resume')
+    });
+  }
+};
 
-    app.commands.addCommand(CommandIDs.pause, {
-      label: 'Pause',
-      caption:
-        'Checkpoint this notebook, then stop its kernel and free its accelerator',
-      icon: args => (args.toolbar ? pauseIcon : undefined),
-      isEnabled: () => actions.canPause(path()),
-      isVisible: () => !actions.canResume(path()),
-      execute: async () => {
-        const panel = current();
-        if (panel) {
-          await actions.pause(panel);
-        }
-      }
-    });
-    app.commands.addCommand(CommandIDs.resume, {
-      label: 'Resume',
-      caption: 'Start a kernel and restore this notebook from its checkpoint',
-      icon: args => (args.toolbar ? resumeIcon : undefined),
-      isEnabled: () => actions.canResume(path()),
-      isVisible: () => actions.canResume(path()),
-      execute: async () => {
-        const panel = current();
-        if (panel) {
-          await actions.resume(panel);
-        }
-      }
-    });
-    app.commands.addCommand(CommandIDs.checkpoint, {
-      label: 'Checkpoint Now',
-      caption: "Save this notebook's live state without pausing",
-      isEnabled: () => actions.canCheckpoint(path()),
-      execute: async () => {
-        const panel = current();
-        if (panel) {
-          await actions.checkpoint(panel);
-        }
-      }
-    });
+const reportPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-pause:report',
+  description: 'The GPU-time report in a main-area tab.',
+  autoStart: true,
+  optional: [ICommandPalette, ITranslator],
+  activate: (
+    app: JupyterFrontEnd,
+    palette: ICommandPalette | null,
+    translator: ITranslator | null
+  ) => {
+    const trans = (translator ?? nullTranslator).load(DOMAIN);
     app.commands.addCommand(CommandIDs.report, {
-      label: 'GPU-Time Report',
-      caption:
-        'Accelerator hours allocated, used and released; pause and resume latencies',
+      label: trans.__('GPU-Time Report'),
+      caption: trans.__(
+        'Accelerator hours allocated, used and released; pause and resume latencies'
+      ),
       execute: () => {
-        const widget = createReportWidget(app.serviceManager.serverSettings);
+        const widget = createReportWidget(
+          app.serviceManager.serverSettings,
+          trans
+        );
         app.shell.add(widget, 'main');
         app.shell.activateById(widget.id);
       }
     });
-    const refreshCommands = () => {
-      for (const id of Object.values(CommandIDs)) {
-        app.commands.notifyCommandChanged(id);
-      }
-    };
-    model.changed.connect(refreshCommands);
-    notebooks.currentChanged.connect(refreshCommands);
-
-    if (palette) {
-      for (const command of Object.values(CommandIDs)) {
-        palette.addItem({ command, category: 'Jupyter Pause' });
-      }
-    }
-    new ResumeOffer(model, actions, notebooks);
-    new AutoPauseWarnings(model, actions);
-    new RerunOffer(model, notebooks);
+    palette?.addItem({
+      command: CommandIDs.report,
+      category: trans.__('Pause and Resume')
+    });
   }
 };
 
-export default [modelPlugin, statusPlugin, actionsPlugin];
+export default [
+  modelPlugin,
+  actionsPlugin,
+  guardPlugin,
+  bannerPlugin,
+  rerunPlugin,
+  statusPlugin,
+  autoPausePlugin,
+  snapshotsPlugin,
+  reportPlugin
+];

@@ -1,32 +1,61 @@
-/** Human words for each lifecycle state, in one place. */
+/**
+ * Human words for states, sizes, durations and times, in one place, all
+ * through the translator.
+ */
+import { TranslationBundle } from '@jupyterlab/translation';
+
 import { ISessionStatus, PauseState } from './api';
 
-export const STATE_LABELS: Record<PauseState, string> = {
-  running: 'Running',
-  checkpointing: 'Checkpointing',
-  pausing: 'Pausing',
-  paused: 'Paused',
-  resuming: 'Resuming',
-  'waiting-for-capacity': 'Waiting for capacity',
-  restoring: 'Restoring',
-  ready: 'Ready',
-  failed: 'Failed'
-};
+/**
+ * The status bar's word for each state.  `running` is "Live", not
+ * "Running": beside JupyterLab's kernel indicator ("Idle", "Busy") running
+ * would read as "running a cell".
+ */
+export function stateLabel(
+  state: PauseState,
+  trans: TranslationBundle
+): string {
+  switch (state) {
+    case 'running':
+      return trans.__('Live');
+    case 'checkpointing':
+      return trans.__('Saving state');
+    case 'pausing':
+      return trans.__('Pausing');
+    case 'paused':
+      return trans.__('Paused');
+    case 'resuming':
+      return trans.__('Resuming');
+    case 'waiting-for-capacity':
+      return trans.__('Waiting for capacity');
+    case 'restoring':
+      return trans.__('Restoring');
+    case 'ready':
+      return trans.__('Resumed');
+    case 'failed':
+      return trans.__('Failed');
+  }
+  return state;
+}
 
-/** "3 min", "2 h 5 min": how long a session has been in its state. */
-export function formatElapsed(seconds: number): string {
+/** "45 s", "3 min", "2 h 5 min". */
+export function formatDuration(
+  seconds: number,
+  trans: TranslationBundle
+): string {
   const s = Math.max(0, Math.floor(seconds));
   if (s < 60) {
-    return `${s} s`;
+    return trans.__('%1 s', s);
   }
   const minutes = Math.floor(s / 60);
   if (minutes < 60) {
-    return `${minutes} min`;
+    return trans.__('%1 min', minutes);
   }
   const hours = Math.floor(minutes / 60);
-  return `${hours} h ${minutes % 60} min`;
+  return trans.__('%1 h %2 min', hours, minutes % 60);
 }
 
+/** Decimal units, as the server's reports use: "1.9 GB", "512 MB". */
 export function formatBytes(bytes: number): string {
   const units = ['B', 'KB', 'MB', 'GB', 'TB'];
   let value = bytes;
@@ -38,17 +67,57 @@ export function formatBytes(bytes: number): string {
   return `${value.toFixed(value < 10 && unit > 0 ? 1 : 0)} ${units[unit]}`;
 }
 
-/** The status bar text: "Pause: Paused · 12 min". */
+/** "12:31" today, else the date too. */
+export function formatTime(epochSeconds: number): string {
+  const date = new Date(epochSeconds * 1000);
+  const sameDay = date.toDateString() === new Date().toDateString();
+  const time = date.toLocaleTimeString([], {
+    hour: '2-digit',
+    minute: '2-digit'
+  });
+  return sameDay ? time : `${date.toLocaleDateString()} ${time}`;
+}
+
+/** The first sentence of a long error, for places with room for one line. */
+export function shortReason(error: string, max = 120): string {
+  const first = error.split(/(?<=\.)\s|\n/)[0];
+  if (first.length <= max) {
+    return first;
+  }
+  const cut = first.lastIndexOf(' ', max);
+  return `${first.slice(0, cut > 0 ? cut : max)}…`;
+}
+
+/** The user's own variables a checkpoint could not save (no internals). */
+export function unsavedNames(skipped: Record<string, string> = {}): string[] {
+  return Object.keys(skipped)
+    .filter(
+      name => !name.startsWith('<') && !skipped[name].startsWith('module')
+    )
+    .sort();
+}
+
+/** The status bar text: "Pause: Paused · 12 min", "Pause: Live · auto-pause in 4 min". */
 export function describeSession(
   session: ISessionStatus,
+  trans: TranslationBundle,
+  secondsLeft: number | null,
   now = Date.now() / 1000
 ): string {
-  let text = `Pause: ${STATE_LABELS[session.state] ?? session.state}`;
+  const label = stateLabel(session.state, trans);
+  if (secondsLeft !== null) {
+    return trans.__(
+      'Pause: %1 · auto-pause in %2',
+      label,
+      formatDuration(secondsLeft, trans)
+    );
+  }
   if (session.state !== 'running' && session.state !== 'ready') {
-    text += ` · ${formatElapsed(now - session.since)}`;
+    return trans.__(
+      'Pause: %1 · %2',
+      label,
+      formatDuration(now - session.since, trans)
+    );
   }
-  if (session.auto_pause?.warning && session.state === 'running') {
-    text += ` · auto-pause in ${formatElapsed(session.auto_pause.seconds_left)}`;
-  }
-  return text;
+  return trans.__('Pause: %1', label);
 }

@@ -34,6 +34,35 @@ export class PauseStatusModel implements IDisposable {
     return this._status;
   }
 
+  /** How often to ask the server, in milliseconds (a user setting). */
+  set interval(interval: number) {
+    this._poll.frequency = { ...this._poll.frequency, interval };
+  }
+
+  /**
+   * Seconds until the idle policy acts on this notebook, counted down from
+   * the last answer (so a countdown moves between polls); null when no
+   * auto-pause is announced.
+   */
+  secondsLeft(path: string | null | undefined): number | null {
+    const auto = this.session(path)?.auto_pause;
+    if (!auto?.warning) {
+      return null;
+    }
+    const elapsed = (Date.now() - this._fetchedAt) / 1000;
+    return Math.max(0, auto.seconds_left - elapsed);
+  }
+
+  /** Ask the server about one notebook now; null when it cannot be asked. */
+  async fetchSession(path: string): Promise<ISessionStatus | null> {
+    try {
+      await this._refresh();
+    } catch {
+      return null;
+    }
+    return this.session(path);
+  }
+
   /** The last refresh failed (server gone or unreachable). */
   get error(): string | null {
     return this._error;
@@ -72,6 +101,7 @@ export class PauseStatusModel implements IDisposable {
         JSON.stringify(status) !== JSON.stringify(this._status) ||
         this._error !== null;
       this._status = status;
+      this._fetchedAt = Date.now();
       this._error = null;
       if (changed) {
         this._changed.emit();
@@ -88,6 +118,7 @@ export class PauseStatusModel implements IDisposable {
 
   private _changed = new Signal<this, void>(this);
   private _error: string | null = null;
+  private _fetchedAt = 0;
   private _poll: Poll;
   private _status: IStatus | null = null;
 }

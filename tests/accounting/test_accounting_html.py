@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 
@@ -106,7 +107,15 @@ def _check_report_page(browser, tmp_path):
     assert latency.locator("line.median").count() == 3
     assert latency.locator("line.p95").count() == 3
     text = page.locator("body").inner_text()
-    assert "16.8 h" in text  # allocated card
+    # the tiles are rounded as the table is, and say it in the same unit
+    assert "16.79 h" in text  # allocated card
+    allocated = f"{data['totals']['gpu_hours']['allocated']:.2f}"
+    assert allocated == "16.79"
+    assert page.locator("table.groups td", has_text=allocated).count() >= 1
+    assert "2 sessions" in text
+    # definitions in words, not ledger event names
+    definitions = page.locator("#definitions + dl").inner_text()
+    assert not re.search(r"\b[A-Z]+_[A-Z_]+\b", definitions), definitions
     assert "1 from snapshot, 2 from checkpoint (fallback), 1 failed" in text
     page.close()
 
@@ -126,3 +135,11 @@ def _check_simulation_page(browser, tmp_path):
     assert page.locator('svg[data-chart="sim-wait"] line.limit').count() == 1
     assert page.locator("tr.best").count() == 1
     page.close()
+
+
+def test_counts_have_plural_forms():
+    from jupyter_pause.accounting.html import _n
+
+    assert _n(1, "session") == "1 session"
+    assert _n(2, "session") == "2 sessions"
+    assert _n(0, "automatic pause") == "0 automatic pauses"

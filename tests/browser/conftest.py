@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -50,8 +51,9 @@ class Lab:
         return self.client.request(method, path, body)
 
     def lab_url(self, path: str = "") -> str:
+        # ?reset: a fresh workspace, so notebooks of earlier tests do not reopen
         tree = f"/tree/{path}" if path else ""
-        return f"{self.server.url}lab{tree}?token={self.server.token}"
+        return f"{self.server.url}lab{tree}?reset&token={self.server.token}"
 
     def stop(self) -> None:
         self.server.stop()
@@ -89,6 +91,14 @@ def lab(lab_factory):
     return lab_factory()
 
 
+@pytest.fixture(scope="module")
+def shared_lab(tmp_path_factory):
+    """One JupyterLab for a whole module (tests use notebooks of their own)."""
+    server = Lab(tmp_path_factory.mktemp("lab"))
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="module")  # Playwright's loop must stop before other modules run
 def browser():
     if not os.path.exists(CHROMIUM):
@@ -124,3 +134,81 @@ def write_notebook(root: Path, name: str, sources: list[str]) -> str:
     }  # fmt: skip
     (root / name).write_text(json.dumps(nb))
     return name
+
+
+STATUS = "[data-jp-pause='status']"
+#: the visible text (the item also holds a live region for screen readers)
+STATUS_TEXT = "[data-jp-pause='status'] > span:first-child"
+
+
+def wait_status(page, text, timeout=90_000):
+    """Wait until the status bar item's text starts with ``text``."""
+    page.wait_for_function(
+        f'document.querySelector("{STATUS_TEXT}")?.textContent.startsWith({text!r})',
+        timeout=timeout,
+    )
+
+
+def wait_resumed(page, timeout=120_000):
+    page.wait_for_function(
+        f"['Pause: Resumed', 'Pause: Live'].includes(document.querySelector(\"{STATUS_TEXT}\")?.textContent)",
+        timeout=timeout,
+    )
+
+
+def current_cells(page):
+    """The cells of the notebook in the visible tab."""
+    return page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell")
+
+
+def run_cell(page, index, expect):
+    """Run the code cell at ``index`` (as a user: select it, Shift+Enter) and wait for
+    ``expect`` in its output (or, when None, for its execution count)."""
+    cell = current_cells(page).nth(index)
+    cell.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")
+    if expect is None:
+        cell.locator(".jp-InputPrompt", has_text=re.compile(r"\[\d+\]")).wait_for(timeout=120_000)
+        return ""
+    cell.locator(".jp-OutputArea-output", has_text=expect).first.wait_for(timeout=120_000)
+    return cell.locator(".jp-OutputArea").inner_text()
+
+
+def session_of(lab, path):
+    sessions = lab.api("GET", "jupyter-pause/api/status")["sessions"]
+    matching = [s for s in sessions if s["path"] == path]
+    assert len(matching) == 1, sessions
+    return matching[0]
+
+
+def jupyter_kernels_for(lab, path):
+    """The kernels Jupyter itself runs for a notebook (its sessions API)."""
+    return [s["kernel"]["id"] for s in lab.api("GET", "api/sessions") if s["path"] == path]
+
+
+def wait_until(condition, timeout=60, message="condition"):
+    """Poll ``condition`` until true, with a deadline (never a fixed sleep)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {message}")
+
+
+@pytest.fixture
+def screenshot(page, tmp_path):
+    """Save a screenshot: under ``$JUPYTER_PAUSE_SCREENSHOTS`` when set (that is how
+    ``docs/images/`` is refreshed), else in the test's temporary folder."""
+    folder = Path(os.environ.get("JUPYTER_PAUSE_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def take(name: str) -> Path:
+        path = folder / f"{name}.png"
+        page.screenshot(path=str(path))
+        return path
+
+    return take

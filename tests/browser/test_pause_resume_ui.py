@@ -1,103 +1,141 @@
 """Pause and resume the demo notebook the way a user does, in a real browser."""
 
-import re
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 
-from .conftest import write_notebook
+from .conftest import (
+    run_cell,
+    session_of,
+    wait_resumed,
+    wait_status,
+    write_notebook,
+)
 
 pytestmark = pytest.mark.browser
 
 DEMO = Path(__file__).parents[2] / "notebooks" / "resumable_demo.ipynb"
-STATUS = "[data-jp-pause='status']"
+BANNER = "[data-jp-pause='banner']"
 
 
-def wait_status(page, text, timeout=90_000):
-    page.wait_for_function(
-        f'document.querySelector("{STATUS}")?.textContent.startsWith({text!r})', timeout=timeout
-    )
-
-
-def demo_session(lab):
-    sessions = lab.api("GET", "jupyter-pause/api/status")["sessions"]
-    matching = [s for s in sessions if s["path"] == DEMO.name]
-    assert len(matching) == 1, sessions
-    return matching[0]
-
-
-def run_cell(page, index, expect):
-    """Run the code cell at ``index`` (as a user: select it, Shift+Enter) and wait for
-    ``expect`` in its output (or, when None, for its execution count)."""
-    cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
-    cell.locator(".jp-InputArea-editor").click()
-    page.keyboard.press("Shift+Enter")
-    if expect is None:
-        cell.locator(".jp-InputPrompt", has_text=re.compile(r"\[\d+\]")).wait_for(timeout=120_000)
-        return ""
-    cell.locator(".jp-OutputArea-output", has_text=expect).first.wait_for(timeout=120_000)
-    return cell.locator(".jp-OutputArea").inner_text()
-
-
-def test_pause_reload_resume_and_check(lab, page, tmp_path):
+def test_pause_reload_resume_and_check(lab, page, screenshot):
     shutil.copy(DEMO, lab.root / DEMO.name)
     page.goto(lab.lab_url(DEMO.name))
-    wait_status(page, "Pause: Running")
+    wait_status(page, "Pause: Live")
 
     run_cell(page, 1, "parameters")
     run_cell(page, 2, "fingerprint")
 
-    pause = page.locator("jp-button[data-command='jupyter-pause:pause']")
+    pause = page.locator("jp-button[data-command='jupyter-pause:pause']:not([disabled])")
     pause.click()
     wait_status(page, "Pause: Paused")
-    assert page.locator("jp-button[data-command='jupyter-pause:resume']").is_visible()
-    page.screenshot(path=str(tmp_path / "paused.png"))
+    assert page.locator(
+        "jp-button[data-command='jupyter-pause:resume']:not([disabled])"
+    ).is_visible()
     # JupyterLab's own kernel indicator agrees: the kernel is gone
     page.locator(".jp-Toolbar-kernelName", has_text="No Kernel").wait_for()
-    session = demo_session(lab)
+    session = session_of(lab, DEMO.name)
     assert session["state"] == "paused" and session["last_checkpoint"]["bytes"] > 0
 
     page.reload()
-    dialog = page.locator(".jp-Dialog", has_text="This notebook is paused")
-    dialog.wait_for()
-    page.screenshot(path=str(tmp_path / "resume-offer.png"))
-    dialog.get_by_role("button", name="Resume").click()
-    page.wait_for_function(
-        f"['Pause: Ready', 'Pause: Running'].includes(document.querySelector(\"{STATUS}\")?.textContent)",
-        timeout=120_000,
-    )
+    banner = page.locator(BANNER)
+    banner.get_by_text("Paused at").wait_for()
+    banner.get_by_role("button", name="Resume").click()
+    wait_resumed(page)
 
     page.locator(".jp-Toolbar-kernelName", has_text="Python 3").wait_for()
     output = run_cell(page, 4, "ALL PASS")
-    page.screenshot(path=str(tmp_path / "resumed.png"))
     assert "FAIL" not in output.replace("ALL PASS", "")
     assert "a fresh kernel with the checkpointed state" in output
-    session = demo_session(lab)
+    session = session_of(lab, DEMO.name)
     assert session["restored_from"] == "checkpoint" and session["state"] == "running"
 
 
 def test_pause_and_resume_in_the_same_tab(lab, page):
     shutil.copy(DEMO, lab.root / DEMO.name)
     page.goto(lab.lab_url(DEMO.name))
-    wait_status(page, "Pause: Running")
+    wait_status(page, "Pause: Live")
     run_cell(page, 1, "parameters")
     run_cell(page, 2, "fingerprint")
 
-    page.locator("jp-button[data-command='jupyter-pause:pause']").click()
+    page.locator("jp-button[data-command='jupyter-pause:pause']:not([disabled])").click()
     wait_status(page, "Pause: Paused")
-    # no resume offer for a notebook the user has just paused here
+    # no modal for a notebook the user has just paused here; the banner says it
     assert page.locator(".jp-Dialog").count() == 0
+    page.locator(BANNER).get_by_text("Paused at").wait_for()
 
-    page.locator("jp-button[data-command='jupyter-pause:resume']").click()
-    page.wait_for_function(
-        f"['Pause: Ready', 'Pause: Running'].includes(document.querySelector(\"{STATUS}\")?.textContent)",
-        timeout=120_000,
-    )
+    page.locator("jp-button[data-command='jupyter-pause:resume']:not([disabled])").click()
+    wait_resumed(page)
     page.locator(".jp-Toolbar-kernelName", has_text="Python 3").wait_for()
     output = run_cell(page, 4, "ALL PASS")
     assert "a fresh kernel with the checkpointed state" in output
+
+
+def test_a_failed_resume_says_why_and_offers_the_checkpoints_that_verify(lab, page, screenshot):
+    from jupyter_pause.engine import store
+
+    write_notebook(lab.root, "two.ipynb", ["x = 'older'", "x = 'newer'", "print(x)"])
+    page.goto(lab.lab_url("two.ipynb"))
+    wait_status(page, "Pause: Live")
+    run_cell(page, 0, None)
+    op = lab.api("POST", "jupyter-pause/api/sessions/checkpoint", {"path": "two.ipynb"})[
+        "operation"
+    ]
+    assert lab.client.wait(op)["outcome"] == "succeeded"
+    run_cell(page, 1, None)
+    # enabled once the page has seen the checkpoint above end
+    page.locator("jp-button[data-command='jupyter-pause:pause']:not([disabled])").click()
+    wait_status(page, "Pause: Paused")
+
+    infos = sorted(
+        store.list_checkpoints(lab.server.checkpoint_dir, "two.ipynb"), key=lambda c: c.id
+    )
+    older, newer = infos[0].id, infos[-1].id
+    assert older != newer
+    pickle_file = Path(infos[-1].path) / "objects.pkl"
+    data = bytearray(pickle_file.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    pickle_file.write_bytes(bytes(data))
+
+    # resume from the damaged one by name (another tab, the CLI): a named checkpoint
+    # never falls back, so this resume fails and the page must say so
+    lab.api(
+        "POST", "jupyter-pause/api/sessions/resume", {"path": "two.ipynb", "checkpoint_id": newer}
+    )
+    wait_status(page, "Pause: Failed")
+    # the progress notice became the error: no spinner is left behind
+    page.locator(".Toastify__toast", has_text="Resuming two.ipynb: restoring").wait_for(
+        state="detached"
+    )
+    # a short reason, the whole story one click away
+    banner = page.locator(BANNER)
+    banner.get_by_text("Resume failed:").wait_for()
+    toast = page.locator(".Toastify__toast", has_text="failed")
+    toast.first.wait_for()
+    assert len(banner.inner_text().splitlines()[0]) < 200
+    screenshot("failed-resume")
+    banner.get_by_role("button", name="Show details").click()
+    details = page.locator(".jp-Dialog .jp-PauseDetails")
+    details.wait_for()
+    assert older in details.inner_text()  # the server names what to resume from instead
+    page.locator(".jp-Dialog").get_by_role("button", name="Close").click()
+
+    banner.get_by_role("button", name="Resume from a saved state…").click()
+    dialog = page.locator(".jp-Dialog", has_text="Resume from which saved state?")
+    dialog.wait_for()
+    picker = dialog.get_by_label("Saved state to resume from")
+    corrupt = picker.locator(f"option[value='{newer}']")
+    assert "corrupt" in corrupt.inner_text() and corrupt.is_disabled()
+    assert picker.input_value() == older  # the newest that verifies is preselected
+    assert dialog.get_by_role("button", name="Start with an empty kernel").is_visible()
+    screenshot("failed-resume-picker")
+    dialog.get_by_role("button", name="Resume").click()
+    wait_resumed(page)
+    page.locator(".jp-Toolbar-kernelName", has_text="Python 3").wait_for()
+    # the stale error notices went away with the failure
+    page.locator(".Toastify__toast", has_text="failed").wait_for(state="detached")
+    assert "older" in run_cell(page, 2, "older")
 
 
 def test_a_resume_falls_back_from_a_damaged_checkpoint(lab, page):
@@ -105,21 +143,20 @@ def test_a_resume_falls_back_from_a_damaged_checkpoint(lab, page):
     (no dialog, no failure) and the operation says which one it passed over."""
     from jupyter_pause.engine import store
 
-    write_notebook(lab.root, "two.ipynb", ["x = 'older'", "x = 'newer'", "print(x)"])
-    page.goto(lab.lab_url("two.ipynb"))
-    wait_status(page, "Pause: Running")
+    write_notebook(lab.root, "three.ipynb", ["x = 'older'", "x = 'newer'", "print(x)"])
+    page.goto(lab.lab_url("three.ipynb"))
+    wait_status(page, "Pause: Live")
     run_cell(page, 0, None)
-    op = lab.api("POST", "jupyter-pause/api/sessions/checkpoint", {"path": "two.ipynb"})[
+    op = lab.api("POST", "jupyter-pause/api/sessions/checkpoint", {"path": "three.ipynb"})[
         "operation"
     ]
     assert lab.client.wait(op)["outcome"] == "succeeded"
-    time.sleep(1.1)  # checkpoint ids have a one-second resolution
     run_cell(page, 1, None)
-    page.locator("jp-button[data-command='jupyter-pause:pause']").click()
+    page.locator("jp-button[data-command='jupyter-pause:pause']:not([disabled])").click()
     wait_status(page, "Pause: Paused")
 
     infos = sorted(
-        store.list_checkpoints(lab.server.checkpoint_dir, "two.ipynb"), key=lambda c: c.id
+        store.list_checkpoints(lab.server.checkpoint_dir, "three.ipynb"), key=lambda c: c.id
     )
     newer = infos[-1].id
     pickle_file = Path(infos[-1].path) / "objects.pkl"
@@ -127,13 +164,10 @@ def test_a_resume_falls_back_from_a_damaged_checkpoint(lab, page):
     data[len(data) // 2] ^= 0xFF
     pickle_file.write_bytes(bytes(data))
 
-    page.locator("jp-button[data-command='jupyter-pause:resume']").click()
-    page.wait_for_function(
-        f"['Pause: Ready', 'Pause: Running'].includes(document.querySelector(\"{STATUS}\")?.textContent)",
-        timeout=120_000,
-    )
+    page.locator("jp-button[data-command='jupyter-pause:resume']:not([disabled])").click()
+    wait_resumed(page)
     page.locator(".jp-Toolbar-kernelName", has_text="Python 3").wait_for()
     assert "older" in run_cell(page, 2, "older")
-    events = lab.api("GET", "jupyter-pause/api/status")["sessions"]
-    (session,) = [s for s in events if s["path"] == "two.ipynb"]
+    sessions = lab.api("GET", "jupyter-pause/api/status")["sessions"]
+    (session,) = [s for s in sessions if s["path"] == "three.ipynb"]
     assert any(newer in m for m in session["operation"]["messages"]), session["operation"]

@@ -1,21 +1,104 @@
-"""The status bar item, read as a user sees it."""
+"""The status bar item, its popover, the Kernel menu and the "Saved state" panel,
+read as a user sees them."""
+
+import re
 
 import pytest
 
-from .conftest import write_notebook
+from .conftest import (
+    STATUS,
+    STATUS_TEXT,
+    jupyter_kernels_for,
+    run_cell,
+    session_of,
+    wait_resumed,
+    wait_status,
+    write_notebook,
+)
 
 pytestmark = pytest.mark.browser
 
 
-def test_status_bar_shows_the_notebook_pause_state(lab, page):
+def test_status_bar_uses_plain_words_and_says_when_the_server_is_unreachable(shared_lab, page):
+    lab = shared_lab
     write_notebook(lab.root, "hello.ipynb", ["x = 41 + 1\nx"])
     page.goto(lab.lab_url("hello.ipynb"))
-    item = page.locator("[data-jp-pause='status']")
-    item.wait_for(state="visible")
-    # the kernel starts with the notebook; the item follows the server's word
-    page.wait_for_function(
-        "document.querySelector(\"[data-jp-pause='status']\").textContent === 'Pause: Running'"
-    )
+    item = page.locator(STATUS)
+    # "Live", not "Running", beside JupyterLab's "Idle"
+    wait_status(page, "Pause: Live")
     assert item.get_attribute("data-state") == "running"
-    status = lab.api("GET", "jupyter-pause/api/status")
-    assert [s["state"] for s in status["sessions"] if s["path"] == "hello.ipynb"] == ["running"]
+    assert session_of(lab, "hello.ipynb")["state"] == "running"
+    assert item.locator("[aria-live='polite']").inner_text() == "Live"
+
+    # the poll fails: the item says so instead of showing a stale state
+    page.route("**/jupyter-pause/api/status*", lambda route: route.abort())
+    wait_status(page, "Pause: server unreachable")
+    assert item.get_attribute("data-state") == "unreachable"
+    page.unroute("**/jupyter-pause/api/status*")
+    wait_status(page, "Pause: Live", timeout=120_000)  # the poll backs off, then recovers
+
+
+def test_popover_shows_state_saved_state_policy_and_actions(shared_lab, page, screenshot):
+    lab = shared_lab
+    write_notebook(lab.root, "pop.ipynb", ["y = 1"])
+    page.goto(lab.lab_url("pop.ipynb"))
+    wait_status(page, "Pause: Live")
+    run_cell(page, 0, None)
+    op = lab.api("POST", "jupyter-pause/api/sessions/checkpoint", {"path": "pop.ipynb"})[
+        "operation"
+    ]
+    assert lab.client.wait(op)["outcome"] == "succeeded"
+
+    page.locator(STATUS_TEXT).click()
+    popover = page.locator("[data-jp-pause='popover']")
+    # the popover follows the poll: the checkpoint taken from outside shows up
+    popover.get_by_text("Live since").wait_for()
+    popover.get_by_text(re.compile(r"\d [KMGT]?B at ")).wait_for()
+    text = popover.inner_text()
+    assert "gpu-interactive: pause after 30 min idle" in text
+    screenshot("status-popover")
+    popover.get_by_role("button", name="Pause").click()
+    wait_status(page, "Pause: Paused")
+    assert jupyter_kernels_for(lab, "pop.ipynb") == []
+
+
+def test_kernel_menu_palette_and_saved_state_panel(shared_lab, page, screenshot):
+    lab = shared_lab
+    write_notebook(lab.root, "snap.ipynb", ["z = list(range(10))"])
+    page.goto(lab.lab_url("snap.ipynb"))
+    wait_status(page, "Pause: Live")
+    run_cell(page, 0, None)
+
+    page.get_by_role("menuitem", name="Kernel").click()
+    menu = page.locator(".lm-Menu")
+    for label in ("Pause", "Save State Now", "Show Saved State"):
+        menu.get_by_text(label, exact=True).wait_for()
+    menu.get_by_text("Save State Now", exact=True).click()
+    page.locator(".Toastify__toast", has_text="done").first.wait_for()
+
+    page.get_by_role("menuitem", name="View").click()
+    page.get_by_role("menuitem", name="Activate Command Palette").click()
+    page.locator(".lm-CommandPalette-input").fill("Show Saved State")
+    page.keyboard.press("Enter")
+    panel = page.locator("[data-jp-pause='snapshots']")
+    entry = panel.locator("li[data-checkpoint]")
+    entry.first.wait_for()
+    assert entry.first.get_attribute("data-verified") == "true"
+    assert "Verified" in entry.first.inner_text() and "1 object" in entry.first.inner_text()
+    screenshot("saved-state-panel")
+
+    # resume from a chosen saved state, from the panel
+    op = lab.api("POST", "jupyter-pause/api/sessions/pause", {"path": "snap.ipynb"})["operation"]
+    assert lab.client.wait(op)["outcome"] == "succeeded"
+    # each button is labelled with the saved state it acts on
+    entry.first.get_by_role("button", name="Resume from saved state").and_(
+        page.locator(":enabled")
+    ).click()
+    wait_resumed(page)
+    assert session_of(lab, "snap.ipynb")["restored_from"] == "checkpoint"
+
+    checkpoint_id = entry.first.get_attribute("data-checkpoint")
+    entry.first.get_by_role("button", name="Delete").click()
+    page.locator(".jp-Dialog").get_by_role("button", name="Delete").click()
+    panel.locator(f"li[data-checkpoint='{checkpoint_id}']").wait_for(state="detached")
+    assert checkpoint_id not in [c["id"] for c in lab.client.checkpoints("snap.ipynb")]

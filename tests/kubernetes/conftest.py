@@ -94,17 +94,21 @@ def main(argv: list[str]) -> int:
     command table, but only for this module (the others have their own tests).
     """
     import argparse
+    import importlib
 
     from jupyter_pause import cli as cli_mod
-    from jupyter_pause.commands import kube
 
+    # status, list and resume go through commands.where, which picks kube
+    # when a kubeconfig is given
+    kube_modules = ("jupyter_pause.commands.kube", "jupyter_pause.commands.where")
     parser = argparse.ArgumentParser(prog="jupyter pause")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module_name, help_text) in cli_mod.COMMANDS.items():
-        if module_name == "jupyter_pause.commands.kube":
+        if module_name in kube_modules:
+            module = importlib.import_module(module_name)
             command = sub.add_parser(name, help=help_text)
-            kube.add_arguments(command, name)
-            command.set_defaults(_run=kube.run)
+            module.add_arguments(command, name)
+            command.set_defaults(_run=module.run)
     args = parser.parse_args(argv)
     return int(args._run(args) or 0)
 

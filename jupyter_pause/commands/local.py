@@ -1,0 +1,151 @@
+"""``jupyter pause status | list | resume`` against a Jupyter server on this machine.
+
+The server is found as ``jupyter server list`` finds it (its runtime files),
+or named with ``--url``; only servers with jupyter-pause answer.  NOTEBOOK is
+a path relative to the server's root.
+
+Exit codes: 0 done; 1 error (nothing to talk to, unknown notebook, a failed
+resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from ..accounting.client import ClientError, PauseClient
+
+
+class NoServer(Exception):
+    """Nothing to talk to: say so at once, with what to do."""
+
+
+def add_local_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("a Jupyter server on this machine")
+    group.add_argument(
+        "--url", help="the server's URL (default: the one `jupyter server list` shows)"
+    )
+    group.add_argument("--token", default=None, help="its token (default: from its runtime file)")
+
+
+def running_servers() -> list[dict[str, Any]]:
+    """The servers ``jupyter server list`` would show (alive ones only)."""
+    from jupyter_server.serverapp import list_running_servers
+
+    return list(list_running_servers())
+
+
+def find_server(url: str | None = None, token: str | None = None) -> PauseClient:
+    """A client for the server to talk to, checked to run jupyter-pause."""
+    candidates = (
+        [{"url": url, "token": token or ""}]
+        if url
+        else [{"url": s["url"], "token": token or s.get("token", "")} for s in running_servers()]
+    )
+    if not candidates:
+        raise NoServer(
+            "no running Jupyter server found (`jupyter server list` shows none); "
+            "start one with `jupyter lab`, or name one with --url"
+        )
+    problems = []
+    for candidate in candidates:
+        client = PauseClient(candidate["url"], candidate["token"], timeout=5)
+        try:
+            client.status()
+        except ClientError as e:
+            problems.append(f"{candidate['url']}: {e}")
+            continue
+        except OSError as e:  # refused, unreachable, timed out
+            problems.append(f"{candidate['url']}: not answering ({e})")
+            continue
+        client.timeout = 60
+        return client
+    raise NoServer("no Jupyter server with jupyter-pause answered: " + "; ".join(problems))
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
+
+
+def _emit(args, data: Any, text: str) -> None:
+    print(json.dumps(data, indent=1, default=str) if args.json else text)
+
+
+def cmd_status(client: PauseClient, args) -> int:
+    sessions = client.status()["sessions"]
+    if args.workspace:
+        sessions = [s for s in sessions if s["path"] == args.workspace]
+        if not sessions:
+            print(f"jupyter pause status: no notebook {args.workspace!r} on {client.base_url}",
+                  file=sys.stderr)  # fmt: skip
+            return 1
+    now = time.time()
+    lines = [f"{'NOTEBOOK':32} {'STATE':22} {'SINCE':>8}  SAVED STATE"]
+    for s in sessions:
+        saved = s.get("last_checkpoint") or {}
+        saved_text = f"{saved['id']} ({saved['bytes']:,} B)" if saved else "-"
+        lines.append(
+            f"{s['path']:32} {s['state']:22} {_age(now - s['since']):>8}  {saved_text}"
+            + (f"\n  error: {s['error']}" if s.get("error") else "")
+        )
+    if not sessions:
+        lines.append("(no notebooks)")
+    _emit(args, sessions, "\n".join(lines))
+    return 0
+
+
+def cmd_list(client: PauseClient, args) -> int:
+    paths = [args.workspace] if args.workspace else [s["path"] for s in client.status()["sessions"]]
+    listing = {}
+    lines = []
+    for path in paths:
+        try:
+            checkpoints = client.checkpoints(path)
+        except ClientError as e:
+            print(f"jupyter pause list: {e}", file=sys.stderr)
+            return 1
+        listing[path] = checkpoints
+        lines.append(f"{path}:")
+        lines += [
+            f"  {c['id']}  {c['bytes']:>14,} B  {', '.join(c['objects'])}" for c in checkpoints
+        ]
+        if not checkpoints:
+            lines.append("  (no saved state)")
+    _emit(args, listing, "\n".join(lines) or "(no notebooks)")
+    return 0
+
+
+def cmd_resume(client: PauseClient, args) -> int:
+    try:
+        op = client.resume(args.workspace)
+        if args.wait:
+            op = client.wait(op, timeout=args.timeout)
+    except ClientError as e:
+        print(f"jupyter pause resume: {e}", file=sys.stderr)
+        return 1
+    except TimeoutError as e:
+        print(f"jupyter pause resume: {e}", file=sys.stderr)
+        return 1
+    text = f"{args.workspace}: resume {op['outcome']}" + (
+        f": {op['error']}" if op.get("error") else ""
+    )
+    _emit(args, op, text)
+    return 1 if op["outcome"] == "failed" else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        client = find_server(args.url, args.token)
+    except NoServer as e:
+        print(f"jupyter pause {args.command}: {e}", file=sys.stderr)
+        return 1
+    return {"status": cmd_status, "list": cmd_list, "resume": cmd_resume}[args.command](
+        client, args
+    )

@@ -1,0 +1,102 @@
+"""What the notebook UI needs to tell a person, beyond the lifecycle state.
+
+The lifecycle says *where* a notebook is; a person also wants to know *why*
+and *what next*: who paused it (the idle policy, ``%pause``, or someone
+pressing a button), which idle policy applies and how long it waits, and
+whether a checkpoint can still be trusted before resuming from it.  These
+are read-only views over the manager's state, kept out of the manager so that
+the lifecycle code stays about moving between states.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..engine import store as checkpoint_store
+from ..engine.errors import CheckpointError
+from ..lifecycle import Session, State
+from .kernels import KernelCallError, call_in_kernel
+
+
+def paused_by(session: Session) -> str | None:
+    """``auto``, ``magic`` or ``user`` for a paused notebook, else None."""
+    op = session.operation
+    if session.state != State.PAUSED or op is None or op.kind != "pause":
+        return None
+    if op.options.get("auto"):
+        return "auto"
+    if op.options.get("after_cell"):
+        return "magic"  # only %pause waits for its own cell to end
+    return "user"
+
+
+async def explain(session: Session, resolve_class=None) -> dict[str, Any]:
+    """The ``paused_by`` and ``policy`` fields of a session in ``GET status``;
+    ``resolve_class`` is the idle watcher's, when auto-pause is on."""
+    policy = None
+    if resolve_class is not None:
+        workload_class, _ = await resolve_class(session)
+        policy = {
+            "workload_class": workload_class.name,
+            "idle_threshold": workload_class.idle_threshold if workload_class.acts else None,
+            "action": workload_class.action,
+            "warn_before": workload_class.warn_before,
+        }
+    return {"paused_by": paused_by(session), "policy": policy}
+
+
+async def unsaveable(manager, path: str) -> dict[str, str]:
+    """What a pause of ``path`` would not save now ({name: why}), asked of its
+    kernel before a person pauses by hand."""
+    from .manager import PauseError
+
+    live = await manager.sync()
+    if path not in live:
+        raise PauseError(f"{path!r} has no running kernel", status=409)
+    kernel_id = live[path]["kernel"]["id"]
+    if manager.execution_state(kernel_id) == "busy":
+        raise PauseError(f"the kernel of {path!r} is busy running a cell", status=409)
+    try:
+        km = manager.kernel_manager.get_kernel(kernel_id)
+        return await call_in_kernel(km, "unsaveable", timeout=min(60, manager.kernel_call_timeout))
+    except (KernelCallError, KeyError) as e:
+        raise PauseError(f"could not ask the kernel of {path!r}: {e}", status=409) from e
+
+
+def _problem(checkpoint_dir, path: str, checkpoint_id: str) -> str | None:
+    try:
+        checkpoint_store.verify_checkpoint(checkpoint_dir, path, checkpoint_id)
+    except CheckpointError as e:
+        return str(e)
+    return None
+
+
+async def verify_listing(manager, path: str, listing: list[dict]) -> list[dict]:
+    """Add ``problem`` to each checkpoint: None when its signature and every
+    hash verify, else why it cannot be resumed from.  Hashing reads every
+    byte, so it runs in a thread, never on the event loop."""
+    for checkpoint in listing:
+        checkpoint["problem"] = await asyncio.to_thread(
+            _problem, manager.checkpoint_dir, path, checkpoint["id"]
+        )
+    return listing
+
+
+def policy_summary(classes: dict, default: str) -> str:
+    """One line per workload class, for the start-up log: what a person who
+    wonders "why was my notebook paused?" would look up."""
+    from ..engine.progress import fmt_seconds
+
+    parts = []
+    for name, policy in sorted(classes.items(), key=lambda item: item[0] != default):
+        if not policy.acts:
+            parts.append(f"{name}: never acts")
+            continue
+        text = f"{name}: {policy.action} after {fmt_seconds(policy.idle_threshold)} idle"
+        if policy.warn_before:
+            text += f", warned {fmt_seconds(policy.warn_before)} before"
+        if policy.min_running_time:
+            text += f", not in its first {fmt_seconds(policy.min_running_time)}"
+        parts.append(text + (" (default)" if name == default else ""))
+    return "; ".join(parts)

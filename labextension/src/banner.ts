@@ -1,0 +1,133 @@
+/**
+ * A banner at the top of a paused (or failed) notebook, non-modal, shown
+ * whenever the notebook is seen in that state (not once per page load):
+ * "Paused automatically at 12:31 after 30 min idle · saved state 1.9 GB ·
+ * [Resume]".  The modal question is kept for the moment a cell is run.
+ */
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { Widget } from '@lumino/widgets';
+
+import { PauseActions, showDetails, surfaceErrors } from './actions';
+import { ISessionStatus } from './api';
+import { formatBytes, formatDuration, formatTime, shortReason } from './labels';
+
+export class PauseBanner extends Widget {
+  constructor(
+    private readonly _panel: NotebookPanel,
+    private readonly _actions: PauseActions
+  ) {
+    super();
+    this.addClass('jp-PauseBanner');
+    this.node.setAttribute('role', 'status');
+    this.node.setAttribute('data-jp-pause', 'banner');
+    this.hide();
+  }
+
+  refresh(): void {
+    this.render(this._actions.session(this._panel.context.path));
+  }
+
+  /** Show what the server says about this notebook now. */
+  render(session: ISessionStatus | null): void {
+    const trans = this._actions.trans;
+    const state = session?.state;
+    if (!session || (state !== 'paused' && state !== 'failed')) {
+      this.hide();
+      return;
+    }
+    this.node.dataset.state = state;
+    const text = document.createElement('span');
+    text.className = 'jp-PauseBanner-text';
+    const buttons: HTMLButtonElement[] = [];
+    if (state === 'paused') {
+      text.textContent = this._pausedText(session);
+      buttons.push(
+        this._button(trans.__('Resume'), () =>
+          this._actions.resume(this._panel)
+        )
+      );
+    } else {
+      const error = (session.error ?? '').replace(/^resume failed: /, '');
+      text.textContent = trans.__('Resume failed: %1', shortReason(error));
+      buttons.push(
+        this._button(trans.__('Show details'), () =>
+          showDetails(trans.__('Resume failed'), session.error ?? '', trans)
+        ),
+        this._button(trans.__('Resume from a saved state…'), () =>
+          this._actions.resume(this._panel)
+        ),
+        this._button(trans.__('Start with an empty kernel'), () =>
+          this._actions.startEmpty(this._panel)
+        )
+      );
+    }
+    const busy = !this._actions.isIdle(session.path);
+    for (const button of buttons) {
+      button.disabled = busy;
+    }
+    this.node.replaceChildren(text, ...buttons);
+    this.show();
+  }
+
+  private _pausedText(session: ISessionStatus): string {
+    const trans = this._actions.trans;
+    const at = formatTime(session.since);
+    let how: string;
+    const threshold = session.policy?.idle_threshold;
+    if (session.paused_by === 'auto') {
+      how = threshold
+        ? trans.__(
+            'Paused automatically at %1 after %2 idle',
+            at,
+            formatDuration(threshold, trans)
+          )
+        : trans.__('Paused automatically at %1', at);
+    } else if (session.paused_by === 'magic') {
+      how = trans.__('Paused by %%pause at %1', at);
+    } else {
+      how = trans.__('Paused at %1', at);
+    }
+    const checkpoint = session.last_checkpoint;
+    const size = checkpoint
+      ? trans.__(' · saved state %1', formatBytes(checkpoint.bytes))
+      : '';
+    return `${how}${size}`;
+  }
+
+  private _button(label: string, act: () => unknown): HTMLButtonElement {
+    const button = document.createElement('button');
+    button.className = 'jp-PauseBanner-button jp-mod-styled';
+    button.textContent = label;
+    button.onclick = () => surfaceErrors(Promise.resolve().then(act), label);
+    return button;
+  }
+}
+
+/** One banner per open notebook, kept in step with the status model. */
+export class PauseBanners {
+  constructor(
+    private readonly _actions: PauseActions,
+    notebooks: INotebookTracker
+  ) {
+    notebooks.widgetAdded.connect((_, panel) => this._add(panel));
+    notebooks.forEach(panel => this._add(panel));
+    _actions.model.changed.connect(this._update, this);
+  }
+
+  private _add(panel: NotebookPanel): void {
+    const banner = new PauseBanner(panel, this._actions);
+    panel.contentHeader.addWidget(banner);
+    this._banners.add(banner);
+    banner.disposed.connect(() => this._banners.delete(banner));
+    panel.disposed.connect(() => banner.dispose());
+    banner.refresh();
+  }
+
+  private _update(): void {
+    for (const banner of this._banners) {
+      banner.refresh();
+    }
+  }
+
+  private _banners = new Set<PauseBanner>();
+}

@@ -1,0 +1,91 @@
+"""``jupyter pause status | list | resume`` against a real Jupyter server on this
+machine, found as ``jupyter server list`` finds it; and a fast, clear failure when
+there is nothing to talk to."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from jupyter_pause.accounting.client import LocalServer
+from jupyter_pause.cli import main
+
+
+@pytest.fixture
+def nowhere(tmp_path, monkeypatch):
+    """No Jupyter server running, no Kubernetes configuration."""
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+
+@pytest.mark.parametrize("command", [["status"], ["list"], ["resume", "nb.ipynb"]])
+def test_nothing_to_talk_to_fails_fast_and_says_so(nowhere, capsys, command):
+    started = time.monotonic()
+    assert main(command) == 1
+    err = capsys.readouterr().err
+    assert "nothing to talk to" in err and "jupyter lab" in err
+    assert time.monotonic() - started < 10
+
+
+def test_a_named_server_that_does_not_answer_fails_fast(nowhere, capsys):
+    assert main(["status", "--url", "http://127.0.0.1:9/"]) == 1
+    assert "not answering" in capsys.readouterr().err
+
+
+@pytest.fixture
+def local_server(tmp_path, monkeypatch):
+    (tmp_path / "root").mkdir()
+    server = LocalServer(root_dir=tmp_path / "root", state_dir=tmp_path / "state")
+    client = server.start()
+    # the CLI finds it where `jupyter server list` looks
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(server.state_dir / "runtime"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    yield server, client
+    server.stop()
+
+
+def test_the_server_logs_the_policy_in_force_at_start_up(local_server):
+    server, _ = local_server
+    line = next(
+        (line for line in server.log_tail(100_000).splitlines() if "auto-pause on" in line), ""
+    )
+    assert "gpu-interactive: pause after 30 min 00 s idle" in line and "(default)" in line
+    assert "never: never acts" in line
+
+
+def test_status_list_and_resume_on_the_local_server(local_server, capsys):
+    server, client = local_server
+    nb = {
+        "cells": [],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    (server.root_dir / "nb.ipynb").write_text(json.dumps(nb))
+    kernel_id = client.open_notebook("nb.ipynb")["kernel"]["id"]
+    assert client.execute(kernel_id, "x = 41 + 1").ok
+
+    assert main(["status", "--json"]) == 0
+    (session,) = json.loads(capsys.readouterr().out)
+    assert session["path"] == "nb.ipynb" and session["state"] == "running"
+
+    assert client.wait(client.pause("nb.ipynb"))["outcome"] == "succeeded"
+    assert main(["status", "nb.ipynb"]) == 0
+    assert "paused" in capsys.readouterr().out
+
+    assert main(["list", "nb.ipynb", "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert "x" in listing["nb.ipynb"][0]["objects"]
+
+    assert main(["resume", "nb.ipynb", "--wait"]) == 0
+    assert "resume succeeded" in capsys.readouterr().out
+    assert client.session_status("nb.ipynb")["state"] == "ready"
+
+    # an unknown notebook: a clear message, not a traceback
+    assert main(["resume", "missing.ipynb"]) == 1
+    assert "missing.ipynb" in capsys.readouterr().err
