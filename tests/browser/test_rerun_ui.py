@@ -3,8 +3,7 @@ and run only when the user says so."""
 
 import pytest
 
-from .conftest import write_notebook
-from .test_pause_resume_ui import STATUS, run_cell, wait_status
+from .conftest import run_cell, wait_resumed, wait_status, write_notebook
 
 pytestmark = pytest.mark.browser
 
@@ -16,15 +15,14 @@ def resume_and_get_offer(lab, page, name):
         ["import threading\nlock = threading.Lock()\nx = 1", "print(type(lock).__name__, x)"],
     )
     page.goto(lab.lab_url(name))
-    wait_status(page, "Pause: Running")
+    wait_status(page, "Pause: Live")
     run_cell(page, 0, None)
-    page.locator("jp-button[data-command='jupyter-pause:pause']").click()
+    page.locator("jp-button[data-command='jupyter-pause:pause']:not([disabled])").click()
+    # the lock cannot be saved: the pause says so first
+    page.locator(".jp-Dialog").get_by_role("button", name="Pause anyway").click()
     wait_status(page, "Pause: Paused")
-    page.locator("jp-button[data-command='jupyter-pause:resume']").click()
-    page.wait_for_function(
-        f"['Pause: Ready', 'Pause: Running'].includes(document.querySelector(\"{STATUS}\")?.textContent)",
-        timeout=120_000,
-    )
+    page.locator("jp-button[data-command='jupyter-pause:resume']:not([disabled])").click()
+    wait_resumed(page)
     dialog = page.locator(".jp-Dialog", has_text="Re-run cells to recreate")
     dialog.wait_for(timeout=60_000)
     text = dialog.inner_text()
