@@ -51,7 +51,11 @@ def checkpoint(notebook: str, dir: str | None, nonce: str | None = None, keep: i
 
 
 def restore(notebook: str, dir: str | None, checkpoint_id: str | None = None):
-    """Restore a checkpoint into this (fresh) kernel's namespace."""
+    """Restore a checkpoint into this (fresh) kernel's namespace.
+
+    Lazy unless ``$JUPYTER_PAUSE_RESTORE=eager``: returns once the graph and the small
+    objects are back; large tensors follow in the background (engine/lazy.py), and a
+    cell that uses one waits for it alone."""
     from .engine.api import restore as engine_restore
 
     result = engine_restore(checkpoint_id, notebook=notebook, dir=dir)
@@ -65,6 +69,8 @@ def restore(notebook: str, dir: str | None, checkpoint_id: str | None = None):
         "failed": dict(result.failed),
         "notes": list(result.notes),  # e.g. newer checkpoints passed over, and why
         "rerun": list(result.rerun),  # cells that made the names it could not save
+        "loading": list(result.loading),  # lazy restore: still being read in the background
+        "bytes_loading": result.bytes_loading,
     }
 
 
