@@ -342,7 +342,7 @@ r = jp.restore(cid, namespace=ns, dir=ck, notebook="nb", progress=False, lazy=(m
 t2 = time.perf_counter()
 lazy.wait()
 t3 = time.perf_counter()
-c = jp.checkpoint(namespace=ns, dir=ck, notebook="nb", progress=False)
+c = jp.checkpoint(namespace=ns, dir=ck, notebook="nb", progress=False, keep=1000)
 t4 = time.perf_counter()
 print(json.dumps({"import": t1 - t0, "ready": t2 - t1, "all": t3 - t1, "loading": r.loading,
                   "repause": t4 - t3, "repause_bytes": c.bytes_written}))

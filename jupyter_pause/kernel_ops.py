@@ -74,6 +74,22 @@ def restore(notebook: str, dir: str | None, checkpoint_id: str | None = None):
     }
 
 
+def warm_up() -> list[str]:
+    """A spare kernel (server/prewarm.py) imports what a restore needs before it is asked
+    to restore: the engine, and torch and numpy where installed. No GPU is initialised."""
+    import importlib
+    import importlib.util
+
+    from .engine import api  # noqa: F401
+
+    done = []
+    for name in ("numpy", "torch"):
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name)
+            done.append(name)
+    return done
+
+
 def gpu_usage() -> dict[str, Any]:
     """How many GPUs this process holds memory on, and which model (for accounting).
 
@@ -99,4 +115,5 @@ _OPERATIONS: dict[str, Any] = {
     "checkpoint": checkpoint,
     "restore": restore,
     "live_nonce": live_nonce,
+    "warm_up": warm_up,
 }

@@ -634,10 +634,11 @@ def restore(
                         )
                     raise
                 passed_over[cid] = str(e)
-        m, data, buffers, wanted, upto, total, damaged, bar, plan = loaded
+        m, data, buffers, wanted, upto, total, damaged, bar, lazy_plan = loaded
         loader = _Loader(buffers, damaged)
         load = None
         if lazy:  # its files are opened under the lock: a later GC cannot take them away
+            plan, read_already = lazy_plan
             load = lazy_mod.LazyLoad(
                 nbdir,
                 m,
@@ -665,7 +666,10 @@ def restore(
     bytes_loading = 0
     if load is not None:
         load.objects = _lazy_objects(m, objs, wanted, failed, loader, ns)
-        load.read(_read_now(m, load))  # the small objects and the RNG state, now
+        load.done |= read_already
+        for i in read_already:
+            loader.remember_digest(m, i)
+        load.read(_read_now(m, load))  # what else reaches only a little data
         failed.update({n: load.failed[n] for n in load.settle()})
         restored = list(load.assigned)
         loading = load.pending()
@@ -782,10 +786,20 @@ def _read_verified(
     bar = Progress("restore", total, enabled=progress)
     device_of = lambda s: device_of_name(s.device)  # noqa: E731
     _import_soon(m)
-    if lazy:  # every header checked and every buffer allocated; the bytes come later
+    if lazy:
+        # every header checked; the small objects' and the RNG state's tensors read now,
+        # so damage there still makes a restore fall back to an older checkpoint; the
+        # other buffers allocated, their bytes read later (engine/lazy.py)
         plan = tensors.plan_reads(nbdir, m, needed)
-        buffers = {i: tensors.empty_for(m.storages[i], device_of(m.storages[i])) for i in needed}
-        return m, data, buffers, wanted, upto, total, damaged, bar, plan
+        now = set(_rng_storages(m)) if m.rng_record is not None else set()
+        for o in m.objects.values():
+            if sum(m.storages[i].nbytes for i in o.storages) < lazy_mod.EAGER_BELOW:
+                now.update(o.storages)
+        buffers = tensors.read_storages(nbdir, m, sorted(now & set(needed)), device_of, bar)
+        for i in needed:
+            if i not in buffers:
+                buffers[i] = tensors.empty_for(m.storages[i], device_of(m.storages[i]))
+        return m, data, buffers, wanted, upto, total, damaged, bar, (plan, set(buffers) & now)
     buffers = tensors.read_storages(nbdir, m, needed, device_of, bar)
     return m, data, buffers, wanted, upto, total, damaged, bar, None
 
@@ -832,8 +846,8 @@ def _lazy_objects(m: Manifest, objs, wanted, failed, loader, ns) -> dict[str, tu
 
 
 def _read_now(m: Manifest, load) -> list[int]:
-    """Storages a lazy restore reads before it returns: those of small objects and of
-    the RNG state (its record is restored at once)."""
+    """Storages a lazy restore reads before it returns, besides those of the objects that
+    introduced little data: those of every object that reaches little data in all."""
     now = set(_rng_storages(m)) if m.rng_record is not None else set()
     for _obj, needs, _tracked in load.objects.values():
         if sum(m.storages[i].nbytes for i in needs) < lazy_mod.EAGER_BELOW:

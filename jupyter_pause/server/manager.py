@@ -35,6 +35,7 @@ from ..lifecycle import (
 )
 from .activity import ActivityMonitor
 from .kernels import KernelCallError, call_in_kernel
+from .prewarm import Prewarmer
 
 _TEMPORARY_PATH = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -76,6 +77,7 @@ class PauseManager:
         self.log = log
         self.activity = ActivityMonitor(kernel_manager)
         self.activity.listeners.append(self._on_activity)
+        self.prewarmer = Prewarmer(kernel_manager, log=log)
         self.operations: dict[str, Operation] = {}
         self._tasks: set[asyncio.Task] = set()
         self._first_cell_pending: set[str] = set()
@@ -304,6 +306,18 @@ class PauseManager:
         self._record(EventType.RESUME_REQUESTED, session, op)
         self._spawn(self._run_resume(session, op, checkpoint_id))
         return op
+
+    async def prewarm(self, path: str) -> str:
+        """Start a spare kernel for a paused notebook (server/prewarm.py); its resume
+        adopts it."""
+        await self.sync()
+        session = self.store.get(path)
+        if session.state not in (State.PAUSED, State.FAILED) or session.busy:
+            raise PauseError(
+                f"{path!r} is {session.state.value}; only a paused notebook gets a spare kernel",
+                status=409,
+            )
+        return await self.prewarmer.start(path, session.kernel_name)
 
     def _begin(self, path: str, kind: str, **options: Any) -> Operation:
         op = self.store.begin(path, kind, **options)  # raises OperationInProgress
@@ -559,13 +573,16 @@ class PauseManager:
             if waited:
                 self._record(EventType.CAPACITY_ACQUIRED, session, op)
             kernel_id = session.kernel_id  # a fresh kernel JupyterLab already started
-            if kernel_id is None or self.execution_state(kernel_id) is None:
+            if kernel_id is not None and self.execution_state(kernel_id) is not None:
+                await self.prewarmer.discard(path)
+            else:
                 op.step = "starting a kernel"
                 model = await self.session_manager.create_session(
                     path=path,
                     name=posixpath.basename(path),
                     type="notebook",
                     kernel_name=session.kernel_name,
+                    kernel_id=await self.prewarmer.adopt(path),  # a spare, started already
                 )
                 kernel_id = session.kernel_id = model["kernel"]["id"]
                 started_here = True
@@ -707,6 +724,7 @@ class PauseManager:
         for task in list(self._tasks):
             task.cancel()
         self.activity.close()
+        await self.prewarmer.shutdown()
 
 
 async def maybe_await(value):
