@@ -358,6 +358,9 @@ t1 = time.perf_counter()
 def run(code):
     reply = kc.execute_interactive(code, timeout=600, output_hook=lambda m: None)
     assert reply["content"]["status"] == "ok", reply["content"]
+if what == "warm":  # a pre-warmed spare (server/prewarm.py): started and warmed up before
+    run("import jupyter_pause.kernel_ops as k; k.warm_up()")
+    t0 = t1 = time.perf_counter()
 if what == "bare":
     run("import torch")
 else:
@@ -397,7 +400,7 @@ def bench_resume(args, work: Path, env) -> dict:
     blobs = sorted({str(nbdir / s.file) for s in m.storages})
     del sd
     r = {k: [] for k in ("eager", "lazy_ready", "lazy_all", "repause", "fresh")}
-    k = {k: [] for k in ("bare", "big", "small")}
+    k = {k: [] for k in ("bare", "big", "small", "warm")}
     extra = {"repause_bytes": [], "import": [], "loading": None}
     methods = ["eager", "lazy", "fresh"]
     for rnd in range(args.rounds):
@@ -418,7 +421,7 @@ def bench_resume(args, work: Path, env) -> dict:
                 r["lazy_all"].append(c["all"])
                 extra["loading"] = c["loading"]
         if not args.skip_kernels:
-            kinds = ["bare", "big", "small"]
+            kinds = ["bare", "big", "small", "warm"]
             i = rnd % len(kinds)
             for what in kinds[i:] + kinds[:i]:
                 drop_cache([Path(b) for b in blobs], args.drop_caches)
@@ -477,6 +480,12 @@ def print_resume(res: dict, rounds: int) -> None:
         )
         print(
             f"kernel: small state ready / bare kernel + import torch          {med('small', 'ready') / med('bare', 'ready'):<8.2f} <= 1.3"
+        )
+        print(
+            f"pre-warmed spare: resume -> cell not using the model (s)        {med('warm', 'cell'):<8.2f} <= 1"
+        )
+        print(
+            f"pre-warmed spare: resume -> cell using the model (s)            {med('warm', 'model'):<8.2f} <= 1.1 x fresh read = {1.1 * fresh:.2f}"
         )
         print(
             f"breakdown (median s): kernel start {start:.2f}, import torch+engine {median(res['extra']['import']):.2f}, "
