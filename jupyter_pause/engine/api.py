@@ -841,7 +841,10 @@ def _lazy_objects(m: Manifest, objs, wanted, failed, loader, ns) -> dict[str, tu
             continue
         obj = objs[m.objects[n].dump]
         needs = lazy_mod.storages_reached(obj, where, stop)
-        out[n] = (obj, everything if needs is None else needs, m.objects[n].tracked)
+        # plus what its record introduced, which it surely holds, even where the walk is
+        # blind (an extension type that hides its references from the garbage collector)
+        needs = everything if needs is None else needs | set(m.objects[n].storages)
+        out[n] = (obj, needs & everything, m.objects[n].tracked)
     return out
 
 
