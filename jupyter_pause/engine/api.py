@@ -745,6 +745,7 @@ def _read_verified(
     HMAC, every needed tensor's hash) before anything is unpickled. With ``partial``,
     tensor files that fail their hash are left out and named instead of failing it all."""
     m = store.read_manifest(nbdir, checkpoint_id, trust=trust)
+    _import_soon(m)  # while the pickle is verified and the tensors read
     unknown = [n for n in names if n not in m.objects]
     if unknown:
         why = {n: m.skipped[n] for n in unknown if n in m.skipped}
@@ -785,7 +786,6 @@ def _read_verified(
     total = sum(m.storages[i].nbytes for i in needed)
     bar = Progress("restore", total, enabled=progress)
     device_of = lambda s: device_of_name(s.device)  # noqa: E731
-    _import_soon(m)
     if lazy:
         # every header checked; the small objects' and the RNG state's tensors read now,
         # so damage there still makes a restore fall back to an older checkpoint; the

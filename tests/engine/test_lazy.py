@@ -253,3 +253,38 @@ def _wait_for(cond, deadline=DEADLINE):
             return
         threading.Event().wait(0.05)
     raise AssertionError("condition not met before the deadline")
+
+
+def test_torch_is_imported_on_a_helper_thread_while_the_restore_reads(ck, tmp_path):
+    """A fresh process that has not imported torch starts importing it as soon as the
+    manifest is read, off the main thread (the restore then finds it loaded or loading)."""
+    import json
+    import subprocess
+    import sys
+    import textwrap
+
+    jp.checkpoint(namespace={"w": torch.ones(4)}, **ck)
+    script = tmp_path / "child.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import importlib, json, sys, threading
+            import jupyter_pause as jp
+            assert "torch" not in sys.modules
+            calls = []
+            real = importlib.import_module
+            def spy(name, *a, **k):
+                calls.append((threading.current_thread().name, name))
+                return real(name, *a, **k)
+            importlib.import_module = spy
+            ns = {{}}
+            jp.restore(namespace=ns, progress=False, lazy=False, **{ck!r})
+            print(json.dumps([calls, float(ns["w"].sum())]))
+            """
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, timeout=300, check=True, text=True
+    )
+    calls, total = json.loads(out.stdout.strip().splitlines()[-1])
+    assert ["jp-restore-imports", "torch"] in calls and total == 4.0
