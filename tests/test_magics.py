@@ -201,8 +201,9 @@ def test_lazy_restore_in_a_real_kernel(kernel_env):
         kc.stop_channels()
     km, kc = start(kernel_env)
     try:
-        status, out, _ = _run(kc, "%load_ext jupyter_pause\n%restore")
-        assert status == "ok" and "loading in the background: big, opt_like" in out, out
+        status, out, displays = _run(kc, "%load_ext jupyter_pause\n%restore")
+        summary = out + "".join(m["content"]["data"].get("text/plain", "") for m in displays)
+        assert status == "ok" and "loading in the background: big, opt_like" in summary, summary
         status, out, _ = _run(kc, "print(n * 2)")
         assert status == "ok" and "6" in out, out
         status, out, _ = _run(
