@@ -85,3 +85,13 @@ async def test_only_a_paused_notebook_gets_a_spare(jp_fetch, jp_serverapp, noteb
     )
     assert code in (400, 404), answer
     assert set(jp_serverapp.kernel_manager.list_kernel_ids()) == before
+
+
+async def test_a_spare_that_cannot_start_is_a_clear_503(jp_fetch, jp_serverapp, notebook_path):
+    await paused_notebook(jp_fetch, jp_serverapp, notebook_path)
+    manager = jp_serverapp.web_app.settings["jupyter_pause_manager"]
+    manager.store.get(notebook_path).kernel_name = "no-such-kernel"
+    code, answer = await api(
+        jp_fetch, "sessions", "prewarm", method="POST", body={"path": notebook_path}
+    )
+    assert code == 503 and "could not start a spare kernel" in answer["message"], answer

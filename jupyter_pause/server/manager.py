@@ -317,7 +317,10 @@ class PauseManager:
                 f"{path!r} is {session.state.value}; only a paused notebook gets a spare kernel",
                 status=409,
             )
-        return await self.prewarmer.start(path, session.kernel_name)
+        try:
+            return await self.prewarmer.start(path, session.kernel_name)
+        except Exception as e:  # e.g. its kernelspec is gone: the resume will say so too
+            raise PauseError(f"could not start a spare kernel for {path!r}: {e}", 503) from e
 
     def _begin(self, path: str, kind: str, **options: Any) -> Operation:
         op = self.store.begin(path, kind, **options)  # raises OperationInProgress
