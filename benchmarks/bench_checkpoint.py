@@ -12,6 +12,11 @@ third equally often), as docs/reference performance-limits.md §9 asks:
   T3  cold restore in a fresh process / cold `dd` read of the same file (<= 1.15)
   T5  second checkpoint of the unchanged model / first (<= 0.02), in-process
       (version-counter fast path) and cross-process (xxh3 of everything)
+  R   resume (bench_resume): in fresh processes, cold, rotated: eager restore and lazy
+      restore (ready, then the model) / reading the same bytes into freshly allocated
+      memory (first touch included); first checkpoint after a restore / the first
+      checkpoint; and in real kernels: kernel start + %restore of the model (ready)
+      and of a 300 KB state / a bare kernel start + `import torch`
   T9  mixed namespace (200 MB array + the model + 10,000 small objects) vs
       dill.dump_session/load_session and plain pickle (protocol 5), each save
       fsynced, each load in a fresh process
@@ -339,6 +344,185 @@ assert len(d["small"]) == 10_000
 }
 
 
+FRESH_READ = """
+import json, os, sys, time, torch
+paths = json.loads(sys.argv[1])
+t = time.perf_counter()
+for p in paths:
+    n = os.path.getsize(p)
+    buf = torch.empty(n, dtype=torch.uint8)  # fresh memory: the first touch is paid here
+    mv = memoryview(buf.numpy())
+    with open(p, "rb", buffering=0) as f:
+        off = 0
+        while off < n:
+            off += f.readinto(mv[off : off + (8 << 20)])
+print(json.dumps({"dt": time.perf_counter() - t}))
+"""
+
+RESTORE_CHILD = """
+import json, sys, time
+t0 = time.perf_counter()
+import torch, jupyter_pause as jp, jupyter_core.paths
+from jupyter_pause.engine import lazy
+t1 = time.perf_counter()
+ck, cid, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+ns = {}
+r = jp.restore(cid, namespace=ns, dir=ck, notebook="nb", progress=False, lazy=(mode == "lazy"))
+t2 = time.perf_counter()
+lazy.wait()
+t3 = time.perf_counter()
+c = jp.checkpoint(namespace=ns, dir=ck, notebook="nb", progress=False, keep=1000)
+t4 = time.perf_counter()
+print(json.dumps({"import": t1 - t0, "ready": t2 - t1, "all": t3 - t1, "loading": r.loading,
+                  "repause": t4 - t3, "repause_bytes": c.bytes_written}))
+"""
+
+KERNEL_CHILD = """
+import json, sys, time
+from jupyter_client.manager import start_new_kernel
+ck, cid, what = sys.argv[1], sys.argv[2], sys.argv[3]
+t0 = time.perf_counter()
+km, kc = start_new_kernel(kernel_name="python3", startup_timeout=120)
+t1 = time.perf_counter()
+def run(code):
+    reply = kc.execute_interactive(code, timeout=600, output_hook=lambda m: None)
+    assert reply["content"]["status"] == "ok", reply["content"]
+if what == "warm":  # a pre-warmed spare (server/prewarm.py): started and warmed up before
+    run("import jupyter_pause.kernel_ops as k; k.warm_up()")
+    t0 = t1 = time.perf_counter()
+if what == "bare":
+    run("import torch")
+else:
+    run("import jupyter_pause as jp; jp.restore(%r, dir=%r, notebook='nb', progress=False)" % (cid, ck))
+t2 = time.perf_counter()
+run("n = 1 + 1")  # a cell that does not touch the model
+t3 = time.perf_counter()
+if what != "bare":
+    run("x = sum(float(v.float().sum()) for v in model.values())")  # one that does
+t4 = time.perf_counter()
+km.shutdown_kernel(now=True)
+print(json.dumps({"start": t1 - t0, "ready": t2 - t0, "cell": t3 - t0, "model": t4 - t0}))
+"""
+
+
+def bench_resume(args, work: Path, env) -> dict:
+    """Restores in fresh processes against reading the same bytes into fresh memory."""
+    import torch
+
+    import jupyter_pause as jp
+    from jupyter_pause.engine import store
+
+    sd = make_model(int(args.size_gb * 1e9))
+    ckdir = work / "resume"
+    t0 = time.perf_counter()
+    first = jp.checkpoint(namespace={"model": sd, "n": 3}, dir=ckdir, notebook="nb", progress=False)
+    t_first = time.perf_counter() - t0
+    small = work / "resume-small"
+    small_first = jp.checkpoint(
+        namespace={"model": {"w": torch.randn(75_000)}, "n": 3},
+        dir=small,
+        notebook="nb",
+        progress=False,
+    )
+    nbdir = Path(first.path).parent
+    m = store.get_manifest(ckdir, "nb", first.id)
+    blobs = sorted({str(nbdir / s.file) for s in m.storages})
+    del sd
+    r = {k: [] for k in ("eager", "lazy_ready", "lazy_all", "repause", "fresh")}
+    k = {k: [] for k in ("bare", "big", "small", "warm")}
+    extra = {"repause_bytes": [], "import": [], "loading": None}
+    methods = ["eager", "lazy", "fresh"]
+    for rnd in range(args.rounds):
+        i = rnd % len(methods)
+        for what in methods[i:] + methods[:i]:
+            drop_cache([Path(b) for b in blobs], args.drop_caches)
+            if what == "fresh":
+                r["fresh"].append(run_child_args(FRESH_READ, [json.dumps(blobs)], env)["dt"])
+                continue
+            c = run_child_args(RESTORE_CHILD, [str(ckdir), first.id, what], env)
+            if what == "eager":
+                r["eager"].append(c["ready"])
+                r["repause"].append(c["repause"])
+                extra["repause_bytes"].append(c["repause_bytes"])
+                extra["import"].append(c["import"])
+            else:
+                r["lazy_ready"].append(c["ready"])
+                r["lazy_all"].append(c["all"])
+                extra["loading"] = c["loading"]
+        if not args.skip_kernels:
+            kinds = ["bare", "big", "small", "warm"]
+            i = rnd % len(kinds)
+            for what in kinds[i:] + kinds[:i]:
+                drop_cache([Path(b) for b in blobs], args.drop_caches)
+                where, cid = (small, small_first.id) if what == "small" else (ckdir, first.id)
+                k[what].append(run_child_args(KERNEL_CHILD, [str(where), cid, what], env))
+        print(
+            f"  round {rnd + 1}: eager {r['eager'][-1]:.2f}s  lazy ready {r['lazy_ready'][-1]:.3f}s "
+            f"(all {r['lazy_all'][-1]:.2f}s)  fresh-memory read {r['fresh'][-1]:.2f}s  "
+            f"re-pause {r['repause'][-1] * 1000:.0f} ms, {extra['repause_bytes'][-1]} B",
+            flush=True,
+        )
+    return {"bytes": first.bytes_total, "first_ck": t_first, "r": r, "k": k, "extra": extra}
+
+
+def run_child_args(code: str, argv: list[str], env) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-3000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def print_resume(res: dict, rounds: int) -> None:
+    r, k = res["r"], res["k"]
+    fresh = median(r["fresh"])
+    print()
+    print(
+        f"== resume: {res['bytes'] / 1e9:.2f} GB model, fresh processes, {rounds} rotated rounds =="
+    )
+    print("figure                                                 median      target")
+    print(
+        f"eager restore / fresh-memory cold read                 {median(r['eager']) / fresh:<11.2f} <= 1.1"
+    )
+    print(
+        f"lazy restore: ready (s)                                {median(r['lazy_ready']):<11.3f} (model still loading: {res['extra']['loading']})"
+    )
+    print(
+        f"lazy restore: model complete / fresh-memory read       {median(r['lazy_all']) / fresh:<11.2f} <= 1.1"
+    )
+    rb = median(res["extra"]["repause_bytes"])
+    print(
+        f"first checkpoint after restore / first checkpoint      {median(r['repause']) / res['first_ck']:<11.4f} <= 0.02 ({rb:.0f} B written, < 1 MB)"
+    )
+    if k["bare"]:
+
+        def med(what, key):
+            return median([x[key] for x in k[what]])
+
+        start = med("bare", "start")
+        print(
+            f"kernel: resume -> cell not using the model - kernel start (s)   {med('big', 'cell') - start:<8.2f} <= 1"
+        )
+        print(
+            f"kernel: resume -> cell using the model - kernel start (s)       {med('big', 'model') - start:<8.2f} <= 1.1 x fresh read = {1.1 * fresh:.2f}"
+        )
+        print(
+            f"kernel: small state ready / bare kernel + import torch          {med('small', 'ready') / med('bare', 'ready'):<8.2f} <= 1.3"
+        )
+        print(
+            f"pre-warmed spare: resume -> cell not using the model (s)        {med('warm', 'cell'):<8.2f} <= 1"
+        )
+        print(
+            f"pre-warmed spare: resume -> cell using the model (s)            {med('warm', 'model'):<8.2f} <= 1.1 x fresh read = {1.1 * fresh:.2f}"
+        )
+        print(
+            f"breakdown (median s): kernel start {start:.2f}, import torch+engine {median(res['extra']['import']):.2f}, "
+            f"graph+small objects (lazy ready) {median(r['lazy_ready']):.3f}, model {median(r['lazy_all']) - median(r['lazy_ready']):.2f}, "
+            f"fresh-memory read {fresh:.2f}"
+        )
+
+
 def bench_mixed(args, work: Path, env) -> dict:
     try:
         import dill  # noqa: F401
@@ -386,6 +570,8 @@ def main(argv=None) -> int:
         "--drop-caches", action="store_true", help="use /proc/sys/vm/drop_caches (root)"
     )
     ap.add_argument("--skip-mixed", action="store_true")
+    ap.add_argument("--skip-kernels", action="store_true", help="no real-kernel resume figures")
+    ap.add_argument("--only-resume", action="store_true", help="run only the resume figures")
     ap.add_argument("--json", default=None, help="also write the raw results to this file")
     args = ap.parse_args(argv)
 
@@ -399,6 +585,10 @@ def main(argv=None) -> int:
     )
     print(f"writing to {work} ({shutil.disk_usage(work).free / 1e9:.0f} GB free); cold = {cache}")
     try:
+        resume = bench_resume(args, work, env)
+        print_resume(resume, args.rounds)
+        if args.only_resume:
+            return 0
         sd = bench_state_dict(args, work, env)
         mixed = None if args.skip_mixed else bench_mixed(args, work, env)
     finally:
@@ -443,7 +633,9 @@ def main(argv=None) -> int:
                 )
     if args.json:
         Path(args.json).write_text(
-            json.dumps({"state_dict": sd, "mixed": mixed, "cold": cache}, indent=1)
+            json.dumps(
+                {"state_dict": sd, "mixed": mixed, "resume": resume, "cold": cache}, indent=1
+            )
         )
     return 0
 

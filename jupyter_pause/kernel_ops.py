@@ -62,7 +62,11 @@ def checkpoint(
 
 
 def restore(notebook: str, dir: str | None, checkpoint_id: str | None = None):
-    """Restore a checkpoint into this (fresh) kernel's namespace."""
+    """Restore a checkpoint into this (fresh) kernel's namespace.
+
+    Lazy unless ``$JUPYTER_PAUSE_RESTORE=eager``: returns once the graph and the small
+    objects are back; large tensors follow in the background (engine/lazy.py), and a
+    cell that uses one waits for it alone."""
     from .engine.api import restore as engine_restore
 
     result = engine_restore(checkpoint_id, notebook=notebook, dir=dir)
@@ -76,7 +80,25 @@ def restore(notebook: str, dir: str | None, checkpoint_id: str | None = None):
         "failed": dict(result.failed),
         "notes": list(result.notes),  # e.g. newer checkpoints passed over, and why
         "rerun": list(result.rerun),  # cells that made the names it could not save
+        "loading": list(result.loading),  # lazy restore: still being read in the background
+        "bytes_loading": result.bytes_loading,
     }
+
+
+def warm_up() -> list[str]:
+    """A spare kernel (server/prewarm.py) imports what a restore needs before it is asked
+    to restore: the engine, and torch and numpy where installed. No GPU is initialised."""
+    import importlib
+    import importlib.util
+
+    from .engine import api  # noqa: F401
+
+    done = []
+    for name in ("numpy", "torch"):
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name)
+            done.append(name)
+    return done
 
 
 def gpu_usage() -> dict[str, Any]:
@@ -125,4 +147,5 @@ _OPERATIONS: dict[str, Any] = {
     "restore": restore,
     "live_nonce": live_nonce,
     "unsaveable": unsaveable,
+    "warm_up": warm_up,
 }

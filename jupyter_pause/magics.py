@@ -96,6 +96,11 @@ class PauseMagics(Magics):
         action="store_true",
         help="restore what is intact; name and skip objects whose data is damaged",
     )
+    @argument(
+        "--eager",
+        action="store_true",
+        help="read every tensor before returning (default: large ones in the background)",
+    )
     @argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
     @line_magic
     def restore(self, line=""):
@@ -117,9 +122,12 @@ class PauseMagics(Magics):
                 namespace=self.shell.user_ns,
                 progress=not args.quiet,
                 partial=args.partial,
+                lazy=False if args.eager else None,
             )
         except (CheckpointError, ValueError) as e:
             raise _error(e) from None
+        if res.loading:
+            self._wait_for_rest_of_cell(res.loading)
         for name, reason in res.failed.items():
             print(f"  not restored {name}: {reason}", file=sys.stderr)
         for note in res.notes:
@@ -130,6 +138,20 @@ class PauseMagics(Magics):
                 f"(jupyter_pause.rerun([{cell['cell']}]) runs it; nothing runs by itself)"
             )
         return None
+
+    def _wait_for_rest_of_cell(self, loading: list[str]) -> None:
+        """The hook that guards a lazy restore runs before a cell, so a cell that restores
+        and then uses an object (``%restore`` / ``model(x)``) waits for it here."""
+        from .engine import lazy
+
+        raw = self.shell.history_manager.input_hist_raw
+        cell = raw[-1] if raw else ""
+        rest = "\n".join(ln for ln in cell.splitlines() if not ln.lstrip().startswith(("%", "!")))
+        names = lazy.names_used(rest, self.shell.user_ns)
+        needed = None if names is None else [n for n in loading if n in names]
+        if needed is None or needed:
+            for name, why in lazy.wait(needed).items():
+                print(f"  not restored {name}: {why}", file=sys.stderr)
 
     @magic_arguments()
     @argument("--force", action="store_true", help="interrupt a running cell instead of waiting")

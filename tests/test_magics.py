@@ -182,3 +182,43 @@ def test_extension_does_not_import_torch_at_load(kernel_env):
     finally:
         km.shutdown_kernel(now=True)
         kc.stop_channels()
+
+
+@pytest.mark.timeout(300)
+def test_lazy_restore_in_a_real_kernel(kernel_env):
+    """%restore returns before a 36 MB tensor is read; the next cell that uses it sees it
+    whole (the pre_run_cell hook waits for it), one that does not runs at once;
+    %restore --eager reads everything first."""
+    km, kc = start(kernel_env)
+    try:
+        status, out, _ = _run(
+            kc,
+            "%load_ext jupyter_pause\nimport torch\ntorch.manual_seed(0)\n"
+            "big = torch.randn(3000, 3000)\nopt_like = [big]\nn = 3\nexpected = float(big.sum())\n"
+            "%checkpoint -q",
+        )
+        assert status == "ok", out
+    finally:
+        km.shutdown_kernel(now=True)
+        kc.stop_channels()
+    km, kc = start(kernel_env)
+    try:
+        status, out, displays = _run(kc, "%load_ext jupyter_pause\n%restore")
+        summary = out + "".join(m["content"]["data"].get("text/plain", "") for m in displays)
+        assert status == "ok" and "loading in the background: big, opt_like" in summary, summary
+        status, out, _ = _run(kc, "print(n * 2)")
+        assert status == "ok" and "6" in out, out
+        status, out, _ = _run(
+            kc,
+            "assert float(big.sum()) == expected and opt_like[0] is big\nprint('WHOLE')",
+        )
+        assert status == "ok" and "WHOLE" in out, out
+        status, out, _ = _run(
+            kc,
+            "del big, opt_like\n%restore --eager\n"
+            "import jupyter_pause.engine.lazy as lz\nprint('ACTIVE', lz.active())",
+        )
+        assert status == "ok" and "ACTIVE None" in out, out
+    finally:
+        km.shutdown_kernel(now=True)
+        kc.stop_channels()

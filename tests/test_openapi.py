@@ -307,6 +307,10 @@ async def test_real_responses_match_the_spec(jp_fetch, jp_serverapp, notebook_pa
     assert code == 400
     code, body = await call("post", "/sessions/resume", body=nb)
     assert code == 409 and "operation" not in body
+    code, body = await call("post", "/sessions/prewarm", body=nb)  # running: no spare
+    assert code == 409
+    code, body = await call("post", "/sessions/prewarm", body={"path": 7})
+    assert code == 400
     code, _ = await call("get", "/events", params={"since": "yesterday"})
     assert code == 400
     code, _ = await call("get", "/operations/{operation_id}", values={"operation_id": "abc123"})

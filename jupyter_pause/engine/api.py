@@ -20,6 +20,7 @@ tensor's hash (while reading it straight into its final buffer on its device)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -35,6 +36,7 @@ from typing import Any
 
 import xxhash
 
+from . import lazy as lazy_mod
 from . import namespace as ns_mod
 from . import paths, pickling, rerun, rng, signing, store, tensors
 from .errors import (
@@ -140,13 +142,21 @@ class RestoreResult:
     notes: list[str] = field(default_factory=list)
     passed_over: dict[str, str] = field(default_factory=dict)  # newer checkpoints that failed
     rerun: list[dict[str, Any]] = field(default_factory=list)  # cells that made skipped names
+    loading: list[str] = field(default_factory=list)  # lazy: still being read (engine/lazy.py)
+    bytes_loading: int = 0  # ... and how many tensor bytes they still need
 
     def summary(self) -> str:
         rate = self.bytes_read / self.seconds if self.seconds > 0 else 0
         failed = f"; FAILED {', '.join(self.failed)} (see .failed)" if self.failed else ""
+        loading = (
+            f"; loading in the background: {', '.join(self.loading)} "
+            f"({fmt_bytes(self.bytes_loading)}; a cell that uses them waits for them)"
+            if self.loading
+            else ""
+        )
         return (
             f"restored {self.id}: {len(self.restored)} object(s), {fmt_bytes(self.bytes_read)} "
-            f"in {fmt_seconds(self.seconds)} ({fmt_bytes(rate)}/s){failed}"
+            f"in {fmt_seconds(self.seconds)} ({fmt_bytes(rate)}/s){failed}{loading}"
         )
 
 
@@ -250,6 +260,7 @@ def checkpoint(
     ``namespace`` defaults to the kernel's user namespace (``__main__`` outside IPython).
     """
     t0 = time.monotonic()
+    lazy_mod.wait()  # objects still loading from a lazy restore are saved whole, not missed
     if namespace is None:
         ns, hidden = ns_mod.user_namespace()
     else:
@@ -524,6 +535,8 @@ class _Loader:
     def __init__(self, buffers, damaged=None):
         self.buffers = buffers
         self.damaged = damaged or {}  # storage index -> why it was not read (partial restore)
+        self.made: dict[int, list] = {}  # storage index -> the tensors rebuilt on it
+        self.arrays: dict[int, list] = {}  # storage index -> the arrays rebuilt on it
 
     def _buffer(self, idx):
         if idx in self.damaged:
@@ -531,12 +544,26 @@ class _Loader:
         return self.buffers[idx]
 
     def rebuild_tensor(self, idx, dtype_name, shape, stride, offset, requires_grad, kind):
-        return tensors.rebuild_torch(
+        t = tensors.rebuild_torch(
             self._buffer(idx), dtype_name, shape, stride, offset, requires_grad, kind
         )
+        self.made.setdefault(idx, []).append(t)
+        return t
+
+    def remember_digests(self, m: Manifest) -> None:
+        """Every storage was verified as it was read: cache its digest for this process, so
+        the first checkpoint after a resume neither hashes nor writes unchanged tensors."""
+        for idx in self.made:
+            self.remember_digest(m, idx)
+
+    def remember_digest(self, m: Manifest, idx: int) -> None:
+        if idx in self.buffers and idx in self.made:
+            tensors.remember_restored(self.buffers[idx], self.made[idx], m.storages[idx].xxh3)
 
     def rebuild_array(self, idx, dtype, shape, strides, offset, writeable):
-        return tensors.rebuild_array(self._buffer(idx), dtype, shape, strides, offset, writeable)
+        a = tensors.rebuild_array(self._buffer(idx), dtype, shape, strides, offset, writeable)
+        self.arrays.setdefault(idx, []).append(a)
+        return a
 
 
 def restore(
@@ -549,6 +576,7 @@ def restore(
     namespace: dict | None = None,
     progress: bool = True,
     partial: bool = False,
+    lazy: bool | None = None,
 ) -> RestoreResult:
     """Restore a checkpoint (by default the newest one that verifies) into the namespace.
 
@@ -560,8 +588,12 @@ def restore(
     ``partial=True``: objects whose tensor data is damaged are named in ``failed`` and
     skipped; the others are restored (the pickle itself must verify).
     Restoring everything also re-imports saved module aliases and the RNG state.
+    ``lazy=True`` returns once the graph and the small objects are back and reads large
+    tensors in the background (engine/lazy.py); the default is lazy in a kernel's own
+    namespace unless ``$JUPYTER_PAUSE_RESTORE=eager``. Restoring names is always eager.
     """
     t0 = time.monotonic()
+    lazy_mod.cancel()  # a restore replaces one still loading
     if checkpoint_id in ("latest", ""):
         checkpoint_id = None
     if checkpoint_id is not None and not paths.is_checkpoint_id(checkpoint_id):
@@ -575,6 +607,9 @@ def restore(
     if not nbdir.is_dir():
         raise CheckpointNotFound(checkpoint_id, str(nbdir))
     device_of_name = tensors.parse_device_map(device)
+    if lazy is None:
+        lazy = lazy_mod.lazy_by_default(ns)
+    lazy = bool(lazy) and not names and not partial
 
     with store.locked(nbdir, shared=True):
         ids = store.checkpoint_ids(nbdir)
@@ -585,7 +620,9 @@ def restore(
         passed_over: dict[str, str] = {}
         for cid in candidates:
             try:
-                loaded = _read_verified(nbdir, cid, names, trust, device_of_name, progress, partial)
+                loaded = _read_verified(
+                    nbdir, cid, names, trust, device_of_name, progress, partial, lazy
+                )
                 break
             except (CorruptCheckpoint, UntrustedCheckpoint) as e:
                 if checkpoint_id is not None or cid == candidates[-1]:
@@ -605,9 +642,24 @@ def restore(
             loaded.bytes,
             loaded.progress,
         )
+        buffers = loaded.buffers
+        loader = _Loader(buffers, loaded.damaged)
+        load = None
+        if lazy:  # its files are opened under the lock: a later GC cannot take them away
+            plan, read_already = loaded.lazy_plan
+            load = lazy_mod.LazyLoad(
+                nbdir,
+                m,
+                plan,
+                buffers,
+                lambda s: device_of_name(s.device),
+                ns,
+                functools.partial(loader.remember_digest, m),
+            )
 
-    # only now, with everything verified, run the pickles
-    loader = _Loader(loaded.buffers, loaded.damaged)
+    # Only now, with the pickle verified, run it. Lazy: tensor data is not read yet, but
+    # every object is built over its final buffer, and none is assigned before the bytes
+    # it reaches have matched their digests.
     by_record = {o.dump: n for n, o in m.objects.items()}
     objs, failures = pickling.load_records(data, m.records, upto, loader, ns, by_record)
     if any(why.startswith("RecursionError") for why in failures.values()):
@@ -618,13 +670,33 @@ def restore(
     if names and any(n in failed for n in wanted) and not partial:
         raise RestoreFailed({n: failed[n] for n in wanted if n in failed})
     restored = []
-    for n in wanted:
-        if n in failed:
-            continue
-        ns[n] = objs[m.objects[n].dump]
-        restored.append(n)
-        if m.objects[n].tracked:
-            _TRACKED[n] = ns[n]
+    loading: list[str] = []
+    bytes_loading = 0
+    if load is not None:
+        load.objects = _lazy_objects(m, objs, wanted, failed, loader, ns)
+        load.done |= read_already
+        for i in read_already:
+            loader.remember_digest(m, i)
+        load.read(_read_now(m, load))  # what else reaches only a little data
+        failed.update({n: load.failed[n] for n in load.settle()})
+        restored = list(load.assigned)
+        loading = load.pending()
+        if loading:
+            todo = set().union(*(load.objects[n][1] for n in loading)) - load.done
+            bytes_loading = sum(m.storages[i].nbytes for i in todo)
+            total -= bytes_loading
+            lazy_mod.begin(load)
+        else:
+            load.close()
+    else:
+        loader.remember_digests(m)
+        for n in wanted:
+            if n in failed:
+                continue
+            ns[n] = objs[m.objects[n].dump]
+            restored.append(n)
+            if m.objects[n].tracked:
+                _TRACKED[n] = ns[n]
     if not names:
         rerun.offer(m.rerun)  # jupyter_pause.rerun() may run these, when the user says so
     notes: list[str] = [
@@ -661,6 +733,8 @@ def restore(
         notes=notes,
         passed_over=passed_over,
         rerun=[dataclasses.asdict(r) for r in m.rerun],
+        loading=loading,
+        bytes_loading=bytes_loading,
     )
     if failed:
         warnings.warn(
@@ -672,11 +746,14 @@ def restore(
     return result
 
 
-def _read_verified(nbdir, checkpoint_id, names, trust, device_of_name, progress, partial):
+def _read_verified(
+    nbdir, checkpoint_id, names, trust, device_of_name, progress, partial, lazy=False
+):
     """Everything a restore needs from one checkpoint, verified (signature, binding, pickle
     HMAC, every needed tensor's hash) before anything is unpickled. With ``partial``,
     tensor files that fail their hash are left out and named instead of failing it all."""
     m = store.read_manifest(nbdir, checkpoint_id, trust=trust)
+    _import_soon(m)  # while the pickle is verified and the tensors read
     unknown = [n for n in names if n not in m.objects]
     if unknown:
         why = {n: m.skipped[n] for n in unknown if n in m.skipped}
@@ -716,7 +793,24 @@ def _read_verified(nbdir, checkpoint_id, names, trust, device_of_name, progress,
     data = store.verify_pickle(nbdir, m, trust=trust)
     total = sum(m.storages[i].nbytes for i in needed)
     bar = Progress("restore", total, enabled=progress)
-    buffers = tensors.read_storages(nbdir, m, needed, lambda s: device_of_name(s.device), bar)
+    device_of = lambda s: device_of_name(s.device)  # noqa: E731
+    if lazy:
+        # every header checked; the small objects' and the RNG state's tensors read now,
+        # so damage there still makes a restore fall back to an older checkpoint; the
+        # other buffers allocated, their bytes read later (engine/lazy.py)
+        plan = tensors.plan_reads(nbdir, m, needed)
+        now = set(_rng_storages(m)) if m.rng_record is not None else set()
+        for o in m.objects.values():
+            if sum(m.storages[i].nbytes for i in o.storages) < lazy_mod.EAGER_BELOW:
+                now.update(o.storages)
+        buffers = tensors.read_storages(nbdir, m, sorted(now & set(needed)), device_of, bar)
+        for i in needed:
+            if i not in buffers:
+                buffers[i] = tensors.empty_for(m.storages[i], device_of(m.storages[i]))
+        return _Verified(
+            m, data, buffers, wanted, upto, total, damaged, bar, (plan, set(buffers) & now)
+        )
+    buffers = tensors.read_storages(nbdir, m, needed, device_of, bar)
     return _Verified(m, data, buffers, wanted, upto, total, damaged, bar)
 
 
@@ -732,6 +826,62 @@ class _Verified:
     bytes: int
     damaged: dict[int, str]  # storage index -> why it was left out (partial restores)
     progress: Progress
+    #: lazy restores: (the reads still to do, the storages read already)
+    lazy_plan: tuple | None = None
+
+
+# imported off the main thread only when known to be safe there (no GUI, no signals)
+_IMPORT_SOON = {"torch", "numpy", "pandas", "scipy", "sklearn", "safetensors"}
+
+
+def _import_soon(m: Manifest) -> None:
+    """Import, on a helper thread, the modules the restore will need (torch and numpy
+    for its tensors, the notebook's module aliases) while this thread verifies and reads:
+    ``import torch`` alone takes seconds, and the reads mostly wait for the disk. Other
+    aliases are imported on the main thread, after the objects, as before."""
+    wanted = {"torch" if s.kind == "torch" else "numpy" for s in m.storages}
+    wanted |= {n for n in m.modules.values() if n in _IMPORT_SOON}
+    wanted = {w for w in wanted if w not in sys.modules}
+    if not wanted:
+        return
+    import importlib
+    import threading
+
+    def run():
+        for name in sorted(wanted, key=lambda n: n != "torch"):  # torch first: the longest
+            with contextlib.suppress(Exception):  # the restore reports what it cannot import
+                importlib.import_module(name)
+
+    threading.Thread(target=run, name="jp-restore-imports", daemon=True).start()
+
+
+def _lazy_objects(m: Manifest, objs, wanted, failed, loader, ns) -> dict[str, tuple]:
+    """name -> (object, storages it reaches, tracked) for a lazy restore; the RNG state
+    too, under its record's name (restored now: it is read with the small objects)."""
+    where = lazy_mod.tensor_map(loader.made, loader.arrays)
+    stop = lazy_mod.stop_ids(ns)
+    everything = set(loader.buffers)
+    out = {}
+    for n in wanted:
+        if n in failed:
+            continue
+        obj = objs[m.objects[n].dump]
+        needs = lazy_mod.storages_reached(obj, where, stop)
+        # plus what its record introduced, which it surely holds, even where the walk is
+        # blind (an extension type that hides its references from the garbage collector)
+        needs = everything if needs is None else needs | set(m.objects[n].storages)
+        out[n] = (obj, needs & everything, m.objects[n].tracked)
+    return out
+
+
+def _read_now(m: Manifest, load) -> list[int]:
+    """Storages a lazy restore reads before it returns, besides those of the objects that
+    introduced little data: those of every object that reaches little data in all."""
+    now = set(_rng_storages(m)) if m.rng_record is not None else set()
+    for _obj, needs, _tracked in load.objects.values():
+        if sum(m.storages[i].nbytes for i in needs) < lazy_mod.EAGER_BELOW:
+            now |= needs
+    return [i for i in load.order() if i in now]
 
 
 def _rng_storages(m: Manifest) -> set[int]:

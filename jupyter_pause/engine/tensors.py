@@ -121,6 +121,7 @@ class Storage:
     dtype: str = "uint8"  # dtype of the portable view, if any
     shape: list[int] | None = None  # shape of the portable view; None -> flat U8
     rep: Any = None  # the first tensor seen on it (for the _version fast path)
+    reps: list = field(default_factory=list)  # every tensor object seen on it
     skey: tuple = ()
     xxh3: str | None = None
     file: str | None = None
@@ -227,11 +228,14 @@ class Collector:
                     owner=self.owner,
                     name=self.names.get(id(t), f"t{idx}"),
                     rep=t,
+                    reps=[t],
                     skey=skey,
                 )
             )
             self._index[skey] = idx
         s = self.storages[idx]
+        if s.kind == "torch" and not any(r is t for r in s.reps):
+            s.reps.append(t)
         if (
             s.shape is None
             and dtype_name in TORCH_SAFE
@@ -332,7 +336,11 @@ def _numpy_root(a, np):
 
 
 # ----------------------------------------------------------------- hashing
-# (device, data_ptr, nbytes) -> (weakref to the tensor, its _version, sample fingerprint, digest)
+# (device, data_ptr, nbytes) -> (((weakref to a tensor on it, its _version), ...),
+#                              sample fingerprint, digest)
+# Every tensor object seen on the storage is recorded, because tensors rebuilt with
+# ``set_`` (as a restore does) do not share one version counter: an in-place write
+# through any of them must invalidate the digest.
 _CACHE: dict[tuple, tuple] = {}
 
 
@@ -384,34 +392,76 @@ def _version(t) -> int | None:
 
 
 def cached_digest(s: Storage) -> str | None:
-    """Digest from the in-process cache if the storage provably did not change."""
+    """Digest from the in-process cache if the storage provably did not change: every
+    tensor seen on it now was seen when the digest was taken, none of those still alive
+    has a new ``_version`` or another storage, and the sampled fingerprint is the same."""
     if s.kind != "torch" or s.nbytes < FAST_PATH_MIN:
         return None
     entry = _CACHE.get(s.skey)
     if entry is None:
         return None
-    ref, version, fp, digest = entry
-    if ref() is not s.rep or version is None or _version(s.rep) != version:
+    refs, fp, digest = entry
+    known = set()
+    for ref, version in refs:
+        t = ref()
+        if t is None:
+            continue
+        if _version(t) != version or _data_ptr(t) != s.skey[1]:
+            return None
+        known.add(id(t))
+    if not s.reps or any(id(t) not in known for t in s.reps):
         return None
     if _fingerprint(s) != fp:
         return None
     return digest
 
 
-def remember(s: Storage) -> None:
-    if s.kind != "torch" or s.nbytes < FAST_PATH_MIN or s.xxh3 is None:
-        return
-    v = _version(s.rep)
-    if v is None:
-        return
+def _data_ptr(t) -> int | None:
     try:
-        ref = weakref.ref(s.rep)
-    except TypeError:
+        return t.untyped_storage().data_ptr()
+    except Exception:
+        return None
+
+
+def remember(s: Storage) -> None:
+    """Cache ``s``'s digest for the next checkpoint of this process (see ``_CACHE``)."""
+    if s.kind != "torch" or s.nbytes < FAST_PATH_MIN or s.xxh3 is None or not s.reps:
         return
-    _CACHE[s.skey] = (ref, v, _fingerprint(s), s.xxh3)
+    refs = []
+    for t in s.reps:
+        v = _version(t)
+        if v is None:  # inference tensors: no way to see a change
+            return
+        try:
+            refs.append((weakref.ref(t), v))
+        except TypeError:
+            return
+    _CACHE[s.skey] = (tuple(refs), _fingerprint(s), s.xxh3)
     if len(_CACHE) > 100_000:  # never grow without bound in a long-lived kernel
-        for k in [k for k, e in _CACHE.items() if e[0]() is None]:
+        for k in [k for k, e in _CACHE.items() if all(r() is None for r, _v in e[0])]:
             del _CACHE[k]
+
+
+def remember_restored(buf, made: list, digest: str) -> None:
+    """Register a storage a restore just read and verified (flat uint8 ``buf``, the
+    tensors ``made`` on it), so that the first checkpoint after a resume finds its
+    digest without hashing it again: an unchanged model re-pauses for free."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(buf, torch.Tensor) or not made:
+        return
+    nbytes = buf.untyped_storage().nbytes()
+    s = Storage(
+        kind="torch",
+        device=str(buf.device),
+        nbytes=nbytes,
+        data=buf,
+        owner="",
+        rep=made[0],
+        reps=list(made),
+        skey=(str(buf.device), buf.untyped_storage().data_ptr(), nbytes),
+        xxh3=digest,
+    )
+    remember(s)
 
 
 def digest(s: Storage) -> str:
@@ -574,7 +624,41 @@ def read_storages(nbdir, manifest, indices, device_of, progress=None) -> dict[in
     (~0.3 s/GiB on the dev VM: as much as the disk read itself); a helper thread maps the
     pages just ahead of the reader (``_Prefaulter``), so on two or more cores that cost
     leaves the critical path and a cold restore runs at about the speed of the disk."""
-    from .store import read_safetensors_header
+    from . import store
+
+    plan = plan_reads(nbdir, manifest, indices)
+    # read; a helper thread allocates and maps each CPU buffer just ahead of us
+    cpu = [
+        (i, manifest.storages[i].kind, manifest.storages[i].nbytes)
+        for _path, _rel, items in plan
+        for _pos, i in items
+        if manifest.storages[i].kind == "numpy" or device_of(manifest.storages[i]) == "cpu"
+    ]
+    out: dict[int, Any] = {}
+    with _Prefaulter(cpu) as pre:
+        for path, rel, items in plan:
+            with open(path, "rb", buffering=0) as f:
+                with contextlib.suppress(AttributeError, OSError):
+                    os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+                for pos, i in items:
+                    s = manifest.storages[i]
+                    buf = pre.get(i)
+                    got = _read_one(f, pos, s, device_of(s), progress, buf)
+                    pre.release(i)
+                    if got[1] != s.xxh3:
+                        raise CorruptCheckpoint(s.owner, str(path), f"tensor {s.key!r}")
+                    out[i] = got[0]
+            if {manifest.storages[i].key for _pos, i in items} >= set(manifest.files[rel].tensors):
+                # every tensor of the file was just hashed: the next checkpoint of this
+                # process may reuse it without hashing it again (store.check_blob)
+                store._remember_verified(path)
+    return out
+
+
+def plan_reads(nbdir, manifest, indices) -> list[tuple[Any, str, list[tuple[int, int]]]]:
+    """[(path, file, [(byte position, storage index), ...]), ...] for the given storages,
+    each file's header read and checked against the manifest before any data is."""
+    from . import store
 
     by_file: dict[str, list[int]] = {}
     for i in indices:
@@ -585,7 +669,7 @@ def read_storages(nbdir, manifest, indices, device_of, progress=None) -> dict[in
         path = nbdir / rel
         entry = manifest.files[rel]
         try:
-            start, raw, header = read_safetensors_header(path)
+            start, raw, header = store.read_safetensors_header(path)
         except (OSError, ValueError) as e:
             owner = manifest.storages[idxs[0]].owner
             raise CorruptCheckpoint(owner, str(path), str(e)) from None
@@ -599,29 +683,8 @@ def read_storages(nbdir, manifest, indices, device_of, progress=None) -> dict[in
                 raise CorruptCheckpoint(s.owner, str(path), f"tensor {s.key!r} has the wrong size")
             items.append((start + b, i))
         items.sort()
-        plan.append((path, items))
-    # 2. read; a helper thread allocates and maps each CPU buffer just ahead of us
-    cpu = [
-        (i, manifest.storages[i].kind, manifest.storages[i].nbytes)
-        for _path, items in plan
-        for _pos, i in items
-        if manifest.storages[i].kind == "numpy" or device_of(manifest.storages[i]) == "cpu"
-    ]
-    out: dict[int, Any] = {}
-    with _Prefaulter(cpu) as pre:
-        for path, items in plan:
-            with open(path, "rb", buffering=0) as f:
-                with contextlib.suppress(AttributeError, OSError):
-                    os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
-                for pos, i in items:
-                    s = manifest.storages[i]
-                    buf = pre.get(i)
-                    got = _read_one(f, pos, s, device_of(s), progress, buf)
-                    pre.release(i)
-                    if got[1] != s.xxh3:
-                        raise CorruptCheckpoint(s.owner, str(path), f"tensor {s.key!r}")
-                    out[i] = got[0]
-    return out
+        plan.append((path, rel, items))
+    return plan
 
 
 PREFAULT_AHEAD = 256 << 20  # bytes mapped ahead of the reader, at most
@@ -667,6 +730,15 @@ def _empty(kind: str, nbytes: int):
     import torch
 
     return torch.empty(nbytes, dtype=torch.uint8)
+
+
+def empty_for(s, device: str):
+    """An unfilled flat uint8 buffer for manifest storage ``s`` on ``device`` (lazy restore)."""
+    if s.kind == "numpy" or device == "cpu":
+        return _empty(s.kind, s.nbytes)
+    import torch
+
+    return torch.empty(s.nbytes, dtype=torch.uint8, device=device)
 
 
 def _map_pages(buf) -> None:
@@ -778,7 +850,8 @@ def _read_one(f, pos: int, s, device: str, progress, buf=None):
 
     # Straight to the device: read chunks into two pinned staging buffers and copy them
     # up asynchronously, so disk reads and host-to-device copies overlap (T10).
-    buf = torch.empty(n, dtype=torch.uint8, device=device)
+    if buf is None:
+        buf = torch.empty(n, dtype=torch.uint8, device=device)
     size = min(CHUNK, max(n, 1))
     pinned = device.startswith("cuda")
     stages = [torch.empty(size, dtype=torch.uint8, pin_memory=pinned) for _ in range(2)]

@@ -157,6 +157,17 @@ class ResumeSessionHandler(PauseHandler):
         self.write_json({"operation": op.to_json()}, status=202)
 
 
+class PrewarmSessionHandler(PauseHandler):
+    """Start a spare kernel for a paused notebook whose resume offer is showing."""
+
+    @tornado.web.authenticated
+    @translate_errors
+    async def post(self):
+        path = await self.path_argument(self.body().get("path"))
+        kernel_id = await self.manager.prewarm(path)
+        self.write_json({"path": path, "kernel_id": kernel_id}, status=202)
+
+
 class CheckpointSessionHandler(PauseHandler):
     @tornado.web.authenticated
     @translate_errors
@@ -304,6 +315,7 @@ ROUTES = [
     (rf"{NAMESPACE}/status", StatusHandler),
     (rf"{NAMESPACE}/sessions/pause", PauseSessionHandler),
     (rf"{NAMESPACE}/sessions/resume", ResumeSessionHandler),
+    (rf"{NAMESPACE}/sessions/prewarm", PrewarmSessionHandler),
     (rf"{NAMESPACE}/sessions/checkpoint", CheckpointSessionHandler),
     (rf"{NAMESPACE}/sessions/unsaveable", UnsaveableHandler),
     (rf"{NAMESPACE}/operations/{_OPERATION_ID}", OperationHandler),

@@ -53,6 +53,7 @@ from ..lifecycle import (
 from .activity import ActivityMonitor
 from .explain import explain
 from .kernels import KernelCallError, KernelDied, call_in_kernel
+from .prewarm import Prewarmer
 
 _TEMPORARY_PATH = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -100,6 +101,7 @@ class PauseManager:
         self.call = call
         #: the owner written into the lease of every operation this process runs
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.prewarmer = Prewarmer(kernel_manager, log=log)
         self.operations: dict[str, Operation] = {}
         self._tasks: set[asyncio.Task] = set()
         self._running: dict[str, asyncio.Task] = {}  # operation id -> its task
@@ -478,6 +480,21 @@ class PauseManager:
         self._record(EventType.RESUME_REQUESTED, session, op)
         self._spawn(self._run_resume(session, op, checkpoint_id), op)
         return op
+
+    async def prewarm(self, path: str) -> str:
+        """Start a spare kernel for a paused notebook (server/prewarm.py); its resume
+        adopts it."""
+        await self.sync()
+        session = self.store.get(path)
+        if session.state not in (State.PAUSED, State.FAILED) or session.busy:
+            raise PauseError(
+                f"{path!r} is {session.state.value}; only a paused notebook gets a spare kernel",
+                status=409,
+            )
+        try:
+            return await self.prewarmer.start(path, session.kernel_name)
+        except Exception as e:  # e.g. its kernelspec is gone: the resume will say so too
+            raise PauseError(f"could not start a spare kernel for {path!r}: {e}", 503) from e
 
     def _begin(self, path: str, kind: str, **options: Any) -> Operation:
         """Claim the session (single flight); a claim that cannot be persisted
@@ -928,13 +945,16 @@ class PauseManager:
             if waited:
                 self._record(EventType.CAPACITY_ACQUIRED, session, op)
             kernel_id = session.kernel_id  # a fresh kernel JupyterLab already started
-            if kernel_id is None or self.execution_state(kernel_id) is None:
+            if kernel_id is not None and self.execution_state(kernel_id) is not None:
+                await self.prewarmer.discard(path)
+            else:
                 op.step = "starting a kernel"
                 model = await self.session_manager.create_session(
                     path=path,
                     name=posixpath.basename(path),
                     type="notebook",
                     kernel_name=session.kernel_name,
+                    kernel_id=await self.prewarmer.adopt(path),  # a spare, started already
                 )
                 kernel_id = session.kernel_id = model["kernel"]["id"]
                 started_here = True
@@ -1117,6 +1137,7 @@ class PauseManager:
         for task in list(self._tasks):
             task.cancel()
         self.activity.close()
+        await self.prewarmer.shutdown()
 
 
 def _process_exists(pid: int) -> bool:

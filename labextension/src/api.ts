@@ -157,3 +157,16 @@ export function postAPI<T>(
     body: JSON.stringify(body)
   });
 }
+
+/**
+ * Ask the server for a spare kernel for a paused notebook whose resume offer is
+ * showing, so that the resume does not wait for a kernel to start and import
+ * torch. The spare is not attached to the notebook (no kernel indicator, nothing
+ * counted as allocated); it is adopted by the resume or shut down unused.
+ */
+export function prewarm(
+  path: string,
+  settings: ServerConnection.ISettings
+): Promise<{ path: string; kernel_id: string }> {
+  return postAPI('sessions/prewarm', settings, { path });
+}

@@ -8,7 +8,7 @@ import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { Widget } from '@lumino/widgets';
 
 import { PauseActions, showDetails, surfaceErrors } from './actions';
-import { ISessionStatus } from './api';
+import { ISessionStatus, prewarm } from './api';
 import { formatBytes, formatDuration, formatTime, shortReason } from './labels';
 
 export class PauseBanner extends Widget {
@@ -40,6 +40,7 @@ export class PauseBanner extends Widget {
     text.className = 'jp-PauseBanner-text';
     const buttons: HTMLButtonElement[] = [];
     if (state === 'paused') {
+      this._prewarm(session);
       text.textContent = this._pausedText(session);
       buttons.push(
         this._button(trans.__('Resume'), () =>
@@ -68,6 +69,23 @@ export class PauseBanner extends Widget {
     this.node.replaceChildren(text, ...buttons);
     this.show();
   }
+
+  /**
+   * While the offer shows, have the server start the resume's kernel (a spare,
+   * not attached to the notebook: server/prewarm.py), once per pause. Best
+   * effort: without it the resume starts its own kernel.
+   */
+  private _prewarm(session: ISessionStatus): void {
+    if (this._prewarmedFor === session.since) {
+      return;
+    }
+    this._prewarmedFor = session.since;
+    prewarm(session.path, this._actions.model.serverSettings).catch(reason =>
+      console.warn('jupyter-pause: no spare kernel for the resume:', reason)
+    );
+  }
+
+  private _prewarmedFor: number | null = null;
 
   private _pausedText(session: ISessionStatus): string {
     const trans = this._actions.trans;

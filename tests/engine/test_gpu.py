@@ -78,3 +78,28 @@ def test_cuda_grads_and_a_damaged_reused_blob(ck, nbdir):
     jp.restore(namespace=out, **ck)
     grad = out["model"].weight.grad
     assert grad.is_cuda and torch.equal(grad, model.weight.grad)
+
+
+def test_lazy_restore_streams_to_the_device_and_repauses_for_free(ck, monkeypatch):
+    """Lazy: the model comes back on its GPU through the pinned staging chunks, in the
+    background; its digests are registered, so the next checkpoint writes no tensor."""
+    from jupyter_pause.engine import lazy, tensors
+
+    monkeypatch.setattr(lazy, "EAGER_BELOW", 1 << 20)
+    monkeypatch.setattr(tensors, "CHUNK", 1 << 20)
+    model = torch.nn.Sequential(torch.nn.Linear(2048, 2048), torch.nn.Linear(2048, 64)).cuda()
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(8, 2048, device="cuda")).sum().backward()
+    opt.step()
+    jp.checkpoint(namespace={"model": model, "opt": opt}, **ck)
+    tensors._CACHE.clear()
+    store._VERIFIED.clear()
+    out = {}
+    res = jp.restore(namespace=out, lazy=True, **ck)
+    assert set(res.loading) == {"model", "opt"}
+    assert lazy.wait() == {}
+    w = out["model"][0].weight
+    assert w.is_cuda and torch.equal(w, model[0].weight)
+    assert out["opt"].param_groups[0]["params"][0] is w
+    again = jp.checkpoint(namespace=out, **ck)
+    assert not again.files_written

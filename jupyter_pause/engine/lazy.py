@@ -1,0 +1,382 @@
+"""Lazy restore: the namespace is back in the time it takes to read the object graph.
+
+An eager restore reads every tensor before the first cell can run. A lazy one
+(``restore(lazy=True)``, what a resume and ``%restore`` do in a kernel) unpickles the
+whole graph over buffers that are allocated but not yet filled, reads the storages of
+small objects at once, assigns every object whose storages are all read, and leaves
+the rest to a background thread, in the order the notebook is likely to need them:
+tracked objects first, then the smallest first (most names back per byte read).
+
+Nothing in the namespace is ever half loaded. An object is assigned only once every
+storage it can reach (found by walking its references, so an optimizer waits for its
+model's parameters, a list of views for their base) has been read *and* has matched
+its digest; a storage whose bytes do not match fails, by name, exactly the objects
+that reach it. Assignments happen on the kernel's main thread only: before each cell
+(IPython's ``pre_run_cell`` hook), before a checkpoint, or in :func:`wait`.
+
+Before a cell runs, the hook reads the names the cell uses (and the globals of the
+functions it may call); if one of them is still loading it waits for that object
+alone, showing ``loading model (1.2/2.0 GB)…``. A cell that touches nothing still
+loading runs at once. Code whose names cannot be known (``globals()``, ``eval``,
+magics) waits for everything.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import gc
+import os
+import sys
+import threading
+import types
+from typing import Any
+
+from .errors import CorruptCheckpoint
+from .progress import fmt_bytes
+
+ENV_RESTORE = "JUPYTER_PAUSE_RESTORE"  # "eager" keeps the old all-at-once restore
+EAGER_BELOW = 16 << 20  # objects smaller than this are read before restore returns
+_WALK_LIMIT = 2_000_000  # objects visited per variable before assuming it needs everything
+# names that reach the namespace by other ways than by name: wait for everything
+_OPAQUE = {"globals", "vars", "locals", "eval", "exec", "get_ipython", "dir", "__import__"}
+
+_active: LazyLoad | None = None
+
+
+def lazy_by_default(ns: dict) -> bool:
+    """Lazy unless the setting says eager, and only where a hook guards the namespace:
+    the user namespace of a running IPython shell."""
+    if os.environ.get(ENV_RESTORE, "lazy").strip().lower() == "eager":
+        return False
+    shell = _shell()
+    return shell is not None and shell.user_ns is ns
+
+
+def _shell():
+    if "IPython" not in sys.modules:
+        return None
+    from IPython import get_ipython
+
+    return get_ipython()
+
+
+# ----------------------------------------------------------------- what reaches what
+def storages_reached(root: Any, where: dict[int, set[int]], stop: set[int]) -> set[int] | None:
+    """Storage indices reachable from ``root`` (``where``: id of a rebuilt tensor or array
+    -> its storages). None when the walk is too large to tell: assume all of them."""
+    found: set[int] = set()
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        o = stack.pop()
+        k = id(o)
+        if k in seen or k in stop:
+            continue
+        seen.add(k)
+        if len(seen) > _WALK_LIMIT:
+            return None
+        hit = where.get(k)
+        if hit is not None:
+            found |= hit
+            continue
+        if isinstance(o, (type, types.ModuleType)):
+            continue
+        stack.extend(gc.get_referents(o))
+    return found
+
+
+def tensor_map(made: dict[int, list], arrays: dict[int, list]) -> dict[int, set[int]]:
+    """id(tensor or array) -> storages it holds: its own, and its ``.grad``'s (a tensor's
+    grad is held in C++, invisible to ``gc.get_referents``)."""
+    where: dict[int, set[int]] = {}
+    for table in (made, arrays):
+        for idx, objs in table.items():
+            for o in objs:
+                where.setdefault(id(o), set()).add(idx)
+    for objs in made.values():
+        for t in objs:
+            grad = getattr(t, "grad", None)
+            if grad is not None and id(grad) in where:
+                where[id(t)] |= where[id(grad)]
+    return where
+
+
+def stop_ids(ns: dict) -> set[int]:
+    """Objects a walk never enters: the namespace itself and every module's globals."""
+    stop = {id(ns)}
+    for m in list(sys.modules.values()):
+        d = getattr(m, "__dict__", None)
+        if d is not None:
+            stop.add(id(d))
+    return stop
+
+
+# ----------------------------------------------------------------- names a cell uses
+def names_used(code: str, ns: dict) -> set[str] | None:
+    """Global names ``code`` may read, directly or through the functions and classes of
+    ``ns`` it names; None when that cannot be known (then wait for everything)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return None
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names.update(node.names)
+    frontier = list(names)
+    while frontier:
+        value = ns.get(frontier.pop())
+        for more in _globals_of(value) - names:
+            names.add(more)
+            frontier.append(more)
+    return None if names & _OPAQUE else names
+
+
+def _globals_of(value: Any) -> set[str]:
+    codes = []
+    if isinstance(value, (types.FunctionType, types.MethodType)):
+        codes.append(getattr(value, "__func__", value).__code__)
+    elif isinstance(value, type):
+        codes += [f.__code__ for f in vars(value).values() if isinstance(f, types.FunctionType)]
+    out: set[str] = set()
+    while codes:
+        c = codes.pop()
+        out.update(c.co_names)
+        codes += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    return out
+
+
+# ----------------------------------------------------------------- the background load
+class LazyLoad:
+    """The storages still to read for one restore, and the objects waiting for them.
+
+    ``objects``: name -> (object, storages it reaches, tracked). The reader thread only
+    fills buffers and records which storages are done or failed; ``settle`` (main
+    thread) moves complete objects into the namespace."""
+
+    def __init__(self, nbdir, manifest, plan, buffers, device_of, ns, on_storage):
+        self.m = manifest
+        self.nbdir = nbdir
+        self.ns = ns
+        self.objects: dict[str, tuple[Any, set[int], bool]] = {}  # set once unpickled
+        self.buffers = buffers
+        self.device_of = device_of
+        self.on_storage = on_storage  # called (reader thread) once a storage verified
+        self.where = {i: (path, rel, pos) for path, rel, items in plan for pos, i in items}
+        self.done: set[int] = set()
+        self.bad: dict[int, str] = {}  # storage -> why
+        self.assigned: list[str] = []
+        self.failed: dict[str, str] = {}
+        self.reported: set[str] = set()
+        self._files: dict[str, set[int]] = {}
+        for i, (_path, rel, _pos) in self.where.items():
+            self._files.setdefault(rel, set()).add(i)
+        self._cv = threading.Condition()
+        self._stop = False
+        self._finished = False
+        self._thread: threading.Thread | None = None
+        # open every file now, under the restore's lock: a later GC cannot take them away
+        self._fh = {rel: open(path, "rb", buffering=0) for path, rel, _items in plan}  # noqa: SIM115
+
+    # -- reading -------------------------------------------------------------
+    def order(self) -> list[int]:
+        """Storages in the order to read them: tracked objects first, then the smallest."""
+        seq: list[int] = []
+        seen: set[int] = set()
+        ranked = sorted(
+            self.objects.items(),
+            key=lambda kv: (not kv[1][2], sum(self.m.storages[i].nbytes for i in kv[1][1])),
+        )
+        for _name, (_obj, needs, _tracked) in ranked:
+            for i in sorted(needs, key=lambda i: self.where.get(i, ("", "", 0))[1:]):
+                if i not in seen and i in self.where:
+                    seen.add(i)
+                    seq.append(i)
+        seq += sorted(set(self.where) - seen)
+        return seq
+
+    def read(self, indices: list[int]) -> None:
+        """Read, verify and mark the given storages (the calling thread does the work)."""
+        from . import store, tensors
+
+        for i in indices:
+            if self._stop:
+                return
+            if i in self.done or i in self.bad:
+                continue
+            path, rel, pos = self.where[i]
+            s = self.m.storages[i]
+            why = None
+            try:
+                _buf, digest = tensors._read_one(
+                    self._fh[rel], pos, s, self.device_of(s), None, self.buffers[i]
+                )
+                if digest != s.xxh3:
+                    why = str(CorruptCheckpoint(s.owner, str(path), f"tensor {s.key!r}"))
+            except Exception as e:  # a read error: that storage is lost, the others go on
+                why = f"{path}: {type(e).__name__}: {e}"
+            if why is None:
+                self.on_storage(i)
+            with self._cv:
+                if why is None:
+                    self.done.add(i)
+                else:
+                    self.bad[i] = why
+                self._cv.notify_all()
+            if why is None and self._files[rel] <= self.done:
+                store._remember_verified(path)
+
+    def close(self) -> None:
+        for f in self._fh.values():
+            f.close()
+
+    def _run(self) -> None:
+        try:
+            self.read(self.order())
+        finally:
+            self.close()
+            with self._cv:
+                self._finished = True
+                self._cv.notify_all()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="jp-lazy-restore", daemon=True)
+        self._thread.start()
+
+    def cancel(self) -> None:
+        """Stop reading (a new restore replaces this one); nothing more is assigned."""
+        self._stop = True
+        if self._thread is not None:
+            self._thread.join()
+
+    # -- state ---------------------------------------------------------------
+    def pending(self) -> list[str]:
+        return [n for n in self.objects if n not in self.assigned and n not in self.failed]
+
+    def _state(self, name: str) -> str:
+        needs = self.objects[name][1]
+        if any(i in self.bad for i in needs):
+            return "failed"
+        return "ready" if needs <= self.done else "loading"
+
+    def settle(self) -> list[str]:
+        """Main thread: assign every complete object; record (and return) new failures."""
+        from . import api
+
+        newly_failed = []
+        with self._cv:
+            states = {n: self._state(n) for n in self.pending()}
+        for name, state in states.items():
+            obj, needs, tracked = self.objects[name]
+            if state == "ready":
+                self.ns[name] = obj
+                if tracked:
+                    api._TRACKED[name] = obj
+                self.assigned.append(name)
+            elif state == "failed":
+                bad = sorted(i for i in needs if i in self.bad)
+                self.failed[name] = f"its tensor data could not be restored: {self.bad[bad[0]]}"
+                newly_failed.append(name)
+        if not self.pending():
+            self.objects = {}  # the graph now lives in the namespace (or nowhere)
+        return newly_failed
+
+    def wait(self, names=None, show=None) -> None:
+        """Block until ``names`` (default: all) are ready or failed, then settle.
+        ``show(line)`` is called about twice a second with what is being waited for."""
+        want = [n for n in (self.pending() if names is None else names) if n in self.objects]
+        with self._cv:
+            while True:
+                loading = [n for n in want if self._state(n) == "loading"]
+                if not loading or self._stop or self._finished:
+                    break
+                if show is not None:
+                    show(self._line(loading))
+                self._cv.wait(0.5)
+
+    def _line(self, loading: list[str]) -> str:
+        needs = set().union(*(self.objects[n][1] for n in loading))
+        total = sum(self.m.storages[i].nbytes for i in needs)
+        got = sum(self.m.storages[i].nbytes for i in needs if i in self.done)
+        names = ", ".join(loading[:3]) + (" …" if len(loading) > 3 else "")
+        return f"loading {names} ({fmt_bytes(got)}/{fmt_bytes(total)})…"
+
+
+# ----------------------------------------------------------------- kernel glue
+def begin(load: LazyLoad) -> None:
+    """Make ``load`` the active one and guard the namespace until it is done."""
+    global _active
+    cancel()
+    _active = load
+    shell = _shell()
+    if shell is not None and load.ns is shell.user_ns:
+        with contextlib.suppress(ValueError):
+            shell.events.unregister("pre_run_cell", before_cell)
+        shell.events.register("pre_run_cell", before_cell)
+    load.start()
+
+
+def active() -> LazyLoad | None:
+    return _active
+
+
+def cancel() -> None:
+    global _active
+    if _active is not None:
+        _active.cancel()
+        _finish()
+
+
+def wait(names=None) -> dict[str, str]:
+    """Wait until the objects of the running lazy restore (or ``names`` of them) are in the
+    namespace; returns the ones that failed, name -> why. A checkpoint calls this first."""
+    load = _active
+    if load is None:
+        return {}
+    load.wait(names)
+    load.settle()
+    failed = dict(load.failed)
+    if not load.pending():
+        _finish()
+    return failed
+
+
+def _finish() -> None:
+    global _active
+    shell = _shell()
+    if shell is not None:
+        with contextlib.suppress(ValueError):
+            shell.events.unregister("pre_run_cell", before_cell)
+    _active = None
+
+
+def before_cell(info=None) -> None:
+    """IPython ``pre_run_cell`` hook: wait for what this cell uses, assign what is ready,
+    and say which objects could not be restored."""
+    load = _active
+    if load is None:
+        return
+    code = getattr(info, "raw_cell", "") or ""
+    shell = _shell()
+    if shell is not None:
+        with contextlib.suppress(Exception):
+            code = shell.transform_cell(code)
+    names = names_used(code, load.ns)
+    needed = None if names is None else [n for n in load.pending() if n in names]
+    if needed is None or needed:
+        shown = []
+
+        def show(line):
+            print(f"\r{line}", end="", flush=True)
+            shown.append(line)
+
+        load.wait(needed, show)
+        if shown:
+            print("\r" + " " * len(shown[-1]) + "\r", end="", flush=True)
+    for name in load.settle():
+        print(f"jupyter-pause: {name} was not restored: {load.failed[name]}", file=sys.stderr)
+    if not load.pending():
+        _finish()

@@ -1,0 +1,97 @@
+"""Pre-warmed spare kernels (server/prewarm.py) with a real server and real kernels."""
+
+import asyncio
+
+from .helpers import api, execute, operate, session_status, start_session, wait_for_state
+
+
+async def paused_notebook(jp_fetch, jp_serverapp, path):
+    model = await start_session(jp_fetch, path)
+    await wait_for_state(jp_serverapp, model["kernel"]["id"], "idle")
+    await execute(jp_serverapp, model["kernel"]["id"], "answer = 42")
+    op = await operate(jp_fetch, "pause", path)
+    assert op["outcome"] == "succeeded", op
+
+
+async def wait_until(cond, timeout=120):
+    for _ in range(int(timeout / 0.1)):
+        if await cond():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("condition not met before the deadline")
+
+
+async def test_a_spare_is_not_a_session_and_the_resume_adopts_it(
+    jp_fetch, jp_serverapp, notebook_path
+):
+    await paused_notebook(jp_fetch, jp_serverapp, notebook_path)
+    ledger = jp_serverapp.web_app.settings["jupyter_pause_ledger"]
+    before = [e.type.value for e in ledger.events(path=notebook_path)]
+    code, answer = await api(
+        jp_fetch, "sessions", "prewarm", method="POST", body={"path": notebook_path}
+    )
+    assert code == 202, answer
+    spare = answer["kernel_id"]
+    # nothing is counted: no kernel-started, no allocation in the ledger
+    assert [e.type.value for e in ledger.events(path=notebook_path)] == before
+    assert spare in jp_serverapp.kernel_manager
+    # not attached to the notebook: no session, the notebook still reads paused
+    sessions = await jp_serverapp.session_manager.list_sessions()
+    assert all(s["kernel"]["id"] != spare for s in sessions)
+    session = await session_status(jp_fetch, notebook_path)
+    assert session["state"] == "paused" and session["kernel_id"] is None
+    # asking again gives the same spare
+    code, again = await api(
+        jp_fetch, "sessions", "prewarm", method="POST", body={"path": notebook_path}
+    )
+    assert code == 202 and again["kernel_id"] == spare
+
+    op = await operate(jp_fetch, "resume", notebook_path)
+    assert op["outcome"] == "succeeded", str(op)
+    session = await session_status(jp_fetch, notebook_path)
+    assert session["kernel_id"] == spare  # adopted, not a second kernel
+    assert await execute(jp_serverapp, spare, "answer") == "42"
+    assert (
+        jp_serverapp.web_app.settings["jupyter_pause_manager"].prewarmer.spare(notebook_path)
+        is None
+    )
+
+
+async def test_an_unused_spare_is_shut_down(jp_fetch, jp_serverapp, notebook_path):
+    await paused_notebook(jp_fetch, jp_serverapp, notebook_path)
+    prewarmer = jp_serverapp.web_app.settings["jupyter_pause_manager"].prewarmer
+    prewarmer.ttl = 0.5
+    code, answer = await api(
+        jp_fetch, "sessions", "prewarm", method="POST", body={"path": notebook_path}
+    )
+    assert code == 202, answer
+
+    async def gone():
+        return answer["kernel_id"] not in jp_serverapp.kernel_manager
+
+    await wait_until(gone)
+
+
+async def test_only_a_paused_notebook_gets_a_spare(jp_fetch, jp_serverapp, notebook_path):
+    model = await start_session(jp_fetch, notebook_path)
+    await wait_for_state(jp_serverapp, model["kernel"]["id"], "idle")
+    before = set(jp_serverapp.kernel_manager.list_kernel_ids())
+    code, answer = await api(
+        jp_fetch, "sessions", "prewarm", method="POST", body={"path": notebook_path}
+    )
+    assert code == 409 and "paused" in answer["message"], answer
+    code, answer = await api(
+        jp_fetch, "sessions", "prewarm", method="POST", body={"path": "../etc/passwd"}
+    )
+    assert code in (400, 404), answer
+    assert set(jp_serverapp.kernel_manager.list_kernel_ids()) == before
+
+
+async def test_a_spare_that_cannot_start_is_a_clear_503(jp_fetch, jp_serverapp, notebook_path):
+    await paused_notebook(jp_fetch, jp_serverapp, notebook_path)
+    manager = jp_serverapp.web_app.settings["jupyter_pause_manager"]
+    manager.store.get(notebook_path).kernel_name = "no-such-kernel"
+    code, answer = await api(
+        jp_fetch, "sessions", "prewarm", method="POST", body={"path": notebook_path}
+    )
+    assert code == 503 and "could not start a spare kernel" in answer["message"], answer
