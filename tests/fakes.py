@@ -66,8 +66,9 @@ class FakeSessionManager:
             if kid in self.kernel_manager
         ]
 
-    async def create_session(self, path, name, type, kernel_name):
-        kernel_id = self.kernel_manager.start()
+    async def create_session(self, path, name, type, kernel_name, kernel_id=None):
+        # like Jupyter's: an existing kernel (a pre-warmed spare) is adopted, else one starts
+        kernel_id = kernel_id or self.kernel_manager.start()
         self.paths[path] = kernel_id
         return {"path": path, "kernel": {"id": kernel_id, "name": kernel_name}}
 
