@@ -72,6 +72,15 @@ async def execute(jp_serverapp, kernel_id, code, timeout=60):
     return "".join(texts).strip()
 
 
+async def running_notebook(jp_fetch, jp_serverapp, path, code):
+    """A notebook session whose kernel has run ``code``; returns the kernel id."""
+    model = await start_session(jp_fetch, path)
+    kernel_id = model["kernel"]["id"]
+    await wait_for_state(jp_serverapp, kernel_id, "idle")
+    await execute(jp_serverapp, kernel_id, code)
+    return kernel_id
+
+
 async def api(jp_fetch, *parts, method="GET", body=None, **kwargs):
     """Call jupyter-pause's API; returns (status code, JSON)."""
     if body is not None:

@@ -11,19 +11,11 @@ from .helpers import (
     api,
     execute,
     operate,
+    running_notebook,
     session_status,
-    start_session,
     wait_for_state,
     wait_operation,
 )
-
-
-async def running_notebook(jp_fetch, jp_serverapp, path, code):
-    model = await start_session(jp_fetch, path)
-    kernel_id = model["kernel"]["id"]
-    await wait_for_state(jp_serverapp, kernel_id, "idle")
-    await execute(jp_serverapp, kernel_id, code)
-    return kernel_id
 
 
 def event_types(jp_serverapp, path):

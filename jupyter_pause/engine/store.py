@@ -654,7 +654,8 @@ def referenced_files(nbdir: Path) -> set[str] | None:
     return refs
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this machine (someone else's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -686,7 +687,7 @@ def gc(nbdir: Path, locked_already: bool = False) -> int:
             if not p.name.startswith(TMP_PREFIX):
                 continue
             pid = p.name.rsplit("-", 1)[-1]
-            dead = pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid))
+            dead = pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid))
             with contextlib.suppress(OSError):
                 old = now - p.stat().st_mtime > STALE_TMP_SECONDS
                 if dead or old:

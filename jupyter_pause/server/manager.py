@@ -533,7 +533,7 @@ class PauseManager:
         host, _, rest = op.owner.partition(":")
         pid = rest.partition(":")[0]
         if host == socket.gethostname() and pid.isdigit():
-            return int(pid) == os.getpid() or not _process_exists(int(pid))
+            return int(pid) == os.getpid() or not checkpoint_store.pid_alive(int(pid))
         return op.lease_expired()
 
     async def recover(self) -> None:
@@ -1139,15 +1139,6 @@ class PauseManager:
         self.activity.close()
         await self.prewarmer.shutdown()
 
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
 
 
 async def maybe_await(value):

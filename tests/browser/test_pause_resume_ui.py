@@ -72,31 +72,34 @@ def test_pause_and_resume_in_the_same_tab(lab, page):
     assert "a fresh kernel with the checkpointed state" in output
 
 
-def test_a_failed_resume_says_why_and_offers_the_checkpoints_that_verify(lab, page, screenshot):
+def paused_with_a_damaged_newest_checkpoint(lab, page, name):
+    """``name`` paused with two checkpoints (x = 'older', then 'newer'), the newer one's
+    pickle damaged on disk; returns their ids."""
     from jupyter_pause.engine import store
 
-    write_notebook(lab.root, "two.ipynb", ["x = 'older'", "x = 'newer'", "print(x)"])
-    page.goto(lab.lab_url("two.ipynb"))
+    write_notebook(lab.root, name, ["x = 'older'", "x = 'newer'", "print(x)"])
+    page.goto(lab.lab_url(name))
     wait_status(page, "Pause: Live")
     run_cell(page, 0, None)
-    op = lab.api("POST", "jupyter-pause/api/sessions/checkpoint", {"path": "two.ipynb"})[
-        "operation"
-    ]
+    op = lab.api("POST", "jupyter-pause/api/sessions/checkpoint", {"path": name})["operation"]
     assert lab.client.wait(op)["outcome"] == "succeeded"
     run_cell(page, 1, None)
     # enabled once the page has seen the checkpoint above end
     page.locator("jp-button[data-command='jupyter-pause:pause']:not([disabled])").click()
     wait_status(page, "Pause: Paused")
 
-    infos = sorted(
-        store.list_checkpoints(lab.server.checkpoint_dir, "two.ipynb"), key=lambda c: c.id
-    )
+    infos = sorted(store.list_checkpoints(lab.server.checkpoint_dir, name), key=lambda c: c.id)
     older, newer = infos[0].id, infos[-1].id
     assert older != newer
     pickle_file = Path(infos[-1].path) / "objects.pkl"
     data = bytearray(pickle_file.read_bytes())
     data[len(data) // 2] ^= 0xFF
     pickle_file.write_bytes(bytes(data))
+    return older, newer
+
+
+def test_a_failed_resume_says_why_and_offers_the_checkpoints_that_verify(lab, page, screenshot):
+    older, newer = paused_with_a_damaged_newest_checkpoint(lab, page, "two.ipynb")
 
     # resume from the damaged one by name (another tab, the CLI): a named checkpoint
     # never falls back, so this resume fails and the page must say so
@@ -141,28 +144,7 @@ def test_a_failed_resume_says_why_and_offers_the_checkpoints_that_verify(lab, pa
 def test_a_resume_falls_back_from_a_damaged_checkpoint(lab, page):
     """The newest checkpoint is damaged: Resume restores the newest one that verifies
     (no dialog, no failure) and the operation says which one it passed over."""
-    from jupyter_pause.engine import store
-
-    write_notebook(lab.root, "three.ipynb", ["x = 'older'", "x = 'newer'", "print(x)"])
-    page.goto(lab.lab_url("three.ipynb"))
-    wait_status(page, "Pause: Live")
-    run_cell(page, 0, None)
-    op = lab.api("POST", "jupyter-pause/api/sessions/checkpoint", {"path": "three.ipynb"})[
-        "operation"
-    ]
-    assert lab.client.wait(op)["outcome"] == "succeeded"
-    run_cell(page, 1, None)
-    page.locator("jp-button[data-command='jupyter-pause:pause']:not([disabled])").click()
-    wait_status(page, "Pause: Paused")
-
-    infos = sorted(
-        store.list_checkpoints(lab.server.checkpoint_dir, "three.ipynb"), key=lambda c: c.id
-    )
-    newer = infos[-1].id
-    pickle_file = Path(infos[-1].path) / "objects.pkl"
-    data = bytearray(pickle_file.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    pickle_file.write_bytes(bytes(data))
+    _, newer = paused_with_a_damaged_newest_checkpoint(lab, page, "three.ipynb")
 
     page.locator("jp-button[data-command='jupyter-pause:resume']:not([disabled])").click()
     wait_resumed(page)
