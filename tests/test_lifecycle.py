@@ -152,7 +152,6 @@ def abandoned(manager, kind, state, *, kernel, committed, earlier=True):
     if not kernel:
         session.kernel_id = "kernel-of-the-dead-server"
     if committed:
-        time.sleep(1.05)  # checkpoint ids have a resolution of one second
         engine.checkpoint(
             dir=manager.checkpoint_dir,
             notebook=NB,

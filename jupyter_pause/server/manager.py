@@ -1140,7 +1140,6 @@ class PauseManager:
         await self.prewarmer.shutdown()
 
 
-
 async def maybe_await(value):
     if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
         return await value
