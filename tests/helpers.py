@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import time
 
 
 async def start_session(jp_fetch, path):
@@ -151,3 +152,17 @@ class Gate:
         return (Gate, ())
 gate = Gate()
 """
+
+
+def wait_for(condition, timeout=60, what="the condition", interval=0.2):
+    """The blocking twin of :func:`wait_until`, for tests that drive whole
+    processes (servers, hubs) from a plain thread: poll ``condition()`` until it
+    is truthy, return its value; only the deadline says it did not happen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)

@@ -1,8 +1,14 @@
 """Pre-warmed spare kernels (server/prewarm.py) with a real server and real kernels."""
 
-import asyncio
-
-from .helpers import api, execute, operate, session_status, start_session, wait_for_state
+from .helpers import (
+    api,
+    execute,
+    operate,
+    session_status,
+    start_session,
+    wait_for_state,
+    wait_until,
+)
 
 
 async def paused_notebook(jp_fetch, jp_serverapp, path):
@@ -11,14 +17,6 @@ async def paused_notebook(jp_fetch, jp_serverapp, path):
     await execute(jp_serverapp, model["kernel"]["id"], "answer = 42")
     op = await operate(jp_fetch, "pause", path)
     assert op["outcome"] == "succeeded", op
-
-
-async def wait_until(cond, timeout=120):
-    for _ in range(int(timeout / 0.1)):
-        if await cond():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError("condition not met before the deadline")
 
 
 async def test_a_spare_is_not_a_session_and_the_resume_adopts_it(
@@ -69,7 +67,7 @@ async def test_an_unused_spare_is_shut_down(jp_fetch, jp_serverapp, notebook_pat
     async def gone():
         return answer["kernel_id"] not in jp_serverapp.kernel_manager
 
-    await wait_until(gone)
+    await wait_until(gone, 120, "the unused spare to be shut down")
 
 
 async def test_only_a_paused_notebook_gets_a_spare(jp_fetch, jp_serverapp, notebook_path):

@@ -4,7 +4,6 @@ the kernels, and the notebook can be worked with at once (real processes)."""
 
 import json
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -12,20 +11,12 @@ import pytest
 from jupyter_pause.accounting.client import LocalServer
 from jupyter_pause.engine import paths
 
-from .helpers import gate_code
+from .helpers import gate_code, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 NB = "nb.ipynb"
 
 pytestmark = pytest.mark.slow
-
-
-def wait_for(condition, timeout=120, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout} s")
-        time.sleep(0.1)
 
 
 def process_gone(pid: int) -> bool:
@@ -65,7 +56,7 @@ def kill_server(server: LocalServer, kernel_pid: int) -> None:
     """SIGKILL the server; its kernels notice their parent is gone and exit."""
     server.process.send_signal(signal.SIGKILL)
     server.process.wait(30)
-    wait_for(lambda: process_gone(kernel_pid), what="the orphaned kernel's exit")
+    wait_for(lambda: process_gone(kernel_pid), 120, what="the orphaned kernel's exit")
 
 
 def start_notebook(client, code):
@@ -87,7 +78,7 @@ def test_killed_during_the_kernels_write_the_notebook_ends_failed_with_what_to_r
     earlier = client.session_status(NB)["last_checkpoint"]["id"]
     assert client.execute(kernel_id, "x = 2\n" + gate_code(gate)).ok
     op = client.pause(NB) if kind == "pause" else client.checkpoint(NB)
-    wait_for(lambda: (gate / "started").exists(), what="the checkpoint's write")
+    wait_for(lambda: (gate / "started").exists(), 120, what="the checkpoint's write")
     folder = paths.notebook_dir(server.checkpoint_dir, NB)
     assert [p for p in folder.iterdir() if p.name.startswith(".tmp-")]  # mid-write
 
@@ -121,7 +112,7 @@ def test_killed_while_pausing_after_the_checkpoint_the_notebook_ends_paused(
     client = server.start()
     _, pid = start_notebook(client, "x = 2")
     op = client.pause(NB)
-    wait_for(lambda: (gate / "releasing").exists(), what="the release of the accelerator")
+    wait_for(lambda: (gate / "releasing").exists(), 120, what="the release of the accelerator")
     assert client.session_status(NB)["state"] == "pausing"
 
     kill_server(server, pid)

@@ -186,19 +186,6 @@ def jupyter_kernels_for(lab, path):
     return [s["kernel"]["id"] for s in lab.api("GET", "api/sessions") if s["path"] == path]
 
 
-def wait_until(condition, timeout=60, message="condition"):
-    """Poll ``condition`` until true, with a deadline (never a fixed sleep)."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {message}")
-
-
 @pytest.fixture
 def screenshot(page, tmp_path):
     """Save a screenshot: under ``$JUPYTER_PAUSE_SCREENSHOTS`` when set (that is how

@@ -27,6 +27,8 @@ import pytest
 
 from jupyter_pause.accounting.client import PauseClient, free_port
 
+from ..helpers import wait_for
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PROXY = shutil.which("configurable-http-proxy") or str(
@@ -52,18 +54,6 @@ def deploy_config():
 
 
 ROLES = {role["name"]: role for role in deploy_config().JupyterHub.load_roles}
-
-
-def wait_until(condition, timeout: float, what: str, interval: float = 0.2):
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 class Hub:
@@ -208,9 +198,9 @@ c.JupyterHub.load_roles = {roles!r}
             except OSError:
                 return False
 
-        wait_until(up, timeout, "the hub to answer")
+        wait_for(up, timeout, "the hub to answer")
         if self.service is not None:
-            wait_until(self.service_up, timeout, "the jupyter-pause service to answer")
+            wait_for(self.service_up, timeout, "the jupyter-pause service to answer")
         return self
 
     def service_up(self) -> bool:
@@ -262,7 +252,7 @@ c.JupyterHub.load_roles = {roles!r}
         self.add_user(user)
         code, body = self.api("POST", f"users/{user}/server", {})
         assert code in (201, 202), (code, body)
-        wait_until(
+        wait_for(
             lambda: (self.server_model(user) or {}).get("ready"),
             timeout,
             f"{user}'s server to be ready:\n{self.log_tail()}",
@@ -278,7 +268,7 @@ c.JupyterHub.load_roles = {roles!r}
 
     def wait_stopped(self, user: str, timeout: float = 120.0) -> float:
         """Wait until the Hub reports no server for ``user``; returns when it noticed."""
-        wait_until(
+        wait_for(
             lambda: self.server_model(user) is None,
             timeout,
             f"the hub to report {user}'s server stopped:\n{self.log_tail()}",

@@ -9,7 +9,8 @@ import pytest
 
 from jupyter_pause.engine import store as checkpoint_store
 
-from .conftest import as_user, process_exited, wait_until
+from ..helpers import wait_for
+from .conftest import as_user, process_exited
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +49,7 @@ def test_pause_stops_the_server_and_the_next_start_resumes_the_notebook(hub_fact
     op = alice.pause(path)
     assert op["outcome"] == "running"
     stopped = hub.wait_stopped("alice")
-    wait_until(lambda: process_exited(pid), 60, "alice's server process to exit")
+    wait_for(lambda: process_exited(pid), 60, "alice's server process to exit")
 
     assert paused_sessions(hub, "alice") == {path: "paused"}
     with as_user("alice"):
@@ -60,7 +61,7 @@ def test_pause_stops_the_server_and_the_next_start_resumes_the_notebook(hub_fact
     start = time.monotonic()
     alice = hub.spawn("alice")
     ready = time.monotonic()
-    session = wait_until(
+    session = wait_for(
         lambda: (s := alice.session_status(path)) and s["state"] == "ready" and s,
         180,
         "the notebook to be resumed",

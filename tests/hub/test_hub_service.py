@@ -17,7 +17,8 @@ from jupyter_pause.engine import paths as checkpoint_paths
 from jupyter_pause.engine import store as checkpoint_store
 from jupyter_pause.engine.errors import UntrustedCheckpoint
 
-from .conftest import as_user, process_exited, wait_until
+from ..helpers import wait_for
+from .conftest import as_user, process_exited
 from .test_hub_pause import paused_sessions
 
 pytestmark = pytest.mark.slow
@@ -66,7 +67,7 @@ def test_the_service_pauses_idle_servers_never_busy_ones_and_culls_those_without
     # a silent, long cell (what the idle culler mistakes for idleness): sent, not awaited
     busy_since = time.time()
     assert alice.execute(busy, "import time; time.sleep(900)", timeout=1).status == "timeout"
-    wait_until(
+    wait_for(
         lambda: any(
             s["kernel_id"] == busy and s["execution_state"] == "busy"
             for s in alice.status()["sessions"]
@@ -79,16 +80,16 @@ def test_the_service_pauses_idle_servers_never_busy_ones_and_culls_those_without
     assert bob.request("GET", "api/status")  # a plain server, no jupyter-pause
 
     hub.wait_stopped("carol", timeout=180)
-    assert wait_until(lambda: service_row(hub, "carol")["state"] == "paused", 60, "carol paused")
+    assert wait_for(lambda: service_row(hub, "carol")["state"] == "paused", 60, "carol paused")
     assert paused_sessions(hub, "carol") == {"demo.ipynb": "paused"}
-    wait_until(lambda: process_exited(carol_pid), 60, "carol's server to exit")
+    wait_for(lambda: process_exited(carol_pid), 60, "carol's server to exit")
 
     hub.wait_stopped("bob", timeout=120)  # culled: the configured fallback
     assert service_row(hub, "bob")["state"] == "culled"
-    wait_until(lambda: process_exited(bob_pid), 60, "bob's server to exit")
+    wait_for(lambda: process_exited(bob_pid), 60, "bob's server to exit")
 
     # alice's kernel was busy all along: checked after the timeout passed, she still runs
-    checks = wait_until(
+    checks = wait_for(
         lambda: (row := service_row(hub, "alice"))["checked"] > busy_since + 35 and row,
         120,
         "a check of alice's server after the timeout",
@@ -106,7 +107,7 @@ def test_the_service_pauses_idle_servers_never_busy_ones_and_culls_those_without
     code, _ = hub.request("POST", f"{hub.service_url}api/servers/carol//start")
     assert code == 202
     carol = hub.client("carol")
-    wait_until(lambda: (hub.server_model("carol") or {}).get("ready"), 180, "carol to start")
+    wait_for(lambda: (hub.server_model("carol") or {}).get("ready"), 180, "carol to start")
     op = carol.wait(carol.resume("demo.ipynb"), timeout=180)
     assert op["outcome"] == "succeeded", op
     kernel = carol.session_status("demo.ipynb")["kernel_id"]
@@ -126,7 +127,7 @@ def test_two_users_checkpoints_never_mix_and_a_hub_restart_loses_nothing(hub_fac
         code, _ = hub.request("POST", f"{hub.service_url}api/servers/{user}//pause")
         assert code == 202
         hub.wait_stopped(user)
-        wait_until(lambda u=user: service_row(hub, u)["state"] == "paused", 60, "paused")
+        wait_for(lambda u=user: service_row(hub, u)["state"] == "paused", 60, "paused")
 
     # each checkpoint is in its owner's data directory and signed with its owner's key
     keys = {u: (hub.data_dir(u) / "pause" / "secret").read_bytes() for u in values}
@@ -201,12 +202,12 @@ def test_the_admin_page_needs_an_admin_and_its_buttons_the_xsrf_token(hub_factor
 
     code, url, _ = admin.open(hub.service_url + action, {"_xsrf": xsrf})
     assert code == 200 and url.rstrip("/") == hub.service_url.rstrip("/")  # back to the page
-    wait_until(lambda: (hub.server_model("alice") or {}).get("ready"), 180, "alice to start")
+    wait_for(lambda: (hub.server_model("alice") or {}).get("ready"), 180, "alice to start")
 
     # no notebook runs: nothing to checkpoint, the service has the Hub stop the server
     code, _ = hub.request("POST", f"{hub.service_url}api/servers/alice//pause")
     assert code == 202
     hub.wait_stopped("alice")
-    wait_until(lambda: service_row(hub, "alice")["state"] == "paused", 60, "alice paused")
+    wait_for(lambda: service_row(hub, "alice")["state"] == "paused", 60, "alice paused")
     code, body = hub.request("POST", f"{hub.service_url}api/servers/alice//pause")
     assert code == 409 and "not running" in body["message"]
