@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from jupyter_pause.accounting.client import ClientError, LocalServer  # noqa: E402
+from jupyter_pause.client import ClientError, LocalServer  # noqa: E402
 
 NB = "bench.ipynb"
 

@@ -59,6 +59,11 @@ class EventType(str, Enum):
     )
     RESTORE_FAILED = "restore-failed"  # data: error
     FIRST_CELL_RUNNABLE = "first-cell-runnable"  # the session is ready
+    # scheduled and predicted resume
+    RESUME_SCHEDULED = "resume-scheduled"  # data: at, kind (scheduled|predicted), confidence, by
+    RESUME_SCHEDULE_CANCELLED = "resume-schedule-cancelled"  # data: at, kind, reason
+    SCHEDULED_RESUME_STARTED = "scheduled-resume-started"  # data: at, kind; a resume follows
+    PREDICTED_RESUME_UNUSED = "predicted-resume-unused"  # data: held_seconds; a pause follows
     # idle policy
     AUTO_PAUSE_WARNED = "auto-pause-warned"  # data: seconds_left, workload_class
     AUTO_PAUSE_POSTPONED = "auto-pause-postponed"  # data: until

@@ -70,7 +70,7 @@ class PauseMagics(Magics):
 
     @staticmethod
     def _print_list(infos) -> None:
-        from .engine.progress import fmt_bytes
+        from .formatting import format_bytes
 
         if not infos:
             print("no checkpoints yet (run %checkpoint)")
@@ -82,7 +82,7 @@ class PauseMagics(Magics):
                 objs = objs[:57] + "..."
             flag = "" if i.status == "ok" else f"  [{i.status}: {i.problem}]"
             print(
-                f"{i.id:<24} {i.time[:19].replace('T', ' '):<20} {fmt_bytes(i.bytes):>10}  {objs}{flag}"
+                f"{i.id:<24} {i.time[:19].replace('T', ' '):<20} {format_bytes(i.bytes):>10}  {objs}{flag}"
             )
 
     @magic_arguments()

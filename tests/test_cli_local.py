@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from jupyter_pause.accounting.client import LocalServer
 from jupyter_pause.cli import main
+from jupyter_pause.client import LocalServer
 
 
 @pytest.fixture

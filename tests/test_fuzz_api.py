@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jupyter_pause.accounting.client import API, LocalServer
+from jupyter_pause.client import API, LocalServer
 
 NB = "nb.ipynb"
 

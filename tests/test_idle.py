@@ -6,7 +6,7 @@ import json
 import pytest
 
 from jupyter_pause.cli import main as cli_main
-from jupyter_pause.idle import (
+from jupyter_pause.idle_policy import (
     ActivityFacts,
     WorkloadClass,
     judge,

@@ -286,8 +286,8 @@ def test_sessions_round_trip_with_their_lease():
 
 
 async def test_the_idle_watcher_acts_only_through_the_operations_it_is_given(tmp_path):
-    from jupyter_pause.idle import load_classes
-    from jupyter_pause.server.idle import IdleWatcher
+    from jupyter_pause.idle_policy import load_classes
+    from jupyter_pause.server.idle_watcher import IdleWatcher
 
     manager = make_manager(tmp_path)
     session = with_session(manager, State.RUNNING, kernel=True)

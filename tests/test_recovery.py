@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_pause.accounting.client import LocalServer
+from jupyter_pause.client import LocalServer
 from jupyter_pause.engine import paths
 
 from .helpers import gate_code, wait_for

@@ -2,7 +2,7 @@
 
 import json
 
-from jupyter_pause.accounting.client import LocalServer
+from jupyter_pause.client import LocalServer
 
 
 def test_a_restarted_server_still_knows_the_paused_notebook_and_resumes_it(tmp_path):

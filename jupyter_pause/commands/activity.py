@@ -15,7 +15,7 @@ import os
 import sys
 import urllib.request
 
-from ..idle import probe_output
+from ..idle_policy import probe_output
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:

@@ -23,6 +23,8 @@ import time
 import uuid
 from typing import Any
 
+from ..formatting import format_age, format_bytes
+
 EXIT_IN_PROGRESS = 3
 EXIT_NOT_READY = 4
 
@@ -155,30 +157,6 @@ def _emit(args, data: Any, text: str) -> None:
         print(text)
 
 
-def age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = max(0, int(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            major, rest = divmod(seconds, size)
-            sub = {"d": ("h", 3600), "h": ("m", 60), "m": ("s", 1)}[unit]
-            minor = rest // sub[1]
-            return f"{major}{unit}{minor}{sub[0]}" if minor else f"{major}{unit}"
-    return f"{seconds}s"
-
-
-def size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
-
-
 def _table(rows: list[list[str]]) -> str:
     if not rows:
         return ""
@@ -211,7 +189,7 @@ def _status_text(st) -> str:
             )
         )
     if st.since:
-        lines.append(f"  since:   {age(now - st.since)} ago")
+        lines.append(f"  since:   {format_age(now - st.since)} ago")
     if st.state == "snapshotting":
         if st.detail.get("trigger"):
             snap = st.detail.get("snapshot")
@@ -279,7 +257,9 @@ def cmd_status(client, args) -> int:
     now = time.time()
     rows = [["NAME", "KIND", "STATE", "SINCE", "REASON"]]
     for s in statuses:
-        rows.append([s.name, s.kind, s.state, age(now - s.since) if s.since else "-", s.reason])
+        rows.append(
+            [s.name, s.kind, s.state, format_age(now - s.since) if s.since else "-", s.reason]
+        )
     print(_table(rows))
     return 0
 
@@ -515,9 +495,9 @@ def cmd_list(client, args) -> int:
                     s["name"],
                     s["workspace"],
                     s["state"],
-                    age(s["age_seconds"]),
-                    age(s["idle_seconds"]),
-                    size(s["bytes"]),
+                    format_age(s["age_seconds"]),
+                    format_age(s["idle_seconds"]),
+                    format_bytes(s["bytes"]),
                     s["policy"] or "-",
                 ]
             )
@@ -535,8 +515,8 @@ def cmd_list(client, args) -> int:
                     c["workspace"],
                     c["notebook"] or "-",
                     c["id"] or "-",
-                    size(c["bytes"]),
-                    age(c["age_seconds"]),
+                    format_bytes(c["bytes"]),
+                    format_age(c["age_seconds"]),
                 ]
             )
         out.append(_table(rows))
@@ -550,7 +530,8 @@ def cmd_list(client, args) -> int:
 
 
 def cmd_gc(client, args) -> int:
-    from ..backends.kubernetes.gc import collect_garbage, parse_duration
+    from ..backends.kubernetes.gc import collect_garbage
+    from ..formatting import parse_duration
 
     older = parse_duration(args.older_than)
     report = collect_garbage(

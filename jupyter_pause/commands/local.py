@@ -16,7 +16,8 @@ import sys
 import time
 from typing import Any
 
-from ..accounting.client import ClientError, PauseClient
+from ..client import ClientError, PauseClient
+from ..formatting import format_age
 
 
 class NoServer(Exception):
@@ -66,14 +67,6 @@ def find_server(url: str | None = None, token: str | None = None) -> PauseClient
     raise NoServer("no Jupyter server with jupyter-pause answered: " + "; ".join(problems))
 
 
-def _age(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds // size} {unit}"
-    return f"{seconds} s"
-
-
 def _emit(args, data: Any, text: str) -> None:
     print(json.dumps(data, indent=1, default=str) if args.json else text)
 
@@ -92,7 +85,7 @@ def cmd_status(client: PauseClient, args) -> int:
         saved = s.get("last_checkpoint") or {}
         saved_text = f"{saved['id']} ({saved['bytes']:,} B)" if saved else "-"
         lines.append(
-            f"{s['path']:32} {s['state']:22} {_age(now - s['since']):>8}  {saved_text}"
+            f"{s['path']:32} {s['state']:22} {format_age(now - s['since']):>8}  {saved_text}"
             + (f"\n  error: {s['error']}" if s.get("error") else "")
         )
     if not sessions:

@@ -39,8 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser, name: str = "probe") -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..accounting import probe
-    from ..accounting.client import PauseClient
+    from ..client import PauseClient
+    from ..trial import probe
 
     if args.action == "plant":
         if not (args.notebook and args.url):

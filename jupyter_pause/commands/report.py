@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str = "report") -> None
 def load_events(args: argparse.Namespace):
     """The events to report on: from a server (``--url``) or a ledger file."""
     if args.url:
-        from ..accounting.client import PauseClient
+        from ..client import PauseClient
 
         return PauseClient(args.url, args.token).ledger_events()
     from ..ledger import Ledger
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from ..accounting.report import build_report, parse_time
+    from ..report.build import build_report, parse_time
 
     now = time.time()
     report = build_report(
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.format == "csv":
         text = report.to_csv(args.csv_table)
     elif args.format == "html":
-        from ..accounting.html import render_html
+        from ..report.html import render_html
 
         text = render_html(report)
     else:

@@ -3,7 +3,7 @@
 Replays activity traces (synthetic by default, a CSV, or the ledger) under
 each idle threshold with a GPU pool and snapshot/restore costs, and reports
 released accelerator-hours, pauses, interruptions, user waiting and queueing.
-The model and its assumptions: :mod:`jupyter_pause.accounting.simulate` and
+The model and its assumptions: :mod:`jupyter_pause.simulator.simulate` and
 ``docs/accounting.md``.
 """
 
@@ -62,9 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser, name: str = "simulate") -> No
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from ..accounting import traces
-    from ..accounting.report import parse_time
-    from ..accounting.simulate import Costs, parse_distribution, parse_thresholds, simulate
+    from ..report.build import parse_time
+    from ..simulator import traces
+    from ..simulator.simulate import Costs, parse_distribution, parse_thresholds, simulate
 
     if args.trace:
         trace = traces.read_csv(args.trace)

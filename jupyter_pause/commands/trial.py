@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str = "trial") -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..accounting.trial import run_trial, write_json
+    from ..trial.run import run_trial, write_json
 
     result = run_trial(
         args.notebook,

@@ -36,6 +36,7 @@ from typing import Any
 
 import xxhash
 
+from ..formatting import format_bytes, format_seconds
 from . import lazy as lazy_mod
 from . import namespace as ns_mod
 from . import paths, pickling, rerun, rng, signing, store, tensors
@@ -50,7 +51,7 @@ from .errors import (
     UntrustedCheckpoint,
 )
 from .manifest import PICKLE, Manifest, ObjectEntry, PickleEntry
-from .progress import Progress, fmt_bytes, fmt_seconds
+from .progress import Progress
 from .store import CheckpointInfo
 
 __all__ = [
@@ -122,9 +123,9 @@ class CheckpointResult:
                 "(older checkpoints that used them may not restore: jupyter pause verify)"
             )
         return (
-            f"checkpoint {self.id}: {len(self.saved)} object(s), {fmt_bytes(self.bytes_total)} "
-            f"({fmt_bytes(self.bytes_written)} written, {fmt_bytes(self.bytes_reused)} unchanged) "
-            f"in {fmt_seconds(self.seconds)} ({fmt_bytes(rate)}/s){skipped}"
+            f"checkpoint {self.id}: {len(self.saved)} object(s), {format_bytes(self.bytes_total)} "
+            f"({format_bytes(self.bytes_written)} written, {format_bytes(self.bytes_reused)} unchanged) "
+            f"in {format_seconds(self.seconds)} ({format_bytes(rate)}/s){skipped}"
         )
 
 
@@ -150,13 +151,13 @@ class RestoreResult:
         failed = f"; FAILED {', '.join(self.failed)} (see .failed)" if self.failed else ""
         loading = (
             f"; loading in the background: {', '.join(self.loading)} "
-            f"({fmt_bytes(self.bytes_loading)}; a cell that uses them waits for them)"
+            f"({format_bytes(self.bytes_loading)}; a cell that uses them waits for them)"
             if self.loading
             else ""
         )
         return (
-            f"restored {self.id}: {len(self.restored)} object(s), {fmt_bytes(self.bytes_read)} "
-            f"in {fmt_seconds(self.seconds)} ({fmt_bytes(rate)}/s){failed}{loading}"
+            f"restored {self.id}: {len(self.restored)} object(s), {format_bytes(self.bytes_read)} "
+            f"in {format_seconds(self.seconds)} ({format_bytes(rate)}/s){failed}{loading}"
         )
 
 

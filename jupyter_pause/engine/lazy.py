@@ -32,8 +32,8 @@ import threading
 import types
 from typing import Any
 
+from ..formatting import format_bytes
 from .errors import CorruptCheckpoint
-from .progress import fmt_bytes
 
 ENV_RESTORE = "JUPYTER_PAUSE_RESTORE"  # "eager" keeps the old all-at-once restore
 EAGER_BELOW = 16 << 20  # objects smaller than this are read before restore returns
@@ -302,7 +302,7 @@ class LazyLoad:
         total = sum(self.m.storages[i].nbytes for i in needs)
         got = sum(self.m.storages[i].nbytes for i in needs if i in self.done)
         names = ", ".join(loading[:3]) + (" …" if len(loading) > 3 else "")
-        return f"loading {names} ({fmt_bytes(got)}/{fmt_bytes(total)})…"
+        return f"loading {names} ({format_bytes(got)}/{format_bytes(total)})…"
 
 
 # ----------------------------------------------------------------- kernel glue

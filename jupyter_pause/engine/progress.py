@@ -14,22 +14,9 @@ import sys
 import time
 import uuid
 
+from ..formatting import format_bytes, format_seconds
+
 ENV_AFTER = "JUPYTER_PAUSE_PROGRESS_AFTER"  # seconds before the bar appears (tests set 0)
-
-
-def fmt_bytes(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
-
-
-def fmt_seconds(s: float) -> str:
-    if s < 60:
-        return f"{s:.1f} s"
-    m, s = divmod(int(s), 60)
-    return f"{m} min {s:02d} s" if m < 60 else f"{m // 60} h {m % 60:02d} min"
 
 
 def _in_kernel() -> bool:
@@ -76,8 +63,8 @@ class Progress:
         eta = (self.total - self.done) / rate if rate > 0 else 0.0
         return (
             f"{self.label} [{'#' * filled}{'.' * (width - filled)}] {frac * 100:5.1f}%  "
-            f"{fmt_bytes(self.done)}/{fmt_bytes(self.total)}  {fmt_bytes(rate)}/s  "
-            f"ETA {fmt_seconds(eta)}"
+            f"{format_bytes(self.done)}/{format_bytes(self.total)}  {format_bytes(rate)}/s  "
+            f"ETA {format_seconds(eta)}"
         )
 
     def _render(self, text: str, final: bool = False) -> None:

@@ -3,7 +3,7 @@
 Pure: the service feeds in what the Hub says about a server (its model from
 ``GET /hub/api/users``) and what the server's jupyter-pause says about its
 notebooks (``GET jupyter-pause/api/activity``, the one definition of
-idleness, :mod:`jupyter_pause.idle`), and acts on the :class:`Decision`.
+idleness, :mod:`jupyter_pause.idle_policy`), and acts on the :class:`Decision`.
 
 A server with jupyter-pause is paused (never culled) when, for the service's
 ``timeout``, no notebook did anything, and no notebook's workload class

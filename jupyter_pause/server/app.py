@@ -20,12 +20,12 @@ from traitlets import Bool, Dict, Float, Int, Type, Unicode, default
 
 from .. import __version__
 from ..backends.base import PauseBackend
-from ..idle import load_classes
+from ..idle_policy import load_classes
 from ..ledger import Ledger
 from ..lifecycle import SessionStore
 from .explain import policy_summary
 from .handlers import ROUTES
-from .idle import IdleWatcher
+from .idle_watcher import IdleWatcher
 from .manager import PauseManager
 
 EVENT_SCHEMA = Path(__file__).parent.parent / "events" / "lifecycle.yaml"

@@ -86,17 +86,17 @@ async def verify_listing(manager, path: str, listing: list[dict]) -> list[dict]:
 def policy_summary(classes: dict, default: str) -> str:
     """One line per workload class, for the start-up log: what a person who
     wonders "why was my notebook paused?" would look up."""
-    from ..engine.progress import fmt_seconds
+    from ..formatting import format_seconds
 
     parts = []
     for name, policy in sorted(classes.items(), key=lambda item: item[0] != default):
         if not policy.acts:
             parts.append(f"{name}: never acts")
             continue
-        text = f"{name}: {policy.action} after {fmt_seconds(policy.idle_threshold)} idle"
+        text = f"{name}: {policy.action} after {format_seconds(policy.idle_threshold)} idle"
         if policy.warn_before:
-            text += f", warned {fmt_seconds(policy.warn_before)} before"
+            text += f", warned {format_seconds(policy.warn_before)} before"
         if policy.min_running_time:
-            text += f", not in its first {fmt_seconds(policy.min_running_time)}"
+            text += f", not in its first {format_seconds(policy.min_running_time)}"
         parts.append(text + (" (default)" if name == default else ""))
     return "; ".join(parts)

@@ -261,7 +261,7 @@ class PostponeHandler(PauseHandler):
 
 async def build_report(handler: PauseHandler):
     """The accounting report for the request's ``since``/``until`` (epoch seconds)."""
-    from ..accounting.report import build_report
+    from ..report.build import build_report
 
     since = number_argument(handler, "since")
     until = number_argument(handler, "until")
@@ -297,7 +297,7 @@ class ReportPageHandler(ExtensionHandlerMixin, JupyterHandler):
     @tornado.web.authenticated
     @translate_errors
     async def get(self):
-        from ..accounting.html import render_html
+        from ..report.html import render_html
 
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.set_header(

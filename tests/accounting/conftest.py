@@ -54,7 +54,7 @@ def small_model_notebook(tmp_path) -> Path:
 @pytest.fixture(scope="module")
 def pause_server():
     """A jupyter server with jupyter-pause (local backend) in a subprocess."""
-    from jupyter_pause.accounting.client import LocalServer
+    from jupyter_pause.client import LocalServer
 
     work = Path(tempfile.mkdtemp(prefix="jp-accounting-"))
     (work / "root" / "work").mkdir(parents=True)

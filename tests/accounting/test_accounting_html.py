@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from jupyter_pause.accounting.html import render_html
-from jupyter_pause.accounting.report import build_report
-from jupyter_pause.accounting.simulate import parse_thresholds, simulate
-from jupyter_pause.accounting.traces import synthetic
+from jupyter_pause.report.build import build_report
+from jupyter_pause.report.html import render_html
+from jupyter_pause.simulator.simulate import parse_thresholds, simulate
+from jupyter_pause.simulator.traces import synthetic
 
 from .test_accounting_report import DAY1, DAY2, alice_events, at, bob_events
 
@@ -138,7 +138,7 @@ def _check_simulation_page(browser, tmp_path):
 
 
 def test_counts_have_plural_forms():
-    from jupyter_pause.accounting.html import _n
+    from jupyter_pause.report.html import _n
 
     assert _n(1, "session") == "1 session"
     assert _n(2, "session") == "2 sessions"

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from jupyter_pause.accounting.report import build_report, merge_intervals, parse_time, quantile
 from jupyter_pause.ledger import EventType as E
 from jupyter_pause.ledger import Ledger, LedgerEvent
+from jupyter_pause.report.build import build_report, merge_intervals, parse_time, quantile
 
 H = 3600.0
 DAY1 = 1736121600.0  # 2025-01-06 00:00 UTC, a Monday

@@ -6,7 +6,8 @@ import io
 
 import pytest
 
-from jupyter_pause.accounting.simulate import (
+from jupyter_pause.ledger import EventType, LedgerEvent
+from jupyter_pause.simulator.simulate import (
     Costs,
     format_threshold,
     parse_distribution,
@@ -14,7 +15,7 @@ from jupyter_pause.accounting.simulate import (
     simulate,
     simulate_threshold,
 )
-from jupyter_pause.accounting.traces import (
+from jupyter_pause.simulator.traces import (
     SYNTHETIC_START,
     Trace,
     TraceSession,
@@ -22,7 +23,6 @@ from jupyter_pause.accounting.traces import (
     read_csv,
     synthetic,
 )
-from jupyter_pause.ledger import EventType, LedgerEvent
 
 H, M = 3600.0, 60.0
 FREE = Costs(state_gb=0, pause_overhead_s=0, resume_overhead_s=0)

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from jupyter_pause.accounting import probe
-from jupyter_pause.accounting.trial import run_trial, write_json
+from jupyter_pause.trial import probe
+from jupyter_pause.trial.run import run_trial, write_json
 
 from .conftest import notebook_json
 
@@ -160,7 +160,7 @@ def test_trial_waiting_for_capacity_without_competing_restores(small_model_noteb
 
 def test_report_from_a_real_servers_events(notebook):
     """The server's ledger carries what the report needs (field names included)."""
-    from jupyter_pause.accounting.report import build_report
+    from jupyter_pause.report.build import build_report
 
     client, path, kernel_id = notebook
     assert client.execute(kernel_id, "import time; time.sleep(0.2)").ok

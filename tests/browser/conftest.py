@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_pause.accounting.client import LocalServer
+from jupyter_pause.client import LocalServer
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_pause.accounting.client import PauseClient, free_port
+from jupyter_pause.client import PauseClient, free_port
 
 from ..helpers import wait_for
 

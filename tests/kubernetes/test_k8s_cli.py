@@ -220,7 +220,7 @@ def test_list_shows_snapshots_and_checkpoints(make_cluster, sessions, shutdown_k
         "eval.ipynb": 1_000_000,
     }
     rc, out = cli(cluster, "list", capsys=capsys)
-    assert "5.9 GiB" in out and "AllSnapshotsAvailable" in out and facts["snapshot"] in out
+    assert "6.3 GB" in out and "AllSnapshotsAvailable" in out and facts["snapshot"] in out
 
 
 def _age_snapshot(cluster, name, days):

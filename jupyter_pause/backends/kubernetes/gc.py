@@ -24,35 +24,12 @@ Workspaces add-on's ``ws-*`` snapshots of paused workspaces: never suggested).
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .client import KubeClient, KubeError, NotFound
 from .common import MANAGED_BY, TRIGGER_PREFIX, TRIGGERED_BY_LABEL, parse_time
-
-_UNITS = {
-    "s": 1,
-    "min": 60,
-    "m": 60,
-    "h": 3600,
-    "d": 86400,
-    "w": 7 * 86400,
-    "mo": 30 * 86400,
-    "y": 365 * 86400,
-}
-
-
-def parse_duration(text: str) -> float:
-    """``7d``, ``12h``, ``30min``/``30m``, ``90s``, ``2w``, ``1h30m`` -> seconds."""
-    text = (text or "").strip().lower()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text)
-    parts = re.findall(r"(\d+(?:\.\d+)?)\s*(mo|min|[smhdwy])", text)
-    if not parts or "".join(n + u for n, u in parts) != text.replace(" ", ""):
-        raise ValueError(f"not a duration: {text!r} (use e.g. 7d, 12h, 30min)")
-    return sum(float(n) * _UNITS[u] for n, u in parts)
 
 
 def snapshot_age(snap: dict, now: float) -> float:

@@ -201,7 +201,7 @@ def strips(
     kind: str = "latency",
 ) -> str:
     """A distribution per row: every value as a dot, with median and p95 marks."""
-    from .report import quantile
+    from .build import quantile
 
     label_w, row_h, top = 210, 34, 24
     plot_w = width - label_w - 30

@@ -51,13 +51,13 @@ from __future__ import annotations
 import heapq
 import math
 import random
-import re
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import svg
-from .report import quantile, table
+from ..formatting import parse_duration, text_table
+from ..report import svg
+from ..report.build import quantile
 from .traces import Trace, TraceSession
 
 HOUR = 3600.0
@@ -453,7 +453,7 @@ class Simulation:
                 else ""
             ),
             "",
-            *table(head, rows, right=range(1, 13)),
+            *text_table(head, rows, right=range(1, 13)),
             "",
             "! over the waiting budget;  < recommended;  short brk: paused gaps under the short-break limit",
             self.recommendation(),
@@ -560,26 +560,16 @@ def simulate(
 
 # --------------------------------------------------------------------------- parsing
 
-_DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|hr|d)?\s*$")
 
-
-def parse_duration(text: str) -> float | None:
+def parse_threshold(text: str) -> float | None:
     """``10m``, ``1.5h``, ``90s``, ``45`` (minutes), ``never`` -> seconds (None for never)."""
-    t = text.strip().lower()
-    if t in ("never", "none", "off", "inf"):
+    if text.strip().lower() in ("never", "none", "off", "inf"):
         return None
-    m = _DUR.match(t)
-    if not m:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 10m, 2h, never)")
-    unit = m.group(2) or "m"
-    return (
-        float(m.group(1))
-        * {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400}[unit]
-    )
+    return parse_duration(text, bare_unit="min")
 
 
 def parse_thresholds(text: str) -> list[float | None]:
-    return [parse_duration(x) for x in text.split(",") if x.strip()]
+    return [parse_threshold(x) for x in text.split(",") if x.strip()]
 
 
 def parse_distribution(text: str) -> list[tuple[float, float]]:

@@ -92,6 +92,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from ..formatting import format_bytes, format_time, text_table
 from ..ledger import EventType, Ledger, LedgerEvent
 
 ALLOCATED_STATES = ("running", "pausing", "restoring")
@@ -695,7 +696,7 @@ class Report:
         data = self.to_json()
         p = data["period"]
         lines = [
-            f"GPU-time report  {fmt_time(p['since'])} .. {fmt_time(p['until'])}"
+            f"GPU-time report  {format_time(p['since'])} .. {format_time(p['until'])}"
             f"  ({p['hours']:.1f} h, {len(data['sessions'])} sessions)",
             "",
             "Accelerator-hours",
@@ -727,7 +728,7 @@ class Report:
                     str(g["pauses"]["interruptions"]),
                 ]
             )
-        lines += table(head, rows, right=range(2, 9))
+        lines += text_table(head, rows, right=range(2, 9))
         t = data["totals"]
         lines += ["", "Latency (seconds)"]
         lrows = []
@@ -738,7 +739,7 @@ class Report:
         ):
             st = t[key]
             lrows.append([name, str(st["n"]), _f(st["median"]), _f(st["p95"]), _f(st["max"])])
-        lines += table(["", "n", "median", "p95", "max"], lrows, right=range(1, 5))
+        lines += text_table(["", "n", "median", "p95", "max"], lrows, right=range(1, 5))
         share = t["capacity_wait_s"]["share_of_resume"]
         if share is not None:
             lines.append(
@@ -755,9 +756,9 @@ class Report:
                 if r["total"]
                 else "none"
             ),
-            f"Checkpoints: {cb['n']} (median {fmt_bytes(cb['median'])}, max {fmt_bytes(cb['max'])}); "
-            f"snapshots: {sb['n']} (median {fmt_bytes(sb['median'])}, max {fmt_bytes(sb['max'])})",
-            f"Storage held now: {fmt_bytes(data['storage']['bytes_now'])}"
+            f"Checkpoints: {cb['n']} (median {format_bytes(cb['median'])}, max {format_bytes(cb['max'])}); "
+            f"snapshots: {sb['n']} (median {format_bytes(sb['median'])}, max {format_bytes(sb['max'])})",
+            f"Storage held now: {format_bytes(data['storage']['bytes_now'])}"
             f" ({data['storage']['source']})",
             f"Interruptions (auto-pause resumed within {data['options']['interruption_minutes']:g} min): "
             f"{t['pauses']['interruptions']} of {t['pauses']['auto']} auto-pauses",
@@ -771,34 +772,6 @@ def _r(v: float | None) -> float | None:
 
 def _f(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
-
-
-def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000.0
-    return str(n)  # pragma: no cover
-
-
-def fmt_time(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def table(head: list[str], rows: list[list[str]], right: Iterable[int] = ()) -> list[str]:
-    """A plain aligned text table (no box drawing: it must survive any terminal)."""
-    right = set(right)
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(
-            (str(c).rjust(w) if i in right else str(c).ljust(w))
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ).rstrip()
-
-    return [line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)]
 
 
 def scoped_groups(data: dict[str, Any]):

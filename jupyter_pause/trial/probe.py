@@ -27,7 +27,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .client import ClientError, PauseClient
+from ..client import ClientError, PauseClient
 
 MARKER = "pause_probe_marker"
 OUTCOMES = ("restored", "fresh-with-checkpoint", "lost")

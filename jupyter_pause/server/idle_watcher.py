@@ -1,7 +1,7 @@
 """The idle watcher: applies each session's workload class, periodically.
 
 It reads facts from the manager's :class:`~.activity.ActivityMonitor` (user
-activity only), asks :func:`jupyter_pause.idle.judge` for a verdict, warns,
+activity only), asks :func:`jupyter_pause.idle_policy.judge` for a verdict, warns,
 and then acts through the manager's normal operations, so an auto-pause is a
 pause like any other: checkpoint first, and if that fails nothing is shut
 down.
@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from tornado.ioloop import PeriodicCallback
 
-from ..idle import ActivityFacts, Verdict, WorkloadClass, judge, resolve_class
+from ..idle_policy import ActivityFacts, Verdict, WorkloadClass, judge, resolve_class
 from ..ledger import EventType
 from ..lifecycle import OperationInProgress, State
 from .manager import PauseError, maybe_await

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .report import merge_intervals
+from ..report.build import merge_intervals
 
 MIN = 60.0
 HOUR = 3600.0

@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..client import ClientError, LocalServer, PauseClient
+from ..formatting import format_bytes, text_table
 from . import probe as probe_mod
-from .client import ClientError, LocalServer, PauseClient
-from .report import fmt_bytes, table
 
 
 @dataclass
@@ -122,7 +122,7 @@ class TrialResult:
                     [
                         s.name if first else "",
                         (f"{s.seconds:.2f}" if s.seconds is not None else "") if first else "",
-                        (fmt_bytes(s.bytes) if s.bytes is not None else "") if first else "",
+                        (format_bytes(s.bytes) if s.bytes is not None else "") if first else "",
                         c.name,
                         "PASS" if c.ok else "FAIL",
                         _clip(c.detail, 70),
@@ -133,7 +133,9 @@ class TrialResult:
             f"Pause/resume trial: {self.notebook} on {self.server}"
             f" (backend {self.backend.get('name', '?')})",
             "",
-            *table(["step", "time s", "size", "check", "result", "detail"], rows, right=(1, 2)),
+            *text_table(
+                ["step", "time s", "size", "check", "result", "detail"], rows, right=(1, 2)
+            ),
             "",
         ]
         if self.error:
@@ -342,8 +344,12 @@ class Trial:
         step.check(
             "resources recorded",
             True,
-            f"pid {res['pid']}, RSS {fmt_bytes(res['rss_bytes'])}, "
-            + (f"{acc}: {fmt_bytes(res['accelerator_bytes'])}" if acc else "no accelerator in use"),
+            f"pid {res['pid']}, RSS {format_bytes(res['rss_bytes'])}, "
+            + (
+                f"{acc}: {format_bytes(res['accelerator_bytes'])}"
+                if acc
+                else "no accelerator in use"
+            ),
         )
         self.planted = probe_mod.plant(c, path, checkpoint=False, timeout=self.timeout)
         step.check(
@@ -384,12 +390,12 @@ class Trial:
         step.check(
             "checkpoint kept",
             bool(cps),
-            f"{len(cps)} checkpoint(s), latest {fmt_bytes(step.bytes)}",
+            f"{len(cps)} checkpoint(s), latest {format_bytes(step.bytes)}",
         )
         step.check(
             "files kept",
             files == self.files_before,
-            f"{len(files)} files, {fmt_bytes(sum(files.values()))} in the notebook's folder",
+            f"{len(files)} files, {format_bytes(sum(files.values()))} in the notebook's folder",
         )
         step.info["storage"] = {"checkpoints": cps, "files": files}
         self.skipped = set()
@@ -576,7 +582,7 @@ class Trial:
             step.check(
                 "no checkpoint data on disk",
                 not any(p.suffix in (".safetensors", ".pickle", ".pkl") for p in left),
-                f"{len(left)} file(s), {fmt_bytes(size)} left under the checkpoint folder",
+                f"{len(left)} file(s), {format_bytes(size)} left under the checkpoint folder",
             )
             step.bytes = size
         step.seconds = time.monotonic() - t0

@@ -125,7 +125,7 @@ class PauseClient:
         return self.api("GET", "events", since=since).get("events", [])
 
     def ledger_events(self, since: float | None = None):
-        from ..ledger import EventType, LedgerEvent
+        from .ledger import EventType, LedgerEvent
 
         out = []
         for e in self.events(since):

@@ -1,6 +1,6 @@
 """The report as one self-contained HTML page (inline CSS and SVG, no scripts).
 
-``render_html(report)`` accepts a :class:`~jupyter_pause.accounting.report.Report`
+``render_html(report)`` accepts a :class:`~jupyter_pause.report.build.Report`
 or its JSON (``Report.to_json()``), so the server can render what it already
 computed.  Plots: the timeline of states per session, accelerator-hours
 allocated / used / released per notebook, and the latency distributions.
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..formatting import format_bytes, format_time
 from . import svg
-from .report import Report, fmt_bytes, fmt_time, scoped_groups
+from .build import Report, scoped_groups
 from .svg import esc
 
 CSS = """
@@ -70,7 +71,7 @@ def render_html(
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{esc(title)}</h1>",
-        f"<div class='muted'>{esc(fmt_time(p['since']))} – {esc(fmt_time(p['until']))}"
+        f"<div class='muted'>{esc(format_time(p['since']))} – {esc(format_time(p['until']))}"
         f" ({p['hours']:.1f} h), {_n(len(data['sessions']), 'session')}</div>",
         "<div class='cards'>",
     ]
@@ -80,7 +81,7 @@ def render_html(
         ("released by pausing", f"{_h(gh['released'])} h"),
         ("always-on would hold", f"{_h(gh['always_on'])} h"),
         ("pauses / interruptions", f"{t['pauses']['count']} / {t['pauses']['interruptions']}"),
-        ("storage held now", fmt_bytes(data["storage"]["bytes_now"])),
+        ("storage held now", format_bytes(data["storage"]["bytes_now"])),
     ):
         parts.append(
             f"<div class='card'><span class='muted'>{esc(label)}</span><b>{esc(value)}</b></div>"
@@ -144,10 +145,10 @@ def render_html(
     parts.append(
         f"<li>Restores: {r['snapshot']} from snapshot, {r['checkpoint']} from checkpoint (fallback),"
         f" {r['failed']} failed, of {r['total']}.</li>"
-        f"<li>Checkpoints: {cb['n']}, median {esc(fmt_bytes(cb['median']))},"
-        f" max {esc(fmt_bytes(cb['max']))}, {esc(fmt_bytes(cb['total_written']))} in total.</li>"
-        f"<li>Snapshots: {sb['n']}, median {esc(fmt_bytes(sb['median']))}, max {esc(fmt_bytes(sb['max']))}.</li>"
-        f"<li>Storage held now: {esc(fmt_bytes(data['storage']['bytes_now']))}"
+        f"<li>Checkpoints: {cb['n']}, median {esc(format_bytes(cb['median']))},"
+        f" max {esc(format_bytes(cb['max']))}, {esc(format_bytes(cb['total_written']))} in total.</li>"
+        f"<li>Snapshots: {sb['n']}, median {esc(format_bytes(sb['median']))}, max {esc(format_bytes(sb['max']))}.</li>"
+        f"<li>Storage held now: {esc(format_bytes(data['storage']['bytes_now']))}"
         f" (source: {esc(data['storage']['source'])}).</li>"
         f"<li>Interruptions: {t['pauses']['interruptions']} of"
         f" {_n(t['pauses']['auto'], 'automatic pause')} resumed within {data['options']['interruption_minutes']:g} minutes.</li></ul>"
@@ -230,10 +231,10 @@ def _pauses_table(pauses: list[dict[str, Any]]) -> str:
         # a resume that lost state: it failed, or came back without some variables
         lost = "everything" if x["restore_outcome"] == "failed" else ", ".join(x.get("lost", []))
         rows.append(
-            f"<tr><td>{esc(x['path'])}</td><td>{esc(fmt_time(when)) if when else '–'}</td>"
+            f"<tr><td>{esc(x['path'])}</td><td>{esc(format_time(when)) if when else '–'}</td>"
             f"<td>{'yes' if x['auto'] else 'no'}</td><td>{_f(x['pause_latency_s'])}</td>"
             f"<td>{_f(x['resume_latency_s'])}</td><td>{_f(x['capacity_wait_s'])}</td>"
-            f"<td>{esc(x['restore_outcome'] or '–')}</td><td>{esc(fmt_bytes(x['checkpoint_bytes']))}</td>"
+            f"<td>{esc(x['restore_outcome'] or '–')}</td><td>{esc(format_bytes(x['checkpoint_bytes']))}</td>"
             f"<td class='{'lost' if lost else ''}'>{esc(lost)}</td>"
             f"<td>{'yes' if x['interrupted'] else ''}</td></tr>"
         )
