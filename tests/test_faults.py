@@ -156,6 +156,47 @@ async def test_deleting_a_checkpoint_while_one_is_written_never_blocks_the_serve
     assert code == 204
 
 
+async def test_deleting_a_checkpoint_while_the_kernel_writes_one_answers_409_at_once(
+    jp_fetch, jp_serverapp, notebook_path, tmp_path
+):
+    """A %checkpoint typed in the kernel holds the notebook's lock with no
+    server operation to refuse on: the DELETE waits briefly, then says why."""
+    kernel_id = await running_notebook(jp_fetch, jp_serverapp, notebook_path, "x = 1")
+    assert (await operate(jp_fetch, "checkpoint", notebook_path))["outcome"] == "succeeded"
+    earlier_id = (await session_status(jp_fetch, notebook_path))["last_checkpoint"]["id"]
+    await execute(jp_serverapp, kernel_id, gate_code(tmp_path))
+    client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=60)
+        client.execute("%checkpoint")
+        await wait_until(lambda: (tmp_path / "started").exists(), what="the kernel's write")
+        # today: the request waits in a thread for up to 300 s
+        code, answer = await api(
+            jp_fetch,
+            "checkpoints",
+            earlier_id,
+            method="DELETE",
+            params={"path": notebook_path},
+            request_timeout=60,
+        )
+        assert code == 409, answer
+        assert "being written" in answer["message"]
+        code, listing = await api(jp_fetch, "checkpoints", params={"path": notebook_path})
+        assert code == 200 and earlier_id in [c["id"] for c in listing["checkpoints"]]
+    finally:
+        (tmp_path / "release").write_text("")
+        client.stop_channels()
+    await wait_until(
+        lambda: jp_serverapp.kernel_manager.get_kernel(kernel_id).execution_state == "idle",
+        what="the kernel's checkpoint finishing",
+    )
+    code, _ = await api(
+        jp_fetch, "checkpoints", earlier_id, method="DELETE", params={"path": notebook_path}
+    )
+    assert code == 204
+
+
 # ------------------------------------------------------------ reads don't write
 
 

@@ -152,3 +152,19 @@ class DiskError(CheckpointError):
             f"could not write checkpoint at {path}: {error.strerror or error}; {hint}. "
             "The previous checkpoint is intact."
         )
+
+
+class StoreBusy(CheckpointError):
+    """Another process holds the notebook's checkpoint lock (a checkpoint being written).
+
+    The server waits only briefly for the lock and then says so, rather than
+    queueing a request behind a write that may take minutes.
+    """
+
+    def __init__(self, lock: str, waited: float):
+        self.lock = lock
+        super().__init__(
+            f"another process has held {lock} for {waited:.0f} s: a checkpoint of this "
+            "notebook is being written (by %checkpoint in its kernel?). Try again when it "
+            "finishes, or stop that kernel."
+        )

@@ -39,6 +39,7 @@ from .errors import (
     CheckpointNotFound,
     CorruptCheckpoint,
     KeyProblem,
+    StoreBusy,
     UntrustedCheckpoint,
 )
 from .manifest import BLOBS, MANIFEST, PICKLE, SIGNATURE, FileEntry, Manifest
@@ -100,10 +101,7 @@ def locked(nbdir: Path, shared: bool = False, timeout: float = LOCK_TIMEOUT):
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise CheckpointError(
-                        f"another process has held {nbdir / '.lock'} for {timeout:.0f} s "
-                        "(a checkpoint in progress?). Wait for it, or stop that kernel."
-                    ) from None
+                    raise StoreBusy(str(nbdir / ".lock"), timeout) from None
                 time.sleep(0.05)
         yield
     finally:
@@ -600,12 +598,20 @@ def _link_or_copy(a: Path, b: Path) -> None:
 
 
 # ---------------------------------------------------------------- delete, retention, GC
-def delete_checkpoint(dir=None, notebook: str | None = None, checkpoint_id: str = "") -> None:
+def delete_checkpoint(
+    dir=None,
+    notebook: str | None = None,
+    checkpoint_id: str = "",
+    lock_timeout: float = LOCK_TIMEOUT,
+) -> None:
     """Delete one checkpoint of this user's (never one signed with another key: on a shared
-    root that is another user's; after a key change, remove the folder by hand)."""
+    root that is another user's; after a key change, remove the folder by hand).
+
+    ``lock_timeout`` bounds the wait for a writer holding the notebook's lock
+    (then :class:`StoreBusy`); the server passes a short one."""
     nbdir = paths.notebook_dir(dir, notebook)
     folder = checkpoint_path(nbdir, checkpoint_id)
-    with locked(nbdir):
+    with locked(nbdir, timeout=lock_timeout):
         if not folder.is_dir():
             raise CheckpointNotFound(checkpoint_id, str(nbdir))
         _, problem = examine(nbdir, checkpoint_id)

@@ -18,7 +18,7 @@ from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado.httputil import responses
 
-from ..engine.errors import CheckpointError, CheckpointNotFound
+from ..engine.errors import CheckpointError, CheckpointNotFound, StoreBusy
 from ..lifecycle import OperationInProgress
 from .explain import unsaveable, verify_listing
 from .manager import PauseError
@@ -44,6 +44,8 @@ def translate_errors(method):
             self.send_failure(409, str(e), operation=e.operation.to_json())
         except CheckpointNotFound as e:
             self.send_failure(404, str(e))
+        except StoreBusy as e:
+            self.send_failure(409, str(e))
         except CheckpointError as e:
             self.send_failure(400, str(e))
 

@@ -55,6 +55,9 @@ from .explain import explain
 from .kernels import KernelCallError, KernelDied, call_in_kernel
 from .prewarm import Prewarmer
 
+#: seconds a request waits for a notebook's checkpoint lock held by another
+#: process (a kernel's own %checkpoint) before answering 409
+STORE_LOCK_WAIT = 2.0
 _TEMPORARY_PATH = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
@@ -400,6 +403,8 @@ class PauseManager:
             dir=self.checkpoint_dir,
             notebook=path,
             checkpoint_id=checkpoint_id,
+            # a %checkpoint in the kernel may hold the lock for minutes: say so, don't queue
+            lock_timeout=STORE_LOCK_WAIT,
         )
         self._record(
             EventType.CHECKPOINT_DELETED,
