@@ -17,9 +17,11 @@ The model (also in ``docs/accounting.md``):
   is Wednesday after Tuesday evening: weekends fall out of the count.
 * The samples **similar** to the new pause are those paused on the same day
   type (workday/weekend) at a time of day within ``window`` (default 2 h) of
-  the new pause; if at least ``min_samples`` of them were paused on the very
-  same weekday, only those are used (Friday's habits may differ).  Samples
-  older than ``max_age`` (default 8 weeks) are ignored.
+  the new pause.  If at least ``min_samples`` of them were paused on the very
+  same weekday and those predict a return more than ``tolerance`` away from
+  all of them together, only those are used (a weekday with a habit of its
+  own: a standing Wednesday meeting).  Samples older than ``max_age``
+  (default 8 weeks) are ignored.
 * Each similar sample is **projected** onto the new pause: the same number
   of days of the same type after the new pause's date, at the same local time
   of day (so 9:00 stays 9:00 across a daylight-saving change).  Projections
@@ -232,9 +234,31 @@ def predict_return(
         if _circular_gap(_seconds_of_day(p), now_tod) > window:
             continue
         similar.append((r, p, b))
-    same_weekday = [s for s in similar if s[1].weekday() == now.weekday()]
-    if len(same_weekday) >= min_samples:
-        similar = same_weekday
+    pooled = _project(similar, now, paused_at)
+    same_weekday = _project([x for x in similar if x[1].weekday() == now.weekday()], now, paused_at)
+    best = pooled
+    if len(same_weekday) >= min_samples and (
+        len(pooled) < min_samples
+        or abs(statistics.median(same_weekday) - statistics.median(pooled)) > tolerance
+    ):
+        best = same_weekday  # this weekday has a habit of its own (a standing meeting)
+    if len(best) < min_samples:
+        return None
+    at = statistics.median(best)
+    hits = sum(1 for x in best if abs(x - at) <= tolerance)
+    q = statistics.quantiles(best, n=4, method="inclusive") if len(best) > 1 else [at] * 3
+    return Prediction(
+        at=at,
+        confidence=hits / (len(best) + 1),
+        samples=len(best),
+        spread=q[2] - q[0],
+    )
+
+
+def _project(
+    similar: list[tuple[Return, datetime, datetime]], now: datetime, paused_at: float
+) -> list[float]:
+    """Each sample's return carried over to the new pause (same day count and wall-clock time)."""
     projected = []
     for _r, p, b in similar:
         back_workday = _workday(b.date())
@@ -243,18 +267,7 @@ def predict_return(
         at = _at(day, _seconds_of_day(b), now).timestamp()
         if at > paused_at:
             projected.append(at)
-    if len(projected) < min_samples:
-        return None
-    projected.sort()
-    at = statistics.median(projected)
-    hits = sum(1 for x in projected if abs(x - at) <= tolerance)
-    q = statistics.quantiles(projected, n=4, method="inclusive") if len(projected) > 1 else [at] * 3
-    return Prediction(
-        at=at,
-        confidence=hits / (len(projected) + 1),
-        samples=len(projected),
-        spread=q[2] - q[0],
-    )
+    return sorted(projected)
 
 
 def resume_ahead_time(prediction: Prediction, resume_latency: float, margin: float) -> float:
