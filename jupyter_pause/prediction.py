@@ -84,8 +84,8 @@ def returns_from_events(events: Iterable[LedgerEvent]) -> dict[str, list[Return]
 def returns_by_user(events: Iterable[LedgerEvent]) -> dict[str, list[Return]]:
     """The same keyed by user (a JupyterHub server is one user's), all notebooks merged.
 
-    A user with two notebooks paused at once returns once: the first return
-    after the latest pause counts.
+    A user with two notebooks paused returns once: the pair runs from the
+    first of the pauses to the user's first return after it.
     """
     return _returns(events, lambda e: e.user)
 
@@ -226,8 +226,8 @@ def predict_return(
     now_workday = _workday(now.date())
     similar: list[tuple[Return, datetime, datetime]] = []
     for r in history:
-        if not (paused_at - max_age <= r.paused_at < paused_at) or r.returned_at <= r.paused_at:
-            continue
+        if not (paused_at - max_age <= r.paused_at < r.returned_at <= paused_at):
+            continue  # too old, not yet known at this pause, or malformed
         p, b = _local(r.paused_at, tz), _local(r.returned_at, tz)
         if _workday(p.date()) != now_workday:
             continue

@@ -73,6 +73,9 @@ def test_too_few_samples_is_no_prediction():
     assert predict_return([], at("2026-11-05", "18:30")) is None
     # returns that lie in the future of the pause, or are too old, are no basis
     assert predict_return(evenings(WORKDAYS[10:]), at("2026-11-05", "18:30")) is None
+    # a return not yet known at the pause (a merged history of two notebooks) is no basis
+    pending = [Return(at(d, "18:00"), at("2026-11-20", "09:00")) for d in WORKDAYS[:5]]
+    assert predict_return(pending, at("2026-11-10", "18:30")) is None
     old = evenings(WORKDAYS[:10])
     assert predict_return(old, at("2027-02-02", "18:30")) is None
     with pytest.raises(ValueError):
