@@ -13,9 +13,10 @@ follows every resume that a schedule or the predictor started
   while the resume was still under way: the user waited for the rest.
 * **unused**: ready, and paused again before the user came
   (``PREDICTED_RESUME_UNUSED``, or any ``PAUSE_REQUESTED``).
-* **came first**: a schedule cancelled because the user resumed by hand
-  before it fired (``RESUME_SCHEDULE_CANCELLED`` with reason
-  ``resumed by hand``); **cancelled**: any other cancellation.
+* **came first**: a schedule cancelled because the user came back before it
+  fired (``RESUME_SCHEDULE_CANCELLED`` with reason ``resumed by hand``, or
+  ``the notebook runs again in a new kernel``); **cancelled**: any other
+  cancellation (replaced, deleted, resumed at a server's start).
 * **failed**: the resume failed (``OPERATION_FAILED`` of a resume).
 * **accelerator-hours waiting for users**: per started resume, from ready
   until the user's first cell (hit), the accelerator's release (unused) or
@@ -62,7 +63,8 @@ COUNTS = (
     "failed",
     "pending",
 )
-BY_HAND = "resumed by hand"
+#: cancellation reasons that mean the user came back before the schedule fired
+USER_CAME_FIRST = ("resumed by hand", "the notebook runs again in a new kernel")
 
 
 @dataclass
@@ -155,9 +157,8 @@ def resume_ahead(events: Iterable[LedgerEvent], since: float, until: float) -> d
         elif T == EventType.RESUME_SCHEDULE_CANCELLED:
             if inside(t):
                 reason = str(d.get("reason", "") or "")
-                counts[_kind(d.get("kind"))][
-                    "came_first" if reason == BY_HAND else "cancelled"
-                ] += 1
+                first = reason in USER_CAME_FIRST
+                counts[_kind(d.get("kind"))]["came_first" if first else "cancelled"] += 1
         elif T == EventType.SCHEDULED_RESUME_STARTED or (
             T == EventType.RESUME_REQUESTED and d.get("scheduled") and r is None
         ):

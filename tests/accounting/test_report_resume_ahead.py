@@ -80,6 +80,16 @@ def ledger_events() -> list[LedgerEvent]:
         ),
         ev(E.RESUME_REQUESTED, 3000.0, "d.ipynb"),
         ev(E.FIRST_CELL_RUNNABLE, 3030.0, "d.ipynb"),
+        *paused("d.ipynb", 3500.0),
+        ev(E.RESUME_SCHEDULED, 3510.0, "d.ipynb", at=8000.0, kind="predicted"),
+        ev(
+            E.RESUME_SCHEDULE_CANCELLED,
+            3600.0,
+            "d.ipynb",
+            kind="predicted",
+            reason="the notebook runs again in a new kernel",
+        ),
+        ev(E.CELL_EXECUTED, 3601.0, "d.ipynb", duration=1.0),
         ev(E.RESUME_SCHEDULED, 4000.0, "d.ipynb", at=9000.0, kind="scheduled"),
         ev(E.RESUME_SCHEDULE_CANCELLED, 4100.0, "d.ipynb", kind="scheduled", reason="cancelled"),
     ]
@@ -124,10 +134,10 @@ def test_outcomes_waiting_and_savings():
     assert f["waiting_for_user_s"] == pytest.approx(UNTIL - 19030.0)
 
     pred, sched, total = data["kinds"]["predicted"], data["kinds"]["scheduled"], data["total"]
-    assert {
-        k: pred[k] for k in ("scheduled", "started", "hits", "unused", "failed", "pending")
-    } == {
-        "scheduled": 2,
+    counted = ("scheduled", "started", "hits", "unused", "failed", "pending", "came_first")
+    assert {k: pred[k] for k in counted} == {
+        "came_first": 1,  # d.ipynb: the user ran a cell in a new kernel first
+        "scheduled": 3,
         "started": 4,
         "hits": 1,
         "unused": 1,
