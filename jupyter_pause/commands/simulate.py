@@ -85,7 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser, name: str = "simulate") -> No
         type=int,
         default=3,
         help="synthetic: weeks of earlier activity the predictor learns from (other random"
-        " days, the same users and habits; default 3)",
+        " days, the same users and habits; default 3). With --ledger and --since it learns"
+        " from the ledger's activity before --since",
     )
     ahead.add_argument(
         "--tz", default="UTC", help="the users' time zone for days and hours (default UTC)"
@@ -111,14 +112,18 @@ def run(args: argparse.Namespace) -> int:
         simulate,
     )
 
+    prior = None  # the predictor's history before the trace
     if args.trace:
         trace = traces.read_csv(args.trace)
     elif args.ledger:
         from ..ledger import Ledger
 
-        trace = traces.from_ledger(
-            Ledger(args.ledger), parse_time(args.since), parse_time(args.until)
-        )
+        ledger = Ledger(args.ledger)
+        since = parse_time(args.since)
+        trace = traces.from_ledger(ledger, since, parse_time(args.until))
+        if since is not None:  # the predictor learns from the activity before the period
+            prior = traces.from_ledger(ledger, None, since)
+            prior = prior if prior.sessions else None
         if not trace.sessions:
             print("the ledger has no cell activity in that period", file=sys.stderr)
             return 1
@@ -139,7 +144,6 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, KeyError) as e:  # ZoneInfoNotFoundError is a KeyError
         print(f"jupyter pause simulate: {e}", file=sys.stderr)
         return 2
-    prior = None
     if not args.trace and not args.ledger and args.history_weeks > 0:
         weeks = args.history_weeks
         prior = traces.synthetic(

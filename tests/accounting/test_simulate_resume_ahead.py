@@ -235,3 +235,34 @@ def test_simulate_command_with_resume_policies(capsys):
     assert rc == 2
     rc, _ = run_command("simulate", ["--resume-policy", "psychic"], capsys)
     assert rc == 2
+
+
+def test_simulate_command_learns_from_the_ledger_before_the_period(tmp_path, capsys):
+    from jupyter_pause.ledger import EventType, Ledger
+
+    from .test_accounting_commands import run as run_command
+
+    path = tmp_path / "ledger.sqlite3"
+    ledger = Ledger(path, user="ann")
+    for day in range(26):  # four weeks of workdays, 9:00-12:00 and 13:00-17:00
+        if day % 7 >= 5:
+            continue
+        for start, end in ((9, 12), (13, 17)):
+            t = T0 + day * D + end * H
+            ledger.record(
+                EventType.CELL_EXECUTED, path="n.ipynb", time_=t, duration=(end - start) * H
+            )
+    ledger.close()
+    since = str(T0 + 21 * D)  # the fourth week; the first three are the predictor's history
+    argv = ["--ledger", str(path), "--since", since, "--until", str(T0 + 26 * D)]
+    argv += ["--thresholds", "30m", "--resume-policy", "none,predicted", "--format", "json"]
+    rc, out = run_command("simulate", argv, capsys)
+    assert rc == 0
+    block = json.loads(out)["resume_policies"]
+    assert block["prior_history"] == "ledger"
+    rows = {r["policy"]: r for r in block["results"]}
+    predicted = rows["predicted:0.7"]
+    # five lunches and four evenings (Monday to Thursday): back at 13:00 and 9:00 sharp
+    assert predicted["hits"] == predicted["ahead_resumes"] == 9
+    assert predicted["wait_avoided_min"] > 0
+    assert predicted["came_first"] == predicted["unused"] == 0
