@@ -215,3 +215,19 @@ def test_prediction_from_a_replayed_ledger():
     assert isinstance(p, Prediction)
     assert p.at == at("2026-11-11", "08:58")
     assert measured_resume_latency(events) == pytest.approx(60.0)
+
+
+def test_without_a_time_zone_the_machine_local_time_is_used(monkeypatch):
+    import time
+
+    ny = ZoneInfo("America/New_York")
+    october = [f"2026-10-{d:02d}" for d in range(12, 31) if datetime(2026, 10, d).weekday() < 5]
+    history = evenings(october, tz=ny)
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        p = predict_return(history, at("2026-11-02", "18:30", ny))
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert p is not None and p.at == at("2026-11-03", "09:00", ny)  # 9:00 EST, after the change
