@@ -53,6 +53,44 @@ def add_arguments(parser: argparse.ArgumentParser, name: str = "simulate") -> No
     )
     m.add_argument("--interruption-minutes", type=float, default=10.0)
     m.add_argument("--short-break-minutes", type=float, default=120.0)
+    ahead = parser.add_argument_group("resuming ahead of the user (scheduled and predicted resume)")
+    ahead.add_argument(
+        "--resume-policy",
+        default="none",
+        help="compare resume policies: none, scheduled[@HH:MM], predicted[:CONFIDENCE],"
+        " comma-separated (e.g. none,scheduled,predicted,predicted:0.5); default %(default)s",
+    )
+    ahead.add_argument(
+        "--schedule-at", default="08:45", help="scheduled: the time users schedule (%(default)s)"
+    )
+    ahead.add_argument(
+        "--min-confidence",
+        type=float,
+        default=0.7,
+        help="predicted: the confidence a prediction needs (default %(default)s)",
+    )
+    ahead.add_argument(
+        "--margin", default="5m", help="predicted: ready this long before the user (%(default)s)"
+    )
+    ahead.add_argument(
+        "--unused-after",
+        default="30m",
+        help="predicted: paused again when unused this long after ready (%(default)s)",
+    )
+    ahead.add_argument(
+        "--min-samples", type=int, default=3, help="predicted: past returns needed (default 3)"
+    )
+    ahead.add_argument(
+        "--history-weeks",
+        type=int,
+        default=3,
+        help="synthetic: weeks of earlier activity the predictor learns from (other random"
+        " days, the same users and habits; default 3). With --ledger and --since it learns"
+        " from the ledger's activity before --since",
+    )
+    ahead.add_argument(
+        "--tz", default="UTC", help="the users' time zone for days and hours (default UTC)"
+    )
     out = parser.add_argument_group("output")
     out.add_argument("--format", choices=("table", "json", "csv"), default="table")
     out.add_argument("--html", metavar="PATH", help="write a page with the table and the plot")
@@ -62,23 +100,59 @@ def add_arguments(parser: argparse.ArgumentParser, name: str = "simulate") -> No
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from ..formatting import parse_duration
     from ..report.build import parse_time
     from ..simulator import traces
-    from ..simulator.simulate import Costs, parse_distribution, parse_thresholds, simulate
+    from ..simulator.simulate import (
+        Costs,
+        parse_clock,
+        parse_distribution,
+        parse_policies,
+        parse_thresholds,
+        simulate,
+    )
 
+    prior = None  # the predictor's history before the trace
     if args.trace:
         trace = traces.read_csv(args.trace)
     elif args.ledger:
         from ..ledger import Ledger
 
-        trace = traces.from_ledger(
-            Ledger(args.ledger), parse_time(args.since), parse_time(args.until)
-        )
+        ledger = Ledger(args.ledger)
+        since = parse_time(args.since)
+        trace = traces.from_ledger(ledger, since, parse_time(args.until))
+        if since is not None:  # the predictor learns from the activity before the period
+            prior = traces.from_ledger(ledger, None, since)
+            prior = prior if prior.sessions else None
         if not trace.sessions:
             print("the ledger has no cell activity in that period", file=sys.stderr)
             return 1
     else:
         trace = traces.synthetic(users=args.users, days=args.days, seed=args.seed, crowd=args.crowd)
+    try:
+        from zoneinfo import ZoneInfo
+
+        policies = parse_policies(
+            args.resume_policy,
+            schedule_at=parse_clock(args.schedule_at),
+            min_confidence=args.min_confidence,
+            margin_s=parse_duration(args.margin),
+            unused_after_s=parse_duration(args.unused_after),
+            min_samples=args.min_samples,
+            tz=ZoneInfo(args.tz),
+        )
+    except (ValueError, KeyError) as e:  # ZoneInfoNotFoundError is a KeyError
+        print(f"jupyter pause simulate: {e}", file=sys.stderr)
+        return 2
+    if not args.trace and not args.ledger and args.history_weeks > 0:
+        weeks = args.history_weeks
+        prior = traces.synthetic(
+            users=args.users,
+            days=7 * weeks,
+            seed=args.seed + 1,
+            crowd=args.crowd,
+            start=trace.start - 7 * weeks * traces.DAY,
+        )
     if args.write_trace:
         with open(args.write_trace, "w") as f:
             f.write(trace.to_csv())
@@ -99,6 +173,8 @@ def run(args: argparse.Namespace) -> int:
         wait_budget_min=args.wait_budget,
         interruption_minutes=args.interruption_minutes,
         short_break_minutes=args.short_break_minutes,
+        policies=policies,
+        prior=prior,
     )
     if args.format == "json":
         print(json.dumps(sim.to_json(), indent=1))

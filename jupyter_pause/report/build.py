@@ -54,7 +54,9 @@ seconds, sizes bytes)::
                     "active": [[start, end], ...]}],
       "pauses": [PAUSE],
       "storage": {"bytes_now": int, "checkpoint_bytes_now": int,
-                  "snapshot_bytes_now": int, "source": "ledger" | "given"}
+                  "snapshot_bytes_now": int, "source": "ledger" | "given"},
+      "resume_ahead": {"kinds", "total", "resumes"}   (scheduled and predicted
+                      resumes: hits, misses, waiting; see report/ahead.py)
     }
     GROUP = {"key": str, "sessions": int,
              "gpu_hours": {"allocated", "active", "idle_allocated", "released",
@@ -94,6 +96,7 @@ from typing import Any
 
 from ..formatting import format_bytes, format_time, text_table
 from ..ledger import EventType, Ledger, LedgerEvent
+from .ahead import ahead_text, any_ahead, resume_ahead
 
 ALLOCATED_STATES = ("running", "pausing", "restoring")
 RELEASED_STATES = ("paused", "resuming", "waiting-for-capacity")
@@ -552,6 +555,7 @@ class Report:
     interruption_minutes: float
     clipped: list[_Clipped]
     storage_given: dict[str, int] | None = None
+    ahead: dict[str, Any] | None = None  # resumes ahead of the user (report/ahead.py)
     _json: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -612,6 +616,7 @@ class Report:
                 "snapshot_bytes_now": sum(c.storage_snapshot for c in items),
                 "source": "given" if self.storage_given is not None else "ledger",
             },
+            "resume_ahead": self.ahead,
         }
         return self._json
 
@@ -763,6 +768,8 @@ class Report:
             f"Interruptions (auto-pause resumed within {data['options']['interruption_minutes']:g} min): "
             f"{t['pauses']['interruptions']} of {t['pauses']['auto']} auto-pauses",
         ]
+        if any_ahead(data.get("resume_ahead")):
+            lines += ["", *ahead_text(data["resume_ahead"])]
         return "\n".join(lines) + "\n"
 
 
@@ -830,6 +837,7 @@ def build_report(
         interruption_minutes=interruption_minutes,
         clipped=clipped,
         storage_given=storage,
+        ahead=resume_ahead(events, since, until),
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..formatting import format_bytes, format_time
 from . import svg
+from .ahead import KINDS, any_ahead
 from .build import Report, scoped_groups
 from .svg import esc
 
@@ -52,6 +53,14 @@ DEFINITIONS = [
         "restore outcome",
         "Whether the state came back from a platform snapshot, from a checkpoint (fallback), "
         "or not at all (failed).",
+    ),
+    (
+        "resume ahead of the user",
+        "A resume that a schedule or the prediction of the user's return started. Hit: ready "
+        "before the user's first cell; late: the user came while it was under way; unused: "
+        "paused again before the user came; came first: the user resumed before the schedule. "
+        "Hours waiting for users run from ready until the user's first cell (or the pause "
+        "again); waiting saved is the resume time the user did not wait.",
     ),
     (
         "not restored",
@@ -157,6 +166,10 @@ def render_html(
     parts.append("<h2 id='pauses'>Pause intervals</h2>")
     parts.append(_pauses_table(pauses))
 
+    if any_ahead(data.get("resume_ahead")):
+        parts.append("<h2 id='resume-ahead'>Resumes ahead of the user</h2>")
+        parts.append(_ahead_table(data["resume_ahead"]))
+
     parts.append("<h2 id='definitions'>Definitions</h2><dl>")
     for k, v in DEFINITIONS:
         parts.append(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>")
@@ -239,3 +252,33 @@ def _pauses_table(pauses: list[dict[str, Any]]) -> str:
             f"<td>{'yes' if x['interrupted'] else ''}</td></tr>"
         )
     return "<table class='pauses'>" + head + "".join(rows) + "</table>"
+
+
+def _ahead_table(data: dict[str, Any]) -> str:
+    """Scheduled and predicted resumes: counts, outcomes and what they cost and saved."""
+    cols = (
+        ("scheduled", "set"),
+        ("started", "started"),
+        ("hits", "hits"),
+        ("late", "late"),
+        ("unused", "unused"),
+        ("came_first", "user came first"),
+        ("cancelled", "cancelled"),
+        ("failed", "failed"),
+    )
+    head = "".join(f"<th>{esc(label)}</th>" for _, label in cols)
+    rows = []
+    for kind in (*KINDS, "total"):
+        k = data["total"] if kind == "total" else data["kinds"][kind]
+        cells = "".join(f"<td>{k[c]}</td>" for c, _ in cols)
+        rows.append(
+            f"<tr><td>{esc(kind)}</td>{cells}<td>{k['waiting_for_users_h']:.2f}</td>"
+            f"<td>{k['user_waiting_saved_min']:.1f}</td></tr>"
+        )
+    return (
+        "<table data-table='resume-ahead'><tr><th>kind</th>"
+        + head
+        + "<th>accelerator-hours waiting for users</th><th>user waiting saved (min)</th></tr>"
+        + "".join(rows)
+        + "</table>"
+    )

@@ -49,13 +49,16 @@ or stated here):
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import random
 from collections import deque
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
 
 from ..formatting import parse_duration, text_table
+from ..prediction import Return, predict_return, resume_ahead_time
 from ..report import svg
 from ..report.build import quantile
 from .traces import Trace, TraceSession
@@ -82,6 +85,18 @@ class Costs:
     @property
     def restore_s(self) -> float:
         return self.resume_overhead_s + (self.state_gb / self.read_gbps if self.state_gb else 0.0)
+
+    def median_capacity_wait(self) -> float:
+        """The capacity wait that half the draws stay within: what a planner expects."""
+        total = sum(p for _, p in self.capacity_wait)
+        if total <= 0:
+            return self.capacity_wait[0][0] if self.capacity_wait else 0.0
+        seen = 0.0
+        for seconds, p in sorted(self.capacity_wait):
+            seen += p
+            if seen >= total / 2:
+                return seconds
+        return max(s for s, _ in self.capacity_wait)  # pragma: no cover - rounding
 
     def draw_capacity_wait(self, rng: random.Random) -> float:
         total = sum(p for _, p in self.capacity_wait)
@@ -119,6 +134,16 @@ class ThresholdResult:
     peak_in_use: int
     written_gb: float
     within_budget: bool = True
+    # resuming ahead of the user (see ResumePolicy); zeros under the "none" policy
+    policy: str = "none"
+    ahead_resumes: int = 0  # scheduled or predicted resumes started
+    hits: int = 0  # ready before the user came, and used
+    late: int = 0  # the user came while it was still queued or restoring (waited less)
+    came_first: int = 0  # the user came before it started (it was cancelled)
+    unused: int = 0  # not used within the window: paused again
+    no_prediction: int = 0  # pauses without a prediction (no basis, or under the confidence)
+    extra_held_h: float = 0.0  # held before the user came, and by unused resumes until re-paused
+    wait_avoided_min: float = 0.0  # waiting (resumes + starts) saved against "none", all users
 
     @property
     def label(self) -> str:
@@ -126,6 +151,81 @@ class ThresholdResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"label": self.label, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class ResumePolicy:
+    """When a paused session comes back.
+
+    * ``none``: when the user asks (their first activity after the pause);
+    * ``scheduled``: every pause that lasts into a later day is scheduled to
+      resume at ``schedule_at`` (seconds after local midnight in ``tz``) on
+      the day the user comes back (users know their own plans);
+    * ``predicted``: at each pause, :func:`jupyter_pause.prediction.predict_return`
+      on the session's past returns (those before the pause: the prior
+      history plus the returns simulated so far); when its confidence reaches
+      ``min_confidence``, resume ``margin_s`` plus the expected resume time
+      (restore plus the median capacity wait) ahead of the prediction.
+
+    A resume ahead of the user that is not used within ``unused_after_s``
+    (predicted; and never longer than the idle threshold) or the idle
+    threshold (scheduled) is paused again, which costs a normal pause; the
+    user's later return then resumes as under ``none``.
+    """
+
+    kind: str = "none"
+    schedule_at: float = 8.75 * HOUR
+    min_confidence: float = 0.7
+    margin_s: float = 300.0
+    unused_after_s: float = 1800.0
+    min_samples: int = 3
+    tz: tzinfo = timezone.utc
+
+    @property
+    def label(self) -> str:
+        if self.kind == "scheduled":
+            h, m = divmod(round(self.schedule_at / 60), 60)
+            return f"scheduled@{h:02d}:{m:02d}"
+        if self.kind == "predicted":
+            return f"predicted:{self.min_confidence:g}"
+        return "none"
+
+    def unused_window(self, threshold_s: float | None) -> float | None:
+        """How long a resume ahead of the user may wait for them before it is paused again."""
+        if self.kind == "predicted":
+            return (
+                self.unused_after_s
+                if threshold_s is None
+                else min(self.unused_after_s, threshold_s)
+            )
+        return threshold_s
+
+
+def _wall(t: float, seconds_after_midnight: float, tz: tzinfo, days: int = 0) -> float:
+    """That wall-clock time on the local date of ``t`` (plus ``days``)."""
+    d = datetime.fromtimestamp(t, tz).date() + timedelta(days=days)
+    return (
+        datetime(d.year, d.month, d.day, tzinfo=tz) + timedelta(seconds=seconds_after_midnight)
+    ).timestamp()
+
+
+def returns_from_trace(
+    trace: Trace, threshold_s: float | None, pause_s: float = 0.0
+) -> dict[str, list[Return]]:
+    """The pause/return pairs an idle threshold makes of a trace, per session id.
+
+    A gap between active intervals longer than the threshold is paused at
+    ``gap start + threshold + pause_s`` and returned from at the gap's end: the
+    history a predictor would have learned from this trace.
+    """
+    out: dict[str, list[Return]] = {}
+    if threshold_s is None:
+        return out
+    for s in trace.sessions:
+        for (_, a_end), (b_start, _) in itertools.pairwise(s.active):
+            if b_start - a_end > threshold_s:
+                out.setdefault(s.id, []).append(Return(a_end + threshold_s + pause_s, b_start))
+    return out
 
 
 @dataclass
@@ -139,10 +239,19 @@ class _S:
     alloc_start: float = 0.0
     released_since: float | None = None
     req_time: float = 0.0
-    req_kind: str = "start"
+    req_kind: str = "start"  # start | resume | ahead
     enqueued: float = 0.0
     gap: tuple[float, float] = (0.0, 0.0)
     done: bool = False
+    # resuming ahead of the user
+    back: float = 0.0  # when the user comes back from the current pause
+    paused_at: float = 0.0
+    returns: list[Return] = field(default_factory=list)  # what the predictor knows
+    ahead: str | None = None  # planned | queued | restoring | ready | joined | repausing
+    ahead_at: float = 0.0  # when the planned resume starts
+    unused_at: float = 0.0  # when a ready, unused resume is paused again
+    user_since: float = 0.0  # the user came while it was restoring: waiting since
+    deferred: bool = False  # the user came while an unused resume was being paused again
 
 
 def simulate_threshold(
@@ -154,9 +263,25 @@ def simulate_threshold(
     seed: int = 0,
     interruption_minutes: float = 10.0,
     short_break_minutes: float = 120.0,
+    policy: ResumePolicy | None = None,
+    prior: dict[str, list[Return]] | None = None,
 ) -> ThresholdResult:
+    """One threshold under one resume policy (default ``none``).
+
+    ``prior``: past pause/return pairs per session id, the predictor's history
+    before the trace begins (:func:`returns_from_trace` of earlier activity).
+    """
     costs = costs or Costs()
-    sims = [_S(ts, random.Random(f"capacity:{seed}:{ts.id}")) for ts in trace.sessions]
+    policy = policy or ResumePolicy()
+    expected_resume_s = costs.restore_s + costs.median_capacity_wait()
+    sims = [
+        _S(
+            ts,
+            random.Random(f"capacity:{seed}:{ts.id}"),
+            returns=list((prior or {}).get(ts.id, [])),
+        )
+        for ts in trace.sessions
+    ]
     heap: list[tuple[float, int, str, int]] = []
     seq = 0
 
@@ -181,6 +306,13 @@ def simulate_threshold(
         "in_use": 0,
         "peak": 0,
         "written": 0.0,
+        "ahead": 0,
+        "hits": 0,
+        "late": 0,
+        "came_first": 0,
+        "unused": 0,
+        "no_prediction": 0,
+        "extra_held": 0.0,
     }
     waits: list[float] = []  # resume request -> runnable
     start_waits: list[float] = []  # session start -> runnable
@@ -205,8 +337,10 @@ def simulate_threshold(
             if t - s.enqueued > 1e-9 and s.req_kind == "resume":
                 acc["queued"] += 1
                 acc["queue_wait"] += t - s.enqueued
+            if s.ahead == "queued":
+                s.ahead = "restoring"
             delay = costs.draw_capacity_wait(s.rng)
-            if s.req_kind == "resume":
+            if s.req_kind in ("resume", "ahead"):
                 delay += costs.restore_s
             push(t + delay, "ready", i)
 
@@ -241,6 +375,33 @@ def simulate_threshold(
             s.k += 1
             idle_start = max(idle_start, act[s.k][1])
 
+    def plan_ahead(s: _S, t: float) -> float | None:
+        """When to resume ahead of the user after a pause released at ``t`` (None: don't)."""
+        if policy.kind == "scheduled":
+            if (
+                datetime.fromtimestamp(s.back, policy.tz).date()
+                <= datetime.fromtimestamp(t, policy.tz).date()
+            ):
+                return None  # a break within the day: nobody schedules lunch
+            days = (
+                datetime.fromtimestamp(s.back, policy.tz).date()
+                - datetime.fromtimestamp(t, policy.tz).date()
+            ).days
+            return _wall(t, policy.schedule_at, policy.tz, days)
+        if policy.kind == "predicted":
+            prediction = predict_return(s.returns, t, tz=policy.tz, min_samples=policy.min_samples)
+            if prediction is None or prediction.confidence < policy.min_confidence:
+                acc["no_prediction"] += 1
+                return None
+            return resume_ahead_time(prediction, expected_resume_s, policy.margin_s)
+        return None
+
+    def enqueue(i: int, t: float) -> None:
+        sims[i].enqueued = t
+        queue.append(i)
+        try_assign(t)
+        acc["max_queue"] = max(acc["max_queue"], len(queue))  # requests left waiting
+
     for i, s in enumerate(sims):
         s.req_time = s.enqueued = s.ts.start
         push(s.ts.start, "request", i)
@@ -248,21 +409,69 @@ def simulate_threshold(
     while heap:
         t, _, kind, i = heapq.heappop(heap)
         s = sims[i]
-        if kind == "request":
-            if s.released_since is not None:  # released until the user asks for it back
-                acc["released"] += max(0.0, s.req_time - s.released_since) * s.ts.gpus
+        g = s.ts.gpus
+        if kind == "request":  # the session starts
+            enqueue(i, t)
+        elif kind == "return":  # the user comes back after a pause (at s.back, or later)
+            if s.ahead == "planned":  # before the resume ahead of them started: cancel it
+                acc["came_first"] += 1
+                s.ahead = None
+            if s.ahead == "repausing":  # an unused resume is being paused: wait for it
+                s.deferred = True
+                continue
+            s.returns.append(Return(s.paused_at, s.back))
+            if s.ahead == "ready":  # the notebook waits for the user: nothing to wait for
+                acc["hits"] += 1
+                acc["extra_held"] += (t - s.alloc_start) * g
+                waits.append(0.0)
+                s.ahead = None
+                plan_next(i, t)
+            elif s.ahead in ("queued", "restoring"):  # join the resume under way
+                acc["late"] += 1
+                if s.holding:
+                    acc["extra_held"] += (t - s.alloc_start) * g
+                s.ahead, s.user_since = "joined", s.back
+            else:
+                if s.released_since is not None:  # released until the user asks for it back
+                    acc["released"] += max(0.0, s.back - s.released_since) * g
+                    s.released_since = None
+                s.req_time, s.req_kind = s.back, "resume"
+                enqueue(i, t)
+        elif kind == "ahead":  # a scheduled or predicted resume starts
+            if s.ahead != "planned" or s.ahead_at != t:
+                continue
+            acc["ahead"] += 1
+            if s.released_since is not None:
+                acc["released"] += max(0.0, t - s.released_since) * g
                 s.released_since = None
-            s.enqueued = t
-            queue.append(i)
-            try_assign(t)
-            acc["max_queue"] = max(acc["max_queue"], len(queue))  # requests left waiting
+            s.ahead, s.req_time, s.req_kind = "queued", t, "ahead"
+            enqueue(i, t)
         elif kind == "ready":
+            if s.req_kind == "ahead":
+                if s.ahead == "joined":
+                    waits.append(t - s.user_since)
+                    s.ahead = None
+                    plan_next(i, t)
+                else:
+                    s.ahead = "ready"
+                    window = policy.unused_window(threshold_s)
+                    if window is not None:
+                        s.unused_at = t + window
+                        push(s.unused_at, "unused", i)
+                continue
             wait = t - s.req_time
             if s.req_kind == "resume":
                 waits.append(wait)
             else:
                 start_waits.append(wait)
             plan_next(i, t)
+        elif kind == "unused":  # nobody came: pause it again
+            if s.ahead != "ready" or s.unused_at != t:
+                continue
+            acc["unused"] += 1
+            acc["written"] += costs.state_gb
+            s.ahead = "repausing"
+            push(t + costs.pause_s, "released", i)
         elif kind == "pause":
             acc["pauses"] += 1
             acc["written"] += costs.state_gb
@@ -273,14 +482,25 @@ def simulate_threshold(
                 acc["interruptions"] += 1
             push(t + costs.pause_s, "released", i)
         elif kind == "released":
+            if s.ahead == "repausing":
+                acc["extra_held"] += (t - s.alloc_start) * g
             release(i, t)
             s.released_since = t
             try_assign(t)
+            if s.ahead == "repausing":
+                s.ahead = None
+                if s.deferred:
+                    s.deferred = False
+                    push(t, "return", i)
+                continue
             if s.k + 1 < len(s.ts.active):
                 s.k += 1
-                back = s.ts.active[s.k][0]
-                s.req_time, s.req_kind = back, "resume"
-                push(max(back, t), "request", i)
+                s.back, s.paused_at = s.ts.active[s.k][0], t
+                ahead = plan_ahead(s, t)
+                if ahead is not None and ahead > t:
+                    s.ahead, s.ahead_at = "planned", ahead
+                    push(ahead, "ahead", i)
+                push(max(s.back, t), "return", i)
         elif kind == "end":
             release(i, t)
             s.done = True
@@ -295,6 +515,10 @@ def simulate_threshold(
     for i in [*expired, *queue]:
         s = sims[i]
         acc["unserved"] += 1
+        if s.req_kind == "ahead":
+            if s.ahead == "joined":
+                waits.append(max(0.0, s.ts.end - s.user_since))
+            continue
         (waits if s.req_kind == "resume" else start_waits).append(max(0.0, s.ts.end - s.req_time))
 
     user_days = max(trace.active_user_days(), 1)
@@ -322,6 +546,14 @@ def simulate_threshold(
         unserved=acc["unserved"],
         peak_in_use=acc["peak"],
         written_gb=acc["written"],
+        policy=policy.label,
+        ahead_resumes=acc["ahead"],
+        hits=acc["hits"],
+        late=acc["late"],
+        came_first=acc["came_first"],
+        unused=acc["unused"],
+        no_prediction=acc["no_prediction"],
+        extra_held_h=acc["extra_held"] / HOUR,
     )
 
 
@@ -334,8 +566,28 @@ class Simulation:
     wait_budget_min: float
     recommended: ThresholdResult | None
     seed: int = 0
+    #: every threshold under every resume policy ("none" included), when policies were asked for
+    policy_results: list[ThresholdResult] = field(default_factory=list)
+    policies: list[ResumePolicy] = field(default_factory=list)
+    prior_source: str = ""
 
     def to_json(self) -> dict[str, Any]:
+        data = self._json()
+        if self.policy_results:
+            p = self.policies[0] if self.policies else ResumePolicy()
+            data["resume_policies"] = {
+                "policies": [q.label for q in self.policies],
+                "margin_s": p.margin_s,
+                "unused_after_s": p.unused_after_s,
+                "min_samples": p.min_samples,
+                "time_zone": str(p.tz),
+                "expected_resume_s": self.costs.restore_s + self.costs.median_capacity_wait(),
+                "prior_history": self.prior_source,
+                "results": [r.to_json() for r in self.policy_results],
+            }
+        return data
+
+    def _json(self) -> dict[str, Any]:
         return {
             "version": 1,
             "trace": {
@@ -363,7 +615,7 @@ class Simulation:
         import csv
         import io
 
-        rows = [r.to_json() for r in self.results]
+        rows = [r.to_json() for r in (self.policy_results or self.results)]
         out = io.StringIO()
         w = csv.DictWriter(
             out, fieldnames=list(rows[0]) if rows else ["label"], lineterminator="\n"
@@ -458,7 +710,63 @@ class Simulation:
             "! over the waiting budget;  < recommended;  short brk: paused gaps under the short-break limit",
             self.recommendation(),
         ]
+        if self.policy_results:
+            lines += ["", *self.policy_text()]
         return "\n".join(lines) + "\n"
+
+    def policy_text(self) -> list[str]:
+        """The table of resume policies: what resuming ahead of the user releases and saves."""
+        head = [
+            "threshold",
+            "policy",
+            "released h",
+            "extra held h",
+            "wait h",
+            "avoided min",
+            "p95 wait s",
+            "ahead",
+            "hits",
+            "late",
+            "came first",
+            "unused",
+            "no pred.",
+        ]
+        rows = [
+            [
+                r.label,
+                r.policy,
+                f"{r.released_h:.1f}",
+                f"{r.extra_held_h:.2f}",
+                f"{r.wait_h + r.start_wait_h:.2f}",
+                f"{r.wait_avoided_min:.0f}",
+                "-" if r.wait_p95_s is None else f"{r.wait_p95_s:.0f}",
+                str(r.ahead_resumes),
+                str(r.hits),
+                str(r.late),
+                str(r.came_first),
+                str(r.unused),
+                str(r.no_prediction),
+            ]
+            for r in self.policy_results
+        ]
+        p = self.policies[0] if self.policies else ResumePolicy()
+        return [
+            "Resuming ahead of the user"
+            f" (margin {p.margin_s:g} s, expected resume"
+            f" {self.costs.restore_s + self.costs.median_capacity_wait():.0f} s,"
+            f" unused after {p.unused_after_s:g} s, time zone {p.tz}"
+            + (f"; predictor history: {self.prior_source}" if self.prior_source else "")
+            + ")",
+            "",
+            *text_table(head, rows, right=range(2, 13)),
+            "",
+            "released h: accelerator-hours released;  extra held h: held by resumes ahead of the"
+            " user before they came, and by unused ones until paused again;  wait h: resume and"
+            " start waiting, all users;  avoided min: waiting saved against 'none';  hits: ready"
+            " before the user;  late: the user came while it restored;  came first: the user came"
+            " before it started;  unused: paused again;  no pred.: pauses without a confident"
+            " prediction",
+        ]
 
     def to_svg(self) -> str:
         cats = [r.label for r in self.results]
@@ -510,7 +818,24 @@ class Simulation:
             + "<table><tr><th>threshold</th><th>released h</th><th>allocated h</th><th>pauses</th>"
             "<th>interruptions</th><th>short breaks paused</th><th>wait h</th><th>min/user-day</th>"
             f"<th>queued</th><th>max queue</th></tr>{rows}</table><p><b>{svg.esc(self.recommendation())}"
-            "</b></p></body></html>"
+            "</b></p>" + self.policy_html() + "</body></html>"
+        )
+
+    def policy_html(self) -> str:
+        if not self.policy_results:
+            return ""
+        rows = "".join(
+            f"<tr><td>{svg.esc(r.label)}</td><td>{svg.esc(r.policy)}</td><td>{r.released_h:.1f}</td>"
+            f"<td>{r.extra_held_h:.2f}</td><td>{r.wait_h + r.start_wait_h:.2f}</td>"
+            f"<td>{r.wait_avoided_min:.0f}</td><td>{r.ahead_resumes}</td><td>{r.hits}</td>"
+            f"<td>{r.late}</td><td>{r.came_first}</td><td>{r.unused}</td></tr>"
+            for r in self.policy_results
+        )
+        return (
+            "<h2>Resuming ahead of the user</h2><table data-table='resume-policies'><tr>"
+            "<th>threshold</th><th>policy</th><th>released h</th><th>extra held h</th>"
+            "<th>wait h</th><th>waiting avoided (min)</th><th>ahead</th><th>hits</th><th>late</th>"
+            f"<th>came first</th><th>unused</th></tr>{rows}</table>"
         )
 
 
@@ -529,8 +854,16 @@ def simulate(
     wait_budget_min: float = 5.0,
     interruption_minutes: float = 10.0,
     short_break_minutes: float = 120.0,
+    policies: list[ResumePolicy] | None = None,
+    prior: Trace | None = None,
 ) -> Simulation:
-    """Simulate every threshold on the same trace and recommend one."""
+    """Simulate every threshold on the same trace and recommend one.
+
+    With ``policies``, every threshold is also run under each resume policy;
+    the predictor learns from ``prior`` (earlier activity, paused under the
+    same threshold) and from the returns simulated so far.  The
+    recommendation stays the threshold's, under ``none``.
+    """
     costs = costs or Costs()
     results = [
         simulate_threshold(
@@ -555,7 +888,41 @@ def simulate(
         ),
         default=None,
     )
-    return Simulation(trace, results, pool, costs, wait_budget_min, best, seed)
+    policy_results: list[ThresholdResult] = []
+    others = [p for p in policies or [] if p.kind != "none"]
+    if others:
+        for base in results:
+            policy_results.append(base)
+            history = returns_from_trace(prior, base.threshold_s, costs.pause_s) if prior else None
+            for p in others:
+                r = simulate_threshold(
+                    trace,
+                    base.threshold_s,
+                    pool=pool,
+                    costs=costs,
+                    seed=seed,
+                    interruption_minutes=interruption_minutes,
+                    short_break_minutes=short_break_minutes,
+                    policy=p,
+                    prior=history,
+                )
+                r.within_budget = r.wait_min_per_user_day <= wait_budget_min + 1e-9
+                r.wait_avoided_min = (
+                    (base.wait_h + base.start_wait_h) - (r.wait_h + r.start_wait_h)
+                ) * 60.0
+                policy_results.append(r)
+    return Simulation(
+        trace,
+        results,
+        pool,
+        costs,
+        wait_budget_min,
+        best,
+        seed,
+        policy_results=policy_results,
+        policies=list(policies or []) if others else [],
+        prior_source=prior.source if prior and others else "",
+    )
 
 
 # --------------------------------------------------------------------------- parsing
@@ -585,6 +952,42 @@ def parse_distribution(text: str) -> list[tuple[float, float]]:
             out.append((float(part), 1.0))
     if not out or any(p < 0 or s < 0 for s, p in out):
         raise ValueError(f"not a distribution: {text!r}")
+    return out
+
+
+def parse_clock(text: str) -> float:
+    """``08:45`` or ``8:45`` -> seconds after midnight."""
+    h, sep, m = text.strip().partition(":")
+    if not sep or not h.isdigit() or not m.isdigit() or int(h) > 23 or int(m) > 59:
+        raise ValueError(f"not a time of day: {text!r} (use HH:MM, e.g. 08:45)")
+    return int(h) * HOUR + int(m) * 60
+
+
+def parse_policies(text: str, **defaults: Any) -> list[ResumePolicy]:
+    """``none,scheduled,scheduled@08:30,predicted,predicted:0.5`` -> resume policies.
+
+    ``defaults`` are :class:`ResumePolicy` fields (``schedule_at``,
+    ``min_confidence``, ``margin_s``, ...) for the parts a name leaves out.
+    """
+    out = []
+    for part in (x.strip() for x in text.split(",")):
+        if not part:
+            continue
+        name, _, arg = part.replace("@", ":", 1).partition(":")
+        if name == "none" and not arg:
+            out.append(ResumePolicy("none", **defaults))
+        elif name == "scheduled":
+            at = parse_clock(arg) if arg else defaults.get("schedule_at", 8.75 * HOUR)
+            out.append(ResumePolicy(**{**defaults, "kind": "scheduled", "schedule_at": at}))
+        elif name == "predicted":
+            conf = float(arg) if arg else defaults.get("min_confidence", 0.7)
+            if not 0 <= conf <= 1:
+                raise ValueError(f"a confidence is between 0 and 1: {part!r}")
+            out.append(ResumePolicy(**{**defaults, "kind": "predicted", "min_confidence": conf}))
+        else:
+            raise ValueError(
+                f"not a resume policy: {part!r} (use none, scheduled[@HH:MM], predicted[:CONFIDENCE])"
+            )
     return out
 
 
