@@ -177,19 +177,59 @@ class Collector:
         self.storages: list[Storage] = []
         self._index: dict[tuple, int] = {}
         self.owner = ""
-        self.names: dict[int, str] = {}
+        self._obj: Any = None
+        self._names: dict[int, str] | None = None
         self.touched: list[int] = []  # storages first referenced by the current record
         self._seen: set[int] = set()
+        # the current group (records pickled with one memo): the pickle refers to its
+        # storages by their position in ``local`` (see docs/engine.md, format 2)
+        self.local: list[int] = []
+        self._local_of: dict[int, int] = {}
+        #: (weak reference to each tensor/array reduced in the group, what it reduced to),
+        #: so that a later checkpoint can check the group's records still describe them
+        self.log: list[tuple[Any, tuple]] = []
+        self.in_band = False  # the group pickled tensor data in-band: never reuse it
+
+    def begin_group(self) -> None:
+        self.local, self._local_of, self.log, self.in_band = [], {}, [], False
+        self._seen = set()
 
     def begin(self, owner: str, obj: Any) -> None:
         self.owner = owner
-        self.names = local_names(owner, obj)
+        self._obj = obj
+        self._names = None  # computed when the record holds a tensor (cosmetic, and slow)
         self.touched = []
 
-    def _add(self, idx: int) -> None:
+    @property
+    def names(self) -> dict[int, str]:
+        if self._names is None:
+            self._names = local_names(self.owner, self._obj)
+        return self._names
+
+    def _add(self, idx: int) -> int:
+        """Note storage ``idx`` in the current record and group; its index in the group."""
         if idx not in self._seen:
             self._seen.add(idx)
             self.touched.append(idx)
+        local = self._local_of.get(idx)
+        if local is None:
+            local = self._local_of[idx] = len(self.local)
+            self.local.append(idx)
+        return local
+
+    def _logged(self, obj, result):
+        try:
+            ref = weakref.ref(obj)
+        except TypeError:
+            self.in_band = True
+            return result
+        if len(result) > 2:
+            state = result[2]
+            sig = (result[1], tuple((k, id(v)) for k, v in state.items()))
+        else:
+            sig = (result[1], None)
+        self.log.append((ref, sig))
+        return result
 
     # -- torch ---------------------------------------------------------------
     def reduce_torch(self, t):
@@ -200,13 +240,17 @@ class Collector:
         elif cls is torch.Tensor:
             kind = "tensor"
         else:
+            self.in_band = True
             return NotImplemented  # other subclasses: their own reduction (in-band)
         if t.layout is not torch.strided or t.is_quantized or t.is_nested:
+            self.in_band = True
             return NotImplemented  # sparse: torch reduces to strided parts, which come back here
         dtype_name = str(t.dtype).removeprefix("torch.")
         rg = bool(t.requires_grad)
         if t.device.type == "meta":
-            return (_rebuild_meta, (dtype_name, tuple(t.shape), tuple(t.stride()), rg, kind))
+            return self._logged(
+                t, (_rebuild_meta, (dtype_name, tuple(t.shape), tuple(t.stride()), rg, kind))
+            )
         src = t.detach()
         if src.is_conj() or src.is_neg():
             src = src.resolve_conj().resolve_neg()  # materialise lazy bits (sharing lost)
@@ -246,9 +290,8 @@ class Collector:
             s.shape, s.dtype, s.safe_dtype = list(src.shape), dtype_name, TORCH_SAFE[dtype_name]
             if id(t) in self.names:
                 s.name = self.names[id(t)]
-        self._add(idx)
         args = (
-            idx,
+            self._add(idx),
             dtype_name,
             tuple(src.shape),
             tuple(src.stride()),
@@ -260,13 +303,14 @@ class Collector:
         if t.is_leaf and t.requires_grad and t.grad is not None:
             state[GRAD] = t.grad  # saved like any tensor (its own storage)
         if state:
-            return (_rebuild_tensor, args, state, None, None, _set_tensor_state)
-        return (_rebuild_tensor, args)
+            return self._logged(t, (_rebuild_tensor, args, state, None, None, _set_tensor_state))
+        return self._logged(t, (_rebuild_tensor, args))
 
     # -- numpy ---------------------------------------------------------------
     def reduce_numpy(self, a):
         np = sys.modules["numpy"]
         if a.dtype.hasobject:
+            self.in_band = True
             return NotImplemented  # object arrays hold Python objects: pickle them
         root = _numpy_root(a, np)
         if root is None:
@@ -310,9 +354,15 @@ class Collector:
             )
             if id(a) in self.names:
                 s.name = self.names[id(a)]
-        self._add(idx)
-        args = (idx, view.dtype, view.shape, view.strides, offset, bool(a.flags.writeable))
-        return (_rebuild_array, args)
+        args = (
+            self._add(idx),
+            view.dtype,
+            view.shape,
+            view.strides,
+            offset,
+            bool(a.flags.writeable),
+        )
+        return self._logged(a, (_rebuild_array, args))
 
 
 def _numpy_root(a, np):
