@@ -431,14 +431,16 @@ class StatePickler(pickle.Pickler):
         may share (mutable containers, instances, tensors, cell code). Immutable values,
         and classes and functions found by name, are left out: sharing them is harmless
         (and every record shares them)."""
-        out = set()
         free = _identity_free()
+        out = set()
         for key, (_index, obj) in self.memo.copy().items():
-            if isinstance(obj, free) or obj is NAMESPACE or obj is EMPTY_CELL:
+            t = type(obj)
+            if t in free:
                 continue
-            if isinstance(obj, type) and not _class_by_value(obj):
-                continue
-            if isinstance(obj, types.FunctionType) and not _by_value(obj):
+            if t is types.FunctionType:
+                if not _by_value(obj):
+                    continue
+            elif isinstance(obj, type) and not _class_by_value(obj):
                 continue
             out.add(key)
         return out
@@ -489,29 +491,42 @@ class StatePickler(pickle.Pickler):
         return NotImplemented
 
 
-_IDENTITY_FREE: tuple[type, ...] = (
-    str,
-    bytes,
-    int,
-    float,
-    complex,
-    bool,
-    type(None),
-    tuple,
-    frozenset,
-    range,
-    slice,
-    types.CodeType,
-    types.ModuleType,
-    types.BuiltinFunctionType,
-    _ModuleDict,
+# exact types whose sharing between variables does not matter (immutable values, markers)
+_IDENTITY_FREE = frozenset(
+    {
+        str,
+        bytes,
+        int,
+        float,
+        complex,
+        bool,
+        type(None),
+        tuple,
+        frozenset,
+        range,
+        slice,
+        types.CodeType,
+        types.ModuleType,
+        types.BuiltinFunctionType,
+        _ModuleDict,
+        _NamespaceRef,
+        _EmptyCell,
+    }
 )
 
 
-def _identity_free() -> tuple[type, ...]:
+_with_numpy: frozenset | None = None
+
+
+def _identity_free() -> frozenset:
     # numpy's dtypes are cached singletons: every array of one dtype refers to the same one
+    global _with_numpy
     np = sys.modules.get("numpy")
-    return _IDENTITY_FREE + (np.dtype,) if np is not None else _IDENTITY_FREE
+    if np is None:
+        return _IDENTITY_FREE
+    if _with_numpy is None:
+        _with_numpy = _IDENTITY_FREE | {type(np.dtype(c)) for c in "?bBhHiIlLqQefdgFDGSUV"}
+    return _with_numpy
 
 
 DEEP_RECURSION_LIMIT = 100_000

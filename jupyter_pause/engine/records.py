@@ -62,6 +62,8 @@ class State:
     checkpoint_id: str
     namespace_id: int
     groups: list[Group]
+    #: numpy storage key -> (sampled fingerprint, digest) at that checkpoint
+    numpy_digests: dict[tuple, tuple[str, str]] = field(default_factory=dict)
 
 
 class Unsavable(Exception):

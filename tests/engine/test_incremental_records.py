@@ -14,7 +14,7 @@ import torch
 from IPython.core.interactiveshell import InteractiveShell
 
 import jupyter_pause as jp
-from jupyter_pause.engine import api, changes, records
+from jupyter_pause.engine import api, changes, records, tensors
 
 
 @pytest.fixture
@@ -132,7 +132,9 @@ def test_a_model_changed_through_its_optimizer_is_saved(shell, ck):
 
 
 def test_a_numpy_view_written_through_is_saved(shell, ck):
-    run(shell, "base = np.zeros(1000)\nview = base[10:20]\ntbase = torch.zeros(100)")
+    # 2 MiB: big enough for the digest shortcut of untouched arrays, which must not apply
+    # here (a write far from the sampled bytes, through a view another group holds)
+    run(shell, "base = np.zeros(1 << 18)\nview = base[1001:1011]\ntbase = torch.zeros(100)")
     run(shell, "tview = tbase[5:10]")
     checkpoint(shell)
     run(shell, "view[:] = 7")
@@ -140,10 +142,10 @@ def test_a_numpy_view_written_through_is_saved(shell, ck):
     res = checkpoint(shell)
     assert res.records_reused >= 2  # base and tbase: their data is checked by digest
     out = restored(ck)
-    assert (out["base"][10:20] == 7).all() and out["base"].sum() == 70
+    assert (out["base"][1001:1011] == 7).all() and out["base"].sum() == 70
     assert torch.equal(out["tbase"], shell.user_ns["tbase"])
     out["view"][0] = -1
-    assert out["base"][10] == -1  # still a view of it
+    assert out["base"][1001] == -1  # still a view of it
 
 
 def test_a_tensor_given_a_new_shape_through_an_alias_is_saved(shell, ck):
@@ -213,3 +215,15 @@ def test_a_tensor_reshaped_outside_any_cell_is_saved(shell, ck):
     res = checkpoint(shell)
     assert res.records_reused == 0
     assert restored(ck)["w"].shape == (2, 3)
+
+
+def test_an_untouched_array_keeps_its_digest_and_a_touched_one_is_hashed(shell, ck, monkeypatch):
+    run(shell, "a = np.zeros(1 << 18)\nb = np.zeros(1 << 18)")
+    checkpoint(shell)
+    hashed = []
+    real = tensors.hash_storage
+    monkeypatch.setattr(tensors, "hash_storage", lambda s: hashed.append(s.owner) or real(s))
+    run(shell, "b[12345] = 1.0")
+    checkpoint(shell)
+    assert [h for h in hashed if h != api.RNG_RECORD] == ["b"]  # not a
+    assert restored(ck)["b"][12345] == 1.0
