@@ -8,13 +8,16 @@ objects."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 from IPython.core.interactiveshell import InteractiveShell
 
 import jupyter_pause as jp
-from jupyter_pause.engine import api, changes, records, tensors
+from jupyter_pause.engine import api, changes, records, store, tensors
 
 
 @pytest.fixture
@@ -227,3 +230,27 @@ def test_an_untouched_array_keeps_its_digest_and_a_touched_one_is_hashed(shell, 
     checkpoint(shell)
     assert [h for h in hashed if h != api.RNG_RECORD] == ["b"]  # not a
     assert restored(ck)["b"][12345] == 1.0
+
+
+FORMAT1 = Path(__file__).parent / "data" / "format1"  # written by the format-1 engine
+
+
+def test_a_format_1_checkpoint_still_restores(ck, nbdir):
+    """One memo over all records: shared objects stay shared, a subset loads its records
+    0..k, and the next checkpoint (format 2) restores too."""
+    shutil.copytree(FORMAT1, nbdir)
+    out: dict = {}
+    jp.restore(namespace=out, lazy=False, progress=False, trust=True, **ck)
+    assert out["a"]["items"] is out["b"][0] and out["a"]["items"] == [1, 2, 3]
+    assert out["opt"].param_groups[0]["params"][0] is out["model"][0].weight
+    assert np.array_equal(out["arr"], np.arange(12, dtype=np.float32).reshape(3, 4))
+    out["view"][0] = 42
+    assert out["arr"][1, 0] == 42
+    some: dict = {}
+    jp.restore("opt", namespace=some, progress=False, trust=True, **ck)
+    assert some["opt"].param_groups[0]["params"][0].shape == (3, 4)
+    jp.checkpoint(namespace=out, progress=False, trust=True, **ck)
+    again: dict = {}
+    jp.restore(namespace=again, lazy=False, progress=False, **ck)
+    assert again["a"]["items"] is again["b"][0]
+    assert store.get_manifest(ck["dir"], ck["notebook"]).format == "jupyter-pause/2"
