@@ -17,6 +17,10 @@ Of each piece of code it keeps every global name it mentions or binds (``x``, ``
 ``import m as x``, ``except E as x``, ...) and, through :func:`lazy.names_used`, the globals
 of the notebook functions and classes it names. Code whose names cannot be known (``exec``,
 ``eval``, ``globals()``, a magic other than ``%checkpoint``) marks everything changed.
+
+Code can also change variables outside any execution: a thread the notebook started keeps
+running between cells. While such a thread is alive (seen at an execution's start or at
+the checkpoint) everything counts as changed.
 """
 
 from __future__ import annotations
@@ -24,12 +28,30 @@ from __future__ import annotations
 import ast
 import contextlib
 import sys
+import threading
 from typing import Any
 
 from . import lazy
 
 # our own magic: a cell holding only ``%checkpoint ...`` changes nothing
 _HARMLESS_MAGICS = {"checkpoint"}
+
+# threads that were there before the notebook's code ran (the kernel's own)
+_KERNEL_THREADS = {t.ident for t in threading.enumerate()}
+# threads known to change no user variable: ours, tqdm's monitor, IPython's history writer
+_HARMLESS_THREADS = ("jp-", "jupyter-pause")
+_HARMLESS_THREAD_TYPES = {"TMonitor", "HistorySavingThread"}
+
+
+def notebook_threads_alive() -> bool:
+    """Is a thread the notebook's code started still running? It may change any variable."""
+    for t in threading.enumerate():
+        if t.ident in _KERNEL_THREADS or t is threading.current_thread():
+            continue
+        if t.name.startswith(_HARMLESS_THREADS) or type(t).__name__ in _HARMLESS_THREAD_TYPES:
+            continue
+        return True
+    return False
 
 
 class Tracker:
@@ -43,7 +65,7 @@ class Tracker:
 
     # -- IPython events -------------------------------------------------------
     def pre_execute(self) -> None:
-        if self.unseen:  # the previous execution never showed its code
+        if self.unseen or notebook_threads_alive():  # code we could not see may have run
             self.everything = True
         self.unseen = True
         request = _current_request(self.shell)
@@ -67,7 +89,7 @@ class Tracker:
 
     def changed(self) -> set[str] | None:
         """Names touched since the last :meth:`reset`; None: anything may have changed."""
-        if self.everything or self.unseen:
+        if self.everything or self.unseen or notebook_threads_alive():
             return None
         return set(self.names)
 

@@ -254,3 +254,19 @@ def test_a_format_1_checkpoint_still_restores(ck, nbdir):
     jp.restore(namespace=again, lazy=False, progress=False, **ck)
     assert again["a"]["items"] is again["b"][0]
     assert store.get_manifest(ck["dir"], ck["notebook"]).format == "jupyter-pause/2"
+
+
+def test_a_thread_still_running_between_cells_makes_a_full_checkpoint(shell, ck):
+    run(
+        shell,
+        "import threading\nhistory = []\nother = [0]\ngo = threading.Event()\n"
+        "done = threading.Event()\n"
+        "def train():\n    go.wait(60)\n    history.append(1)\n    done.set()\n"
+        "worker = threading.Thread(target=train, daemon=True)\nworker.start()",
+    )
+    checkpoint(shell)
+    run(shell, "go.set()\nassert done.wait(60)")  # names neither history nor train
+    run(shell, "worker.join(60)")
+    res = checkpoint(shell)
+    assert res.records_reused == 0
+    assert restored(ck)["history"] == [1]
