@@ -558,6 +558,64 @@ def bench_mixed(args, work: Path, env) -> dict:
     return {"save": save, "load": load, "sizes": sizes}
 
 
+RECHECKPOINT_CHILD = (
+    MAKE_MODEL
+    + """
+import json, statistics, sys, time
+from IPython.core.interactiveshell import InteractiveShell
+OUT, SIZE, ROUNDS = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+sh = InteractiveShell.instance()
+sh.user_ns.update(make_model=make_model, _out=OUT, _size=SIZE)
+sh.user_ns_hidden.update(make_model=make_model, _out=OUT, _size=SIZE)
+def run(code):
+    r = sh.run_cell(code)
+    assert r.success, r.error_in_exec or r.error_before_exec
+run("import numpy as np, jupyter_pause as jp")
+run("model = make_model(_size)")
+run("array = np.random.default_rng(1).random(25_000_000)")
+run("small = [{'id': i, 'name': f'item{i}', 'tags': [i % 7, i % 11], 'score': i / 3} "
+    "for i in range(10_000)]")
+run("n = 0")
+run("jp.checkpoint(dir=_out, notebook='re', progress=False)")
+inc, full, reused = [], [], []
+for i in range(ROUNDS):  # alternate which kind goes first
+    for kind in (("inc", "full") if i % 2 == 0 else ("full", "inc")):
+        run(f"n = {i}")  # one small change
+        t = time.perf_counter()
+        run(f"_r = jp.checkpoint(dir=_out, notebook='re', progress=False, full={kind == 'full'})")
+        dt = time.perf_counter() - t
+        (inc if kind == "inc" else full).append(dt)
+        if kind == "inc":
+            reused.append(sh.user_ns["_r"].records_reused)
+print(json.dumps({"inc": inc, "full": full, "reused": reused}))
+"""
+)
+
+
+def bench_recheckpoint(args, work: Path, env) -> dict:
+    """Re-checkpoint after one small change in the mixed namespace (a real IPython shell,
+    so the change tracker sees the cells): incremental against a full pass, same run."""
+    out = work / "recheckpoint"
+    out.mkdir()
+    size = int(args.recheckpoint_size_gb * 1e9)
+    res = run_child_args(RECHECKPOINT_CHILD, [str(out), str(size), str(args.rounds)], env)
+    shutil.rmtree(out, ignore_errors=True)
+    return res
+
+
+def print_recheckpoint(res: dict, size_gb: float) -> None:
+    print()
+    print(
+        f"== re-checkpoint after one small change: {size_gb:.2f} GB model + 200 MB array + "
+        f"10,000 small objects, {len(res['inc'])} alternated rounds =="
+    )
+    print(
+        f"incremental {median(res['inc']):.3f} s [{min(res['inc']):.3f}-{max(res['inc']):.3f}] "
+        f"(target <= 0.1 s), full pass {median(res['full']):.3f} s, "
+        f"records reused {median(res['reused']):.0f}"
+    )
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -573,6 +631,15 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-kernels", action="store_true", help="no real-kernel resume figures")
     ap.add_argument("--only-resume", action="store_true", help="run only the resume figures")
     ap.add_argument("--json", default=None, help="also write the raw results to this file")
+    ap.add_argument(
+        "--recheckpoint-size-gb",
+        type=float,
+        default=0.5,
+        help="model size of the re-checkpoint figure (default 0.5: the issue's 740 MB namespace)",
+    )
+    ap.add_argument(
+        "--only-recheckpoint", action="store_true", help="run only the re-checkpoint figure"
+    )
     args = ap.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="bench-jp-", dir=args.dir))
@@ -585,6 +652,10 @@ def main(argv=None) -> int:
     )
     print(f"writing to {work} ({shutil.disk_usage(work).free / 1e9:.0f} GB free); cold = {cache}")
     try:
+        recheckpoint = bench_recheckpoint(args, work, env)
+        print_recheckpoint(recheckpoint, args.recheckpoint_size_gb)
+        if args.only_recheckpoint:
+            return 0
         resume = bench_resume(args, work, env)
         print_resume(resume, args.rounds)
         if args.only_resume:
@@ -634,7 +705,14 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(
             json.dumps(
-                {"state_dict": sd, "mixed": mixed, "resume": resume, "cold": cache}, indent=1
+                {
+                    "state_dict": sd,
+                    "mixed": mixed,
+                    "resume": resume,
+                    "recheckpoint": recheckpoint,
+                    "cold": cache,
+                },
+                indent=1,
             )
         )
     return 0

@@ -37,9 +37,9 @@ from typing import Any
 import xxhash
 
 from ..formatting import format_bytes, format_seconds
+from . import changes, paths, pickling, records, rerun, rng, signing, store, tensors
 from . import lazy as lazy_mod
 from . import namespace as ns_mod
-from . import paths, pickling, rerun, rng, signing, store, tensors
 from .errors import (
     CheckpointError,
     CheckpointNotFound,
@@ -50,7 +50,7 @@ from .errors import (
     UnsavableObject,
     UntrustedCheckpoint,
 )
-from .manifest import PICKLE, Manifest, ObjectEntry, PickleEntry
+from .manifest import PICKLE, GroupEntry, Manifest, ObjectEntry, PickleEntry
 from .progress import Progress
 from .store import CheckpointInfo
 
@@ -111,6 +111,7 @@ class CheckpointResult:
     metadata: dict[str, Any] = field(default_factory=dict)
     removed: list[str] = field(default_factory=list)  # checkpoints deleted by retention
     quarantined: list[str] = field(default_factory=list)  # damaged blobs found, rewritten
+    records_reused: int = 0  # variables whose records were copied from the previous one
 
     def summary(self) -> str:
         rate = self.bytes_written / self.seconds if self.seconds > 0 else 0
@@ -254,8 +255,13 @@ def checkpoint(
     trust: bool = False,
     progress: bool = True,
     namespace: dict | None = None,
+    full: bool = False,
 ) -> CheckpointResult:
     """Save tracked objects and the namespace (or just ``names``) as a new checkpoint.
+
+    In a kernel, a checkpoint re-pickles only the variables that code run since the
+    previous one could have changed and copies the other records (engine/records.py);
+    ``full=True`` re-pickles everything.
 
     ``trust=True`` lets an incremental checkpoint reuse data of unsigned older checkpoints.
     ``namespace`` defaults to the kernel's user namespace (``__main__`` outside IPython).
@@ -304,6 +310,7 @@ def checkpoint(
         with store.locked(nbdir):
             store.gc(nbdir, locked_already=True)  # stale temp folders of dead writers
             index = _previous_index(nbdir, trust)
+            incremental = _incremental(nbdir, ns, bool(names), full)
             txn = store.Transaction(nbdir)
             try:
                 result = _write_checkpoint(
@@ -320,6 +327,7 @@ def checkpoint(
                     progress,
                     ns,
                     t0,
+                    incremental,
                 )
                 result.removed = store.apply_retention(nbdir, _keep(keep))
                 if result.removed:
@@ -330,6 +338,41 @@ def checkpoint(
     except OSError as e:
         raise DiskError(str(nbdir), e) from e
     return result
+
+
+# notebook folder -> what its last checkpoint written by this process may lend the next
+_STATE: dict[str, records.State] = {}
+
+
+def _tracking(ns) -> bool:
+    return changes.tracker_for(ns) is not None
+
+
+def _incremental(nbdir, ns, named: bool, full: bool):
+    """(previous state, names changed since) when this checkpoint may reuse records of
+    the previous one, else (None, None): reuse needs the kernel's own namespace watched
+    since the previous checkpoint, which must be this process's and still the newest."""
+    tracker = changes.tracker_for(ns)  # started now if it was not: the next one may reuse
+    prev = _STATE.get(str(nbdir))
+    if named or full or tracker is None or prev is None or prev.namespace_id != id(ns):
+        return None, None
+    ids = store.checkpoint_ids(nbdir)
+    if not ids or ids[-1] != prev.checkpoint_id:
+        return None, None
+    changed = tracker.changed()
+    if changed is None:
+        return None, None
+    return prev, changed
+
+
+def _untouched_numpy_digest(s, known: dict) -> str | None:
+    """The digest an array had at the last checkpoint, if only groups that no code since
+    touched name it and its sampled bytes are the same (engine/records.py)."""
+    entry = known.get(s.skey)
+    if entry is None or s.nbytes < tensors.FAST_PATH_MIN:
+        return None
+    fp, digest = entry
+    return digest if tensors.fingerprint(s) == fp else None
 
 
 def _write_checkpoint(
@@ -346,82 +389,68 @@ def _write_checkpoint(
     progress,
     ns,
     t0,
+    incremental=(None, None),
 ) -> CheckpointResult:
     key = signing.load_key()
     order = list(required) + [n for n in optional if n not in required]
     objects_in = {**optional, **required}
-    probed = False
-    pk_path = txn.tmp / PICKLE
-    deep = False  # pickle in a thread with a deep stack (after a RecursionError)
-    while True:
-        collector = tensors.Collector()
-        if pk_path.exists():  # a second pass, after dropping an unsavable object
-            pk_path.unlink()
-        with paths.private_open(pk_path, buffering=1 << 20) as f:
-            w = _HashingWriter(f, key)
-            pickler = pickling.StatePickler(w, collector, ns)
-            dump = functools.partial(pickling.deep, pickler.dump) if deep else pickler.dump
-            offsets: list[int] = []
-            entries: dict[str, ObjectEntry] = {}
-            failed_name = failure = None
-            for i, name in enumerate(order):
-                obj = objects_in[name]
-                offsets.append(w.pos)
-                collector.begin(name, obj)
-                try:
-                    dump(obj)
-                except Exception as e:
-                    if w.io_error is not None:
-                        raise w.io_error from None
-                    failed_name, failure = name, pickling.describe(e)
-                    if isinstance(e, RecursionError) and not deep:
-                        failure = None  # e.g. a long linked list: pickle again, deeper
-                    break
-                entries[name] = ObjectEntry(
-                    type=_type_name(obj),
-                    dump=i,
-                    storages=list(collector.touched),
-                    tracked=name in tracked_names,
-                )
-            rng_record = None
-            if failed_name is None:
-                state = rng.capture()
-                offsets.append(w.pos)
-                collector.begin(RNG_RECORD, state)
-                try:
-                    pickler.dump(state)
+    collector = tensors.Collector()
+    prev, changed = incremental
+    try:
+        groups, failed = records.pickle_namespace(
+            order, objects_in, set(required), collector, ns, prev, changed
+        )
+    except records.Unsavable as e:
+        raise UnsavableObject(e.name, e.why) from None
+    skipped.update(failed)
+    rng_group = None
+    with contextlib.suppress(records.Unsavable):  # not with the stock generators; not fatal
+        rng_group = records.pickle_group([RNG_RECORD], {RNG_RECORD: rng.capture()}, collector, ns)
+    # this checkpoint's storages: those its groups name, in order (a group pickled and
+    # then merged into another, or a variable that failed, may have left others behind)
+    used: dict[int, int] = {}
+    for g in [*groups, *([rng_group] if rng_group else [])]:
+        for i in g.local:
+            used.setdefault(i, len(used))
+    storages = [collector.storages[i] for i in used]
+    offsets: list[int] = []
+    entries: dict[str, ObjectEntry] = {}
+    group_entries: list[GroupEntry] = []
+    rng_record = None
+    with paths.private_open(txn.tmp / PICKLE, buffering=1 << 20) as f:
+        w = _HashingWriter(f, key)
+        for g in [*groups, *([rng_group] if rng_group else [])]:
+            local = [used[i] for i in g.local]
+            group_entries.append(GroupEntry(first=len(offsets), storages=local))
+            base = w.pos
+            w.write(g.data)
+            for n, off, firsts in zip(g.names, g.offsets, g.firsts, strict=True):
+                offsets.append(base + off)
+                if g is rng_group:
                     rng_record = len(offsets) - 1
-                except Exception:
-                    offsets.pop()  # cannot happen with the stock generators; never fatal
-            f.flush()
-            os.fsync(f.fileno())
-        if failed_name is None:
-            break
-        if failure is None:
-            deep = True
-            continue
-        # A record failed half-way; the stream and memo are unusable. Find every other
-        # culprit once (each remaining object alone, to nowhere), drop them, pickle again.
-        if failed_name in required:
-            raise UnsavableObject(failed_name, failure)
-        skipped[failed_name] = failure
-        order.remove(failed_name)
-        if not probed:
-            probed = True
-            for name in [n for n in order if n not in entries]:
-                reason = pickling.probe(objects_in[name], ns)
-                if reason is None:
                     continue
-                if name in required:
-                    raise UnsavableObject(name, reason)
-                skipped[name] = reason
-                order.remove(name)
+                entries[n] = ObjectEntry(
+                    type=g.types[n],
+                    dump=len(offsets) - 1,
+                    storages=[local[p] for p in firsts],
+                    tracked=n in tracked_names,
+                )
+        f.flush()
+        os.fsync(f.fileno())
+    state = records.State(txn.id, id(ns), groups)
+    reused_records = sum(len(g.names) for g in groups if g.reused)
+    # storages only reused groups name: no code since the last checkpoint could reach them
+    # (numpy arrays have no version counter; their digest is reused on that ground)
+    fresh = {used[i] for g in groups if not g.reused for i in g.local}
+    if rng_group is not None:
+        fresh |= {used[i] for i in rng_group.local}
+    untouched = set(range(len(storages))) - fresh
+    prev_numpy = prev.numpy_digests if prev is not None else None
     pickle_entry = PickleEntry(
         file=PICKLE, bytes=w.pos, xxh3=w.xxh.hexdigest(), hmac=w.mac.hexdigest()
     )
 
     # 2. digests + dedup
-    storages = collector.storages
     total = sum(s.nbytes for s in storages)
     bar = Progress("checkpoint", total, enabled=progress)
     files: dict[str, Any] = {}
@@ -443,8 +472,10 @@ def _write_checkpoint(
             usable[rel] = why is None
         return usable[rel]
 
-    for s in storages:
+    for pos, s in enumerate(storages):
         s.xxh3 = tensors.cached_digest(s)
+        if s.xxh3 is None and pos in untouched and prev_numpy is not None:
+            s.xxh3 = _untouched_numpy_digest(s, prev_numpy)
         if s.xxh3 is None and index:
             s.xxh3 = tensors.hash_storage(s)
         hit = index.get(s.xxh3) if s.xxh3 else None
@@ -485,6 +516,11 @@ def _write_checkpoint(
         s.file, s.key, s.xxh3 = first.file, first.key, first.xxh3
     for s in storages:
         tensors.remember(s)
+    state.numpy_digests = {
+        s.skey: (tensors.fingerprint(s), s.xxh3)
+        for s in storages
+        if s.kind == "numpy" and s.xxh3 is not None and s.nbytes >= tensors.FAST_PATH_MIN
+    }
 
     per_obj_bytes = {}
     for name, e in entries.items():
@@ -508,8 +544,14 @@ def _write_checkpoint(
         bytes_total=total,
         bytes_written=written + pickle_entry.bytes,
         rerun=rerun.cells_for(unsaved, ns),
+        groups=group_entries,
     )
     final = txn.commit(manifest)
+    if incremental[0] is not None or incremental[1] is not None or _tracking(ns):
+        _STATE[str(nbdir)] = state
+        tracker = changes.tracker_for(ns)
+        if tracker is not None:
+            tracker.reset()
     seconds = time.monotonic() - t0
     result = CheckpointResult(
         id=txn.id,
@@ -526,6 +568,7 @@ def _write_checkpoint(
         tensors=len(storages),
         metadata=meta,
         quarantined=quarantined,
+        records_reused=reused_records,
     )
     bar.finish(result.summary())
     return result
@@ -538,6 +581,7 @@ class _Loader:
         self.damaged = damaged or {}  # storage index -> why it was not read (partial restore)
         self.made: dict[int, list] = {}  # storage index -> the tensors rebuilt on it
         self.arrays: dict[int, list] = {}  # storage index -> the arrays rebuilt on it
+        self.local: list[int] | None = None  # the group being loaded: position -> storage
 
     def _buffer(self, idx):
         if idx in self.damaged:
@@ -545,6 +589,8 @@ class _Loader:
         return self.buffers[idx]
 
     def rebuild_tensor(self, idx, dtype_name, shape, stride, offset, requires_grad, kind):
+        if self.local is not None:
+            idx = self.local[idx]
         t = tensors.rebuild_torch(
             self._buffer(idx), dtype_name, shape, stride, offset, requires_grad, kind
         )
@@ -562,6 +608,8 @@ class _Loader:
             tensors.remember_restored(self.buffers[idx], self.made[idx], m.storages[idx].xxh3)
 
     def rebuild_array(self, idx, dtype, shape, strides, offset, writeable):
+        if self.local is not None:
+            idx = self.local[idx]
         a = tensors.rebuild_array(self._buffer(idx), dtype, shape, strides, offset, writeable)
         self.arrays.setdefault(idx, []).append(a)
         return a
@@ -595,6 +643,8 @@ def restore(
     """
     t0 = time.monotonic()
     lazy_mod.cancel()  # a restore replaces one still loading
+    changes.invalidate()  # it replaces objects: the next checkpoint pickles everything
+    _STATE.clear()
     if checkpoint_id in ("latest", ""):
         checkpoint_id = None
     if checkpoint_id is not None and not paths.is_checkpoint_id(checkpoint_id):
@@ -635,11 +685,11 @@ def restore(
                         )
                     raise
                 passed_over[cid] = str(e)
-        m, data, wanted, upto, total, bar = (
+        m, data, wanted, to_load, total, bar = (
             loaded.manifest,
             loaded.pickle,
             loaded.wanted,
-            loaded.upto,
+            loaded.to_load,
             loaded.bytes,
             loaded.progress,
         )
@@ -662,10 +712,10 @@ def restore(
     # every object is built over its final buffer, and none is assigned before the bytes
     # it reaches have matched their digests.
     by_record = {o.dump: n for n, o in m.objects.items()}
-    objs, failures = pickling.load_records(data, m.records, upto, loader, ns, by_record)
+    objs, failures = pickling.load_groups(data, m, to_load, loader, ns, by_record)
     if any(why.startswith("RecursionError") for why in failures.values()):
         objs, failures = pickling.deep(
-            pickling.load_records, data, m.records, upto, loader, ns, by_record
+            pickling.load_groups, data, m, to_load, loader, ns, by_record
         )
     failed = {by_record[i]: why for i, why in failures.items() if i in by_record}
     if names and any(n in failed for n in wanted) and not partial:
@@ -765,10 +815,14 @@ def _read_verified(
             )
         raise UnknownName(unknown, where, m.objects)
     wanted = list(names) if names else list(m.objects)
-    upto = max(m.objects[n].dump for n in wanted) if names else len(m.records) - 1
+    # the records to unpickle (format 1: records 0..k, one memo; format 2: per group)
+    to_load = m.records_to_load(
+        {m.objects[n].dump for n in wanted} if names else set(range(len(m.records)))
+    )
+    loading = set(to_load)
     needed = sorted(
-        {i for o in m.objects.values() if o.dump <= upto for i in o.storages}
-        | (_rng_storages(m) if m.rng_record is not None and m.rng_record <= upto else set())
+        {i for o in m.objects.values() if o.dump in loading for i in o.storages}
+        | (_rng_storages(m) if m.rng_record is not None and m.rng_record in loading else set())
     )
     # devices first: fail before reading a byte
     for dev, owner in {
@@ -809,10 +863,10 @@ def _read_verified(
             if i not in buffers:
                 buffers[i] = tensors.empty_for(m.storages[i], device_of(m.storages[i]))
         return _Verified(
-            m, data, buffers, wanted, upto, total, damaged, bar, (plan, set(buffers) & now)
+            m, data, buffers, wanted, to_load, total, damaged, bar, (plan, set(buffers) & now)
         )
     buffers = tensors.read_storages(nbdir, m, needed, device_of, bar)
-    return _Verified(m, data, buffers, wanted, upto, total, damaged, bar)
+    return _Verified(m, data, buffers, wanted, to_load, total, damaged, bar)
 
 
 @dataclass
@@ -823,7 +877,7 @@ class _Verified:
     pickle: bytes
     buffers: dict[int, Any]  # storage index -> buffer on its device
     wanted: list[str]
-    upto: int  # last record to load
+    to_load: list[int]  # the records to load
     bytes: int
     damaged: dict[int, str]  # storage index -> why it was left out (partial restores)
     progress: Progress

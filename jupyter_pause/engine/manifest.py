@@ -14,7 +14,9 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-FORMAT = "jupyter-pause/1"
+FORMAT = "jupyter-pause/2"
+# format 1: one memo over all records (records 0..k load together); still restored
+FORMATS = ("jupyter-pause/1", FORMAT)
 MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig"
 PICKLE = "objects.pkl"
@@ -56,6 +58,15 @@ class ObjectEntry:
 
 
 @dataclass
+class GroupEntry:
+    """Consecutive records pickled with one memo (format 2): variables that share objects.
+    A group loads on its own; its pickle names storages by position in ``storages``."""
+
+    first: int  # index of its first record
+    storages: list[int] = field(default_factory=list)  # group position -> storage index
+
+
+@dataclass
 class PickleEntry:
     file: str
     bytes: int
@@ -92,6 +103,7 @@ class Manifest:
     bytes_written: int = 0  # bytes newly written by this checkpoint
     owner: str = ""  # user who wrote it (signed with the rest; checked on list and restore)
     rerun: list[RerunCell] = field(default_factory=list)  # cells that made the skipped names
+    groups: list[GroupEntry] = field(default_factory=list)  # format 2; [] in format 1
 
     # -- JSON -----------------------------------------------------------------
     def to_bytes(self) -> bytes:
@@ -106,13 +118,14 @@ class Manifest:
             raw = json.loads(data.decode("utf-8"))
             if not isinstance(raw, dict):
                 raise ValueError("not a JSON object")
-            if raw.get("format") != FORMAT:
+            if raw.get("format") not in FORMATS:
                 raise ValueError(f"unsupported checkpoint format {raw.get('format')!r}")
             raw["pickle"] = PickleEntry(**raw["pickle"])
             raw["files"] = {k: FileEntry(**v) for k, v in raw.get("files", {}).items()}
             raw["storages"] = [StorageEntry(**s) for s in raw.get("storages", [])]
             raw["objects"] = {k: ObjectEntry(**v) for k, v in raw.get("objects", {}).items()}
             raw["rerun"] = [RerunCell(**r) for r in raw.get("rerun", [])]
+            raw["groups"] = [GroupEntry(**g) for g in raw.get("groups", [])]
             known = {f.name for f in fields(cls)}
             m = cls(**{k: v for k, v in raw.items() if k in known})
             m._check_shape()
@@ -146,6 +159,30 @@ class Manifest:
         for o in self.objects.values():
             need(ints(o.storages) and all(i < n for i in o.storages), "object storages")
             need(type(o.dump) is int and 0 <= o.dump < len(self.records), "object record")
+        firsts = [g.first for g in self.groups]
+        need(ints(firsts) and firsts == sorted(set(firsts)), "groups")
+        need(not firsts or (firsts[0] == 0 and firsts[-1] < len(self.records)), "groups")
+        for g in self.groups:
+            need(ints(g.storages) and all(i < n for i in g.storages), "group storages")
+
+    # -- groups ---------------------------------------------------------------
+    def spans(self) -> list[tuple[int, int, list[int] | None]]:
+        """(first record, end record, group position -> storage index or None) of each
+        group of records that load with one memo; format 1 has one group of them all."""
+        if not self.groups:
+            return [(0, len(self.records), None)]
+        ends = [g.first for g in self.groups[1:]] + [len(self.records)]
+        return [(g.first, end, g.storages) for g, end in zip(self.groups, ends, strict=True)]
+
+    def records_to_load(self, wanted: set[int]) -> list[int]:
+        """The records to unpickle for the ``wanted`` ones: in each group, every record up
+        to the last one wanted (later records of a group may refer to earlier ones)."""
+        out: list[int] = []
+        for first, end, _local in self.spans():
+            last = max((r for r in wanted if first <= r < end), default=None)
+            if last is not None:
+                out.extend(range(first, last + 1))
+        return out
 
     # -- helpers --------------------------------------------------------------
     def files_of(self, names) -> set[str]:

@@ -383,10 +383,11 @@ class StatePickler(pickle.Pickler):
         torch = sys.modules.get("torch")
         np = sys.modules.get("numpy")
         self._tensor_base = torch.Tensor if torch is not None else None
+        #: global names the by-value code pickled so far reads (a cell function's globals
+        #: are the namespace: calling it may change those variables)
+        self.code_names: set[str] = set()
         d: dict[type, Any] = {
-            types.FunctionType: lambda o: (
-                reduce_function(o, self.namespace) if _by_value(o) else NotImplemented
-            ),
+            types.FunctionType: self._reduce_function,
             types.CodeType: lambda o: (_load_code, (tuple(sys.version_info[:2]), marshal.dumps(o))),
             types.ModuleType: self._reduce_module,
             types.MappingProxyType: lambda o: (_mappingproxy, (dict(o),)),
@@ -415,12 +416,42 @@ class StatePickler(pickle.Pickler):
         self._dispatch = d
         self._class_cache: dict[type, Any] = {}
 
+    def _reduce_function(self, func):
+        if not _by_value(func):
+            return NotImplemented
+        code = [func.__code__]
+        while code:
+            c = code.pop()
+            self.code_names.update(c.co_names)
+            code += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+        return reduce_function(func, self.namespace)
+
+    def shared_ids(self) -> set[int]:
+        """ids of the objects in the memo whose identity matters: those another variable
+        may share (mutable containers, instances, tensors, cell code). Immutable values,
+        and classes and functions found by name, are left out: sharing them is harmless
+        (and every record shares them)."""
+        free = _identity_free()
+        out = set()
+        for key, (_index, obj) in self.memo.copy().items():
+            t = type(obj)
+            if t in free:
+                continue
+            if t is types.FunctionType:
+                if not _by_value(obj):
+                    continue
+            elif isinstance(obj, type) and not _class_by_value(obj):
+                continue
+            out.add(key)
+        return out
+
     def _reduce_memmap(self, a):
         """A ``numpy.memmap`` that maps a whole file region comes back as a memmap of that
         file (its data is the file's, not the checkpoint's); a slice of one, or a
         copy-on-write map whose changes live only in memory, is saved as an array."""
         import mmap
 
+        self.collector.in_band = True  # its data lives in its own file: re-pickle it
         if isinstance(a.base, mmap.mmap) and a.filename and a.mode != "c":
             if a.mode in ("r+", "w+"):
                 a.flush()
@@ -458,6 +489,44 @@ class StatePickler(pickle.Pickler):
         if isinstance(obj, type) and _class_by_value(obj):
             return reduce_class(obj)
         return NotImplemented
+
+
+# exact types whose sharing between variables does not matter (immutable values, markers)
+_IDENTITY_FREE = frozenset(
+    {
+        str,
+        bytes,
+        int,
+        float,
+        complex,
+        bool,
+        type(None),
+        tuple,
+        frozenset,
+        range,
+        slice,
+        types.CodeType,
+        types.ModuleType,
+        types.BuiltinFunctionType,
+        _ModuleDict,
+        _NamespaceRef,
+        _EmptyCell,
+    }
+)
+
+
+_with_numpy: frozenset | None = None
+
+
+def _identity_free() -> frozenset:
+    # numpy's dtypes are cached singletons: every array of one dtype refers to the same one
+    global _with_numpy
+    np = sys.modules.get("numpy")
+    if np is None:
+        return _IDENTITY_FREE
+    if _with_numpy is None:
+        _with_numpy = _IDENTITY_FREE | {type(np.dtype(c)) for c in "?bBhHiIlLqQefdgFDGSUV"}
+    return _with_numpy
 
 
 DEEP_RECURSION_LIMIT = 100_000
@@ -680,4 +749,31 @@ def load_records(
                 lost[k] = i
                 memo[k] = _LOST
         fresh_memo = memo
+    return objs, failures
+
+
+def load_groups(data: bytes, manifest, records: list[int], loader, namespace, names=None):
+    """Unpickle ``records`` (from ``Manifest.records_to_load``), each group of records with
+    its own memo (format 2; format 1 is one group). A failure stays inside its group.
+    Returns (objects, failures) keyed by record index, like :func:`load_records`."""
+    wanted = set(records)
+    offsets = manifest.records
+    objs: dict[int, Any] = {}
+    failures: dict[int, str] = {}
+    for first, end, local in manifest.spans():
+        last = max((r for r in wanted if first <= r < end), default=None)
+        if last is None:
+            continue
+        start = offsets[first]
+        stop = offsets[end] if end < len(offsets) else len(data)
+        part = data[start:stop] if (start, stop) != (0, len(data)) else data
+        rebased = [offsets[r] - start for r in range(first, end)]
+        local_names = {r - first: n for r, n in (names or {}).items() if first <= r < end}
+        loader.local = local
+        try:
+            o, f = load_records(part, rebased, last - first, loader, namespace, local_names)
+        finally:
+            loader.local = None
+        objs.update({first + i: v for i, v in o.items()})
+        failures.update({first + i: v for i, v in f.items()})
     return objs, failures

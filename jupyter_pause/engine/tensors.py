@@ -25,6 +25,7 @@ torch and numpy are imported lazily: only if the user's objects contain them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import struct
@@ -177,19 +178,59 @@ class Collector:
         self.storages: list[Storage] = []
         self._index: dict[tuple, int] = {}
         self.owner = ""
-        self.names: dict[int, str] = {}
+        self._obj: Any = None
+        self._names: dict[int, str] | None = None
         self.touched: list[int] = []  # storages first referenced by the current record
         self._seen: set[int] = set()
+        # the current group (records pickled with one memo): the pickle refers to its
+        # storages by their position in ``local`` (see docs/engine.md, format 2)
+        self.local: list[int] = []
+        self._local_of: dict[int, int] = {}
+        #: (weak reference to each tensor/array reduced in the group, what it reduced to),
+        #: so that a later checkpoint can check the group's records still describe them
+        self.log: list[tuple[Any, tuple]] = []
+        self.in_band = False  # the group pickled tensor data in-band: never reuse it
+
+    def begin_group(self) -> None:
+        self.local, self._local_of, self.log, self.in_band = [], {}, [], False
+        self._seen = set()
 
     def begin(self, owner: str, obj: Any) -> None:
         self.owner = owner
-        self.names = local_names(owner, obj)
+        self._obj = obj
+        self._names = None  # computed when the record holds a tensor (cosmetic, and slow)
         self.touched = []
 
-    def _add(self, idx: int) -> None:
+    @property
+    def names(self) -> dict[int, str]:
+        if self._names is None:
+            self._names = local_names(self.owner, self._obj)
+        return self._names
+
+    def _add(self, idx: int) -> int:
+        """Note storage ``idx`` in the current record and group; its index in the group."""
         if idx not in self._seen:
             self._seen.add(idx)
             self.touched.append(idx)
+        local = self._local_of.get(idx)
+        if local is None:
+            local = self._local_of[idx] = len(self.local)
+            self.local.append(idx)
+        return local
+
+    def _logged(self, obj, result):
+        try:
+            ref = weakref.ref(obj)
+        except TypeError:
+            self.in_band = True
+            return result
+        if len(result) > 2:
+            state = result[2]
+            sig = (result[1], tuple((k, id(v)) for k, v in state.items()))
+        else:
+            sig = (result[1], None)
+        self.log.append((ref, sig))
+        return result
 
     # -- torch ---------------------------------------------------------------
     def reduce_torch(self, t):
@@ -200,13 +241,17 @@ class Collector:
         elif cls is torch.Tensor:
             kind = "tensor"
         else:
+            self.in_band = True
             return NotImplemented  # other subclasses: their own reduction (in-band)
         if t.layout is not torch.strided or t.is_quantized or t.is_nested:
+            self.in_band = True
             return NotImplemented  # sparse: torch reduces to strided parts, which come back here
         dtype_name = str(t.dtype).removeprefix("torch.")
         rg = bool(t.requires_grad)
         if t.device.type == "meta":
-            return (_rebuild_meta, (dtype_name, tuple(t.shape), tuple(t.stride()), rg, kind))
+            return self._logged(
+                t, (_rebuild_meta, (dtype_name, tuple(t.shape), tuple(t.stride()), rg, kind))
+            )
         src = t.detach()
         if src.is_conj() or src.is_neg():
             src = src.resolve_conj().resolve_neg()  # materialise lazy bits (sharing lost)
@@ -246,9 +291,8 @@ class Collector:
             s.shape, s.dtype, s.safe_dtype = list(src.shape), dtype_name, TORCH_SAFE[dtype_name]
             if id(t) in self.names:
                 s.name = self.names[id(t)]
-        self._add(idx)
         args = (
-            idx,
+            self._add(idx),
             dtype_name,
             tuple(src.shape),
             tuple(src.stride()),
@@ -260,13 +304,14 @@ class Collector:
         if t.is_leaf and t.requires_grad and t.grad is not None:
             state[GRAD] = t.grad  # saved like any tensor (its own storage)
         if state:
-            return (_rebuild_tensor, args, state, None, None, _set_tensor_state)
-        return (_rebuild_tensor, args)
+            return self._logged(t, (_rebuild_tensor, args, state, None, None, _set_tensor_state))
+        return self._logged(t, (_rebuild_tensor, args))
 
     # -- numpy ---------------------------------------------------------------
     def reduce_numpy(self, a):
         np = sys.modules["numpy"]
         if a.dtype.hasobject:
+            self.in_band = True
             return NotImplemented  # object arrays hold Python objects: pickle them
         root = _numpy_root(a, np)
         if root is None:
@@ -310,9 +355,15 @@ class Collector:
             )
             if id(a) in self.names:
                 s.name = self.names[id(a)]
-        self._add(idx)
-        args = (idx, view.dtype, view.shape, view.strides, offset, bool(a.flags.writeable))
-        return (_rebuild_array, args)
+        args = (
+            self._add(idx),
+            view.dtype,
+            view.shape,
+            view.strides,
+            offset,
+            bool(a.flags.writeable),
+        )
+        return self._logged(a, (_rebuild_array, args))
 
 
 def _numpy_root(a, np):
@@ -367,12 +418,12 @@ def hash_storage(s: Storage) -> str:
     return h.hexdigest()
 
 
-def _fingerprint(s: Storage) -> str:
+def fingerprint(s: Storage) -> str:
     """xxh3 of ~8 KiB sampled across the storage: catches writes that bypass ``_version``
     (``p.data.mul_()``) in all but pathological cases, for the price of a tiny read."""
     n = s.nbytes
-    positions = sorted({min(n - 64, (n - 64) * i // 127) for i in range(128)})
     if s.kind == "torch" and s.data.device.type != "cpu":
+        positions = sorted({min(n - 64, (n - 64) * i // 127) for i in range(128)})
         torch = sys.modules["torch"]
         idx = torch.tensor(positions, device=s.data.device)[:, None] + torch.arange(
             64, device=s.data.device
@@ -380,8 +431,16 @@ def _fingerprint(s: Storage) -> str:
         sample = s.data[idx.flatten()].cpu().numpy().tobytes()
     else:
         arr = s.data.numpy() if s.kind == "torch" else s.data
-        sample = b"".join(arr[p : p + 64].tobytes() for p in positions)
+        sample = arr[_sample_index(n)].tobytes()  # one gather instead of 128 slices
     return xxhash.xxh3_64_hexdigest(sample)
+
+
+@functools.lru_cache(maxsize=4096)
+def _sample_index(n: int):
+    import numpy as np
+
+    positions = sorted({min(n - 64, (n - 64) * i // 127) for i in range(128)})
+    return (np.array(positions, dtype=np.int64)[:, None] + np.arange(64)).ravel()
 
 
 def _version(t) -> int | None:
@@ -411,7 +470,7 @@ def cached_digest(s: Storage) -> str | None:
         known.add(id(t))
     if not s.reps or any(id(t) not in known for t in s.reps):
         return None
-    if _fingerprint(s) != fp:
+    if fingerprint(s) != fp:
         return None
     return digest
 
@@ -436,7 +495,7 @@ def remember(s: Storage) -> None:
             refs.append((weakref.ref(t), v))
         except TypeError:
             return
-    _CACHE[s.skey] = (tuple(refs), _fingerprint(s), s.xxh3)
+    _CACHE[s.skey] = (tuple(refs), fingerprint(s), s.xxh3)
     if len(_CACHE) > 100_000:  # never grow without bound in a long-lived kernel
         for k in [k for k, e in _CACHE.items() if all(r() is None for r, _v in e[0])]:
             del _CACHE[k]

@@ -1,0 +1,1 @@
+{"format": "jupyter-pause-sig/2", "hmac": "3956e1f0871c52356f967a208bc1d4c9491f56a70c64a468c4e51e1c5f558496", "key_id": "f940ff81cec1be0f", "manifest_xxh3": "795bcae7a1c3ed30921100058075ad7b"}
