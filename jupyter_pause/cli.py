@@ -24,6 +24,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "jupyter_pause.commands.where",
         "resume a paused notebook (local server) or workspace (Kubernetes)",
     ),
+    "schedule": (
+        "jupyter_pause.commands.where",
+        "resume a paused notebook (local server) or workspace (Kubernetes) at a set time",
+    ),
+    "scheduler": (
+        "jupyter_pause.commands.kube",
+        "resume the workspaces whose scheduled time has come (run it as a CronJob)",
+    ),
     "abort": ("jupyter_pause.commands.kube", "abort a hung pause snapshot from outside the pod"),
     "list": ("jupyter_pause.commands.where", "list saved state (checkpoints) and snapshots"),
     "gc": ("jupyter_pause.commands.kube", "delete expired snapshots and checkpoints"),

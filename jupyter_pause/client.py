@@ -88,8 +88,22 @@ class PauseClient:
     def session_status(self, path: str) -> dict[str, Any] | None:
         return next((s for s in self.status().get("sessions", []) if s.get("path") == path), None)
 
-    def pause(self, path: str, force: bool = False) -> dict[str, Any]:
-        return self.api("POST", "sessions/pause", {"path": path, "force": force})["operation"]
+    def pause(
+        self, path: str, force: bool = False, resume_at: float | str | None = None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"path": path, "force": force}
+        if resume_at is not None:
+            body["resume_at"] = resume_at
+        return self.api("POST", "sessions/pause", body)["operation"]
+
+    def schedule(self, path: str, resume_at: float | str) -> dict[str, Any]:
+        """Resume a paused notebook by itself at ``resume_at``; returns the schedule."""
+        return self.api("PUT", "sessions/schedule", {"path": path, "resume_at": resume_at})[
+            "schedule"
+        ]
+
+    def cancel_schedule(self, path: str) -> None:
+        self.api("DELETE", "sessions/schedule", path=path)
 
     def resume(self, path: str, checkpoint_id: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"path": path}

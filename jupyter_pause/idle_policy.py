@@ -66,6 +66,15 @@ class WorkloadClass:
     #: "pause" (checkpoint, then free the accelerator), "checkpoint" (save
     #: state, keep running) or "none" (never act automatically)
     action: str = "pause"
+    #: predicted resume (opt-in): resume ahead of the user's predicted return
+    #: when the prediction's confidence reaches ``predict_min_confidence``, so
+    #: that the notebook is ready ``predict_margin`` seconds before they are
+    #: expected (plus the measured resume latency); a predicted resume nobody
+    #: used within ``predict_unused_after`` seconds is paused again
+    predict_resume: bool = False
+    predict_min_confidence: float = 0.7
+    predict_margin: float = 5 * 60
+    predict_unused_after: float = 30 * 60
 
     @classmethod
     def from_config(cls, name: str, settings: dict[str, Any]) -> WorkloadClass:

@@ -170,6 +170,11 @@ class Session:
     error: str | None = None
     workload_class: str | None = None
     gpus: int | None = None  # accelerators the kernel held at its last checkpoint
+    #: a planned resume while paused (:class:`jupyter_pause.schedule.ResumeSchedule` as JSON)
+    schedule: dict[str, Any] | None = None
+    #: set when a schedule brought the notebook back and the user has not run a
+    #: cell yet: {kind, at (when it was ready)}; an unused predicted one is paused again
+    resumed_ahead: dict[str, Any] | None = None
 
     def move(self, to: State, *, error: str | None = None) -> State:
         """Move to ``to`` (or to FAILED with ``error``); returns the previous state."""

@@ -19,6 +19,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from .schedule import ScheduleError, parse_resume_at
+
 
 def _error(e: Exception):
     """An engine error as a UsageError: the cell fails (Run All stops) with one readable
@@ -156,6 +158,12 @@ class PauseMagics(Magics):
     @magic_arguments()
     @argument("--force", action="store_true", help="interrupt a running cell instead of waiting")
     @argument("--status", action="store_true", help="print this notebook's pause state and return")
+    @argument(
+        "--resume-at",
+        nargs="+",
+        metavar="TIME",
+        help="resume by itself then: 08:45, tomorrow 08:45, monday 08:45, in 2h, or ISO 8601",
+    )
     @line_magic
     def pause(self, line=""):
         """Pause this notebook: once this cell returns, checkpoint, stop the kernel, free the GPU.
@@ -165,6 +173,12 @@ class PauseMagics(Magics):
         with jupyter-pause enabled.
         """
         args = parse_argstring(self.pause, line)
+        resume_at = None
+        if args.resume_at:
+            try:
+                resume_at = parse_resume_at(" ".join(args.resume_at), time.time())
+            except ScheduleError as e:
+                raise UsageError(str(e)) from None
         try:
             server = ServerLink.from_environment()
             if args.status:
@@ -174,17 +188,29 @@ class PauseMagics(Magics):
                     return
                 since = time.strftime("%H:%M:%S", time.localtime(session["since"]))
                 error = f"; last error: {session['error']}" if session.get("error") else ""
-                print(f"{server.notebook}: {session['state']} since {since}{error}")
+                schedule = session.get("schedule")
+                resumes = f"; resumes at {_when(schedule['at'])}" if schedule else ""
+                print(f"{server.notebook}: {session['state']} since {since}{resumes}{error}")
                 return
-            op = server.post(
-                "sessions/pause", {"path": server.notebook, "after_cell": True, "force": args.force}
-            )["operation"]
+            body = {"path": server.notebook, "after_cell": True, "force": args.force}
+            if resume_at is not None:
+                body["resume_at"] = resume_at
+            op = server.post("sessions/pause", body)["operation"]
         except ServerLinkError as e:
             raise UsageError(str(e)) from None
+        resumes = f" It resumes by itself at {_when(resume_at)}." if resume_at else ""
         print(
             f"Pausing {server.notebook} once this cell finishes (operation {op['id']}): "
             "its state is checkpointed first, then the kernel stops and frees its accelerator."
+            + resumes
         )
+
+
+def _when(t: float) -> str:
+    """A local time as people read it: today's as 08:45, another day's as Wed 08:45."""
+    local = time.localtime(t)
+    same_day = time.localtime()[:3] == local[:3]
+    return time.strftime("%H:%M" if same_day else "%a %d %b %H:%M", local)
 
 
 class ServerLinkError(Exception):

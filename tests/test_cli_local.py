@@ -78,6 +78,19 @@ def test_status_list_and_resume_on_the_local_server(local_server, capsys):
     assert main(["status", "nb.ipynb"]) == 0
     assert "paused" in capsys.readouterr().out
 
+    # a scheduled resume: set, shown by status, refused when unreadable, cancelled
+    assert main(["schedule", "nb.ipynb", "tomorrow", "08:45"]) == 0
+    assert "nb.ipynb: resumes at" in capsys.readouterr().out
+    assert main(["status", "nb.ipynb"]) == 0
+    assert "08:45 (scheduled)" in capsys.readouterr().out
+    schedule = client.session_status("nb.ipynb")["schedule"]
+    assert time.localtime(schedule["at"])[3:5] == (8, 45)
+    assert main(["schedule", "nb.ipynb", "teatime"]) == 1
+    assert "cannot read 'teatime'" in capsys.readouterr().err
+    assert main(["schedule", "nb.ipynb", "--cancel"]) == 0
+    assert client.session_status("nb.ipynb")["schedule"] is None
+    capsys.readouterr()
+
     assert main(["list", "nb.ipynb", "--json"]) == 0
     listing = json.loads(capsys.readouterr().out)
     assert "x" in listing["nb.ipynb"][0]["objects"]

@@ -97,7 +97,7 @@ def bodies(draw):
     kind = draw(st.sampled_from(["object", "value", "nested", "bytes"]))
     if kind == "object":
         body = {"path": draw(paths)}
-        for name in ("force", "after_cell", "checkpoint_id"):
+        for name in ("force", "after_cell", "checkpoint_id", "resume_at"):
             if draw(st.booleans()):
                 body[name] = draw(json_values)
         return json.dumps(body).encode()
@@ -116,6 +116,15 @@ def bodies(draw):
 @given(body=bodies())
 def test_posts_answer_every_body(server, verb, body):
     assert_answered(*call(server, "POST", f"sessions/{verb}", body)[:2])
+
+
+@SETTINGS
+@given(body=bodies(), path=st.one_of(st.none(), st.text(max_size=30)))
+def test_schedules_answer_every_body_and_query(server, body, path):
+    assert_answered(*call(server, "PUT", "sessions/schedule", body)[:2])
+    query = None if path is None else {"path": path}
+    status, answer, _ = call(server, "DELETE", "sessions/schedule", query=query)
+    assert_answered(status, answer, json_errors=status != 204)
 
 
 @SETTINGS

@@ -311,6 +311,12 @@ async def test_real_responses_match_the_spec(jp_fetch, jp_serverapp, notebook_pa
     assert code == 409
     code, body = await call("post", "/sessions/prewarm", body={"path": 7})
     assert code == 400
+    code, body = await call("put", "/sessions/schedule", body={**nb, "resume_at": "in 1h"})
+    assert code == 409  # running: nothing to schedule
+    code, body = await call("put", "/sessions/schedule", body={**nb, "resume_at": "noon"})
+    assert code == 400
+    code, body = await call("delete", "/sessions/schedule", params=nb)
+    assert code == 404
     code, _ = await call("get", "/events", params={"since": "yesterday"})
     assert code == 400
     code, _ = await call("get", "/operations/{operation_id}", values={"operation_id": "abc123"})
@@ -336,6 +342,14 @@ async def test_real_responses_match_the_spec(jp_fetch, jp_serverapp, notebook_pa
     code, status = await call("get", "/status")
     (session,) = status["sessions"]
     assert session["state"] == "paused" and session["kernel_id"] is None
+
+    # a scheduled resume, listed in the status, then cancelled
+    code, body = await call("put", "/sessions/schedule", body={**nb, "resume_at": "in 2h"})
+    assert code == 200 and body["schedule"]["kind"] == "scheduled"
+    code, status = await call("get", "/status")
+    assert status["sessions"][0]["schedule"]["at"] == body["schedule"]["at"]
+    code, _ = await call("delete", "/sessions/schedule", params=nb)
+    assert code == 204
 
     # the accounting report, now that there is something to account for
     code, report = await call("get", "/report")

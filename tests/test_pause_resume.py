@@ -1,6 +1,7 @@
 """Pause and resume a notebook end to end with a real server and real kernels."""
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from .helpers import (
     session_status,
     wait_for_state,
     wait_operation,
+    wait_until,
 )
 
 
@@ -330,6 +332,24 @@ async def test_the_pause_magic_pauses_its_own_notebook_after_the_cell(
     await wait_operation(jp_fetch, body["operation"]["id"])
     kernel_id = (await session_status(jp_fetch, notebook_path))["kernel_id"]
     assert await execute(jp_serverapp, kernel_id, "kept") == "'yes'"
+
+
+async def test_the_pause_magic_schedules_the_resume(jp_fetch, jp_serverapp, notebook_path):
+    kernel_id = await running_notebook(jp_fetch, jp_serverapp, notebook_path, "kept = 'yes'")
+    with pytest.raises(AssertionError, match="cannot read 'noon tomorrow' as a resume time"):
+        await execute(jp_serverapp, kernel_id, "%pause --resume-at noon tomorrow")
+    output = await execute(jp_serverapp, kernel_id, "%pause --resume-at tomorrow 08:45")
+    assert "resumes by itself at" in output and "08:45" in output
+
+    async def paused():
+        session = await session_status(jp_fetch, notebook_path)
+        return session if session["state"] == "paused" else None
+
+    session = await wait_until(paused, timeout=120, what="the %pause")
+    expected = time.localtime(session["schedule"]["at"])
+    assert (expected.tm_hour, expected.tm_min) == (8, 45)
+    assert session["schedule"]["kind"] == "scheduled"
+    assert 0 < session["schedule"]["at"] - time.time() <= 48 * 3600
 
 
 def test_the_pause_magic_says_what_to_do_without_a_server(monkeypatch):

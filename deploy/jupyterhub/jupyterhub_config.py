@@ -30,6 +30,8 @@ c.SimpleLocalProcessSpawner.home_dir_template = "/tmp/jupyterhub-home/{username}
 if os.geteuid() == 0:
     c.Spawner.args = ["--allow-root"]
 c.Spawner.default_url = "/lab"
+# where servers hand over their scheduled resumes (the service below, directly)
+c.Spawner.environment = {"JUPYTER_PAUSE_HUB_URL": "http://127.0.0.1:10101/services/jupyter-pause/"}
 
 # -- jupyter-pause --------------------------------------------------------------
 # The single-user servers pick the jupyterhub backend by themselves.  To have
@@ -38,17 +40,26 @@ c.Spawner.default_url = "/lab"
 # into etc/jupyter/jupyter_server_config.d/ of the servers' environment.
 
 # Servers stop themselves at the end of a pause: add delete:servers!server to
-# the default 'server' role (keep its two default scopes).
+# the default 'server' role (keep its two default scopes).  A pause with a
+# scheduled resume hands the time to the service first: access:services!service=jupyter-pause.
 c.JupyterHub.load_roles = [
+    # a token never has more than its owner: users need the access their servers use
+    {"name": "user", "scopes": ["self", "access:services!service=jupyter-pause"]},
     {
         "name": "server",
-        "scopes": ["users:activity!user", "access:servers!server", "delete:servers!server"],
+        "scopes": [
+            "users:activity!user",
+            "access:servers!server",
+            "delete:servers!server",
+            "access:services!service=jupyter-pause",
+        ],
     },
     {
         "name": "jupyter-pause",
         "description": "jupyter-pause-hub: read activity, pause or start servers",
         "scopes": [
             "list:users",
+            "read:users",  # who is an admin (the page is theirs)
             "read:users:activity",
             "read:servers",
             "delete:servers",

@@ -40,6 +40,17 @@ class StartupReport:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+def schedule_summary(sessions) -> dict[str, Any] | None:
+    """The earliest of the pausing notebooks' scheduled resumes, or None.
+
+    Server-scope backends keep it outside the server, with whatever starts
+    the server again (a Kubernetes annotation, the hub service): the server
+    comes back for the earliest, and then resumes each notebook at its own time.
+    """
+    schedules = [s.schedule for s in sessions if getattr(s, "schedule", None)]
+    return min(schedules, key=lambda s: s["at"]) if schedules else None
+
+
 class PauseBackend(LoggingConfigurable):
     """Base class; subclasses are chosen with ``PauseApp.backend_class``."""
 

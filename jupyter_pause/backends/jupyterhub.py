@@ -22,8 +22,13 @@ manager has recorded every notebook as paused.  If the Hub refuses (403 when
 the role is missing, or no answer), :class:`BackendError` leaves every kernel
 running and says why.
 
+A pause with a scheduled resume first hands the schedule to the
+``jupyter-pause-hub`` service (``PUT api/schedules/{user}/{server}`` at
+``service_url``, with the server's token), which starts the server at that
+time; if the service does not take it, nothing is stopped.
+
 On the next start (the hub home page, ``POST /hub/api/users/{user}/server``,
-or the ``jupyter-pause-hub`` admin page) :meth:`startup` finds the record,
+the ``jupyter-pause-hub`` admin page, or its scheduler) :meth:`startup` finds the record,
 writes the restart into the ledger, and, with ``resume_on_start``, the
 manager restores every paused notebook from its checkpoint; otherwise
 JupyterLab offers the resume.
@@ -43,7 +48,7 @@ from typing import Any
 from traitlets import Bool, Float, Unicode, default
 
 from ..ledger import EventType
-from .base import BackendError, PauseBackend, StartupReport
+from .base import BackendError, PauseBackend, StartupReport, schedule_summary
 
 #: environment variables the Hub gives every single-user server
 HUB_ENV = ("JUPYTERHUB_API_URL", "JUPYTERHUB_API_TOKEN", "JUPYTERHUB_USER")
@@ -79,6 +84,14 @@ class JupyterHubBackend(PauseBackend):
     state_file = Unicode(
         help="where the pause is recorded; default: jupyterhub.json in PauseApp.state_dir"
     ).tag(config=True)
+    service_url = Unicode(
+        help="the jupyter-pause-hub service as this server reaches it, which starts the "
+        "server for a scheduled resume; empty: $JUPYTER_PAUSE_HUB_URL"
+    ).tag(config=True)
+
+    @default("service_url")
+    def _default_service_url(self):
+        return os.environ.get("JUPYTER_PAUSE_HUB_URL", "")
 
     @default("api_url")
     def _default_api_url(self):
@@ -154,8 +167,30 @@ class JupyterHubBackend(PauseBackend):
 
     # -- pause ---------------------------------------------------------------
 
+    async def hand_over_schedule(self, schedule: dict[str, Any]) -> None:
+        """Give the service the scheduled resume: nothing in a stopped server can wake it."""
+        from ..hub.api import HubError, fetch_json
+
+        if not self.service_url:
+            raise BackendError(
+                "a scheduled resume needs the jupyter-pause-hub service to start this server "
+                "again, and its URL is not set (JUPYTER_PAUSE_HUB_URL, see docs/jupyterhub.md); "
+                "nothing was stopped: pause without a resume time, or ask the admin"
+            )
+        url = f"{self.service_url.rstrip('/')}/api/schedules/{self.user}/{self.server_name}"
+        try:
+            await fetch_json(url, os.environ.get("JUPYTERHUB_API_TOKEN", ""), "PUT", schedule)
+        except HubError as e:
+            raise BackendError(
+                f"the jupyter-pause-hub service did not take the scheduled resume ({e}); "
+                "nothing was stopped and every kernel keeps running"
+            ) from None
+
     async def release(self, sessions, shutdown_kernel) -> dict[str, Any]:
         hub = self.hub()
+        schedule = schedule_summary(sessions)
+        if schedule is not None:
+            await self.hand_over_schedule(schedule)
         requested = time.time()
         notebooks = [
             {"path": s.path, "checkpoint": (s.last_checkpoint or {}).get("id"), "gpus": s.gpus}

@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--context", help="kubeconfig context (default: the current one)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("--poll-interval", type=float, default=2.0, help=argparse.SUPPRESS)
-    if name in ("status", "resume", "abort"):
+    if name in ("status", "resume", "abort", "schedule"):
         parser.add_argument(
             "--kind",
             choices=("auto", "workspace", "statefulset"),
@@ -67,6 +67,22 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
             "--force",
             action="store_true",
             help="take over a resume that is recorded as in progress (a stale lock)",
+        )
+    elif name == "schedule":
+        parser.add_argument("workspace", metavar="WORKSPACE")
+        parser.add_argument(
+            "at",
+            nargs="*",
+            metavar="AT",
+            help="when: 08:45, tomorrow 08:45, monday 08:45, in 2h, or ISO 8601",
+        )
+        parser.add_argument("--cancel", action="store_true", help="cancel the scheduled resume")
+    elif name == "scheduler":
+        parser.add_argument(
+            "--once", action="store_true", help="one round, then exit (for a CronJob)"
+        )
+        parser.add_argument(
+            "--interval", type=float, default=60.0, help="seconds between rounds (default 60)"
         )
     elif name == "abort":
         parser.add_argument("workspace", metavar="WORKSPACE")
@@ -130,6 +146,10 @@ def run(args: argparse.Namespace) -> int:
             return cmd_list(client, args)
         if args.command == "gc":
             return cmd_gc(client, args)
+        if args.command == "schedule":
+            return cmd_schedule(client, args)
+        if args.command == "scheduler":
+            return cmd_scheduler(client, args)
     except BackendError as e:
         print(f"jupyter pause {args.command}: {e}", file=sys.stderr)
         return 1
@@ -206,6 +226,9 @@ def _status_text(st) -> str:
         lines.append(f"  pod:     {st.pod}")
     if st.restored_from:
         lines.append(f"  restored from: {st.restored_from}")
+    if st.schedule:
+        at = time.strftime("%a %d %b %H:%M", time.localtime(st.schedule["at"]))
+        lines.append(f"  resumes at {at} ({st.schedule.get('kind', 'scheduled')})")
     if st.resume_operation:
         op = st.resume_operation
         lines.append(f"  resume:  {op.get('id')} by {op.get('by')} at {op.get('started')}")
@@ -334,6 +357,50 @@ def cmd_resume(client, args) -> int:
     if args.json:
         _emit(args, result, "")
     return 0 if final.state in ("ready", "running") else EXIT_NOT_READY
+
+
+# -- scheduled resumes -------------------------------------------------------------
+
+
+def resume_time(args) -> float:
+    """The AT words of ``jupyter pause schedule`` as epoch seconds (ValueError if unreadable)."""
+    from ..schedule import parse_resume_at
+
+    if not args.at:
+        raise ValueError("say when: AT (08:45, tomorrow 08:45, in 2h, …), or --cancel")
+    return parse_resume_at(" ".join(args.at), time.time())
+
+
+def cmd_schedule(client, args) -> int:
+    from ..backends.kubernetes import schedule
+
+    name = args.workspace
+    if args.cancel:
+        had = schedule.cancel_schedule(client, name, args.kind)
+        _emit(args, {"workspace": name, "cancelled": had},
+              f"{name}: scheduled resume cancelled" if had else f"{name}: nothing was scheduled")  # fmt: skip
+        return 0
+    at = resume_time(args)
+    plan = {"at": at, "kind": "scheduled", "by": f"{_user()}@{socket.gethostname()}",
+            "set_at": time.time()}  # fmt: skip
+    kind = schedule.set_schedule(client, name, plan, args.kind)
+    when = time.strftime("%a %d %b %H:%M", time.localtime(at))
+    _emit(args, {"workspace": name, "kind": kind, "schedule": plan},
+          f"{name} ({kind}) resumes at {when}; `jupyter pause scheduler` starts it then")  # fmt: skip
+    return 0
+
+
+def cmd_scheduler(client, args) -> int:
+    from ..backends.kubernetes import schedule
+
+    while True:
+        for result in schedule.fire_due(client, _all_workspaces(client)):
+            if result["outcome"] != "waiting":
+                print(json.dumps(result) if args.json else
+                      f"{result['workspace']}: scheduled resume {result['outcome']}", flush=True)  # fmt: skip
+        if args.once:
+            return 0
+        time.sleep(args.interval)
 
 
 # -- abort ------------------------------------------------------------------------

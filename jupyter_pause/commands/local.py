@@ -67,6 +67,10 @@ def find_server(url: str | None = None, token: str | None = None) -> PauseClient
     raise NoServer("no Jupyter server with jupyter-pause answered: " + "; ".join(problems))
 
 
+def _when(t: float) -> str:
+    return time.strftime("%a %d %b %H:%M", time.localtime(t))
+
+
 def _emit(args, data: Any, text: str) -> None:
     print(json.dumps(data, indent=1, default=str) if args.json else text)
 
@@ -84,8 +88,10 @@ def cmd_status(client: PauseClient, args) -> int:
     for s in sessions:
         saved = s.get("last_checkpoint") or {}
         saved_text = f"{saved['id']} ({saved['bytes']:,} B)" if saved else "-"
+        schedule = s.get("schedule")
         lines.append(
             f"{s['path']:32} {s['state']:22} {format_age(now - s['since']):>8}  {saved_text}"
+            + (f"\n  resumes at: {_when(schedule['at'])} ({schedule['kind']})" if schedule else "")
             + (f"\n  error: {s['error']}" if s.get("error") else "")
         )
     if not sessions:
@@ -133,12 +139,28 @@ def cmd_resume(client: PauseClient, args) -> int:
     return 1 if op["outcome"] == "failed" else 0
 
 
+def cmd_schedule(client: PauseClient, args) -> int:
+    from .kube import resume_time
+
+    try:
+        if args.cancel:
+            client.cancel_schedule(args.workspace)
+            _emit(args, {"path": args.workspace, "cancelled": True},
+                  f"{args.workspace}: scheduled resume cancelled")  # fmt: skip
+            return 0
+        schedule = client.schedule(args.workspace, resume_time(args))
+    except (ClientError, ValueError) as e:
+        print(f"jupyter pause schedule: {e}", file=sys.stderr)
+        return 1
+    _emit(args, schedule, f"{args.workspace}: resumes at {_when(schedule['at'])}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         client = find_server(args.url, args.token)
     except NoServer as e:
         print(f"jupyter pause {args.command}: {e}", file=sys.stderr)
         return 1
-    return {"status": cmd_status, "list": cmd_list, "resume": cmd_resume}[args.command](
-        client, args
-    )
+    commands = {"status": cmd_status, "list": cmd_list, "resume": cmd_resume}
+    return {**commands, "schedule": cmd_schedule}[args.command](client, args)

@@ -1,6 +1,6 @@
-"""``jupyter pause status | list | resume``: on Kubernetes, or on this machine.
+"""``jupyter pause status | list | resume | schedule``: on Kubernetes, or on this machine.
 
-The same three questions make sense for a workspace on a cluster and for a
+The same four questions make sense for a workspace on a cluster and for a
 Jupyter server on this machine.  This picks where to ask:
 
 - ``--url`` or ``--local``: the local server (:mod:`.local`);

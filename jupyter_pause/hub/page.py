@@ -1,15 +1,19 @@
 """The service's web side: the admin page and its small JSON API.
 
 Every handler is authenticated by the Hub (OAuth cookie for the page, a Hub
-token or the cookie for the API) and needs ``access:services!service=…``,
-which only the Hub's admins have unless granted.  Cookie-authenticated POSTs
-carry the Hub's XSRF token (the page's forms include it).
+token or the cookie for the API) and needs ``access:services!service=…``.
+Users have it too (their servers hand over scheduled resumes), so the page
+and the server actions also check that the caller is one of the Hub's admins
+(or a service granted access); a user may only schedule their own server.
+Cookie-authenticated POSTs carry the Hub's XSRF token (the page's forms
+include it).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from html import escape
 
 from jupyterhub.services.auth import HubOAuthenticated
@@ -28,6 +32,20 @@ class ServiceHandler(HubOAuthenticated, web.RequestHandler):
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(data))
 
+    async def is_admin(self) -> bool:
+        """An admin of the Hub, or a service the Hub granted access (a script)."""
+        me = self.current_user or {}
+        if me.get("kind") == "service":
+            return True
+        try:
+            return bool((await self.service.hub.user(me.get("name", ""))).get("admin"))
+        except HubError:
+            return False
+
+    async def require_admin(self) -> None:
+        if not await self.is_admin():
+            raise web.HTTPError(403, reason="only the Hub's admins may see and act on servers")
+
     async def servers(self) -> list[dict]:
         try:
             return await self.service.servers()
@@ -40,6 +58,7 @@ class ServersHandler(ServiceHandler):
 
     @web.authenticated
     async def get(self):
+        await self.require_admin()
         self.write_json({"servers": await self.servers()})
 
 
@@ -48,6 +67,7 @@ class ServerActionHandler(ServiceHandler):
 
     @web.authenticated
     async def post(self, user: str, name: str, action: str):
+        await self.require_admin()
         service = self.service
         try:
             model = await service.hub.user(user)
@@ -87,6 +107,49 @@ class ServerActionHandler(ServiceHandler):
         self.write_json({"message": self._reason, "status": status_code}, status=status_code)
 
 
+class ScheduleHandler(ServiceHandler):
+    """``PUT | DELETE api/schedules/{user}/{server}``: a scheduled start of a server.
+
+    A server hands over its scheduled resume before it stops (its own token,
+    with ``access:services!service=jupyter-pause``); a user may only schedule
+    their own servers, an admin anyone's.
+    """
+
+    async def check_owner(self, user: str) -> None:
+        me = self.current_user or {}
+        if (
+            me.get("kind", "user") != "user" or me.get("name") != user
+        ) and not await self.is_admin():
+            raise web.HTTPError(403, reason=f"only {user} or an admin may schedule {user}'s server")
+
+    @web.authenticated
+    async def put(self, user: str, name: str):
+        await self.check_owner(user)
+        try:
+            body = json.loads(self.request.body or b"{}")
+            at = float(body["at"])
+        except (ValueError, KeyError, TypeError):
+            raise web.HTTPError(
+                400, reason="the body must be JSON with 'at' (epoch seconds)"
+            ) from None
+        if not math.isfinite(at):
+            raise web.HTTPError(400, reason="'at' must be a finite time")
+        kind = body.get("kind") if body.get("kind") in ("scheduled", "predicted") else "scheduled"
+        schedule = {"at": at, "kind": kind}
+        self.service.set_schedule(f"{user}/{name}", schedule)
+        self.write_json({"user": user, "server": name, "schedule": schedule})
+
+    @web.authenticated
+    async def delete(self, user: str, name: str):
+        await self.check_owner(user)
+        self.service.set_schedule(f"{user}/{name}", None)
+        self.set_status(204)
+        self.finish()
+
+    def write_error(self, status_code, **kwargs):
+        self.write_json({"message": self._reason, "status": status_code}, status=status_code)
+
+
 def when(value) -> str:
     if value is None or value == "":
         return "—"
@@ -100,6 +163,7 @@ class AdminPage(ServiceHandler):
 
     @web.authenticated
     async def get(self):
+        await self.require_admin()
         rows = []
         for s in await self.servers():
             target = f"api/servers/{escape(s['user'])}/{escape(s['server'])}"
@@ -110,6 +174,8 @@ class AdminPage(ServiceHandler):
             else:
                 button = ""
             note = s.get("error") or s.get("decision") or ""
+            if s.get("resumes_at") and s["state"] != "running":
+                note = f"resumes at {when(s['resumes_at'])}"
             rows.append(
                 "<tr>"
                 f"<td>{escape(s['user'])}</td><td>{escape(s['server'] or '(default)')}</td>"

@@ -15,8 +15,15 @@ admins: each user's servers, running or paused, last activity, accelerator
 hours released by pausing this week (from each server's report), and a
 Pause / Start button per server.  ``api/servers`` serves the same as JSON.
 
+A paused server with a scheduled resume (``%pause --resume-at``, the Pause
+dialog) hands the schedule over before it stops (``PUT api/schedules/{user}/{server}``);
+at that time the service starts the server, and the server resumes its
+notebooks from their checkpoints by itself (its own session file knows the
+schedule), so the user finds them ready.
+
 What it did is kept in ``pauses.json`` in ``data_dir``, so that a restart of
-the service (or of the Hub) still knows which stopped servers are paused.
+the service (or of the Hub) still knows which stopped servers are paused,
+and when they are to start again.
 """
 
 from __future__ import annotations
@@ -277,12 +284,38 @@ class PauseService(Application):
                 raise TimeoutError(f"{user}/{name} did not stop within {self.stop_timeout:g} s")
             await asyncio.sleep(0.5)
 
-    async def start_server(self, user: str, name: str) -> int:
-        """The admin's Start button: the server's notebooks resume on their own when
-        it is configured so (JupyterHubBackend.resume_on_start), else in JupyterLab."""
+    async def start_server(self, user: str, name: str, by: str = "admin") -> int:
+        """The admin's Start button (or a schedule): the server's notebooks resume on
+        their own when configured so (JupyterHubBackend.resume_on_start) or scheduled,
+        else in JupyterLab."""
         code = await self.hub.start_server(user, name)
-        self.records.update(f"{user}/{name}", state="starting", started=time.time())
+        self.records.update(
+            f"{user}/{name}", state="starting", started=time.time(), started_by=by, schedule=None
+        )
         return code
+
+    def set_schedule(self, key: str, schedule: dict[str, Any] | None) -> None:
+        """Record (or with None drop) the time the server is to be started again."""
+        self.records.update(key, schedule=schedule)
+
+    async def start_scheduled(self, running: set[str], now: float) -> None:
+        """Start every stopped server whose scheduled resume is due.  A server the
+        user started meanwhile has no use for it; a start the Hub refuses (no
+        capacity, a spawn error) is tried again next round, the error on the page."""
+        for key, record in list(self.records.servers.items()):
+            schedule = record.get("schedule")
+            if not schedule or schedule.get("at", now + 1) > now:
+                continue
+            if key in running:
+                self.records.update(key, schedule=None)
+                continue
+            user, _, name = key.partition("/")
+            log.info("jupyter-pause-hub: starting %s for its scheduled resume", key)
+            try:
+                await self.start_server(user, name, by="schedule")
+            except HubError as e:
+                log.warning("jupyter-pause-hub: scheduled start of %s failed: %s", key, e)
+                self.records.update(key, error=f"scheduled start failed: {e}")
 
     # -- all servers -----------------------------------------------------------
 
@@ -298,8 +331,11 @@ class PauseService(Application):
                     log.exception("jupyter-pause-hub: checking %s/%s failed", user["name"], name)
         for key, record in self.records.servers.items():
             if key not in running and record.get("state") in ("running", "starting"):
-                record["state"] = "stopped"
+                # stopped by the user or the Hub; a server that pauses itself says
+                # so first (its schedule) and is "paused"
+                record["state"] = "paused" if record.get("schedule") else "stopped"
         self.records.save()
+        await self.start_scheduled(running, time.time())
 
     async def loop(self) -> None:
         while True:
@@ -307,7 +343,12 @@ class PauseService(Application):
                 await self.check()
             except Exception:
                 log.exception("jupyter-pause-hub: a check failed")
-            await asyncio.sleep(self.check_interval)
+            await asyncio.sleep(self._next_check(time.time()))
+
+    def _next_check(self, now: float) -> float:
+        """``check_interval``, or less when a scheduled start falls due sooner."""
+        due = [r["schedule"]["at"] for r in self.records.servers.values() if r.get("schedule")]
+        return max(1.0, min([self.check_interval, *(at - now for at in due)]))
 
     async def servers(self) -> list[dict[str, Any]]:
         """Every user's servers for the admin page: the Hub's view joined with ours.
@@ -332,6 +373,8 @@ class PauseService(Application):
             state = record.get("state") or "stopped"
             if state in ("running", "pausing", "starting"):
                 state = "stopped"
+            if record.get("schedule"):
+                state = "paused"  # it paused itself, to be started at a set time
         user, _, name = key.partition("/")
         return {
             "user": user,
@@ -343,6 +386,7 @@ class PauseService(Application):
             "paused_at": record.get("stopped") if state == "paused" else None,
             "pause_seconds": record.get("pause_seconds"),
             "decision": record.get("decision"),
+            "resumes_at": (record.get("schedule") or {}).get("at"),
             "checked": record.get("checked"),
             "error": record.get("error"),
         }
@@ -363,7 +407,7 @@ class PauseService(Application):
         from jupyterhub.services.auth import HubOAuthCallbackHandler
         from jupyterhub.utils import url_path_join
 
-        from .page import AdminPage, ServerActionHandler, ServersHandler
+        from .page import AdminPage, ScheduleHandler, ServerActionHandler, ServersHandler
 
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/jupyter-pause/")
         return web.Application(
@@ -375,6 +419,7 @@ class PauseService(Application):
                     url_path_join(prefix, r"api/servers/([^/]+)/([^/]*)/(pause|start)"),
                     ServerActionHandler,
                 ),
+                (url_path_join(prefix, r"api/schedules/([^/]+)/([^/]*)"), ScheduleHandler),
             ],
             service=self,
             page_url=prefix,

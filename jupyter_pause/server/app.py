@@ -11,6 +11,7 @@ from __future__ import annotations
 import getpass
 import os
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
@@ -27,6 +28,7 @@ from .explain import policy_summary
 from .handlers import ROUTES
 from .idle_watcher import IdleWatcher
 from .manager import PauseManager
+from .scheduler import ResumeScheduler
 
 EVENT_SCHEMA = Path(__file__).parent.parent / "events" / "lifecycle.yaml"
 EVENT_SCHEMA_ID = "https://events.jupyter.org/jupyter_pause/lifecycle/v1"
@@ -84,6 +86,18 @@ class PauseApp(ExtensionApp):
         help="The class of a session whose notebook, kernelspec and environment name none.",
     )
     idle_check_interval = Float(30, config=True, help="Seconds between two idle checks.")
+    schedule_check_interval = Float(
+        30,
+        config=True,
+        help="""Seconds between two looks for due scheduled resumes and unused
+        predicted ones (a new schedule also wakes the scheduler up).""",
+    )
+    prediction_time_zone = Unicode(
+        "",
+        config=True,
+        help="""The users' time zone (an IANA name such as Europe/Paris) for
+        predicting their return by weekday and hour; empty: this machine's.""",
+    )
 
     @default("state_dir")
     def _default_state_dir(self):
@@ -116,6 +130,13 @@ class PauseApp(ExtensionApp):
             log=self.log,
         )
         self._watch_kernel_starts()
+        self.scheduler = ResumeScheduler(
+            manager=self.manager,
+            ledger=self.ledger,
+            log=self.log,
+            interval=self.schedule_check_interval,
+            tz=ZoneInfo(self.prediction_time_zone) if self.prediction_time_zone else None,
+        )
         self.idle_watcher = None
         if self.auto_pause:
             self.idle_watcher = IdleWatcher(
@@ -149,6 +170,7 @@ class PauseApp(ExtensionApp):
         # notebook answers 409 for an operation nobody runs any more
         await self.manager.recover()
         self.manager.start()
+        self.scheduler.start()  # schedules that fell due while the server was down fire now
         if self.idle_watcher is not None:
             self.idle_watcher.start()
             self.log.info(
@@ -242,6 +264,8 @@ class PauseApp(ExtensionApp):
             await backend.stopping()
         if getattr(self, "idle_watcher", None) is not None:
             self.idle_watcher.stop()
+        if getattr(self, "scheduler", None) is not None:
+            self.scheduler.stop()
         manager = getattr(self, "manager", None)
         if manager is not None:
             await manager.close()

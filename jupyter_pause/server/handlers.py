@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import time
 from typing import Any
 
 import tornado.web
@@ -20,6 +21,7 @@ from tornado.httputil import responses
 
 from ..engine.errors import CheckpointError, CheckpointNotFound, StoreBusy
 from ..lifecycle import OperationInProgress
+from ..schedule import ScheduleError, parse_resume_at
 from .explain import unsaveable, verify_listing
 from .manager import PauseError
 
@@ -134,6 +136,18 @@ def number_argument(handler, name: str, *, integer: bool = False) -> float | int
     return value
 
 
+def resume_time(body: dict[str, Any]) -> float | None:
+    """The optional ``resume_at`` of a body as epoch seconds (see
+    :func:`jupyter_pause.schedule.parse_resume_at` for what is accepted)."""
+    value = body.get("resume_at")
+    if value is None:
+        return None
+    try:
+        return parse_resume_at(value, time.time())
+    except ScheduleError as e:
+        raise PauseError(str(e)) from None
+
+
 class PauseSessionHandler(PauseHandler):
     @tornado.web.authenticated
     @translate_errors
@@ -141,9 +155,38 @@ class PauseSessionHandler(PauseHandler):
         body = self.body()
         path = await self.path_argument(body.get("path"))
         op = await self.manager.pause(
-            path, force=flag(body, "force"), after_cell=flag(body, "after_cell")
+            path,
+            force=flag(body, "force"),
+            after_cell=flag(body, "after_cell"),
+            resume_at=resume_time(body),
         )
         self.write_json({"operation": op.to_json()}, status=202)
+
+
+class ScheduleHandler(PauseHandler):
+    """A paused notebook's scheduled resume: set (PUT) or cancel (DELETE)."""
+
+    @tornado.web.authenticated
+    @translate_errors
+    async def put(self):
+        body = self.body()
+        path = await self.path_argument(body.get("path"))
+        at = resume_time(body)
+        if at is None:
+            raise PauseError("'resume_at' is required: when to resume")
+        await self.manager.recovered.wait()
+        schedule = self.manager.set_schedule(path, at)
+        self.write_json({"path": path, "schedule": schedule})
+
+    @tornado.web.authenticated
+    @translate_errors
+    async def delete(self):
+        path = await self.path_argument(self.get_query_argument("path", None))
+        await self.manager.recovered.wait()
+        if not self.manager.cancel_schedule(path, "cancelled by the user"):
+            raise PauseError(f"{path!r} has no scheduled resume", status=404)
+        self.set_status(204)
+        self.finish()
 
 
 class ResumeSessionHandler(PauseHandler):
@@ -318,6 +361,7 @@ ROUTES = [
     (rf"{NAMESPACE}/sessions/pause", PauseSessionHandler),
     (rf"{NAMESPACE}/sessions/resume", ResumeSessionHandler),
     (rf"{NAMESPACE}/sessions/prewarm", PrewarmSessionHandler),
+    (rf"{NAMESPACE}/sessions/schedule", ScheduleHandler),
     (rf"{NAMESPACE}/sessions/checkpoint", CheckpointSessionHandler),
     (rf"{NAMESPACE}/sessions/unsaveable", UnsaveableHandler),
     (rf"{NAMESPACE}/operations/{_OPERATION_ID}", OperationHandler),

@@ -50,6 +50,7 @@ from ..lifecycle import (
     SessionStore,
     State,
 )
+from ..schedule import ResumeSchedule
 from .activity import ActivityMonitor
 from .explain import explain
 from .kernels import KernelCallError, KernelDied, call_in_kernel
@@ -115,6 +116,10 @@ class PauseManager:
         self.auto_pause_status = None
         #: ``async (session) -> (WorkloadClass, source)``: the policy a status row shows
         self.workload_class = None
+        #: called with no argument whenever a schedule is set (the scheduler wakes up)
+        self.schedule_changed = lambda: None
+        #: ``async (session)`` run when a notebook has just been paused (the predictor)
+        self.after_pause: list = []
         self._heartbeat: asyncio.Task | None = None
         self._closed = False
         #: set once :meth:`recover` ran: until then status and operations wait,
@@ -185,6 +190,7 @@ class PauseManager:
                 if session.state in (State.PAUSED, State.FAILED):
                     session.live_state = LiveState.FRESH
                 if session.state == State.FAILED:
+                    self.cancel_schedule(path, "the notebook runs again in a new kernel")
                     self._move(session, State.RUNNING, None)
                 self._save()
             if not session.busy:
@@ -210,6 +216,8 @@ class PauseManager:
         if not report.info.get("auto_resume"):
             return
         for path, session in list(self.store.sessions.items()):
+            if session.schedule and session.schedule["at"] <= time.time():
+                continue  # the scheduler resumes it, as scheduled
             if session.state == State.PAUSED:
                 self.log.info(
                     "jupyter-pause: resuming %s from its checkpoint after a cold start", path
@@ -438,8 +446,18 @@ class PauseManager:
         return session, live
 
     async def pause(
-        self, path: str, *, force: bool = False, after_cell: bool = False, auto: bool = False
+        self,
+        path: str,
+        *,
+        force: bool = False,
+        after_cell: bool = False,
+        auto: bool = False,
+        resume_at: float | None = None,
+        reason: str = "",
     ) -> Operation:
+        """Checkpoint, then release.  ``resume_at`` (epoch seconds) schedules the
+        resume at once, so that it survives a server restart during the pause;
+        ``reason`` is recorded (the scheduler's re-pause of an unused resume)."""
         session, live = await self._prepare(path, "pause")
         kernel = live[path]["kernel"]
         if kernel.get("execution_state") == "busy" and not (force or after_cell):
@@ -448,9 +466,19 @@ class PauseManager:
                 "or pause with force to interrupt it",
                 status=409,
             )
-        op = self._begin(path, "pause", force=force, after_cell=after_cell, auto=auto)
+        op = self._begin(
+            path, "pause", force=force, after_cell=after_cell, auto=auto, reason=reason
+        )
         session = self.store.sessions[path]
-        self._record(EventType.PAUSE_REQUESTED, session, op, auto=auto, force=force)
+        session.resumed_ahead = None
+        extra = {"reason": reason} if reason else {}
+        self._record(EventType.PAUSE_REQUESTED, session, op, auto=auto, force=force, **extra)
+        if resume_at is not None:
+            try:
+                self.set_schedule(path, resume_at)
+            except PauseError as e:
+                self._fail(session, op, str(e))  # nothing started: the notebook stays free
+                raise
         self._spawn(self._run_pause(session, op), op)
         return op
 
@@ -460,7 +488,12 @@ class PauseManager:
         self._spawn(self._run_checkpoint(self.store.sessions[path], op), op)
         return op
 
-    async def resume(self, path: str, checkpoint_id: str | None = None) -> Operation:
+    async def resume(
+        self, path: str, checkpoint_id: str | None = None, *, scheduled: str | None = None
+    ) -> Operation:
+        """Restore into a fresh kernel.  ``scheduled`` is the kind of schedule
+        (``scheduled`` | ``predicted``) that started it; a resume by hand
+        cancels the notebook's schedule."""
         session, _ = await self._prepare(path, "resume")
         available = [c["id"] for c in await self.list_checkpoints(path)]
         if not await self._notebook_exists(path):
@@ -480,11 +513,119 @@ class PauseManager:
             )
         if session.busy:  # claimed while we listed (a thread), by another request
             raise OperationInProgress(path, session.operation)
-        op = self._begin(path, "resume", checkpoint_id=checkpoint_id)
+        op = self._begin(path, "resume", checkpoint_id=checkpoint_id, scheduled=scheduled)
         session = self.store.sessions[path]
-        self._record(EventType.RESUME_REQUESTED, session, op)
+        if scheduled:
+            self._record(EventType.RESUME_REQUESTED, session, op, scheduled=scheduled)
+        else:
+            self.cancel_schedule(path, "resumed by hand")
+            self._record(EventType.RESUME_REQUESTED, session, op)
         self._spawn(self._run_resume(session, op, checkpoint_id), op)
         return op
+
+    # ------------------------------------------------------------ schedules
+
+    def set_schedule(
+        self,
+        path: str,
+        at: float,
+        *,
+        kind: str = "scheduled",
+        by: str = "user",
+        confidence: float | None = None,
+    ) -> dict[str, Any]:
+        """Resume ``path`` by itself at ``at`` (epoch seconds).
+
+        Only a notebook that is paused (or failed, with checkpoints), or whose
+        pause is under way, can be scheduled; a new schedule replaces the old
+        one.  It is persisted before this returns (else ``503``, nothing
+        changed), so a server restart keeps it.
+        """
+        session = self.store.sessions.get(path)
+        pausing = session is not None and session.busy and session.operation.kind == "pause"
+        resumable = (
+            session is not None
+            and not session.busy
+            and session.state in (OPERATION_STATES["resume"])
+        )
+        if not (pausing or resumable):
+            what = session.operation.kind + " under way" if session and session.busy else None
+            state = what or (session.state.value if session else "not paused")
+            raise PauseError(
+                f"{path!r} is {state}; only a paused notebook can be scheduled to resume", 409
+            )
+        previous = session.schedule
+        schedule = ResumeSchedule(
+            at=float(at), kind=kind, by=by, set_at=time.time(), confidence=confidence
+        )
+        session.schedule = schedule.to_json()
+        try:
+            self.store.save()
+        except OSError as e:
+            session.schedule = previous
+            raise PauseError(f"could not record the schedule of {path!r}: {e}", 503) from e
+        if previous:
+            self._record_cancel(session, previous, "replaced by a new schedule")
+        self._record(
+            EventType.RESUME_SCHEDULED,
+            session,
+            None,
+            at=schedule.at,
+            kind=kind,
+            confidence=confidence,
+            by=by,
+        )
+        self.schedule_changed()
+        return session.schedule
+
+    def cancel_schedule(self, path: str, reason: str) -> bool:
+        """Drop the notebook's schedule, if any, saying why; True if there was one."""
+        session = self.store.sessions.get(path)
+        if session is None or not session.schedule:
+            return False
+        previous, session.schedule = session.schedule, None
+        self._save()
+        self._record_cancel(session, previous, reason)
+        self.schedule_changed()
+        return True
+
+    def _record_cancel(self, session: Session, schedule: dict, reason: str) -> None:
+        self._record(
+            EventType.RESUME_SCHEDULE_CANCELLED,
+            session,
+            None,
+            at=schedule.get("at"),
+            kind=schedule.get("kind"),
+            reason=reason,
+        )
+
+    async def resume_as_scheduled(self, path: str) -> Operation | None:
+        """Start the resume a due schedule asks for (the scheduler calls this).
+
+        The schedule is used up either way; a resume that cannot start (the
+        notebook was deleted, has no checkpoint, a resume runs already)
+        cancels it with the reason, and nothing else is started: a schedule
+        never competes with a restore under way.
+        """
+        session = self.store.sessions.get(path)
+        if session is None or not session.schedule:
+            return None
+        schedule = session.schedule
+        if session.busy:
+            self.cancel_schedule(path, f"a {session.operation.kind} was under way")
+            return None
+        session.schedule = None
+        self._save()
+        kind = schedule.get("kind") or "scheduled"
+        self._record(
+            EventType.SCHEDULED_RESUME_STARTED, session, None, at=schedule["at"], kind=kind
+        )
+        try:
+            return await self.resume(path, scheduled=kind)
+        except (PauseError, OperationInProgress) as e:
+            self._record_cancel(session, schedule, f"could not start: {e}")
+            self.log.warning("jupyter-pause: the scheduled resume of %s did not start: %s", path, e)
+            return None
 
     async def prewarm(self, path: str) -> str:
         """Start a spare kernel for a paused notebook (server/prewarm.py); its resume
@@ -708,9 +849,15 @@ class PauseManager:
                 for member in group:
                     await self._came_back_live(member, op)
             self._finish(session, op)
+            if session.state == State.PAUSED:
+                for listener in self.after_pause:
+                    await listener(session)
         except Exception as e:  # a bug or an unexpected platform failure: say so
             self.log.exception("jupyter-pause: pause of %s failed", path)
             self._unexpected(session, op, e)
+        finally:
+            if session.state != State.PAUSED and session.schedule:
+                self.cancel_schedule(path, "the pause did not finish")
 
     async def _checkpoint_others(self, session: Session, op: Operation) -> list[Session] | None:
         """Checkpoint every other live notebook (server-scope backends).
@@ -757,6 +904,13 @@ class PauseManager:
             activity = self.activity.watch(session.kernel_id, session.path)
             activity.reset_clock()  # the wall clock jumped by the whole pause
             self._first_cell_pending.add(session.path)
+            if session.schedule:  # the platform's scheduler brought the pod back
+                schedule, session.schedule = session.schedule, None
+                kind = schedule.get("kind") or "scheduled"
+                self._record(
+                    EventType.SCHEDULED_RESUME_STARTED, session, op, at=schedule["at"], kind=kind
+                )
+                session.resumed_ahead = {"kind": kind, "at": time.time()}
             self._move(session, State.READY, op)
             self._record(EventType.FIRST_CELL_RUNNABLE, session, op)
         else:
@@ -995,6 +1149,8 @@ class PauseManager:
             activity = self.activity.watch(kernel_id, path)
             activity.reset_clock()
             self._first_cell_pending.add(path)
+            if op.options.get("scheduled"):
+                session.resumed_ahead = {"kind": op.options["scheduled"], "at": time.time()}
             self._move(session, State.READY, op)
             self._record(EventType.FIRST_CELL_RUNNABLE, session, op)
             self._finish(session, op)
@@ -1034,9 +1190,12 @@ class PauseManager:
             return
         first = path in self._first_cell_pending
         self._first_cell_pending.discard(path)
+        session.resumed_ahead = None  # the user came back
         if session.state in (State.READY, State.PAUSED):
             # READY: the first cell after a resume ran.  PAUSED: the user chose
             # to work in a fresh kernel instead of resuming.
+            if session.state == State.PAUSED:
+                self.cancel_schedule(path, "the notebook runs again in a new kernel")
             self._move(session, State.RUNNING, None)
         self._record(
             EventType.CELL_EXECUTED,

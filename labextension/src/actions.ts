@@ -119,7 +119,66 @@ export class PauseActions {
     return this.canPause(path);
   }
 
-  async pause(panel: NotebookPanel, force = false): Promise<IOperation | null> {
+  /**
+   * "Pause Until…": ask when to resume by itself (tomorrow 08:45 by default),
+   * then pause with that schedule.
+   */
+  async pauseUntil(panel: NotebookPanel): Promise<IOperation | null> {
+    const trans = this.trans;
+    const body = document.createElement('div');
+    body.className = 'jp-PauseUntil';
+    const label = document.createElement('label');
+    label.textContent = trans.__('Resume automatically at');
+    const input = document.createElement('input');
+    input.type = 'datetime-local';
+    input.className = 'jp-mod-styled';
+    input.setAttribute('data-jp-pause', 'resume-at');
+    input.value = localInputValue(defaultResumeTime());
+    label.appendChild(input);
+    const note = document.createElement('p');
+    note.textContent = trans.__(
+      'The notebook is saved and its accelerator freed now; at that time it is restored, so that it is ready when you are back.'
+    );
+    body.append(label, note);
+    const answer = await showDialog({
+      title: trans.__('Pause until…'),
+      body: new Widget({ node: body }),
+      buttons: [
+        Dialog.cancelButton(),
+        Dialog.okButton({ label: trans.__('Pause') })
+      ],
+      focusNodeSelector: 'input'
+    });
+    if (!answer.button.accept) {
+      return null;
+    }
+    const at = new Date(input.value).getTime() / 1000;
+    if (!Number.isFinite(at) || at <= Date.now() / 1000) {
+      this.notifyError(
+        panel.context.path,
+        trans.__('Pick a time in the future to resume at.'),
+        input.value
+      );
+      return null;
+    }
+    return this.pause(panel, false, at);
+  }
+
+  /** Cancel a paused notebook's scheduled resume; it stays paused. */
+  async cancelSchedule(path: string): Promise<void> {
+    await requestAPI<void>(
+      `sessions/schedule?path=${encodeURIComponent(path)}`,
+      this._model.serverSettings,
+      { method: 'DELETE' }
+    );
+    await this._model.refresh();
+  }
+
+  async pause(
+    panel: NotebookPanel,
+    force = false,
+    resumeAt: number | null = null
+  ): Promise<IOperation | null> {
     const trans = this.trans;
     const path = panel.context.path;
     if (panel.sessionContext.session?.kernel?.status === 'busy' && !force) {
@@ -142,9 +201,13 @@ export class PauseActions {
       return null;
     }
     await this.save(panel); // outputs worth studying are on disk before the kernel goes
+    const body: Record<string, unknown> = { path, force };
+    if (resumeAt !== null) {
+      body.resume_at = resumeAt;
+    }
     const op = await this._run(
       'sessions/pause',
-      { path, force },
+      body,
       trans.__('Pausing %1', path),
       path
     );
@@ -569,4 +632,21 @@ export class PauseActions {
   }
 
   private _errorNotices = new Map<string, string[]>();
+}
+
+/** Tomorrow at 08:45, local time: when most people want their notebook back. */
+export function defaultResumeTime(now = new Date()): Date {
+  const at = new Date(now);
+  at.setDate(at.getDate() + 1);
+  at.setHours(8, 45, 0, 0);
+  return at;
+}
+
+/** A Date as a `datetime-local` input's value (local time, minutes). */
+export function localInputValue(date: Date): string {
+  const pad = (n: number) => String(n).padStart(2, '0');
+  return (
+    `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}` +
+    `T${pad(date.getHours())}:${pad(date.getMinutes())}`
+  );
 }

@@ -89,6 +89,18 @@ export interface ISessionStatus {
   /** Who paused it: the idle policy, `%pause`, or a person (button, CLI). */
   paused_by?: 'auto' | 'magic' | 'user' | null;
   policy?: IPolicy | null;
+  /** A planned resume while paused: "paused · resumes at 08:45". */
+  schedule?: IResumeSchedule | null;
+}
+
+/** When a paused notebook resumes by itself (`PUT sessions/schedule`). */
+export interface IResumeSchedule {
+  at: number;
+  /** `scheduled`: a person asked; `predicted`: ahead of the user's predicted return. */
+  kind: 'scheduled' | 'predicted';
+  by: string;
+  set_at: number;
+  confidence: number | null;
 }
 
 export interface IStatus {

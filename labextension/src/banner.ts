@@ -47,6 +47,13 @@ export class PauseBanner extends Widget {
           this._actions.resume(this._panel)
         )
       );
+      if (session.schedule) {
+        buttons.push(
+          this._button(trans.__('Cancel scheduled resume'), () =>
+            this._actions.cancelSchedule(session.path)
+          )
+        );
+      }
     } else {
       const error = (session.error ?? '').replace(/^resume failed: /, '');
       text.textContent = trans.__('Resume failed: %1', shortReason(error));
@@ -109,7 +116,16 @@ export class PauseBanner extends Widget {
     const size = checkpoint
       ? trans.__(' · saved state %1', formatBytes(checkpoint.bytes))
       : '';
-    return `${how}${size}`;
+    const schedule = session.schedule;
+    const resumes = schedule
+      ? schedule.kind === 'predicted'
+        ? trans.__(
+            ' · resumes at %1, before you are expected back',
+            formatTime(schedule.at)
+          )
+        : trans.__(' · resumes at %1', formatTime(schedule.at))
+      : '';
+    return `${how}${size}${resumes}`;
   }
 
   private _button(label: string, act: () => unknown): HTMLButtonElement {

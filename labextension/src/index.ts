@@ -52,6 +52,7 @@ export const IPauseActions = new Token<PauseActions>(
 
 export const CommandIDs = {
   pause: 'jupyter-pause:pause',
+  pauseUntil: 'jupyter-pause:pause-until',
   resume: 'jupyter-pause:resume',
   checkpoint: 'jupyter-pause:checkpoint',
   snapshots: 'jupyter-pause:show-snapshots',
@@ -118,6 +119,15 @@ const actionsPlugin: JupyterFrontEndPlugin<PauseActions> = {
       isVisible: () => !actions.canResume(path()),
       execute: run(panel => actions.pause(panel))
     });
+    app.commands.addCommand(CommandIDs.pauseUntil, {
+      label: trans.__('Pause Until…'),
+      caption: trans.__(
+        'Pause now and resume by itself at a time you choose (tomorrow 08:45 by default)'
+      ),
+      isEnabled: () => actions.canPause(path()),
+      isVisible: () => !actions.canResume(path()),
+      execute: run(panel => actions.pauseUntil(panel))
+    });
     app.commands.addCommand(CommandIDs.resume, {
       label: trans.__('Resume'),
       caption: trans.__(
@@ -149,6 +159,7 @@ const actionsPlugin: JupyterFrontEndPlugin<PauseActions> = {
       const category = trans.__('Pause and Resume');
       for (const command of [
         CommandIDs.pause,
+        CommandIDs.pauseUntil,
         CommandIDs.resume,
         CommandIDs.checkpoint
       ]) {

@@ -112,6 +112,13 @@ export function describeSession(
       formatDuration(secondsLeft, trans)
     );
   }
+  if (session.state === 'paused' && session.schedule) {
+    return trans.__(
+      'Pause: %1 · resumes at %2',
+      label,
+      formatTime(session.schedule.at)
+    );
+  }
   if (session.state !== 'running' && session.state !== 'ready') {
     return trans.__(
       'Pause: %1 · %2',

@@ -1,6 +1,7 @@
 """Pause and resume the demo notebook the way a user does, in a real browser."""
 
 import shutil
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,34 @@ def test_a_resume_falls_back_from_a_damaged_checkpoint(lab, page):
     sessions = lab.api("GET", "jupyter-pause/api/status")["sessions"]
     (session,) = [s for s in sessions if s["path"] == "three.ipynb"]
     assert any(newer in m for m in session["operation"]["messages"]), session["operation"]
+
+
+def test_pause_until_a_time_shows_when_it_resumes_and_can_be_cancelled(lab, page, screenshot):
+    name = write_notebook(lab.root, "until.ipynb", ["x = 41"])
+    page.goto(lab.lab_url(name))
+    wait_status(page, "Pause: Live")
+    run_cell(page, 0, None)
+
+    page.locator(".lm-MenuBar-itemLabel", has_text="Kernel").click()
+    page.locator(".lm-Menu-itemLabel", has_text="Pause Until…").click()
+    dialog = page.locator(".jp-Dialog")
+    field = dialog.locator("[data-jp-pause='resume-at']")
+    tomorrow = datetime.now() + timedelta(days=1)
+    assert field.input_value() == tomorrow.strftime("%Y-%m-%dT08:45")  # the default
+    dialog.get_by_role("button", name="Pause").click()
+
+    wait_status(page, "Pause: Paused · resumes at")
+    banner = page.locator(BANNER)
+    banner.get_by_text("resumes at").wait_for()
+    screenshot("paused-until")
+    schedule = session_of(lab, name)["schedule"]
+    expected = tomorrow.replace(hour=8, minute=45, second=0, microsecond=0).timestamp()
+    assert schedule["kind"] == "scheduled" and schedule["at"] == expected
+
+    banner.get_by_role("button", name="Cancel scheduled resume").click()
+    page.wait_for_function(
+        "!document.querySelector(\"[data-jp-pause='status'] > span:first-child\")"
+        "?.textContent.includes('resumes at')"
+    )
+    assert session_of(lab, name)["schedule"] is None
+    assert session_of(lab, name)["state"] == "paused"

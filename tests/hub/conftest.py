@@ -123,10 +123,17 @@ class Hub:
         if not self.servers_may_stop:  # the Hub's default 'server' role
             server_scopes = [s for s in server_scopes if s != "delete:servers!server"]
         roles = [
+            ROLES["user"],
             {"name": "server", "scopes": server_scopes},
             {
                 "name": "test-admin",
-                "scopes": ["admin:users", "admin:servers", "access:servers", "access:services"],
+                "scopes": [
+                    "admin:users",
+                    "admin:servers",
+                    "access:servers",
+                    "access:services",
+                    "tokens",
+                ],
                 "services": ["test-admin"],
             },
         ]
@@ -167,6 +174,7 @@ c.Spawner.args = {args!r}
 c.Spawner.start_timeout = 180
 c.Spawner.http_timeout = 180
 c.JupyterHub.services = {services!r}
+c.Spawner.environment = {{"JUPYTER_PAUSE_HUB_URL": "http://127.0.0.1:{self.service_port}/services/jupyter-pause/"}}
 c.JupyterHub.load_roles = {roles!r}
 """
         path = self.dir / "jupyterhub_config.py"

@@ -59,6 +59,7 @@ A_RESUME_OP = PREFIX + "resume-operation"
 A_RESTORED_FROM = PREFIX + "restored-from"
 A_RESUMED_AT = PREFIX + "resumed-at"
 A_PAUSE_RECORDED = PREFIX + "pause-recorded"
+A_RESUME_AT = PREFIX + "resume-at"  # a scheduled resume: {at, kind, by, set_at}
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 #: on the state ConfigMap: the StatefulSet it describes

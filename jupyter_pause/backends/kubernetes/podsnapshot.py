@@ -54,7 +54,7 @@ from typing import Any
 from traitlets import Float
 
 from ...ledger import EventType
-from ..base import BackendError
+from ..base import BackendError, schedule_summary
 from .client import Conflict, Forbidden, Invalid, KubeError, NotFound, retrying_until
 from .common import (
     A_SNAPSHOT,
@@ -165,6 +165,7 @@ class GkePodSnapshotBackend(KubeBackend):
                 paused_at=now_iso(),
                 fingerprint=fingerprint,
                 checkpoints=checkpoint_summary(sessions),
+                resume_at=schedule_summary(sessions),
                 replicas=str(replicas),
                 trigger=trigger,
                 snapshot=None,

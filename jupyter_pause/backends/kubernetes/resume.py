@@ -28,6 +28,7 @@ from .common import (
     A_FINGERPRINT,
     A_MESSAGE,
     A_REPLICAS,
+    A_RESUME_AT,
     A_RESUME_OP,
     A_STATE,
     annotations,
@@ -108,7 +109,13 @@ def start_resume(
             "metadata": {
                 # Compare-and-swap: a 409 means somebody else changed it first.
                 "resourceVersion": state["metadata"].get("resourceVersion"),
-                "annotations": {A_RESUME_OP: json.dumps(op), A_STATE: "resuming", A_MESSAGE: None},
+                # the resume uses up (or, by hand, cancels) a scheduled one
+                "annotations": {
+                    A_RESUME_OP: json.dumps(op),
+                    A_STATE: "resuming",
+                    A_MESSAGE: None,
+                    A_RESUME_AT: None,
+                },
             }
         }
         try:

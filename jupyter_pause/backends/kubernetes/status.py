@@ -29,6 +29,7 @@ from .common import (
     A_MESSAGE,
     A_PAUSED_AT,
     A_RESTORED_FROM,
+    A_RESUME_AT,
     A_RESUME_OP,
     A_STATE,
     A_TRIGGER,
@@ -64,6 +65,7 @@ class WorkspaceStatus:
     scale_up: str | None = None  # "triggered" | "failed" | None
     restored_from: str | None = None
     resume_operation: dict[str, Any] | None = None
+    schedule: dict[str, Any] | None = None  # a scheduled resume (``A_RESUME_AT``)
     detail: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -290,6 +292,7 @@ def fetch(client: KubeClient, name: str, kind: str = "auto") -> WorkspaceStatus:
         trigger, snapshot = _snapshot_objects(client, kind, name, state)
     st = derive(name, kind, owner, pod, pod_events, owner_events, trigger, snapshot, state)
     st.detail["statefulset"] = sts
+    st.schedule = json_annotation(state, A_RESUME_AT)
     return st
 
 

@@ -51,7 +51,7 @@ from typing import Any
 from traitlets import Float, Unicode
 
 from ...ledger import EventType
-from ..base import BackendError
+from ..base import BackendError, schedule_summary
 from .client import Conflict, Invalid, KubeError, NotFound, retrying_until
 from .common import (
     A_FINGERPRINT,
@@ -163,6 +163,7 @@ class KubeflowWorkspaceBackend(KubeBackend):
                 paused_at=now_iso(),
                 fingerprint=fingerprint,
                 checkpoints=checkpoint_summary(sessions),
+                resume_at=schedule_summary(sessions),
                 snapshot=None,
                 restored_from=None,
                 resume_operation=None,

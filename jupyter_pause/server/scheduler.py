@@ -1,0 +1,184 @@
+"""The resume scheduler: fires schedules, predicts returns, re-pauses unused resumes.
+
+Three duties, each through the manager's normal operations (so a scheduled
+resume is a resume like any other: it waits for capacity the same way, and
+single flight means it never competes with a restore under way):
+
+* **fire**: a paused notebook whose schedule is due is resumed
+  (:meth:`PauseManager.resume_as_scheduled`).  Schedules live in the session
+  store, so one that fell due while the server was down fires at start-up:
+  this is how a JupyterHub server or a Kubernetes pod started at the
+  scheduled time finds its notebooks and brings them back;
+* **predict** (opt-in per workload class, ``predict_resume``): when a
+  notebook has just been paused, predict its user's return from the ledger
+  (:mod:`jupyter_pause.prediction`) and, when the prediction is confident
+  enough, schedule a ``predicted`` resume ahead of it by the measured resume
+  latency plus the class's margin;
+* **re-pause**: a predicted resume nobody used within the class's
+  ``predict_unused_after`` is paused again (``predicted-resume-unused``); it
+  cost only the hours it held.
+
+The clock is injectable (``clock``, and ``now`` on :meth:`check`), so tests
+move time instead of waiting for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from datetime import tzinfo
+
+from ..idle_policy import WorkloadClass
+from ..ledger import EventType, Ledger
+from ..lifecycle import OperationInProgress, State
+from ..prediction import (
+    UNUSED_REASON,
+    measured_resume_latency,
+    predict_return,
+    resume_ahead_time,
+    returns_from_events,
+)
+from .manager import PauseError
+
+#: the resume latency assumed before the ledger has measured one (seconds)
+DEFAULT_RESUME_LATENCY = 60.0
+#: how far back the predictor reads the ledger
+HISTORY = 8 * 7 * 86400.0
+
+
+class ResumeScheduler:
+    """Runs beside the manager; everything it does goes through ``manager``."""
+
+    def __init__(
+        self,
+        *,
+        manager,
+        ledger: Ledger,
+        log,
+        interval: float = 30.0,
+        clock: Callable[[], float] = time.time,
+        tz: tzinfo | None = None,
+    ):
+        self.manager = manager
+        self.ledger = ledger
+        self.log = log
+        self.interval = interval
+        self.clock = clock
+        self.tz = tz
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        manager.schedule_changed = self._wake.set
+        manager.after_pause.append(self.predict)
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        await self.manager.recovered.wait()
+        while True:
+            try:
+                await self.check()
+            except Exception:  # one bad round must not end the scheduling
+                self.log.exception("jupyter-pause: the resume scheduler's check failed")
+            self._wake.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._sleep_for())
+
+    def _sleep_for(self) -> float:
+        """Until the next schedule falls due, at most ``interval``."""
+        now = self.clock()
+        due = [s.schedule["at"] for s in self.manager.store.sessions.values() if s.schedule]
+        return max(0.05, min([self.interval, *(at - now for at in due)]))
+
+    # -------------------------------------------------------------- a round
+
+    async def check(self, now: float | None = None) -> None:
+        now = self.clock() if now is None else now
+        for path, session in list(self.manager.store.sessions.items()):
+            if session.busy:
+                continue  # a pause under way keeps its schedule; a resume has no use for one
+            if session.schedule and session.state.has_kernel:
+                # a pause that did not finish, resolved at start-up as running
+                self.manager.cancel_schedule(path, "the notebook is running")
+            elif session.schedule and session.schedule["at"] <= now:
+                self.log.info("jupyter-pause: resuming %s as scheduled", path)
+                await self.manager.resume_as_scheduled(path)
+            elif (
+                session.state == State.READY
+                and (session.resumed_ahead or {}).get("kind") == "predicted"
+            ):
+                await self._pause_if_unused(session, now)
+
+    async def _pause_if_unused(self, session, now: float) -> None:
+        policy = await self._policy(session)
+        held = now - float(session.resumed_ahead.get("at") or now)
+        if held < policy.predict_unused_after:
+            return
+        self.ledger.record(
+            EventType.PREDICTED_RESUME_UNUSED,
+            path=session.path,
+            kernel_id=session.kernel_id or "",
+            workload_class=session.workload_class or "",
+            held_seconds=held,
+        )
+        self.log.info(
+            "jupyter-pause: nobody used the predicted resume of %s for %.0f s: pausing it again",
+            session.path,
+            held,
+        )
+        try:
+            await self.manager.pause(session.path, auto=True, reason=UNUSED_REASON)
+        except (PauseError, OperationInProgress) as e:
+            self.log.info("jupyter-pause: could not pause %s again: %s", session.path, e)
+
+    # ------------------------------------------------------------ predicting
+
+    async def _policy(self, session) -> WorkloadClass:
+        if self.manager.workload_class is None:  # auto-pause off: the defaults, no prediction
+            return WorkloadClass(name="default")
+        policy, _ = await self.manager.workload_class(session)
+        return policy
+
+    async def predict(self, session) -> None:
+        """After a pause: schedule a predicted resume when the class opts in,
+        no schedule was asked for, and the prediction is confident enough."""
+        if session.schedule or session.state != State.PAUSED:
+            return
+        if session.operation and session.operation.options.get("reason") == UNUSED_REASON:
+            return  # the user has not come back since the last prediction: no new one
+        policy = await self._policy(session)
+        if not policy.predict_resume:
+            return
+        now = self.clock()
+        events = self.ledger.events(since=now - HISTORY)
+        history = returns_from_events(events).get(session.path, [])
+        prediction = predict_return(history, now, tz=self.tz)
+        if prediction is None or prediction.confidence < policy.predict_min_confidence:
+            self.log.info(
+                "jupyter-pause: no predicted resume for %s (%s)",
+                session.path,
+                "too few past returns"
+                if prediction is None
+                else f"confidence {prediction.confidence:.2f} < {policy.predict_min_confidence}",
+            )
+            return
+        latency = measured_resume_latency(events) or DEFAULT_RESUME_LATENCY
+        at = resume_ahead_time(prediction, latency, policy.predict_margin)
+        if at <= now:
+            return  # the user is expected back sooner than a resume takes
+        try:
+            self.manager.set_schedule(
+                session.path,
+                at,
+                kind="predicted",
+                by="prediction",
+                confidence=round(prediction.confidence, 3),
+            )
+        except PauseError as e:
+            self.log.warning("jupyter-pause: could not schedule %s: %s", session.path, e)
