@@ -7,6 +7,8 @@ checkpointed before anything is released, and a live snapshot restore is
 recognised by the kernels' nonces.
 """
 
+import time
+
 import pytest
 
 from jupyter_pause.backends.base import PauseBackend
@@ -61,3 +63,30 @@ async def test_pausing_one_notebook_checkpoints_all_and_a_live_restore_is_recogn
         assert session["kernel_id"] == kernel_id
         assert session["last_checkpoint"]["id"]  # the fallback exists for both
     assert await execute(jp_serverapp, kernels["work/other.ipynb"], "b") == "2"
+
+
+@pytest.mark.parametrize("ahead, outcome", [(5, "scheduled"), (3600, "resumed by hand")])
+async def test_a_pod_restored_for_its_schedule_counts_as_the_scheduled_resume(
+    jp_fetch, jp_serverapp, notebook_path, ahead, outcome
+):
+    """The platform's scheduler brought the pod back at its time (within a
+    minute): that was the scheduled resume.  Long before it: by hand."""
+    model = await start_session(jp_fetch, notebook_path)
+    await wait_for_state(jp_serverapp, model["kernel"]["id"], "idle")
+    body = {"path": notebook_path, "resume_at": time.time() + ahead}
+    code, answer = await api(jp_fetch, "sessions", "pause", method="POST", body=body)
+    assert code == 202, answer
+    op = await wait_operation(jp_fetch, answer["operation"]["id"])
+    assert op["outcome"] == "succeeded", op
+
+    session = await session_status(jp_fetch, notebook_path)
+    assert session["state"] == "ready" and session["schedule"] is None
+    ledger = jp_serverapp.web_app.settings["jupyter_pause_ledger"]
+    types = [e.type.value for e in ledger.events(path=notebook_path)]
+    if outcome == "scheduled":
+        assert session["resumed_ahead"]["kind"] == "scheduled"
+        assert "scheduled-resume-started" in types
+    else:
+        assert session["resumed_ahead"] is None
+        (cancelled,) = ledger.events(path=notebook_path, types=["resume-schedule-cancelled"])
+        assert cancelled.data["reason"] == "resumed by hand"

@@ -59,6 +59,9 @@ from .prewarm import Prewarmer
 #: seconds a request waits for a notebook's checkpoint lock held by another
 #: process (a kernel's own %checkpoint) before answering 409
 STORE_LOCK_WAIT = 2.0
+#: seconds before its time a snapshot-restored pod still counts as brought back by its
+#: schedule (a CronJob's minute); earlier, the user resumed it by hand
+SCHEDULE_SLACK = 60.0
 _TEMPORARY_PATH = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
@@ -904,13 +907,16 @@ class PauseManager:
             activity = self.activity.watch(session.kernel_id, session.path)
             activity.reset_clock()  # the wall clock jumped by the whole pause
             self._first_cell_pending.add(session.path)
-            if session.schedule:  # the platform's scheduler brought the pod back
+            if session.schedule and session.schedule["at"] <= time.time() + SCHEDULE_SLACK:
+                # the platform's scheduler brought the pod back, as scheduled
                 schedule, session.schedule = session.schedule, None
                 kind = schedule.get("kind") or "scheduled"
                 self._record(
                     EventType.SCHEDULED_RESUME_STARTED, session, op, at=schedule["at"], kind=kind
                 )
                 session.resumed_ahead = {"kind": kind, "at": time.time()}
+            elif session.schedule:  # brought back before its time: by hand
+                self.cancel_schedule(session.path, "resumed by hand")
             self._move(session, State.READY, op)
             self._record(EventType.FIRST_CELL_RUNNABLE, session, op)
         else:
