@@ -21,15 +21,18 @@ def notebook_and_env(tmp_path):
     return root, env
 
 
+def pause_the_answer(client):
+    """nb.ipynb with ``answer = 42`` in its kernel, paused."""
+    kernel_id = client.open_notebook("nb.ipynb")["kernel"]["id"]
+    assert client.execute(kernel_id, "answer = 6 * 7").ok
+    op = client.wait(client.pause("nb.ipynb"))
+    assert op["outcome"] == "succeeded", op
+
+
 def test_a_restarted_server_still_knows_the_paused_notebook_and_resumes_it(tmp_path):
     root, env = notebook_and_env(tmp_path)
-
     with LocalServer(root, tmp_path / "state", env=env) as server:
-        client = server.start()
-        kernel_id = client.open_notebook("nb.ipynb")["kernel"]["id"]
-        assert client.execute(kernel_id, "answer = 6 * 7").ok
-        op = client.wait(client.pause("nb.ipynb"))
-        assert op["outcome"] == "succeeded", op
+        pause_the_answer(server.start())
 
     with LocalServer(root, tmp_path / "state", env=env) as server:
         client = server.start()
@@ -48,10 +51,7 @@ def test_a_scheduled_resume_survives_a_restart_and_the_notebook_is_ready(tmp_pat
     root, env = notebook_and_env(tmp_path)
     with LocalServer(root, tmp_path / "state", env=env) as server:
         client = server.start()
-        kernel_id = client.open_notebook("nb.ipynb")["kernel"]["id"]
-        assert client.execute(kernel_id, "answer = 6 * 7").ok
-        op = client.wait(client.pause("nb.ipynb"))
-        assert op["outcome"] == "succeeded", op
+        pause_the_answer(client)
         schedule = client.schedule("nb.ipynb", time.time() + 20)
         assert client.session_status("nb.ipynb")["schedule"] == schedule
 

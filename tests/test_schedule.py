@@ -13,7 +13,7 @@ import pytest
 
 from jupyter_pause.idle_policy import WorkloadClass
 from jupyter_pause.ledger import EventType
-from jupyter_pause.lifecycle import SessionStore, State
+from jupyter_pause.lifecycle import OperationInProgress, SessionStore, State
 from jupyter_pause.prediction import UNUSED_REASON
 from jupyter_pause.report.ahead import resume_ahead
 from jupyter_pause.schedule import ScheduleError, parse_resume_at
@@ -22,6 +22,7 @@ from jupyter_pause.server.manager import PauseError
 from jupyter_pause.server.scheduler import ResumeScheduler
 
 from .fakes import make_manager
+from .helpers import wait_until
 
 NB = "nb.ipynb"
 PARIS = ZoneInfo("Europe/Paris")
@@ -194,10 +195,8 @@ async def test_the_scheduler_wakes_up_for_a_new_schedule(tmp_path):
     scheduler.start()
     try:
         manager.set_schedule(NB, time.time() + 0.5)
-        deadline = time.monotonic() + 60
-        while manager.store.sessions[NB].state != State.READY:
-            assert time.monotonic() < deadline, manager.store.sessions[NB]
-            await asyncio.sleep(0.05)
+        session = manager.store.sessions[NB]
+        await wait_until(lambda: session.state == State.READY, what="the scheduled resume")
     finally:
         scheduler.stop()
         await settle(manager)
@@ -341,3 +340,34 @@ async def test_an_unused_predicted_resume_is_paused_again(tmp_path):
     assert session.schedule is None
     report = resume_ahead(manager.ledger.events(), 0, time.time() + 4 * 86400)
     assert report["kinds"]["predicted"]["unused"] == 1
+
+
+async def test_a_scheduled_resume_waits_for_capacity_like_a_manual_one_and_never_competes(
+    tmp_path,
+):
+    manager = make_manager(tmp_path)
+    capacity = asyncio.Event()
+
+    async def acquire(session, report_waiting):
+        report_waiting("no GPU free on this machine")
+        await capacity.wait()
+
+    manager.backend.acquire = acquire
+    clock = Clock()
+    scheduler = scheduler_for(manager, clock)
+    await paused(manager, resume_at=clock.now + 60)
+    clock.now += 61
+    await scheduler.check()
+    session = manager.store.sessions[NB]
+    await wait_until(lambda: session.state == State.WAITING_FOR_CAPACITY, what="the wait")
+    assert session.operation.options["scheduled"] == "scheduled"
+
+    # the user arrives and clicks Resume: the restore under way is not doubled
+    with pytest.raises(OperationInProgress):
+        await manager.resume(NB)
+    await scheduler.check()
+    capacity.set()
+    await settle(manager)
+    assert session.state == State.READY
+    assert types(manager).count(EventType.RESTORE_STARTED) == 1
+    assert EventType.WAITING_FOR_CAPACITY in types(manager)
