@@ -197,8 +197,18 @@ const rerunPlugin: JupyterFrontEndPlugin<void> = {
     'After a resume, offers to re-run the cells that made what could not be saved.',
   autoStart: true,
   requires: [IPauseStatusModel, INotebookTracker],
-  activate: (_app, model: PauseStatusModel, notebooks: INotebookTracker) => {
-    new RerunOffer(model, notebooks);
+  optional: [ITranslator],
+  activate: (
+    _app,
+    model: PauseStatusModel,
+    notebooks: INotebookTracker,
+    translator: ITranslator | null
+  ) => {
+    new RerunOffer(
+      model,
+      notebooks,
+      (translator ?? nullTranslator).load(DOMAIN)
+    );
   }
 };
 

@@ -11,6 +11,7 @@
 import { Dialog, showDialog, showErrorMessage } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { Kernel } from '@jupyterlab/services';
+import { TranslationBundle } from '@jupyterlab/translation';
 import { Widget } from '@lumino/widgets';
 
 import { PauseStatusModel } from './model';
@@ -27,7 +28,8 @@ const API = "__import__('jupyter_pause')";
 export class RerunOffer {
   constructor(
     private readonly _model: PauseStatusModel,
-    private readonly _notebooks: INotebookTracker
+    private readonly _notebooks: INotebookTracker,
+    private readonly _trans: TranslationBundle
   ) {
     _model.changed.connect(this._check, this);
   }
@@ -61,12 +63,13 @@ export class RerunOffer {
     if (!cells?.length) {
       return;
     }
+    const trans = this._trans;
     const answer = await showDialog({
-      title: 'Re-run cells to recreate what was not saved?',
-      body: new Widget({ node: offerBody(path, cells) }),
+      title: trans.__('Re-run cells to recreate what was not saved?'),
+      body: new Widget({ node: offerBody(path, cells, trans) }),
       buttons: [
-        Dialog.cancelButton({ label: 'Skip' }),
-        Dialog.okButton({ label: 'Re-run' })
+        Dialog.cancelButton({ label: trans.__('Skip') }),
+        Dialog.okButton({ label: trans.__('Re-run') })
       ]
     });
     if (!answer.button.accept) {
@@ -80,9 +83,10 @@ export class RerunOffer {
     const failed = Object.entries(outcome ?? {}).filter(([, v]) => v !== 'ok');
     if (!outcome || failed.length) {
       await showErrorMessage(
-        'Re-run failed',
-        failed.map(([cell, why]) => `cell [${cell}]: ${why}`).join('\n') ||
-          'the kernel did not answer'
+        trans.__('Re-run failed'),
+        failed
+          .map(([cell, why]) => trans.__('cell [%1]: %2', cell, why))
+          .join('\n') || trans.__('the kernel did not answer')
       );
     }
   }
@@ -90,17 +94,26 @@ export class RerunOffer {
   private _asked = new Set<string>();
 }
 
-function offerBody(path: string, cells: IRerunCell[]): HTMLElement {
+function offerBody(
+  path: string,
+  cells: IRerunCell[],
+  trans: TranslationBundle
+): HTMLElement {
   const body = document.createElement('div');
   body.className = 'jp-PauseRerunOffer';
   const intro = document.createElement('p');
-  intro.textContent =
-    `${path} was restored, but some objects cannot be saved and were skipped. ` +
-    'Nothing runs unless you choose Re-run.';
+  intro.textContent = trans.__(
+    '%1 was restored, but some objects cannot be saved and were skipped. Nothing runs unless you choose Re-run.',
+    path
+  );
   body.appendChild(intro);
   for (const c of cells) {
     const line = document.createElement('p');
-    line.textContent = `Re-run cell [${c.cell}] to recreate ${c.names.join(', ')}:`;
+    line.textContent = trans.__(
+      'Re-run cell [%1] to recreate %2:',
+      c.cell,
+      c.names.join(', ')
+    );
     const source = document.createElement('pre');
     source.textContent = c.source;
     body.append(line, source);
