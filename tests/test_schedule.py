@@ -198,7 +198,7 @@ async def test_the_scheduler_wakes_up_for_a_new_schedule(tmp_path):
         session = manager.store.sessions[NB]
         await wait_until(lambda: session.state == State.READY, what="the scheduled resume")
     finally:
-        scheduler.stop()
+        await scheduler.stop()
         await settle(manager)
 
 

@@ -265,7 +265,7 @@ class PauseApp(ExtensionApp):
         if getattr(self, "idle_watcher", None) is not None:
             self.idle_watcher.stop()
         if getattr(self, "scheduler", None) is not None:
-            self.scheduler.stop()
+            await self.scheduler.stop()
         manager = getattr(self, "manager", None)
         if manager is not None:
             await manager.close()

@@ -75,9 +75,13 @@ class ResumeScheduler:
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._run())
 
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+    async def stop(self) -> None:
+        """Cancel the loop and wait for it to end (no task left pending at shutdown)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _run(self) -> None:
         await self.manager.recovered.wait()
