@@ -68,7 +68,26 @@ class PauseMagics(Magics):
         if real and not args.quiet:
             for name, reason in real.items():
                 print(f"  skipped {name}: {reason}")
+        self._tell_server(res.id, args)
         return None
+
+    @staticmethod
+    def _tell_server(checkpoint_id: str, args) -> None:
+        """Have the server that started this kernel record the checkpoint (its
+        ledger and report count it).  Only for this notebook's own folder and
+        best effort: the checkpoint is saved whatever the server says."""
+        if args.dir or args.notebook:
+            return  # saved elsewhere than where the server looks
+        try:
+            server = ServerLink.from_environment()
+        except ServerLinkError:
+            return  # not a kernel of a server with jupyter-pause
+        try:
+            server.post(
+                "sessions/checkpointed", {"path": server.notebook, "checkpoint_id": checkpoint_id}
+            )
+        except ServerLinkError as e:
+            print(f"  (the server did not record it: {e})", file=sys.stderr)
 
     @staticmethod
     def _print_list(infos) -> None:

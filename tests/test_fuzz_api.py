@@ -111,7 +111,7 @@ def bodies(draw):
 # ------------------------------------------------------------------- properties
 
 
-@pytest.mark.parametrize("verb", ["pause", "resume", "checkpoint", "postpone"])
+@pytest.mark.parametrize("verb", ["pause", "resume", "checkpoint", "checkpointed", "postpone"])
 @SETTINGS
 @given(body=bodies())
 def test_posts_answer_every_body(server, verb, body):

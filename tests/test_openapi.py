@@ -274,6 +274,10 @@ async def test_real_responses_match_the_spec(jp_fetch, jp_serverapp, notebook_pa
 
     code, listing = await call("get", "/checkpoints", params=nb)
     (checkpoint,) = listing["checkpoints"]
+    code, body = await call(
+        "post", "/sessions/checkpointed", body={**nb, "checkpoint_id": checkpoint["id"]}
+    )
+    assert code == 200 and body["last_checkpoint"]["id"] == checkpoint["id"]
     code, verified = await call("get", "/checkpoints", params={**nb, "verify": "1"})
     assert verified["checkpoints"][0]["problem"] is None
 

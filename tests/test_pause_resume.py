@@ -334,6 +334,36 @@ async def test_the_pause_magic_pauses_its_own_notebook_after_the_cell(
     assert await execute(jp_serverapp, kernel_id, "kept") == "'yes'"
 
 
+async def test_a_checkpoint_typed_in_a_cell_counts_in_the_ledger_and_the_report(
+    jp_fetch, jp_serverapp, notebook_path
+):
+    kernel_id = await running_notebook(jp_fetch, jp_serverapp, notebook_path, "kept = 'yes'")
+    await execute(jp_serverapp, kernel_id, "%checkpoint --quiet")
+    session = await session_status(jp_fetch, notebook_path)
+    checkpoint = session["last_checkpoint"]
+    assert (
+        checkpoint and checkpoint["bytes"] > 0
+    )  # the kernel told the server before the cell ended
+    (finished,) = [
+        e
+        for e in jp_serverapp.web_app.settings["jupyter_pause_ledger"].events(path=notebook_path)
+        if e.type.value == "checkpoint-finished"
+    ]
+    assert finished.data["by"] == "kernel" and finished.data["checkpoint_id"] == checkpoint["id"]
+    code, report = await api(jp_fetch, "report")
+    assert report["totals"]["checkpoint_bytes"]["n"] == 1
+
+    # told again (or told a checkpoint that does not exist): recorded once, or refused
+    body = {"path": notebook_path, "checkpoint_id": checkpoint["id"]}
+    code, _ = await api(jp_fetch, "sessions", "checkpointed", method="POST", body=body)
+    assert (
+        code == 200 and event_types(jp_serverapp, notebook_path).count("checkpoint-finished") == 1
+    )
+    body["checkpoint_id"] = "2020-01-01T00-00-00"
+    code, answer = await api(jp_fetch, "sessions", "checkpointed", method="POST", body=body)
+    assert code == 404 and "no checkpoint" in answer["message"]
+
+
 async def test_the_pause_magic_schedules_the_resume(jp_fetch, jp_serverapp, notebook_path):
     kernel_id = await running_notebook(jp_fetch, jp_serverapp, notebook_path, "kept = 'yes'")
     with pytest.raises(AssertionError, match="cannot read 'noon tomorrow' as a resume time"):

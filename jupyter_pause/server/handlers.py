@@ -222,6 +222,22 @@ class CheckpointSessionHandler(PauseHandler):
         self.write_json({"operation": op.to_json()}, status=202)
 
 
+class CheckpointedHandler(PauseHandler):
+    """The kernel took a checkpoint by itself (``%checkpoint``): record it."""
+
+    @tornado.web.authenticated
+    @translate_errors
+    async def post(self):
+        body = self.body()
+        path = await self.path_argument(body.get("path"))
+        checkpoint_id = body.get("checkpoint_id")
+        if not isinstance(checkpoint_id, str):
+            raise PauseError("'checkpoint_id' must be a string")
+        await self.manager.recovered.wait()
+        checkpoint = await self.manager.record_kernel_checkpoint(path, checkpoint_id)
+        self.write_json({"path": path, "last_checkpoint": checkpoint})
+
+
 class UnsaveableHandler(PauseHandler):
     """What a pause would not save now: asked before a person pauses."""
 
@@ -363,6 +379,7 @@ ROUTES = [
     (rf"{NAMESPACE}/sessions/prewarm", PrewarmSessionHandler),
     (rf"{NAMESPACE}/sessions/schedule", ScheduleHandler),
     (rf"{NAMESPACE}/sessions/checkpoint", CheckpointSessionHandler),
+    (rf"{NAMESPACE}/sessions/checkpointed", CheckpointedHandler),
     (rf"{NAMESPACE}/sessions/unsaveable", UnsaveableHandler),
     (rf"{NAMESPACE}/operations/{_OPERATION_ID}", OperationHandler),
     (rf"{NAMESPACE}/checkpoints", CheckpointsHandler),

@@ -399,6 +399,35 @@ class PauseManager:
 
         return await self._in_thread(measure, list(self.store.sessions))
 
+    async def record_kernel_checkpoint(self, path: str, checkpoint_id: str) -> dict[str, Any]:
+        """A checkpoint the kernel took by itself (``%checkpoint`` in a cell): the
+        server's own checkpoints are in the ledger, and these must count in the
+        report too.  Only a checkpoint that exists in the notebook's folder is
+        recorded, once; its size is read from the folder, not from the request."""
+        if not checkpoint_paths.is_checkpoint_id(checkpoint_id):
+            raise PauseError(f"{checkpoint_id!r} is not a checkpoint id (like 2026-11-30T18-02-11)")
+        listed = {c["id"]: c for c in await self.list_checkpoints(path)}
+        if checkpoint_id not in listed:
+            raise PauseError(f"{path!r} has no checkpoint {checkpoint_id!r}", status=404)
+        checkpoint = listed[checkpoint_id]
+        session = self.store.get(path)
+        if (session.last_checkpoint or {}).get("id") != checkpoint_id:
+            session.last_checkpoint = {
+                "id": checkpoint_id,
+                "time": time.time(),
+                "bytes": checkpoint["bytes"],
+            }
+            self._save()
+            self._record(
+                EventType.CHECKPOINT_FINISHED,
+                session,
+                None,
+                checkpoint_id=checkpoint_id,
+                bytes=checkpoint["bytes"],
+                by="kernel",
+            )
+        return session.last_checkpoint
+
     async def delete_checkpoint(self, path: str, checkpoint_id: str) -> None:
         if not checkpoint_paths.is_checkpoint_id(checkpoint_id):
             raise PauseError(f"{checkpoint_id!r} is not a checkpoint id (like 2026-11-30T18-02-11)")
