@@ -35,8 +35,16 @@ export class PauseStatusModel implements IDisposable {
   }
 
   /** How often to ask the server, in milliseconds (a user setting). */
+  get interval(): number {
+    return this._poll.frequency.interval;
+  }
+
   set interval(interval: number) {
-    this._poll.frequency = { ...this._poll.frequency, interval };
+    // the backoff ceiling must stay above the interval (the poll refuses otherwise)
+    const max = Math.max(this._poll.frequency.max, interval);
+    this._poll.frequency = { ...this._poll.frequency, interval, max };
+    // ask now: the next tick is a whole (possibly long) interval away
+    void this._poll.refresh();
   }
 
   /**

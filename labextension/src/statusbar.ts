@@ -76,6 +76,7 @@ export class PauseStatusItem extends Widget {
     }
     this._text.textContent = text;
     this.node.dataset.state = state;
+    this.node.dataset.pollInterval = String(this._model.interval); // the setting in force
     this.node.title = trans.__('Pause and resume: click for details');
     this.node.setAttribute('aria-label', text);
     const announce = session ? stateLabel(session.state, trans) : text;

@@ -1,6 +1,7 @@
 """The status bar item, its popover, the Kernel menu and the "Saved state" panel,
 read as a user sees them."""
 
+import json
 import re
 
 import pytest
@@ -102,3 +103,20 @@ def test_kernel_menu_palette_and_saved_state_panel(shared_lab, page, screenshot)
     page.locator(".jp-Dialog").get_by_role("button", name="Delete").click()
     panel.locator(f"li[data-checkpoint='{checkpoint_id}']").wait_for(state="detached")
     assert checkpoint_id not in [c["id"] for c in lab.client.checkpoints("snap.ipynb")]
+
+
+def test_the_poll_interval_setting_is_honoured_beyond_the_backoff_ceiling(lab, page):
+    """Settings → Pause and Resume: status → 120 s is the interval in force, and the
+    status is asked for at once, not a whole interval later (the poll's backoff
+    ceiling, 60 s, used to refuse any longer interval)."""
+    name = write_notebook(lab.root, "poll.ipynb", ["x = 1"])
+    settings = json.dumps({"pollInterval": 120})
+    lab.api("PUT", "lab/api/settings/jupyter-pause:model", {"raw": settings})
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(lab.lab_url(name))
+    page.wait_for_function(
+        "document.querySelector(\"[data-jp-pause='status']\")?.dataset.pollInterval === '120000'"
+    )
+    wait_status(page, "Pause: ")  # answered, although the next poll is two minutes away
+    assert not [e for e in errors if "Poll interval" in e], errors
