@@ -39,6 +39,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "trial": ("jupyter_pause.commands.trial", "run the pause/resume trial on a notebook"),
     "probe": ("jupyter_pause.commands.probe", "release-check probe: plant and check live state"),
     "simulate": ("jupyter_pause.commands.simulate", "which idle threshold is worth it"),
+    "config": (
+        "jupyter_pause.commands.config",
+        "list the server extension's settings (c.PauseApp...) with their help",
+    ),
     "verify": ("jupyter_pause.commands.verify", "scrub checkpoints: which ones fully restore"),
 }
 

@@ -41,3 +41,13 @@ KUBERNETES_BACKENDS = {
     "gke-pod-snapshot": "jupyter_pause.backends.kubernetes.podsnapshot.GkePodSnapshotBackend",
     "kubeflow-workspace": "jupyter_pause.backends.kubernetes.workspace.KubeflowWorkspaceBackend",
 }
+
+
+def configurable_backend_classes() -> list[type[PauseBackend]]:
+    """Every backend class that has settings of its own, bases before subclasses
+    (``c.KubeBackend.namespace`` applies to both Kubernetes backends)."""
+    from .jupyterhub import JupyterHubBackend
+    from .local import LocalBackend
+
+    kubernetes = [backend_class_for(name) for name in KUBERNETES_BACKENDS]
+    return [LocalBackend, JupyterHubBackend, kubernetes[0].__base__, *kubernetes]

@@ -55,11 +55,15 @@ class PauseApp(ExtensionApp):
         config=True,
         help="A PauseBackend subclass to use instead of the named backend.",
     )
-    state_dir = Unicode(config=True, help="Where the ledger and the session states are kept.")
+    state_dir = Unicode(
+        config=True,
+        help="Where the ledger and the session states are kept. Default: <jupyter data dir>/pause.",
+    )
     checkpoint_dir = Unicode(
         config=True,
         help="Root of the application checkpoints (one folder per notebook). "
-        "On Kubernetes, put it on the home volume.",
+        "On Kubernetes, put it on the home volume. "
+        "Default: $JUPYTER_PAUSE_CHECKPOINT_DIR, else <state_dir>/checkpoints.",
     )
     keep_checkpoints = Int(3, config=True, help="Checkpoints kept per notebook.")
     kernel_call_timeout = Float(
