@@ -10,6 +10,9 @@ JUPYTER_ARGS ?=
 HUB_PROXY := $(VENV)/hub-proxy/node_modules/.bin/configurable-http-proxy
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/$(VENV)/hub-proxy/node_modules/.bin:$(PATH)
 PYTEST_ARGS ?=
+# test files run in parallel, each whole on one worker (its servers, hubs and browser
+# are module-scoped); mostly waiting on kernels and servers, so more workers than cores
+PYTEST_WORKERS ?= 3
 
 .PHONY: lab test lint format bench build check-wheel browser kubectl hub-proxy clean
 
@@ -42,7 +45,7 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(ROOT_ARGS) $(JUPYTER_ARGS)
 
 test: $(STAMP) browser kubectl hub-proxy lint check-wheel
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # --- the rest ------------------------------------------------------------
 lint: $(STAMP)

@@ -277,10 +277,19 @@ class Cluster:
             },
         )
         if not paused:
+            # running as its controller says so: the pod ready, then the status reconciled
             self.wait_for(
-                lambda: self.pod_ready(self.workspace_pod(name)), what=f"workspace {name} running"
+                lambda: (
+                    self.pod_ready(self.workspace_pod(name))
+                    and self._workspace_state(name) == "Running"
+                ),
+                what=f"workspace {name} running",
             )
         return ws
+
+    def _workspace_state(self, name: str) -> str | None:
+        ws = self.emu.find("Workspace", NAMESPACE, name)
+        return ((ws or {}).get("status") or {}).get("state")
 
     def workspace_pod(self, name: str = WORKSPACE) -> str:
         """The pod name of a Workspace (its StatefulSet's name is generated)."""
