@@ -330,11 +330,18 @@ class LocalServer:
         return self.state_dir / "checkpoints"
 
     def start(self, timeout: float = 90.0) -> PauseClient:
-        self.port = self.port or free_port()
+        """Start the server and wait until jupyter-pause answers.
+
+        The port is the server's own choice (``port=0``) the first time, read back from
+        the server's info file (``jpserver-<pid>.json``), and kept for a restart. A port
+        picked here and handed over would race with every other process binding ports
+        meanwhile (kernels bind five each), and a client sent to it might talk to someone
+        else's socket."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        runtime_dir = self.state_dir / "runtime"
         env = dict(os.environ)
         env["JUPYTER_PAUSE_CHECKPOINT_DIR"] = str(self.checkpoint_dir)
-        env["JUPYTER_RUNTIME_DIR"] = str(self.state_dir / "runtime")
+        env["JUPYTER_RUNTIME_DIR"] = str(runtime_dir)
         env.pop("JUPYTER_TOKEN", None)
         env.update(self.env)
         cmd = [
@@ -360,23 +367,27 @@ class LocalServer:
         self.process = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.root_dir
         )
-        client = PauseClient(self.url, self.token)
+        info_file = runtime_dir / f"jpserver-{self.process.pid}.json"
         deadline = time.monotonic() + timeout
+        client = None
         while True:
             if self.process.poll() is not None:
                 raise RuntimeError(
                     f"jupyter server exited ({self.process.returncode}):\n{self.log_tail()}"
                 )
             try:
+                if client is None:  # written once the server listens
+                    self.port = json.loads(info_file.read_text())["port"]
+                    client = PauseClient(self.url, self.token)
                 client.status()
                 return client
-            except (OSError, ClientError):
+            except (OSError, ValueError, KeyError, ClientError):
                 if time.monotonic() > deadline:
                     self.stop()
                     raise RuntimeError(
                         f"jupyter server did not answer in {timeout:.0f} s:\n{self.log_tail()}"
                     ) from None
-                time.sleep(0.3)
+                time.sleep(0.2)
 
     def log_tail(self, n: int = 4000) -> str:
         if self.log_path and self.log_path.exists():
