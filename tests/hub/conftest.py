@@ -11,6 +11,7 @@ servers with an admin service token.  Nothing is mocked.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import secrets
@@ -56,6 +57,10 @@ def deploy_config():
 ROLES = {role["name"]: role for role in deploy_config().JupyterHub.load_roles}
 
 
+class PortTaken(AssertionError):
+    """The hub or its proxy could not bind a port picked for it."""
+
+
 class Hub:
     """``jupyterhub -f config`` in a subprocess, in its own directory.
 
@@ -76,10 +81,8 @@ class Hub:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.homes = base / "home"
         self.homes.mkdir(exist_ok=True)
-        self.port = free_port()
-        self.hub_port = free_port()
-        self.proxy_api_port = free_port()
-        self.service_port = free_port()
+        self.pick_ports()
+        self.started = False
         self.token = secrets.token_hex(16)
         self.service_token = secrets.token_hex(16)
         self.service = service
@@ -88,6 +91,12 @@ class Hub:
         self.log_path = self.dir / "hub.log"
 
     # -- set-up --------------------------------------------------------------
+
+    def pick_ports(self) -> None:
+        self.port = free_port()
+        self.hub_port = free_port()
+        self.proxy_api_port = free_port()
+        self.service_port = free_port()
 
     @property
     def url(self) -> str:
@@ -182,6 +191,24 @@ c.JupyterHub.load_roles = {roles!r}
         return path
 
     def start(self, timeout: float = 120.0) -> Hub:
+        """Start the hub (again, on the same ports: its users' servers know them).
+
+        A port picked free may be bound by another process (every kernel binds five)
+        before the hub or its proxy binds it; then the first start picks new ones."""
+        for attempt in range(3):
+            log_size = self.log_path.stat().st_size if self.log_path.exists() else 0
+            try:
+                self._start(timeout, log_size)
+                self.started = True
+                return self
+            except PortTaken:
+                if self.started or attempt == 2:
+                    raise
+                self.stop()
+                self.pick_ports()
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float, log_size: int) -> None:
         config = self.write_config()
         env = dict(os.environ)
         env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
@@ -199,17 +226,18 @@ c.JupyterHub.load_roles = {roles!r}
         )
 
         def up():
+            if "already in use" in self.log_path.read_text(errors="replace")[log_size:]:
+                raise PortTaken(f"a port of the hub was taken:\n{self.log_tail()}")
             if self.process.poll() is not None:
                 raise AssertionError(f"jupyterhub exited:\n{self.log_tail()}")
             try:
                 return self.api("GET", "")[0] == 200
-            except OSError:
+            except (OSError, http.client.HTTPException):  # not up, or not (yet) the hub
                 return False
 
         wait_for(up, timeout, "the hub to answer")
         if self.service is not None:
             wait_for(self.service_up, timeout, "the jupyter-pause service to answer")
-        return self
 
     def service_up(self) -> bool:
         try:
