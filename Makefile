@@ -58,7 +58,14 @@ format: $(STAMP)
 	$(BIN)/ruff format jupyter_pause tests benchmarks
 	$(JLPM) lint
 
-bench: $(STAMP)
+# Kishu, the incremental peer, for the re-checkpoint comparison: its own environment
+# (it brings Flask, pandas and more), with the same torch
+PEERS := $(VENV)/peers/bin/python
+$(PEERS):
+	$(PYTHON) -m venv $(VENV)/peers
+	$(VENV)/peers/bin/pip install --quiet "torch==2.13.0" "kishu==0.3.4"
+
+bench: $(STAMP) $(PEERS)
 	$(BIN)/python benchmarks/bench_checkpoint.py $(BENCH_ARGS)
 	$(BIN)/python benchmarks/bench_server_latency.py
 

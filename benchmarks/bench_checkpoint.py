@@ -600,6 +600,12 @@ def bench_recheckpoint(args, work: Path, env) -> dict:
     size = int(args.recheckpoint_size_gb * 1e9)
     res = run_child_args(RECHECKPOINT_CHILD, [str(out), str(size), str(args.rounds)], env)
     shutil.rmtree(out, ignore_errors=True)
+    if not Path(args.kishu_python).exists():
+        print(f"  (no Kishu at {args.kishu_python}: `make bench` installs it; skipping it)")
+        return res
+    from peer_kishu import measure_kishu
+
+    res.update(measure_kishu(args.kishu_python, MAKE_MODEL, size, args.rounds, work / "kishu"))
     return res
 
 
@@ -614,6 +620,12 @@ def print_recheckpoint(res: dict, size_gb: float) -> None:
         f"(target <= 0.1 s), full pass {median(res['full']):.3f} s, "
         f"records reused {median(res['reused']):.0f}"
     )
+    if "kishu" in res:
+        print(
+            f"Kishu 0.3.4, same namespace and change: {median(res['kishu']):.3f} s "
+            f"[{min(res['kishu']):.3f}-{max(res['kishu']):.3f}] added to the cell; "
+            f"ours / Kishu's {median(res['inc']) / median(res['kishu']):.2f} (target < 1)"
+        )
 
 
 def main(argv=None) -> int:
@@ -639,6 +651,12 @@ def main(argv=None) -> int:
     )
     ap.add_argument(
         "--only-recheckpoint", action="store_true", help="run only the re-checkpoint figure"
+    )
+    ap.add_argument(
+        "--kishu-python",
+        default=str(ROOT / ".venv" / "peers" / "bin" / "python"),
+        help="an interpreter with kishu installed, for the re-checkpoint comparison "
+        "(default: .venv/peers, which make bench creates)",
     )
     args = ap.parse_args(argv)
 
