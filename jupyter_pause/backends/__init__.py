@@ -47,7 +47,8 @@ def configurable_backend_classes() -> list[type[PauseBackend]]:
     """Every backend class that has settings of its own, bases before subclasses
     (``c.KubeBackend.namespace`` applies to both Kubernetes backends)."""
     from .jupyterhub import JupyterHubBackend
+    from .kubernetes.common import KubeBackend
     from .local import LocalBackend
 
     kubernetes = [backend_class_for(name) for name in KUBERNETES_BACKENDS]
-    return [LocalBackend, JupyterHubBackend, kubernetes[0].__base__, *kubernetes]
+    return [LocalBackend, JupyterHubBackend, KubeBackend, *kubernetes]

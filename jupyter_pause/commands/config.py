@@ -54,9 +54,10 @@ def _section(cls: type) -> str:
         lines.append("#")
         help_text = textwrap.fill(" ".join((trait.help or "").split()), 76)
         lines.extend(f"#  {line}" for line in help_text.splitlines())
+        default = _default(trait)
         if "Default:" not in help_text:  # a computed default is described in the help
-            lines.append(f"#  Default: {_default(trait)}")
-        lines.append(f"# c.{cls.__name__}.{name} = {_default(trait)}")
+            lines.append(f"#  Default: {default}")
+        lines.append(f"# c.{cls.__name__}.{name} = {default}")
     return "\n".join(lines) + "\n"
 
 
@@ -75,7 +76,7 @@ def run(args) -> int:
     for cls in classes:
         title = f"{cls.__name__} options"
         print(f"{title}\n{'-' * len(title)}")
-        for name in own_settings(cls):
-            print(cls.class_get_trait_help(cls.class_traits()[name]))
+        for trait in own_settings(cls).values():
+            print(cls.class_get_trait_help(trait))
         print()
     return 0

@@ -52,16 +52,20 @@ def run_cell(page, index):
     return cell
 
 
+def open_and_run_first_cell(page, lab, name, cells):
+    write_notebook(lab.root, name, cells)
+    page.goto(lab.lab_url(name))
+    wait_status(page, "Pause: Running")
+    run_cell(page, 0).locator(".jp-InputPrompt", has_text="[1]").wait_for()
+
+
 def shot(page, name):
     page.screenshot(path=str(OUT / f"{name}.png"))
 
 
 def test_paused_notebook_opened_and_a_cell_run(old_lab, page):
     lab = old_lab()
-    write_notebook(lab.root, "model.ipynb", ["x = 42", "print(x + 1)"])
-    page.goto(lab.lab_url("model.ipynb"))
-    wait_status(page, "Pause: Running")
-    run_cell(page, 0).locator(".jp-InputPrompt", has_text="[1]").wait_for()
+    open_and_run_first_cell(page, lab, "model.ipynb", ["x = 42", "print(x + 1)"])
     page.goto("about:blank")  # the tab is closed; paused from elsewhere (the CLI)
     op = lab.api("POST", "jupyter-pause/api/sessions/pause", {"path": "model.ipynb"})["operation"]
     assert lab.client.wait(op)["outcome"] == "succeeded"
@@ -100,10 +104,7 @@ def test_failed_resume_and_the_kernel_menu(old_lab, page):
     from jupyter_pause.engine import store
 
     lab = old_lab()
-    write_notebook(lab.root, "two.ipynb", ["x = 'older'", "x = 'newer'"])
-    page.goto(lab.lab_url("two.ipynb"))
-    wait_status(page, "Pause: Running")
-    run_cell(page, 0).locator(".jp-InputPrompt", has_text="[1]").wait_for()
+    open_and_run_first_cell(page, lab, "two.ipynb", ["x = 'older'", "x = 'newer'"])
     op = lab.api("POST", "jupyter-pause/api/sessions/checkpoint", {"path": "two.ipynb"})
     assert lab.client.wait(op["operation"])["outcome"] == "succeeded"
     time.sleep(1.1)  # checkpoint ids had a one-second resolution
