@@ -59,6 +59,10 @@ from .prewarm import Prewarmer
 #: seconds a request waits for a notebook's checkpoint lock held by another
 #: process (a kernel's own %checkpoint) before answering 409
 STORE_LOCK_WAIT = 2.0
+#: seconds a pause waits for a busy kernel to report idle before refusing: a client
+#: that has seen its cell end (IOPub idle on its websocket) can ask before the
+#: server's own IOPub listener has updated the kernel's state
+BUSY_GRACE = 2.0
 #: seconds before its time a snapshot-restored pod still counts as brought back by its
 #: schedule (a CronJob's minute); earlier, the user resumed it by hand
 SCHEDULE_SLACK = 60.0
@@ -493,11 +497,14 @@ class PauseManager:
         session, live = await self._prepare(path, "pause")
         kernel = live[path]["kernel"]
         if kernel.get("execution_state") == "busy" and not (force or after_cell):
-            raise PauseError(
-                f"the kernel of {path!r} is busy running a cell; wait for it to finish, "
-                "or pause with force to interrupt it",
-                status=409,
-            )
+            try:
+                await self._wait_idle(kernel["id"], BUSY_GRACE)
+            except PauseError:
+                raise PauseError(
+                    f"the kernel of {path!r} is busy running a cell; wait for it to finish, "
+                    "or pause with force to interrupt it",
+                    status=409,
+                ) from None
         op = self._begin(
             path, "pause", force=force, after_cell=after_cell, auto=auto, reason=reason
         )
