@@ -109,8 +109,12 @@ def gpu_usage() -> dict[str, Any]:
     allocation as one accelerator (the slot it was given), as documented in
     docs/accounting.md.
     """
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+    from .engine.lazy import module_ready
+
+    if not module_ready("torch"):  # not imported, or still importing after a lazy restore
+        return {}
+    torch = sys.modules["torch"]
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return {}
     used = [i for i in range(torch.cuda.device_count()) if torch.cuda.memory_reserved(i) > 0]
     if not used:

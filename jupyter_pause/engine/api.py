@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import gc
 import json
 import keyword
 import os
@@ -246,6 +247,22 @@ def _previous_index(nbdir, trust: bool):
 
 
 # ----------------------------------------------------------------- checkpoint
+@contextlib.contextmanager
+def _collector_paused():
+    """Pause Python's cyclic garbage collector for the duration. A checkpoint or restore
+    allocates many short-lived objects, and each full collection they trigger walks every
+    object of the process (~90 ms in a kernel that imported torch, on the dev VM): the
+    first checkpoint after a resume used to pay one. Collection resumes afterwards."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@_collector_paused()
 def checkpoint(
     *names: str,
     dir=None,
@@ -615,6 +632,7 @@ class _Loader:
         return a
 
 
+@_collector_paused()
 def restore(
     checkpoint_id: str | None = None,
     *names: str,
@@ -661,6 +679,8 @@ def restore(
     if lazy is None:
         lazy = lazy_mod.lazy_by_default(ns)
     lazy = bool(lazy) and not names and not partial
+    # a fresh kernel: what needs torch waits for its import in the background (lazy.py)
+    defer_torch = lazy and not lazy_mod.module_ready("torch")
 
     with store.locked(nbdir, shared=True):
         ids = store.checkpoint_ids(nbdir)
@@ -672,7 +692,7 @@ def restore(
         for cid in candidates:
             try:
                 loaded = _read_verified(
-                    nbdir, cid, names, trust, device_of_name, progress, partial, lazy
+                    nbdir, cid, names, trust, device_of_name, progress, partial, lazy, defer_torch
                 )
                 break
             except (CorruptCheckpoint, UntrustedCheckpoint) as e:
@@ -695,6 +715,7 @@ def restore(
         )
         buffers = loaded.buffers
         loader = _Loader(buffers, loaded.damaged)
+        later = loaded.torch_later
         load = None
         if lazy:  # its files are opened under the lock: a later GC cannot take them away
             plan, read_already = loaded.lazy_plan
@@ -706,17 +727,16 @@ def restore(
                 lambda s: device_of_name(s.device),
                 ns,
                 functools.partial(loader.remember_digest, m),
+                torch_later=later.gpu if later else None,
             )
 
     # Only now, with the pickle verified, run it. Lazy: tensor data is not read yet, but
     # every object is built over its final buffer, and none is assigned before the bytes
     # it reaches have matched their digests.
     by_record = {o.dump: n for n, o in m.objects.items()}
-    objs, failures = pickling.load_groups(data, m, to_load, loader, ns, by_record)
-    if any(why.startswith("RecursionError") for why in failures.values()):
-        objs, failures = pickling.deep(
-            pickling.load_groups, data, m, to_load, loader, ns, by_record
-        )
+    if later:  # groups that need torch are unpickled once it is imported (lazy.Later)
+        to_load = [r for r in to_load if r not in later.records]
+    objs, failures = _load_groups(data, m, to_load, loader, ns, by_record)
     failed = {by_record[i]: why for i, why in failures.items() if i in by_record}
     if names and any(n in failed for n in wanted) and not partial:
         raise RestoreFailed({n: failed[n] for n in wanted if n in failed})
@@ -725,6 +745,10 @@ def restore(
     bytes_loading = 0
     if load is not None:
         load.objects = _lazy_objects(m, objs, wanted, failed, loader, ns)
+        if later:
+            load.objects.update(_later_objects(m, data, later, loader, ns, by_record))
+            if m.rng_record in objs:  # torch's generators: before a cell that names torch
+                load.on_torch.append(functools.partial(rng.restore_torch, objs[m.rng_record]))
         load.done |= read_already
         for i in read_already:
             loader.remember_digest(m, i)
@@ -732,7 +756,7 @@ def restore(
         failed.update({n: load.failed[n] for n in load.settle()})
         restored = list(load.assigned)
         loading = load.pending()
-        if loading:
+        if load.outstanding():
             todo = set().union(*(load.objects[n][1] for n in loading)) - load.done
             bytes_loading = sum(m.storages[i].nbytes for i in todo)
             total -= bytes_loading
@@ -758,7 +782,7 @@ def restore(
     reimported: list[str] = []
     if not names:
         for alias, modname in m.modules.items():
-            if alias in ns:
+            if alias in ns or (load is not None and alias in load.objects):
                 continue
             try:
                 import importlib
@@ -768,7 +792,7 @@ def restore(
             except Exception as e:
                 failed[alias] = f"could not re-import module {modname}: {pickling.describe(e)}"
         if m.rng_record is not None and m.rng_record in objs:
-            notes += rng.restore(objs[m.rng_record])
+            notes += rng.restore(objs[m.rng_record], torch_too=not later)
         elif m.rng_record is not None:
             notes.append("the random number generators' state was not restored (damaged)")
     result = RestoreResult(
@@ -798,13 +822,23 @@ def restore(
 
 
 def _read_verified(
-    nbdir, checkpoint_id, names, trust, device_of_name, progress, partial, lazy=False
+    nbdir,
+    checkpoint_id,
+    names,
+    trust,
+    device_of_name,
+    progress,
+    partial,
+    lazy=False,
+    defer_torch=False,
 ):
     """Everything a restore needs from one checkpoint, verified (signature, binding, pickle
     HMAC, every needed tensor's hash) before anything is unpickled. With ``partial``,
-    tensor files that fail their hash are left out and named instead of failing it all."""
+    tensor files that fail their hash are left out and named instead of failing it all.
+    ``defer_torch`` (lazy only): what needs torch is left for after its import."""
     m = store.read_manifest(nbdir, checkpoint_id, trust=trust)
-    _import_soon(m)  # while the pickle is verified and the tensors read
+    if not defer_torch:
+        _import_soon(m)  # while the pickle is verified and the tensors read
     unknown = [n for n in names if n not in m.objects]
     if unknown:
         why = {n: m.skipped[n] for n in unknown if n in m.skipped}
@@ -853,17 +887,35 @@ def _read_verified(
         # every header checked; the small objects' and the RNG state's tensors read now,
         # so damage there still makes a restore fall back to an older checkpoint; the
         # other buffers allocated, their bytes read later (engine/lazy.py)
+        # Without torch yet: CPU buffers are numpy arrays (tensors.as_torch later), GPU
+        # buffers wait for torch, which is imported once this thread is done (lazy.py)
+        later = _torch_later(m, data, set(needed), device_of) if defer_torch else None
+        if defer_torch:
+            _import_soon(m, without={"torch"} if later else set())
         plan = tensors.plan_reads(nbdir, m, needed)
         now = set(_rng_storages(m)) if m.rng_record is not None else set()
         for o in m.objects.values():
             if sum(m.storages[i].nbytes for i in o.storages) < lazy_mod.EAGER_BELOW:
                 now.update(o.storages)
-        buffers = tensors.read_storages(nbdir, m, sorted(now & set(needed)), device_of, bar)
+        gpu = later.gpu if later else set()
+        buffers = tensors.read_storages(
+            nbdir, m, sorted((now - gpu) & set(needed)), device_of, bar, as_numpy=defer_torch
+        )
         for i in needed:
-            if i not in buffers:
-                buffers[i] = tensors.empty_for(m.storages[i], device_of(m.storages[i]))
+            if i not in buffers and i not in gpu:
+                s = m.storages[i]
+                buffers[i] = tensors.empty_for(s, device_of(s), as_numpy=defer_torch)
         return _Verified(
-            m, data, buffers, wanted, to_load, total, damaged, bar, (plan, set(buffers) & now)
+            m,
+            data,
+            buffers,
+            wanted,
+            to_load,
+            total,
+            damaged,
+            bar,
+            (plan, set(buffers) & now),
+            later,
         )
     buffers = tensors.read_storages(nbdir, m, needed, device_of, bar)
     return _Verified(m, data, buffers, wanted, to_load, total, damaged, bar)
@@ -883,20 +935,120 @@ class _Verified:
     progress: Progress
     #: lazy restores: (the reads still to do, the storages read already)
     lazy_plan: tuple | None = None
+    #: lazy restores into a process without torch yet: what waits for its import
+    torch_later: _TorchLater | None = None
+
+
+@dataclass
+class _TorchLater:
+    """What a lazy restore leaves until torch is imported (engine/lazy.py, ``Later``)."""
+
+    groups: list[tuple[list[int], set[int]]]  # (records, storages) of each group needing it
+    modules: dict[str, str]  # aliases of torch modules: alias -> module name
+    gpu: set[int]  # storages bound for a GPU: their buffers, too, wait for torch
+
+    @property
+    def records(self) -> set[int]:
+        return {r for group, _ in self.groups for r in group}
+
+    @property
+    def storages(self) -> set[int]:
+        return {i for _, storages in self.groups for i in storages}
+
+
+def _torch_later(m: Manifest, data: bytes, needed: set[int], device_of) -> _TorchLater | None:
+    """The groups whose unpickling needs torch: those holding torch tensors or naming torch
+    anywhere in their pickle (a string that merely contains "torch" only makes that group
+    wait for the import), and the torch module aliases. None when nothing waits, or when it
+    cannot: a format-1 checkpoint (one memo for all) or an RNG state holding tensors (saved
+    before torch's state was kept as bytes), which must be in before the first cell."""
+    if not m.groups:
+        return None
+    later = _TorchLater(groups=[], modules={}, gpu=set())
+    offsets = m.records
+    rng_torch = False
+    for first, end, local in m.spans():
+        stop = offsets[end] if end < len(offsets) else len(data)
+        holds_torch = any(m.storages[i].kind == "torch" for i in local)
+        if m.rng_record is not None and first <= m.rng_record < end:
+            if holds_torch:
+                return None
+            rng_torch = data.find(b"torch", offsets[first], stop) != -1
+            continue
+        if holds_torch or data.find(b"torch", offsets[first], stop) != -1:
+            later.groups.append((list(range(first, end)), set(local) & needed))
+    later.gpu = {i for i in later.storages if device_of(m.storages[i]) != "cpu"}
+    later.modules = {
+        alias: mod for alias, mod in m.modules.items() if mod == "torch" or mod.startswith("torch.")
+    }
+    if later.groups or later.modules or (m.rng_record is not None and rng_torch):
+        return later
+    return None
+
+
+def _load_groups(data, m: Manifest, records, loader, ns, by_record):
+    """Unpickle ``records`` (pickling.load_groups), again with a deep stack where a group
+    was too deeply nested for the default one."""
+    objs, failures = pickling.load_groups(data, m, records, loader, ns, by_record)
+    if any(why.startswith("RecursionError") for why in failures.values()):
+        objs, failures = pickling.deep(
+            pickling.load_groups, data, m, records, loader, ns, by_record
+        )
+    return objs, failures
+
+
+def _later_objects(m: Manifest, data, later: _TorchLater, loader, ns, by_record) -> dict:
+    """name -> (lazy.Later, storages, tracked) for what waits for torch: the variables of
+    each group that needs it (the group is unpickled once, on its first name's turn, when
+    everything it holds is read and verified) and torch module aliases not yet bound."""
+    out: dict[str, tuple] = {}
+    for group, storages in later.groups:
+        built: dict[str, Any] = {}
+
+        def make(name, group=group, storages=storages, built=built):
+            if not built:
+                for i in storages:  # read into numpy arrays while torch was being imported
+                    if m.storages[i].kind == "torch" and i in loader.buffers:
+                        loader.buffers[i] = tensors.as_torch(loader.buffers[i])
+                objs, failures = _load_groups(data, m, group, loader, ns, by_record)
+                for i in storages:
+                    loader.remember_digest(m, i)
+                built.update(objs=objs, failures=failures)
+            dump = m.objects[name].dump
+            if dump in built["failures"]:
+                raise lazy_mod.LaterFailed(built["failures"][dump])
+            return built["objs"][dump]
+
+        for r in group:
+            if r in by_record:
+                name = by_record[r]
+                out[name] = (lazy_mod.Later(make), storages, m.objects[name].tracked)
+    for alias, mod in later.modules.items():
+        if alias not in ns:
+            out[alias] = (lazy_mod.Later(lambda _name, mod=mod: _import(mod)), set(), False)
+    return out
+
+
+def _import(name: str):
+    import importlib
+
+    return importlib.import_module(name)
 
 
 # imported off the main thread only when known to be safe there (no GUI, no signals)
 _IMPORT_SOON = {"torch", "numpy", "pandas", "scipy", "sklearn", "safetensors"}
 
 
-def _import_soon(m: Manifest) -> None:
+def _import_soon(m: Manifest, without: set[str] = frozenset()) -> None:
     """Import, on a helper thread, the modules the restore will need (torch and numpy
     for its tensors, the notebook's module aliases) while this thread verifies and reads:
     ``import torch`` alone takes seconds, and the reads mostly wait for the disk. Other
-    aliases are imported on the main thread, after the objects, as before."""
+    aliases are imported on the main thread, after the objects, as before. A lazy restore
+    that leaves what needs torch for later imports it only after its own work (``without``):
+    the two imports would share one interpreter lock, slowing the restore's own."""
     wanted = {"torch" if s.kind == "torch" else "numpy" for s in m.storages}
     wanted |= {n for n in m.modules.values() if n in _IMPORT_SOON}
-    wanted = {w for w in wanted if w not in sys.modules}
+    wanted = {w for w in wanted if w not in sys.modules} - without
     if not wanted:
         return
     import importlib
@@ -918,7 +1070,7 @@ def _lazy_objects(m: Manifest, objs, wanted, failed, loader, ns) -> dict[str, tu
     everything = set(loader.buffers)
     out = {}
     for n in wanted:
-        if n in failed:
+        if n in failed or m.objects[n].dump not in objs:  # failed, or waiting for torch
             continue
         obj = objs[m.objects[n].dump]
         needs = lazy_mod.storages_reached(obj, where, stop)
@@ -933,7 +1085,9 @@ def _read_now(m: Manifest, load) -> list[int]:
     """Storages a lazy restore reads before it returns, besides those of the objects that
     introduced little data: those of every object that reaches little data in all."""
     now = set(_rng_storages(m)) if m.rng_record is not None else set()
-    for _obj, needs, _tracked in load.objects.values():
+    for obj, needs, _tracked in load.objects.values():
+        if isinstance(obj, lazy_mod.Later):  # read by the reader, once torch is in
+            continue
         if sum(m.storages[i].nbytes for i in needs) < lazy_mod.EAGER_BELOW:
             now |= needs
     return [i for i in load.order() if i in now]

@@ -19,6 +19,17 @@ functions it may call); if one of them is still loading it waits for that object
 alone, showing ``loading model (1.2/2.0 GB)…``. A cell that touches nothing still
 loading runs at once. Code whose names cannot be known (``globals()``, ``eval``,
 magics) waits for everything.
+
+torch, too, is loaded in the background. A fresh kernel spends longer on ``import
+torch`` than on reading the graph, so when torch is not yet imported, the groups of
+variables whose pickles need it (their tensors, or any reference to torch) are not
+unpickled at restore time: they wait as :class:`Later` entries. Their CPU tensors'
+bytes are read into numpy arrays meanwhile (small ones before the restore returns, as
+ever; no torch needed), while a second thread imports torch and then allocates any GPU
+buffers. Once torch is in and everything a group reaches is verified, the main thread
+wraps the arrays as tensors (``tensors.as_torch``), unpickles the group, re-imports
+``torch`` aliases and applies torch's RNG state (before any cell that names ``torch``
+runs). Everything else, numpy arrays included, is back at once.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import gc
 import os
 import sys
 import threading
+import time
 import types
 from typing import Any
 
@@ -42,6 +54,27 @@ _WALK_LIMIT = 2_000_000  # objects visited per variable before assuming it needs
 _OPAQUE = {"globals", "vars", "locals", "eval", "exec", "get_ipython", "dir", "__import__"}
 
 _active: LazyLoad | None = None
+
+
+def module_ready(name: str) -> bool:
+    """Whether module ``name`` is imported *completely*: one being imported on another
+    thread (the restore's background ``import torch``) is in ``sys.modules`` already,
+    half initialised, marked by its spec as importlib itself checks."""
+    mod = sys.modules.get(name)
+    spec = getattr(mod, "__spec__", None)
+    return mod is not None and not getattr(spec, "_initializing", False)
+
+
+class Later:
+    """Stands for an object built only once torch is imported: ``make(name)`` builds it on
+    the main thread (unpickling its group, or importing a module)."""
+
+    def __init__(self, make):
+        self.make = make
+
+
+class LaterFailed(Exception):
+    """A :class:`Later` could not be built; the message says why (as a restore says it)."""
 
 
 def lazy_by_default(ns: dict) -> bool:
@@ -153,11 +186,14 @@ def _globals_of(value: Any) -> set[str]:
 class LazyLoad:
     """The storages still to read for one restore, and the objects waiting for them.
 
-    ``objects``: name -> (object, storages it reaches, tracked). The reader thread only
-    fills buffers and records which storages are done or failed; ``settle`` (main
-    thread) moves complete objects into the namespace."""
+    ``objects``: name -> (object or :class:`Later`, storages it reaches, tracked). The
+    reader thread only fills buffers and records which storages are done or failed;
+    ``torch_later`` (None when torch was imported already) names the storages whose
+    buffers need torch (GPU ones): a second thread imports torch and allocates them.
+    ``settle`` (main thread) builds and moves complete objects into the namespace, after
+    running ``on_torch`` (e.g. torch's RNG state) once torch is in."""
 
-    def __init__(self, nbdir, manifest, plan, buffers, device_of, ns, on_storage):
+    def __init__(self, nbdir, manifest, plan, buffers, device_of, ns, on_storage, torch_later=None):
         self.m = manifest
         self.nbdir = nbdir
         self.ns = ns
@@ -171,6 +207,10 @@ class LazyLoad:
         self.assigned: list[str] = []
         self.failed: dict[str, str] = {}
         self.reported: set[str] = set()
+        self.notes: list[str] = []  # said once, by the hook or the next wait()
+        self.torch_later = torch_later  # None: torch was imported before the restore
+        self.torch_ready = torch_later is None
+        self.on_torch: list = []  # main thread, once torch is in; each returns notes
         self._files: dict[str, set[int]] = {}
         for i, (_path, rel, _pos) in self.where.items():
             self._files.setdefault(rel, set()).add(i)
@@ -233,9 +273,34 @@ class LazyLoad:
         for f in self._fh.values():
             f.close()
 
+    def _import_torch(self) -> None:
+        """Import torch, then allocate the buffers that were waiting for it (GPU ones)."""
+        from . import tensors
+
+        why = None
+        try:
+            import torch  # noqa: F401
+
+            for i in sorted(self.torch_later):
+                s = self.m.storages[i]
+                self.buffers[i] = tensors.empty_for(s, self.device_of(s))
+        except Exception as e:  # no torch here, or no memory: those objects fail by name
+            why = f"could not be loaded ({type(e).__name__}: {e})"
+        with self._cv:
+            for i in self.torch_later:
+                if why is not None or i not in self.buffers:
+                    self.bad[i] = why or "could not be loaded"
+            self.torch_ready = True
+            self._cv.notify_all()
+
     def _run(self) -> None:
         try:
-            self.read(self.order())
+            later = self.torch_later or set()
+            self.read([i for i in self.order() if i not in later])
+            with self._cv:
+                while not self.torch_ready and not self._stop:
+                    self._cv.wait(0.5)
+            self.read([i for i in self.order() if i in later and i not in self.bad])
         finally:
             self.close()
             with self._cv:
@@ -243,6 +308,8 @@ class LazyLoad:
                 self._cv.notify_all()
 
     def start(self) -> None:
+        if not self.torch_ready:  # beside the reader: storages on the CPU need no torch
+            threading.Thread(target=self._import_torch, name="jp-lazy-torch", daemon=True).start()
         self._thread = threading.Thread(target=self._run, name="jp-lazy-restore", daemon=True)
         self._thread.start()
 
@@ -256,21 +323,46 @@ class LazyLoad:
     def pending(self) -> list[str]:
         return [n for n in self.objects if n not in self.assigned and n not in self.failed]
 
+    def outstanding(self) -> bool:
+        """Anything left to do: objects to assign, or torch's part still to apply."""
+        return bool(self.pending() or self.on_torch)
+
     def _state(self, name: str) -> str:
-        needs = self.objects[name][1]
+        obj, needs, _tracked = self.objects[name]
         if any(i in self.bad for i in needs):
             return "failed"
+        if isinstance(obj, Later) and not self.torch_ready:
+            return "loading"
         return "ready" if needs <= self.done else "loading"
 
     def settle(self) -> list[str]:
-        """Main thread: assign every complete object; record (and return) new failures."""
+        """Main thread: assign every complete object; record (and return) new failures.
+        Notes from ``on_torch`` (e.g. GPU generators not restored) go to ``notes``."""
         from . import api
 
         newly_failed = []
         with self._cv:
             states = {n: self._state(n) for n in self.pending()}
+            torch_ready = self.torch_ready
+        if torch_ready and self.on_torch:
+            todo, self.on_torch = self.on_torch, []
+            for apply in todo:
+                try:
+                    self.notes += apply()
+                except Exception as e:  # the generators stay as they are; the user is told
+                    self.notes.append(f"torch's random state was not restored: {e}")
         for name, state in states.items():
             obj, needs, tracked = self.objects[name]
+            if state == "ready" and isinstance(obj, Later):
+                try:
+                    obj = obj.make(name)
+                except Exception as e:  # that object fails, by name; the others go on
+                    self.failed[name] = (
+                        str(e) if isinstance(e, LaterFailed) else f"{type(e).__name__}: {e}"
+                    )
+                    newly_failed.append(name)
+                    continue
+                self.objects[name] = (obj, needs, tracked)
             if state == "ready":
                 self.ns[name] = obj
                 if tracked:
@@ -280,7 +372,7 @@ class LazyLoad:
                 bad = sorted(i for i in needs if i in self.bad)
                 self.failed[name] = f"its tensor data could not be restored: {self.bad[bad[0]]}"
                 newly_failed.append(name)
-        if not self.pending():
+        if not self.outstanding():
             self.objects = {}  # the graph now lives in the namespace (or nowhere)
         return newly_failed
 
@@ -288,20 +380,29 @@ class LazyLoad:
         """Block until ``names`` (default: all) are ready or failed, then settle.
         ``show(line)`` is called about twice a second with what is being waited for."""
         want = [n for n in (self.pending() if names is None else names) if n in self.objects]
+        # a cell naming torch waits for it, so torch's RNG state is in before it runs
+        torch = bool(self.on_torch) and (names is None or "torch" in names)
+        shown = None  # when the line was last shown: each storage read wakes this loop
         with self._cv:
             while True:
                 loading = [n for n in want if self._state(n) == "loading"]
+                if torch and not self.torch_ready and "torch" not in loading:
+                    loading.append("torch")
                 if not loading or self._stop or self._finished:
                     break
-                if show is not None:
+                now = time.monotonic()
+                if show is not None and (shown is None or now - shown >= 0.5):
                     show(self._line(loading))
+                    shown = now
                 self._cv.wait(0.5)
 
     def _line(self, loading: list[str]) -> str:
-        needs = set().union(*(self.objects[n][1] for n in loading))
+        needs = set().union(*(self.objects[n][1] for n in loading if n in self.objects))
         total = sum(self.m.storages[i].nbytes for i in needs)
         got = sum(self.m.storages[i].nbytes for i in needs if i in self.done)
         names = ", ".join(loading[:3]) + (" …" if len(loading) > 3 else "")
+        if not total:  # only modules (torch being imported)
+            return f"loading {names}…"
         return f"loading {names} ({format_bytes(got)}/{format_bytes(total)})…"
 
 
@@ -339,7 +440,8 @@ def wait(names=None) -> dict[str, str]:
     load.wait(names)
     load.settle()
     failed = dict(load.failed)
-    if not load.pending():
+    _say_notes(load)
+    if not load.outstanding():
         _finish()
     return failed
 
@@ -366,6 +468,8 @@ def before_cell(info=None) -> None:
             code = shell.transform_cell(code)
     names = names_used(code, load.ns)
     needed = None if names is None else [n for n in load.pending() if n in names]
+    if names is not None and "torch" in names and load.on_torch and "torch" not in needed:
+        needed.append("torch")  # torch's RNG state goes in before a cell that uses torch
     if needed is None or needed:
         shown = []
 
@@ -378,5 +482,12 @@ def before_cell(info=None) -> None:
             print("\r" + " " * len(shown[-1]) + "\r", end="", flush=True)
     for name in load.settle():
         print(f"jupyter-pause: {name} was not restored: {load.failed[name]}", file=sys.stderr)
-    if not load.pending():
+    _say_notes(load)
+    if not load.outstanding():
         _finish()
+
+
+def _say_notes(load: LazyLoad) -> None:
+    for note in load.notes:
+        print(f"jupyter-pause: {note}", file=sys.stderr)
+    load.notes = []

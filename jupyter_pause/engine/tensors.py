@@ -672,7 +672,9 @@ def check_device(device: str, owner: str) -> None:
 
 
 # ----------------------------------------------------------------- reading
-def read_storages(nbdir, manifest, indices, device_of, progress=None) -> dict[int, Any]:
+def read_storages(
+    nbdir, manifest, indices, device_of, progress=None, as_numpy=False
+) -> dict[int, Any]:
     """Read the given storages into freshly allocated buffers on their target devices,
     checking each against its xxh3 digest as it streams in. Raises CorruptCheckpoint naming
     the object; returns {storage index: flat uint8 buffer}.
@@ -682,13 +684,16 @@ def read_storages(nbdir, manifest, indices, device_of, progress=None) -> dict[in
     it is still in the CPU cache. Fresh memory costs the kernel a zeroed page per 4 KiB
     (~0.3 s/GiB on the dev VM: as much as the disk read itself); a helper thread maps the
     pages just ahead of the reader (``_Prefaulter``), so on two or more cores that cost
-    leaves the critical path and a cold restore runs at about the speed of the disk."""
+    leaves the critical path and a cold restore runs at about the speed of the disk.
+
+    ``as_numpy``: CPU buffers are numpy arrays whatever their kind, so that a process
+    still importing torch can read them (a lazy restore; :func:`as_torch` later)."""
     from . import store
 
     plan = plan_reads(nbdir, manifest, indices)
     # read; a helper thread allocates and maps each CPU buffer just ahead of us
     cpu = [
-        (i, manifest.storages[i].kind, manifest.storages[i].nbytes)
+        (i, "numpy" if as_numpy else manifest.storages[i].kind, manifest.storages[i].nbytes)
         for _path, _rel, items in plan
         for _pos, i in items
         if manifest.storages[i].kind == "numpy" or device_of(manifest.storages[i]) == "cpu"
@@ -702,6 +707,8 @@ def read_storages(nbdir, manifest, indices, device_of, progress=None) -> dict[in
                 for pos, i in items:
                     s = manifest.storages[i]
                     buf = pre.get(i)
+                    if buf is None and as_numpy:  # not worth the helper thread
+                        buf = empty_for(s, device_of(s), as_numpy=True)
                     got = _read_one(f, pos, s, device_of(s), progress, buf)
                     pre.release(i)
                     if got[1] != s.xxh3:
@@ -791,13 +798,22 @@ def _empty(kind: str, nbytes: int):
     return torch.empty(nbytes, dtype=torch.uint8)
 
 
-def empty_for(s, device: str):
-    """An unfilled flat uint8 buffer for manifest storage ``s`` on ``device`` (lazy restore)."""
+def empty_for(s, device: str, as_numpy: bool = False):
+    """An unfilled flat uint8 buffer for manifest storage ``s`` on ``device`` (lazy restore);
+    ``as_numpy``: a numpy array for a CPU tensor too (see :func:`read_storages`)."""
     if s.kind == "numpy" or device == "cpu":
-        return _empty(s.kind, s.nbytes)
+        return _empty("numpy" if as_numpy else s.kind, s.nbytes)
     import torch
 
     return torch.empty(s.nbytes, dtype=torch.uint8, device=device)
+
+
+def as_torch(buf):
+    """A CPU buffer read as a numpy array (``as_numpy``), as the torch tensor sharing its
+    memory; made once per storage, so that the tensors rebuilt on it share one storage."""
+    import torch
+
+    return buf if isinstance(buf, torch.Tensor) else torch.from_numpy(buf)
 
 
 def _map_pages(buf) -> None:
@@ -896,7 +912,7 @@ def _read_one(f, pos: int, s, device: str, progress, buf=None):
     if s.kind == "numpy" or device == "cpu":
         if buf is None:
             buf = _empty(s.kind, n)
-        mv = memoryview(buf if s.kind == "numpy" else buf.numpy())
+        mv = memoryview(buf.numpy() if hasattr(buf, "numpy") else buf)  # tensor or array
         fd = f.fileno()
         for off in range(0, n, READ_CHUNK):
             part = mv[off : off + READ_CHUNK]

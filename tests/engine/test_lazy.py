@@ -169,6 +169,24 @@ def test_a_cell_that_touches_one_waits_for_it_and_says_so(ck, gate, capsys):
     assert torch.equal(ns["big"], src["big"])
 
 
+def test_the_waiting_line_is_shown_about_twice_a_second_not_per_storage(ck):
+    """Each storage read wakes the waiting hook; printing on every wake-up floods the
+    kernel's output channel (one message per storage)."""
+    import time
+
+    src = {f"t{i}": torch.randn(20_000) for i in range(60)}  # 60 storages of 80 KB
+    jp.checkpoint(namespace=src, **ck)
+    ns = {}
+    jp.restore(namespace=ns, lazy=True, **ck)
+    load = lazy.active()
+    shown = []
+    t0 = time.monotonic()
+    load.wait(list(src), shown.append)
+    elapsed = time.monotonic() - t0
+    assert len(shown) <= 2 * elapsed + 2, (len(shown), elapsed)
+    assert lazy.wait() == {} and all(torch.equal(ns[k], v) for k, v in src.items())
+
+
 def test_functions_called_by_a_cell_count_as_using_their_globals():
     ns = {}
     exec("def f():\n    return model.weight\nclass C:\n    def m(self):\n        return big", ns)
