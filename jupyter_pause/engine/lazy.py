@@ -240,34 +240,48 @@ class LazyLoad:
 
     def read(self, indices: list[int]) -> None:
         """Read, verify and mark the given storages (the calling thread does the work)."""
+        from . import tensors
+
+        indices = [i for i in indices if i not in self.done and i not in self.bad]
+        # fresh memory: a helper maps each CPU buffer's pages just ahead of the reads
+        cpu = [
+            (i, "", self.m.storages[i].nbytes)
+            for i in indices
+            if self.m.storages[i].kind == "numpy" or self.device_of(self.m.storages[i]) == "cpu"
+        ]
+        with tensors._Prefaulter(cpu, self.buffers) as pre:
+            for i in indices:
+                if self._stop:
+                    return
+                pre.get(i)
+                self._read_into(i)
+                pre.release(i)
+
+    def _read_into(self, i: int) -> None:
+        """Read, verify and mark storage ``i`` into its buffer."""
         from . import store, tensors
 
-        for i in indices:
-            if self._stop:
-                return
-            if i in self.done or i in self.bad:
-                continue
-            path, rel, pos = self.where[i]
-            s = self.m.storages[i]
-            why = None
-            try:
-                _buf, digest = tensors._read_one(
-                    self._fh[rel], pos, s, self.device_of(s), None, self.buffers[i]
-                )
-                if digest != s.xxh3:
-                    why = str(CorruptCheckpoint(s.owner, str(path), f"tensor {s.key!r}"))
-            except Exception as e:  # a read error: that storage is lost, the others go on
-                why = f"{path}: {type(e).__name__}: {e}"
+        path, rel, pos = self.where[i]
+        s = self.m.storages[i]
+        why = None
+        try:
+            _buf, digest = tensors._read_one(
+                self._fh[rel], pos, s, self.device_of(s), None, self.buffers[i]
+            )
+            if digest != s.xxh3:
+                why = str(CorruptCheckpoint(s.owner, str(path), f"tensor {s.key!r}"))
+        except Exception as e:  # a read error: that storage is lost, the others go on
+            why = f"{path}: {type(e).__name__}: {e}"
+        if why is None:
+            self.on_storage(i)
+        with self._cv:
             if why is None:
-                self.on_storage(i)
-            with self._cv:
-                if why is None:
-                    self.done.add(i)
-                else:
-                    self.bad[i] = why
-                self._cv.notify_all()
-            if why is None and self._files[rel] <= self.done:
-                store._remember_verified(path)
+                self.done.add(i)
+            else:
+                self.bad[i] = why
+            self._cv.notify_all()
+        if why is None and self._files[rel] <= self.done:
+            store._remember_verified(path)
 
     def close(self) -> None:
         for f in self._fh.values():
