@@ -757,6 +757,7 @@ PREFAULT_AHEAD = 256 << 20  # bytes mapped ahead of the reader, at most
 PREFAULT_MIN = 1 << 20  # less to read than this: not worth a helper thread
 READ_CHUNK = CPU_CHUNK  # CPU reads: small enough that the hash finds the chunk in cache
 _MADV_POPULATE_WRITE = 23  # Linux >= 5.14
+POPULATE_SLICE = 8 << 20  # bytes mapped per madvise call
 _madvise: Any = None  # libc.madvise via ctypes; False once known to be unavailable
 
 
@@ -782,9 +783,13 @@ def _populate(ptr: int, nbytes: int) -> bool:
     page = 4096
     start = (ptr + page - 1) // page * page  # partial first/last pages fault on read
     end = (ptr + nbytes) // page * page
-    if end > start and _madvise(start, end - start, _MADV_POPULATE_WRITE) != 0:
-        _madvise = False  # EINVAL: kernel older than 5.14; touch pages from now on
-        return False
+    # in slices: the call holds the process's memory-map lock while it populates, and
+    # every allocation of the other threads (a kernel's main thread running cells while
+    # a lazy restore reads) waits for that lock
+    for a in range(start, end, POPULATE_SLICE):
+        if _madvise(a, min(POPULATE_SLICE, end - a), _MADV_POPULATE_WRITE) != 0:
+            _madvise = False  # EINVAL: kernel older than 5.14; touch pages from now on
+            return False
     return True
 
 
