@@ -656,8 +656,10 @@ def restore(
     skipped; the others are restored (the pickle itself must verify).
     Restoring everything also re-imports saved module aliases and the RNG state.
     ``lazy=True`` returns once the graph and the small objects are back and reads large
-    tensors in the background (engine/lazy.py); the default is lazy in a kernel's own
-    namespace unless ``$JUPYTER_PAUSE_RESTORE=eager``. Restoring names is always eager.
+    tensors in the background (engine/lazy.py); in a process that has not imported torch,
+    what needs torch comes back after its import, also in the background. The default is
+    lazy in a kernel's own namespace unless ``$JUPYTER_PAUSE_RESTORE=eager``. Restoring
+    names is always eager.
     """
     t0 = time.monotonic()
     lazy_mod.cancel()  # a restore replaces one still loading
