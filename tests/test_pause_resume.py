@@ -88,6 +88,83 @@ async def test_pause_then_resume_brings_the_same_objects_back(
     assert cells[-1].data["duration"] >= 0
 
 
+# Installed into the resumed kernel through PYTHONPATH: torch's own loader is held before
+# running torch's code until the test creates the file OPEN (a slow `import torch`, made
+# certain). Only torch's module lock is held meanwhile, as during a real import.
+TORCH_GATE = """
+import importlib.abc, importlib.machinery, os, sys, time
+
+OPEN = {open!r}
+
+
+class _Held(importlib.abc.Loader):
+    def __init__(self, real):
+        self.real = real
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def create_module(self, spec):
+        return self.real.create_module(spec)
+
+    def exec_module(self, module):
+        end = time.monotonic() + 120
+        while not os.path.exists(OPEN):
+            if time.monotonic() > end:
+                raise ImportError("the test never let torch in")
+            time.sleep(0.05)
+        self.real.exec_module(module)
+
+
+class _Gate(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "torch":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        spec.loader = _Held(spec.loader)
+        return spec
+
+
+sys.meta_path.insert(0, _Gate())
+"""
+
+
+async def test_a_resumed_kernel_is_ready_before_torch_is_imported(
+    jp_fetch, jp_serverapp, notebook_path, tmp_path, monkeypatch
+):
+    """The resume reports ready, and a cell that does not use torch runs, while the new
+    kernel is still importing torch; the model comes back once torch is in."""
+    await running_notebook(
+        jp_fetch,
+        jp_serverapp,
+        notebook_path,
+        "import torch\ntorch.manual_seed(0)\nmodel = torch.nn.Linear(4, 4)\nepochs = 5",
+    )
+    op = await operate(jp_fetch, "pause", notebook_path)
+    assert op["outcome"] == "succeeded", op
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "sitecustomize.py").write_text(TORCH_GATE.format(open=str(gate / "open")))
+    monkeypatch.setenv("PYTHONPATH", str(gate))  # for the kernel the resume starts
+
+    op = await operate(jp_fetch, "resume", notebook_path)
+    assert op["outcome"] == "succeeded", op
+    session = await session_status(jp_fetch, notebook_path)
+    assert session["state"] == "ready"
+    kernel_id = session["kernel_id"]
+    assert await execute(jp_serverapp, kernel_id, "epochs + 1") == "6"
+    held = "from jupyter_pause.engine import lazy; sorted(lazy.active().pending())"
+    assert await execute(jp_serverapp, kernel_id, held) == "['model', 'torch']"
+
+    (gate / "open").touch()
+    import torch
+
+    torch.manual_seed(0)
+    expected = float(torch.nn.Linear(4, 4).weight.detach().sum())
+    got = await execute(jp_serverapp, kernel_id, "float(model.weight.detach().sum())")
+    assert got == repr(expected)
+
+
 async def test_a_failed_checkpoint_leaves_the_kernel_running(jp_fetch, jp_serverapp, notebook_path):
     kernel_id = await running_notebook(
         jp_fetch,
