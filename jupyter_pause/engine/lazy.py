@@ -415,9 +415,14 @@ class LazyLoad:
         total = sum(self.m.storages[i].nbytes for i in needs)
         got = sum(self.m.storages[i].nbytes for i in needs if i in self.done)
         names = ", ".join(loading[:3]) + (" …" if len(loading) > 3 else "")
-        if not total:  # only modules (torch being imported)
-            return f"loading {names}…"
-        return f"loading {names} ({format_bytes(got)}/{format_bytes(total)})…"
+        importing = not self.torch_ready and (
+            "torch" in loading
+            or any(isinstance(self.objects[n][0], Later) for n in loading if n in self.objects)
+        )
+        if not total:  # only modules
+            return f"loading {names}" + (" (importing torch)…" if importing else "…")
+        done = f"{format_bytes(got)}/{format_bytes(total)}"
+        return f"loading {names} ({done}" + ("; importing torch)…" if importing else ")…")
 
 
 # ----------------------------------------------------------------- kernel glue

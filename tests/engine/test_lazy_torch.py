@@ -122,6 +122,7 @@ def test_the_namespace_is_back_before_torch_is_imported(ck):
         cell("x = n + len(words) + arr.sum(); import random; draws = [random.random(), float(np.random.rand())]")
         out["x"], out["draws"] = ns["x"], ns["draws"]
         out["still_loading"] = sorted(lazy.active().pending())
+        out["line"] = lazy.active()._line(["model", "torch"])
         gate.set()  # torch may come in now
         cell("t = torch.rand(1).item(); w = model[0].weight")
         out["torch_draw"] = ns["t"]
@@ -140,6 +141,8 @@ def test_the_namespace_is_back_before_torch_is_imported(ck):
     assert out["loading"] == ["model", "note", "opt", "rows", "torch"]
     assert out["x"] == 7 + 2 + float(np.arange(12.0).sum())
     assert out["still_loading"] == ["model", "note", "opt", "rows", "torch"]
+    # what the waiting line says while torch is held: its bytes may all be in already
+    assert out["line"].startswith("loading model, torch (") and "importing torch" in out["line"]
     # the generators continue where they were: random and numpy at once, torch before
     # the first cell that names torch
     assert out["draws"] == draws[1:] and out["torch_draw"] == draws[0]
