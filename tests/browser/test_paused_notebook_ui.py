@@ -60,6 +60,12 @@ def test_paused_from_elsewhere_the_view_says_no_kernel_and_offers_resume(
     reminder = page.locator(".Toastify__toast", has_text="did not come back")
     reminder.wait_for()
     assert "lock" in reminder.inner_text()
+    # ... and the cell that made it is offered for a re-run (a modal dialog: it must be
+    # answered before the notebook takes clicks again; it can come before or after the
+    # reminder)
+    offer = page.locator(".jp-Dialog", has_text="Re-run cells to recreate")
+    offer.get_by_role("button", name="Skip").click(timeout=60_000)
+    offer.wait_for(state="detached")
     assert "42" in run_cell(page, 1, "42")
 
 
