@@ -154,6 +154,47 @@ gate = Gate()
 """
 
 
+def torch_gate(open_file, *, refuse=False, deadline=120) -> str:
+    """Python source that holds ``import torch`` in the process that runs it first (a
+    child's first lines, or a ``sitecustomize`` on a kernel's ``PYTHONPATH``): torch's own
+    loader waits, before running torch's code, until ``open_file`` exists, so "this
+    happened before torch was in" is certain, not a race. Only torch's module lock is held
+    meanwhile, as during a slow real import. ``refuse``: torch cannot be imported at all."""
+    return f"""
+import importlib.abc, importlib.machinery, os, sys, time
+
+class _HeldLoader(importlib.abc.Loader):
+    def __init__(self, real):
+        self.real = real
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def create_module(self, spec):
+        return self.real.create_module(spec)
+
+    def exec_module(self, module):
+        end = time.monotonic() + {deadline}
+        while not os.path.exists({str(open_file)!r}):
+            if time.monotonic() > end:
+                raise ImportError("the test never let torch in")
+            time.sleep(0.05)
+        self.real.exec_module(module)
+
+class _TorchGate(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "torch":
+            return None
+        if {refuse!r}:
+            raise ModuleNotFoundError("No module named 'torch' (refused by the test)")
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        spec.loader = _HeldLoader(spec.loader)
+        return spec
+
+sys.meta_path.insert(0, _TorchGate())
+"""
+
+
 def wait_for(condition, timeout=60, what="the condition", interval=0.2):
     """The blocking twin of :func:`wait_until`, for tests that drive whole
     processes (servers, hubs) from a plain thread: poll ``condition()`` until it

@@ -1,6 +1,7 @@
 """Pause and resume a notebook end to end with a real server and real kernels."""
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from .helpers import (
     operate,
     running_notebook,
     session_status,
+    torch_gate,
     wait_for_state,
     wait_operation,
     wait_until,
@@ -88,47 +90,6 @@ async def test_pause_then_resume_brings_the_same_objects_back(
     assert cells[-1].data["duration"] >= 0
 
 
-# Installed into the resumed kernel through PYTHONPATH: torch's own loader is held before
-# running torch's code until the test creates the file OPEN (a slow `import torch`, made
-# certain). Only torch's module lock is held meanwhile, as during a real import.
-TORCH_GATE = """
-import importlib.abc, importlib.machinery, os, sys, time
-
-OPEN = {open!r}
-
-
-class _Held(importlib.abc.Loader):
-    def __init__(self, real):
-        self.real = real
-
-    def __getattr__(self, name):
-        return getattr(self.real, name)
-
-    def create_module(self, spec):
-        return self.real.create_module(spec)
-
-    def exec_module(self, module):
-        end = time.monotonic() + 120
-        while not os.path.exists(OPEN):
-            if time.monotonic() > end:
-                raise ImportError("the test never let torch in")
-            time.sleep(0.05)
-        self.real.exec_module(module)
-
-
-class _Gate(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name != "torch":
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        spec.loader = _Held(spec.loader)
-        return spec
-
-
-sys.meta_path.insert(0, _Gate())
-"""
-
-
 async def test_a_resumed_kernel_is_ready_before_torch_is_imported(
     jp_fetch, jp_serverapp, notebook_path, tmp_path, monkeypatch
 ):
@@ -144,7 +105,7 @@ async def test_a_resumed_kernel_is_ready_before_torch_is_imported(
     assert op["outcome"] == "succeeded", op
     gate = tmp_path / "gate"
     gate.mkdir()
-    (gate / "sitecustomize.py").write_text(TORCH_GATE.format(open=str(gate / "open")))
+    (gate / "sitecustomize.py").write_text(torch_gate(gate / "open"))
     monkeypatch.setenv("PYTHONPATH", str(gate))  # for the kernel the resume starts
 
     op = await operate(jp_fetch, "resume", notebook_path)
@@ -277,15 +238,27 @@ async def test_single_flight_under_concurrent_requests(jp_fetch, jp_serverapp, n
     assert types.count("restore-started") == 1
 
 
-async def test_a_busy_kernel_is_paused_only_with_force(jp_fetch, jp_serverapp, notebook_path):
-    kernel_id = await running_notebook(jp_fetch, jp_serverapp, notebook_path, "y = 2")
+@contextlib.asynccontextmanager
+async def kernel_busy_with(jp_serverapp, kernel_id, code):
+    """The kernel runs ``code`` as a cell (not awaited); the block starts once the server
+    sees it busy."""
     client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
     client.start_channels()
     try:
         # a send before the shell socket is connected can be lost
         await client.wait_for_ready(timeout=60)
-        client.execute("import time\nwhile True: time.sleep(0.1)")
+        client.execute(code)
         await wait_for_state(jp_serverapp, kernel_id, "busy")
+        yield
+    finally:
+        client.stop_channels()
+
+
+async def test_a_busy_kernel_is_paused_only_with_force(jp_fetch, jp_serverapp, notebook_path):
+    kernel_id = await running_notebook(jp_fetch, jp_serverapp, notebook_path, "y = 2")
+    async with kernel_busy_with(
+        jp_serverapp, kernel_id, "import time\nwhile True: time.sleep(0.1)"
+    ):
         code, body = await api(
             jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path}
         )
@@ -300,31 +273,25 @@ async def test_a_busy_kernel_is_paused_only_with_force(jp_fetch, jp_serverapp, n
         )
         assert code == 202
         op = await wait_operation(jp_fetch, body["operation"]["id"])
-    finally:
-        client.stop_channels()
     assert op["outcome"] == "succeeded", op
     assert any("interrupted" in m for m in op["messages"])
     assert "kernel-interrupted" in event_types(jp_serverapp, notebook_path)
 
 
 async def test_a_pause_asked_as_a_cell_ends_waits_for_the_kernel_to_report_idle(
-    jp_fetch, jp_serverapp, notebook_path
+    jp_fetch, jp_serverapp, notebook_path, tmp_path
 ):
     """A client that has seen its cell end may ask before the server's own view of the
     kernel has caught up (seen in CI): a kernel busy a moment longer is waited for, not
     refused."""
     kernel_id = await running_notebook(jp_fetch, jp_serverapp, notebook_path, "y = 2")
-    client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
-    client.start_channels()
-    try:
-        await client.wait_for_ready(timeout=60)
-        client.execute("import time\ntime.sleep(0.5)")
-        await wait_for_state(jp_serverapp, kernel_id, "busy")
+    release = tmp_path / "release"
+    cell = f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.02)"
+    async with kernel_busy_with(jp_serverapp, kernel_id, cell):
+        release.touch()  # the cell ends within moments; the server may still see it busy
         code, body = await api(
             jp_fetch, "sessions", "pause", method="POST", body={"path": notebook_path}
         )
-    finally:
-        client.stop_channels()
     assert code == 202, body
     op = await wait_operation(jp_fetch, body["operation"]["id"])
     assert op["outcome"] == "succeeded", op

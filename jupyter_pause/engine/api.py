@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import importlib
 import json
 import keyword
 import os
@@ -737,7 +738,8 @@ def restore(
     # it reaches have matched their digests.
     by_record = {o.dump: n for n, o in m.objects.items()}
     if later:  # groups that need torch are unpickled once it is imported (lazy.Later)
-        to_load = [r for r in to_load if r not in later.records]
+        deferred = later.records
+        to_load = [r for r in to_load if r not in deferred]
     objs, failures = _load_groups(data, m, to_load, loader, ns, by_record)
     failed = {by_record[i]: why for i, why in failures.items() if i in by_record}
     if names and any(n in failed for n in wanted) and not partial:
@@ -787,8 +789,6 @@ def restore(
             if alias in ns or (load is not None and alias in load.objects):
                 continue
             try:
-                import importlib
-
                 ns[alias] = importlib.import_module(modname)
                 reimported.append(alias)
             except Exception as e:
@@ -1027,14 +1027,9 @@ def _later_objects(m: Manifest, data, later: _TorchLater, loader, ns, by_record)
                 out[name] = (lazy_mod.Later(make), storages, m.objects[name].tracked)
     for alias, mod in later.modules.items():
         if alias not in ns:
-            out[alias] = (lazy_mod.Later(lambda _name, mod=mod: _import(mod)), set(), False)
+            make = lambda _name, mod=mod: importlib.import_module(mod)  # noqa: E731
+            out[alias] = (lazy_mod.Later(make), set(), False)
     return out
-
-
-def _import(name: str):
-    import importlib
-
-    return importlib.import_module(name)
 
 
 # imported off the main thread only when known to be safe there (no GUI, no signals)
@@ -1053,7 +1048,6 @@ def _import_soon(m: Manifest, without: set[str] = frozenset()) -> None:
     wanted = {w for w in wanted if w not in sys.modules} - without
     if not wanted:
         return
-    import importlib
     import threading
 
     def run():

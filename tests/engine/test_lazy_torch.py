@@ -2,9 +2,10 @@
 for ``import torch``: what needs torch is unpickled once the background import is done.
 
 Each test runs a child process with a real IPython shell. The child holds torch's import
-at a gate (a meta-path finder that waits on an event), so "the restore returned before
-torch was in" is certain, not a race: had the restore or the first cell needed torch on
-the main thread, the child would hang at the gate and the test would fail on its deadline.
+at a gate (``helpers.torch_gate``: torch's loader waits for a file), so "the restore
+returned before torch was in" is certain, not a race: had the restore or the first cell
+needed torch on the main thread, the child would hang at the gate and the test would
+fail on its deadline.
 """
 
 from __future__ import annotations
@@ -13,48 +14,24 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import torch
 
 import jupyter_pause as jp
 
+from ..helpers import torch_gate
+
 DEADLINE = 120
 
 PRELUDE = """
-import importlib.abc, importlib.machinery, json, sys, threading, time
-gate = threading.Event()
-REFUSE = {refuse!r}
+import json, sys, threading, time
+GATE = {gate!r}
 
-# torch's own loader, held before running torch's code until the gate opens (only
-# torch's module lock is held meanwhile, as during a slow real import)
-class GatedLoader(importlib.abc.Loader):
+def open_gate():  # torch may come in now
+    open(GATE, "w").close()
 
-    def __init__(self, real):
-        self.real = real
-
-    def __getattr__(self, name):
-        return getattr(self.real, name)
-
-    def create_module(self, spec):
-        return self.real.create_module(spec)
-
-    def exec_module(self, module):
-        assert gate.wait({deadline}), "the gate was never opened"
-        self.real.exec_module(module)
-
-
-class Gate(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name != "torch":
-            return None
-        if REFUSE:
-            raise ModuleNotFoundError("No module named 'torch' (refused by the test)")
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        spec.loader = GatedLoader(spec.loader)
-        return spec
-
-sys.meta_path.insert(0, Gate())
 from IPython.core.interactiveshell import InteractiveShell
 shell = InteractiveShell.instance()
 ns = shell.user_ns
@@ -63,6 +40,19 @@ from jupyter_pause.engine import lazy
 assert "torch" not in sys.modules
 ck = {ck!r}
 out = {{}}
+
+# opens the gate once the main thread waits in a lazy load's wait() (a checkpoint
+# waiting for what is still loading)
+def open_gate_once_waiting():
+    main = threading.main_thread().ident
+    end = time.monotonic() + 120
+    while time.monotonic() < end:
+        f = sys._current_frames().get(main)
+        while f is not None:
+            if f.f_code.co_name == "wait" and f.f_code.co_filename.endswith("lazy.py"):
+                return open_gate()
+            f = f.f_back
+        time.sleep(0.01)
 
 def cell(code):
     r = shell.run_cell(code)
@@ -96,7 +86,9 @@ def state():
 
 
 def run_child(ck, body: str, refuse: bool = False) -> dict:
-    code = PRELUDE.format(refuse=refuse, deadline=DEADLINE, ck=ck) + textwrap.dedent(body)
+    gate = Path(ck["dir"]).parent / "torch-gate-open"
+    code = torch_gate(gate, refuse=refuse, deadline=DEADLINE)
+    code += PRELUDE.format(gate=str(gate), ck=ck) + textwrap.dedent(body)
     code += "\nprint('RESULT ' + json.dumps(out))\n"
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=DEADLINE + 60
@@ -123,7 +115,7 @@ def test_the_namespace_is_back_before_torch_is_imported(ck):
         out["x"], out["draws"] = ns["x"], ns["draws"]
         out["still_loading"] = sorted(lazy.active().pending())
         out["line"] = lazy.active()._line(["model", "torch"])
-        gate.set()  # torch may come in now
+        open_gate()
         cell("t = torch.rand(1).item(); w = model[0].weight")
         out["torch_draw"] = ns["t"]
         cell("same = [opt.param_groups[0]['params'][0] is w, model[1].weight is not w, rows[0].data_ptr() == w.data_ptr()]")
@@ -161,7 +153,7 @@ def test_a_checkpoint_while_torch_is_importing_waits_and_saves_everything(ck):
         ck,
         """
         jp.restore(namespace=ns, progress=False, **ck)
-        threading.Timer(0.5, gate.set).start()  # opens while the checkpoint waits
+        threading.Thread(target=open_gate_once_waiting, daemon=True).start()
         c = jp.checkpoint(namespace=ns, progress=False, **ck)
         out["saved"] = sorted(c.saved)
         out["id"] = c.id
@@ -209,7 +201,7 @@ def test_a_damaged_blob_fails_only_the_torch_objects_that_use_it(ck, nbdir):
         """
         lazy.EAGER_BELOW = 16  # the model's tensors, too, are read in the background
         jp.restore(namespace=ns, progress=False, **ck)
-        gate.set()
+        open_gate()
         out["failed"] = lazy.wait()
         out["other"] = float(ns["other"].sum()) if "other" in ns else None
         """,
@@ -239,7 +231,7 @@ def test_damage_in_a_small_tensor_still_passes_over_to_an_older_checkpoint(ck, n
         """
         r = jp.restore(namespace=ns, progress=False, **ck)
         out["id"], out["passed_over"], out["n"] = r.id, list(r.passed_over), ns["n"]
-        gate.set()
+        open_gate()
         out["failed"] = lazy.wait()
         out["model"] = "model" in ns
         """,
