@@ -207,3 +207,37 @@ def wait_for(condition, timeout=60, what="the condition", interval=0.2):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)
+
+
+def cached_bytes(path) -> int:
+    """Bytes of ``path`` in the page cache now: ``mincore`` over a private map of it
+    (mapping a file reads none of it)."""
+    import ctypes
+    import mmap
+    import os
+
+    size = os.path.getsize(path)
+    if not size:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    vec = (ctypes.c_ubyte * pages)()
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) as m:
+        first = ctypes.c_char.from_buffer(m)
+        status = libc.mincore(ctypes.c_void_p(ctypes.addressof(first)), ctypes.c_size_t(size), vec)
+        del first  # the map closes only once nothing points into it
+    if status != 0:
+        raise OSError(ctypes.get_errno(), "mincore")
+    return sum(v & 1 for v in vec) * mmap.PAGESIZE
+
+
+def drop_cached(path) -> bool:
+    """Drop ``path``'s clean pages from the page cache; False where they stay (tmpfs)."""
+    import os
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return cached_bytes(path) < os.path.getsize(path) // 4

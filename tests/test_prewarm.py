@@ -1,7 +1,15 @@
-"""Pre-warmed spare kernels (server/prewarm.py) with a real server and real kernels."""
+"""Pre-warmed spare kernels (server/prewarm.py) with a real server and real kernels, and
+the checkpoint read ahead while a resume's kernel starts."""
+
+import pytest
+
+from jupyter_pause.engine import paths as checkpoint_paths
+from jupyter_pause.engine import store as checkpoint_store
 
 from .helpers import (
     api,
+    cached_bytes,
+    drop_cached,
     execute,
     operate,
     session_status,
@@ -11,10 +19,10 @@ from .helpers import (
 )
 
 
-async def paused_notebook(jp_fetch, jp_serverapp, path):
+async def paused_notebook(jp_fetch, jp_serverapp, path, code="answer = 42"):
     model = await start_session(jp_fetch, path)
     await wait_for_state(jp_serverapp, model["kernel"]["id"], "idle")
-    await execute(jp_serverapp, model["kernel"]["id"], "answer = 42")
+    await execute(jp_serverapp, model["kernel"]["id"], code)
     op = await operate(jp_fetch, "pause", path)
     assert op["outcome"] == "succeeded", op
 
@@ -93,3 +101,43 @@ async def test_a_spare_that_cannot_start_is_a_clear_503(jp_fetch, jp_serverapp, 
         jp_fetch, "sessions", "prewarm", method="POST", body={"path": notebook_path}
     )
     assert code == 503 and "could not start a spare kernel" in answer["message"], answer
+
+
+async def test_opening_a_paused_notebook_reads_its_checkpoint_ahead(
+    jp_fetch, jp_serverapp, notebook_path
+):
+    code = "import torch; answer = 42; w = torch.ones(6_000_000)"  # a 24 MB tensor file
+    await paused_notebook(jp_fetch, jp_serverapp, notebook_path, code)
+    manager = jp_serverapp.web_app.settings["jupyter_pause_manager"]
+    blobs = checkpoint_paths.notebook_dir(manager.checkpoint_dir, notebook_path) / "blobs"
+    big = max(blobs.iterdir(), key=lambda f: f.stat().st_size)
+    size = big.stat().st_size
+    assert size >= 24_000_000
+    if not drop_cached(big):
+        pytest.skip("this file system keeps its pages in memory (tmpfs)")
+    code, answer = await api(
+        jp_fetch, "sessions", "prewarm", method="POST", body={"path": notebook_path}
+    )
+    assert code == 202, answer
+    await wait_until(
+        lambda: cached_bytes(big) >= size - 4096, 60, "the checkpoint to be read into the cache"
+    )
+
+
+async def test_a_resume_reads_its_checkpoint_ahead(
+    jp_fetch, jp_serverapp, notebook_path, monkeypatch
+):
+    await paused_notebook(jp_fetch, jp_serverapp, notebook_path)
+    manager = jp_serverapp.web_app.settings["jupyter_pause_manager"]
+    asked = []
+    real = checkpoint_store.prefetch
+
+    def prefetch(*args, **kwargs):
+        asked.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(checkpoint_store, "prefetch", prefetch)
+    op = await operate(jp_fetch, "resume", notebook_path)
+    assert op["outcome"] == "succeeded", str(op)
+    assert asked == [(manager.checkpoint_dir, notebook_path, None)]
+    assert await wait_until(lambda: not manager._reading_ahead, 30, "the read-ahead to end")

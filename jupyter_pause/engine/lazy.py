@@ -266,7 +266,13 @@ class LazyLoad:
         why = None
         try:
             _buf, digest = tensors._read_one(
-                self._fh[rel], pos, s, self.device_of(s), None, self.buffers[i]
+                self._fh[rel],
+                pos,
+                s,
+                self.device_of(s),
+                None,
+                self.buffers[i],
+                chunk=tensors.BACKGROUND_READ_CHUNK,
             )
             if digest != s.xxh3:
                 why = str(CorruptCheckpoint(s.owner, str(path), f"tensor {s.key!r}"))

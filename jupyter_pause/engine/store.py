@@ -350,6 +350,88 @@ def latest_checkpoint(
     return None
 
 
+# ---------------------------------------------------------------- reading ahead
+READ_AHEAD_STEP = 64 << 20  # bytes per sendfile call: how soon a stop is noticed
+
+
+def prefetch(
+    dir=None,
+    notebook: str | None = None,
+    checkpoint_id: str | None = None,
+    budget: int | None = None,
+    stop=None,
+) -> int:
+    """Read a checkpoint's tensor files into the operating system's page cache. The
+    server calls it (on a thread) when a resume is asked for, and when a paused notebook
+    is opened, so the disk works while the kernel starts; the kernel's restore then
+    copies from memory what the disk fetched meanwhile. Nothing is trusted for it: the
+    restore still hashes every byte it reads.
+
+    The bytes go to ``/dev/null`` with ``sendfile``: the kernel reads them into its cache
+    and copies them nowhere (2 GB: 0.07 s of CPU, against 2.4 s to ``preadv`` them into a
+    buffer). ``posix_fadvise(WILLNEED)`` would not do: Linux reads only the first
+    ``read_ahead_kb`` of the range (8 MB of 2 GB on the dev VM).
+
+    The checkpoint: ``checkpoint_id``, or the newest whose manifest verifies. Only files
+    of a manifest signed with this user's key are read, smallest first (the restore reads
+    small objects first), at most ``budget`` bytes (default: half the memory available
+    now, so that reading ahead never pushes out what the machine is using), until
+    ``stop`` (a ``threading.Event``) is set. Returns the bytes read: 0 where there is
+    nothing to read or the platform cannot (sendfile to a file is Linux's)."""
+    nbdir = paths.notebook_dir(dir, notebook)
+    try:
+        if checkpoint_id is None:
+            newest = latest_checkpoint(dir, notebook)
+            if newest is None:
+                return 0
+            checkpoint_id = newest.id
+        m = get_manifest(dir, notebook, checkpoint_id)
+    except CheckpointError:
+        return 0
+    budget = memory_available() // 2 if budget is None else budget
+    done = 0
+    with open(os.devnull, "wb", buffering=0) as null:
+        for rel in sorted(m.files, key=lambda rel: m.files[rel].bytes):
+            parts = Path(rel).parts
+            if len(parts) != 2 or parts[0] != BLOBS or parts[1] in ("..", "."):
+                continue  # signed, but not where blobs live: not followed
+            try:
+                fd = os.open(nbdir / rel, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            except OSError:  # gone, or a link: the restore will say so
+                continue
+            try:
+                size = min(os.fstat(fd).st_size, budget - done)
+                offset = 0
+                while offset < size and not (stop is not None and stop.is_set()):
+                    n = os.sendfile(null.fileno(), fd, offset, min(READ_AHEAD_STEP, size - offset))
+                    if not n:
+                        break
+                    offset += n
+                done += offset
+            except OSError:  # this platform or file system cannot: the restore reads alone
+                return done
+            finally:
+                os.close(fd)
+            if done >= budget or (stop is not None and stop.is_set()):
+                break
+    return done
+
+
+def memory_available() -> int:
+    """Bytes of memory the system can give without swapping (``MemAvailable``)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
 # ---------------------------------------------------------------- verification
 def read_safetensors_header(path: Path) -> tuple[int, bytes, dict]:
     """(data start offset, raw header bytes, parsed header) of a safetensors file, torch-free."""

@@ -756,15 +756,23 @@ def plan_reads(nbdir, manifest, indices) -> list[tuple[Any, str, list[tuple[int,
 PREFAULT_AHEAD = 256 << 20  # bytes mapped ahead of the reader, at most
 PREFAULT_MIN = 1 << 20  # less to read than this: not worth a helper thread
 READ_CHUNK = CPU_CHUNK  # CPU reads: small enough that the hash finds the chunk in cache
+# A background read (lazy restore) shares the GIL with the kernel's main thread (cells,
+# and in a fresh kernel ``import torch``, which holds it through long C calls). Each
+# chunk takes the GIL back at least once; a thread waiting for it loses up to the
+# switch interval (5 ms) each time. Beside ``import torch``, reading 2 GB took 2.14 s in
+# 8 MiB chunks and 1.62 s in 256 MiB ones (medians of 5; 1.3 s alone): the hash then
+# reads each chunk back from memory, which costs far less.
+BACKGROUND_READ_CHUNK = 256 << 20
+_MADV_NOHUGEPAGE = 15
 _MADV_POPULATE_WRITE = 23  # Linux >= 5.14
 POPULATE_SLICE = 8 << 20  # bytes mapped per madvise call
+HUGE_ADVICE_MIN = 4 << 20  # numpy advises huge pages from this size on (and so do we not)
 _madvise: Any = None  # libc.madvise via ctypes; False once known to be unavailable
+_can_populate = True  # False once MADV_POPULATE_WRITE is refused (kernel older than 5.14)
 
 
-def _populate(ptr: int, nbytes: int) -> bool:
-    """Map (and zero) the pages of ``[ptr, ptr + nbytes)`` with one ``madvise`` call instead
-    of one page fault per 4 KiB. It never changes the memory's contents, so it may race
-    with a reader filling the same range. False where the kernel or platform cannot."""
+def _libc_madvise():
+    """``madvise(2)`` through ctypes (a ctypes call releases the GIL), or None."""
     global _madvise
     if _madvise is None:
         _madvise = False
@@ -775,29 +783,57 @@ def _populate(ptr: int, nbytes: int) -> bool:
                 libc = ctypes.CDLL(None, use_errno=True)
                 libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
                 libc.madvise.restype = ctypes.c_int
-                _madvise = libc.madvise  # a ctypes call releases the GIL
+                _madvise = libc.madvise
             except (OSError, AttributeError):
                 pass
-    if not _madvise:
-        return False
+    return _madvise or None
+
+
+def _page_span(ptr: int, nbytes: int) -> tuple[int, int]:
+    """The whole pages of ``[ptr, ptr + nbytes)``, as ``madvise`` takes them (the partial
+    first and last pages are left out)."""
     page = 4096
-    start = (ptr + page - 1) // page * page  # partial first/last pages fault on read
-    end = (ptr + nbytes) // page * page
+    return (ptr + page - 1) // page * page, (ptr + nbytes) // page * page
+
+
+def _populate(ptr: int, nbytes: int) -> bool:
+    """Map (and zero) the pages of ``[ptr, ptr + nbytes)`` with one ``madvise`` call instead
+    of one page fault per 4 KiB. It never changes the memory's contents, so it may race
+    with a reader filling the same range. False where the kernel or platform cannot."""
+    global _can_populate
+    madvise = _libc_madvise()
+    if madvise is None or not _can_populate:
+        return False
+    start, end = _page_span(ptr, nbytes)
     # in slices: the call holds the process's memory-map lock while it populates, and
     # every allocation of the other threads (a kernel's main thread running cells while
     # a lazy restore reads) waits for that lock
     for a in range(start, end, POPULATE_SLICE):
-        if _madvise(a, min(POPULATE_SLICE, end - a), _MADV_POPULATE_WRITE) != 0:
-            _madvise = False  # EINVAL: kernel older than 5.14; touch pages from now on
+        if madvise(a, min(POPULATE_SLICE, end - a), _MADV_POPULATE_WRITE) != 0:
+            _can_populate = False  # EINVAL: kernel older than 5.14; touch pages from now on
             return False
     return True
+
+
+def _small_pages(arr) -> None:
+    """Take back the huge-page advice numpy gives every large allocation (``np.empty`` of
+    4 MiB or more), before the memory is first touched. Filling fresh memory from a file
+    took 2-3x longer on huge pages on the dev VM (a 2 GB read: 3.1-5.2 s against 1.3-1.6 s,
+    nearly all of it system time), and torch, whose buffers the fresh-read limit uses,
+    gives no such advice: a restored array is allocated as a restored tensor is."""
+    madvise = _libc_madvise()
+    if madvise is not None and arr.nbytes >= HUGE_ADVICE_MIN:
+        start, end = _page_span(arr.ctypes.data, arr.nbytes)
+        madvise(start, end - start, _MADV_NOHUGEPAGE)
 
 
 def _empty(kind: str, nbytes: int):
     if kind == "numpy":
         import numpy as np
 
-        return np.empty(nbytes, dtype=np.uint8)
+        arr = np.empty(nbytes, dtype=np.uint8)
+        _small_pages(arr)
+        return arr
     import torch
 
     return torch.empty(nbytes, dtype=torch.uint8)
@@ -914,7 +950,10 @@ class _Prefaulter:
             self._cv.notify_all()
 
 
-def _read_one(f, pos: int, s, device: str, progress, buf=None):
+def _read_one(f, pos: int, s, device: str, progress, buf=None, chunk: int | None = None):
+    """Read storage ``s`` (at ``pos`` in ``f``) into ``buf`` (allocated if None) on
+    ``device``, hashing as it streams; returns the buffer and the digest. ``chunk``: bytes
+    per read of a CPU buffer (default READ_CHUNK)."""
     h = xxhash.xxh3_128()
     n = s.nbytes
     if s.kind == "numpy" or device == "cpu":
@@ -922,8 +961,9 @@ def _read_one(f, pos: int, s, device: str, progress, buf=None):
             buf = _empty(s.kind, n)
         mv = memoryview(buf.numpy() if hasattr(buf, "numpy") else buf)  # tensor or array
         fd = f.fileno()
-        for off in range(0, n, READ_CHUNK):
-            part = mv[off : off + READ_CHUNK]
+        chunk = chunk or READ_CHUNK
+        for off in range(0, n, chunk):
+            part = mv[off : off + chunk]
             _pread_exact(fd, pos + off, part)
             h.update(part)  # still in cache: hashing costs no second trip to memory
             if progress is not None:
