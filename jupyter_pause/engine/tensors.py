@@ -965,7 +965,7 @@ def _read_one(f, pos: int, s, device: str, progress, buf=None, chunk: int | None
         for off in range(0, n, chunk):
             part = mv[off : off + chunk]
             _pread_exact(fd, pos + off, part)
-            h.update(part)  # still in cache: hashing costs no second trip to memory
+            h.update(part)  # an 8 MiB chunk is still in cache: no second trip to memory
             if progress is not None:
                 progress.update(len(part))
         return buf, h.hexdigest()

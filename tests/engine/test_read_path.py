@@ -1,10 +1,12 @@
-"""The restore read path: positioned reads in small chunks into buffers allocated once
-(with their final size) and mapped by a helper thread ahead of the reader (madvise, or one
-write per page where the kernel cannot), hashes checked chunk by chunk. Every mode must
-give the same bytes."""
+"""The restore read path: positioned reads in chunks (small ones eagerly, large ones in a
+lazy restore's background reader) into buffers allocated once (with their final size, on
+small pages) and mapped by a helper thread ahead of the reader (madvise, or one write per
+page where the kernel cannot), hashes checked chunk by chunk. Every mode must give the
+same bytes."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -173,3 +175,24 @@ def test_gpu_targets_do_not_wait_for_the_helper():
         buf = pre.get(0)
         assert buf is not None and buf.numel() == 4 << 20
         pre.release(0)
+
+
+def test_the_background_reader_takes_the_gil_back_rarely(ck, monkeypatch):
+    """A lazy restore's reader shares the GIL with the kernel's main thread (cells, and an
+    ``import torch`` that holds it through long C calls): it reads a storage in calls of
+    BACKGROUND_READ_CHUNK, each one trip for the GIL, not in the eager read's 8 MiB."""
+    jp.checkpoint(namespace={"big": torch.ones(10 << 20)}, **ck)  # 40 MiB
+    monkeypatch.setattr(lazy, "EAGER_BELOW", 0)
+    reads = []
+    real = tensors._pread_exact
+
+    def counted(fd, pos, view):
+        reads.append((threading.current_thread().name, len(view)))
+        real(fd, pos, view)
+
+    monkeypatch.setattr(tensors, "_pread_exact", counted)
+    out = {}
+    jp.restore(namespace=out, lazy=True, **ck)
+    assert not lazy.wait()
+    assert torch.equal(out["big"], torch.ones(10 << 20))
+    assert [n for who, n in reads if who == "jp-lazy-restore" and n > 1 << 20] == [40 << 20]
