@@ -183,11 +183,20 @@ def _pickle_namespace(
     skipped: dict[str, str] = {}
     groups: list[Group | None] = []
     owner: dict[int, int] = {}  # shared object id -> index in groups
+    # Reused groups are not put in ``owner`` up front: a group of 10,000 small objects
+    # holds 30,000 ids, and indexing them cost more than the rest of a re-checkpoint that
+    # rebinds an int. A group pickled again is compared with them directly while that is
+    # cheaper (``isdisjoint`` walks the smaller set), and they are indexed once it is not.
+    unindexed: set[int] = set()
+    unindexed_ids = 0  # how many ids they hold
+
+    def index(h: int) -> None:
+        for i in groups[h].shared:
+            owner[i] = h
 
     def add(g: Group) -> None:
         groups.append(g)
-        for i in g.shared:
-            owner[i] = len(groups) - 1
+        index(len(groups) - 1)
 
     dirty = set(order)
     if prev is not None and changed is not None:
@@ -196,10 +205,27 @@ def _pickle_namespace(
             if dirty.intersection(g.names) or not g.reusable:
                 continue
             g.reused = True
-            add(g)
+            groups.append(g)
+            unindexed.add(len(groups) - 1)
+            unindexed_ids += len(g.shared)
+
+    def sharing(g: Group) -> list[int]:
+        """The groups ``g`` shares an object with."""
+        nonlocal unindexed_ids
+        if g.shared and unindexed:
+            if len(g.shared) * len(unindexed) > unindexed_ids:
+                for h in sorted(unindexed):
+                    index(h)
+                unindexed.clear()
+                unindexed_ids = 0
+            else:
+                found = {h for h in unindexed if not g.shared.isdisjoint(groups[h].shared)}
+                return sorted(found | {owner[i] for i in g.shared if i in owner})
+        return sorted({owner[i] for i in g.shared if i in owner})
 
     def merge(g: Group) -> None:
-        hits = sorted({owner[i] for i in g.shared if i in owner})
+        nonlocal unindexed_ids
+        hits = sharing(g)
         if not hits:
             add(g)
             return
@@ -209,6 +235,10 @@ def _pickle_namespace(
         for h in hits:
             old = groups[h]
             groups[h] = None
+            if h in unindexed:
+                unindexed.discard(h)
+                unindexed_ids -= len(old.shared)
+                continue
             for i in old.shared:
                 if owner.get(i) == h:
                     del owner[i]

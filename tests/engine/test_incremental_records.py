@@ -88,6 +88,32 @@ def test_a_list_appended_through_another_name_is_saved(shell, ck):
     assert out["a"] == [1, 2, 3] and out["a"] is out["b"] is out["holder"]["items"]
 
 
+def test_objects_of_unchanged_variables_reached_another_way_stay_shared(shell, ck):
+    """A cell that reaches objects of variables it never names (here through a module)
+    and binds them to a new name: the new variable joins their group, whether it is
+    compared with the reused groups directly (it holds few objects) or through an index
+    of every object they hold (it holds many)."""
+    run(
+        shell,
+        "import sys, types\n"
+        "a = [[i] for i in range(2000)]\nother = [{'k': i} for i in range(3000)]\n"
+        "sys.modules['registry'] = types.ModuleType('registry')\n"
+        "sys.modules['registry'].a, sys.modules['registry'].other = a, other",
+    )
+    checkpoint(shell)
+    run(shell, "import registry\nalias = registry.a[5]")  # one shared object
+    first = checkpoint(shell)
+    assert first.records_reused >= 1  # other
+    run(shell, "everything = [registry.a, registry.other, list(registry.a)]")  # many
+    checkpoint(shell)
+    out = {}  # (a restore makes the next checkpoint a full one: restore after both)
+    jp.restore(first.id, namespace=out, lazy=False, progress=False, **ck)
+    assert out["alias"] is out["a"][5]
+    out = restored(ck)
+    assert out["everything"][0] is out["a"] and out["everything"][1] is out["other"]
+    assert out["everything"][2][7] is out["a"][7] and out["alias"] is out["a"][5]
+
+
 def test_a_dict_mutated_through_a_function_is_saved(shell, ck):
     run(
         shell,
