@@ -533,8 +533,11 @@ def print_resume(res: dict, rounds: int) -> None:
         print(
             f"pre-warmed spare: resume -> cell not using the model (s)        {med('warm', 'cell'):<8.2f} <= 1"
         )
+        # the target, resume request -> cell using the model <= kernel start + 1.1 x
+        # fresh read: the spare's kernel started before the request (a paused notebook
+        # opened), the cold kernel's after it (the line above subtracts its start)
         print(
-            f"pre-warmed spare: resume -> cell using the model (s)            {med('warm', 'model'):<8.2f} <= 1.1 x fresh read = {1.1 * fresh:.2f}"
+            f"pre-warmed spare: resume -> cell using the model (s)            {med('warm', 'model'):<8.2f} <= kernel start + 1.1 x fresh read = {start + 1.1 * fresh:.2f}"
         )
         print(
             f"breakdown (median s): kernel start {start:.2f}, import torch+engine {median(res['extra']['import']):.2f}, "
