@@ -21,7 +21,9 @@ third equally often), as docs/reference performance-limits.md §9 asks:
       resume request (or, for the pre-warmed spare, opening the notebook) does
   T9  mixed namespace (200 MB array + the model + 10,000 small objects) vs
       dill.dump_session/load_session and plain pickle (protocol 5), each save
-      fsynced, each load in a fresh process
+      fsynced, each load in a fresh process; our save / `dd` of its byte count and /
+      a raw write of the same bytes from their own memory in the save's process (just
+      before or after it, alternated); our restore / a fresh-memory read of its files
 
 "Cold" = the page cache of the files involved dropped with posix_fadvise(DONTNEED)
 after fsync (per file; no effect on other processes), or with --drop-caches
@@ -133,20 +135,6 @@ def raw_write(path: Path, sd) -> float:
             f.write(memoryview(v.view(-1).view(__import__("torch").uint8).numpy()))
         os.fsync(f.fileno())
     return time.perf_counter() - t
-
-
-def raw_write_files(path: Path, files: list[Path]) -> float:
-    """Write the bytes of ``files`` (read into memory first, not timed) to one new file,
-    fsync'd: the disk's own time for exactly those bytes, from memory."""
-    data = [p.read_bytes() for p in files]
-    t = time.perf_counter()
-    with open(path, "wb", buffering=0) as f:
-        for b in data:
-            f.write(b)
-        os.fsync(f.fileno())
-    dt = time.perf_counter() - t
-    path.unlink()
-    return dt
 
 
 def run_child(code: str, env=None) -> dict:
@@ -307,9 +295,28 @@ small = [{"id": i, "name": f"item{i}", "tags": [i % 7, i % 11], "score": i / 3} 
 MIXED_SAVE = {
     "jupyter_pause": """
 import jupyter_pause as jp
-t = time.perf_counter()
-jp.checkpoint(dir=OUT, notebook="mixed", progress=False)
-dt = time.perf_counter() - t
+for _step in (("raw", "save") if RAW_FIRST else ("save", "raw")):
+    if _step == "save":
+        t = time.perf_counter()
+        jp.checkpoint(dir=OUT, notebook="mixed", progress=False)
+        dt = time.perf_counter() - t
+        continue
+    # the limit it is paired with: the same bytes (tensors and array from their own memory,
+    # the small objects pickled first, untimed) to one new file, fsync'd, in this process
+    # just before or after the save (the disk's speed swings between seconds)
+    import pickle, torch
+    _parts = [memoryview(v.reshape(-1).view(torch.uint8).numpy()) for v in model.values()]
+    _parts += [memoryview(array).cast("B"), memoryview(pickle.dumps(small, protocol=5))]
+    _t = time.perf_counter()
+    with open(OUT + ".raw", "wb", buffering=0) as _f:
+        for _mv in _parts:
+            for _off in range(0, len(_mv), 8 << 20):
+                _f.write(_mv[_off : _off + (8 << 20)])
+        os.fsync(_f.fileno())
+    raw_dt = time.perf_counter() - _t
+    os.unlink(OUT + ".raw")
+    del _parts, _t, _f, _mv, _off, pickle, torch
+del _step
 """,
     "dill": """
 import dill, warnings
@@ -594,22 +601,22 @@ def bench_mixed(args, work: Path, env) -> dict:
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir()
             head = f"import os, time, json, sys\nOUT = {str(out)!r}\nSIZE = {int(args.mixed_size_gb * 1e9)}\n"
-            res = run_child(
-                head + MIXED_SETUP + MIXED_SAVE[m] + "\nprint(json.dumps({'dt': dt}))", env
-            )
+            tail = "\nprint(json.dumps({'dt': dt}))"
+            if m == "jupyter_pause":
+                head += f"RAW_FIRST = {rnd % 2}\n"
+                tail = "\nprint(json.dumps({'dt': dt, 'raw': raw_dt}))"
+            res = run_child(head + MIXED_SETUP + MIXED_SAVE[m] + tail, env)
             save[m].append(res["dt"])
+            if "raw" in res:
+                limits["raw"].append(res["raw"])
             files = files_under(out)
             sizes[m] = sum(p.stat().st_size for p in files)
             steps = ["load"]
             if m == "jupyter_pause":  # raw write and fresh-memory read of the same bytes
                 steps = ["load", "read"] if rnd % 2 == 0 else ["read", "load"]
                 raw = work / "mixed-dd"
-                if rnd % 2 == 0:
-                    limits["raw"].append(raw_write_files(raw, files))
                 limits["write"].append(dd_write(raw, sizes[m]))
                 raw.unlink()
-                if rnd % 2 == 1:
-                    limits["raw"].append(raw_write_files(raw, files))
             for step in steps:
                 drop_cache(files, args.drop_caches)
                 if step == "read":
