@@ -110,7 +110,8 @@ def vm_flags(addr: int) -> set[str]:
 def test_restored_arrays_are_not_on_huge_pages(ck):
     """numpy advises huge pages for every large allocation; filling fresh huge pages from a
     file took 2-3x longer on the dev VM, so restore buffers take the advice back."""
-    if "hg" not in vm_flags(np.empty(16 << 20, np.uint8).ctypes.data + (8 << 20)):
+    plain = np.empty(16 << 20, np.uint8)  # numpy's own allocation: advised huge pages
+    if "hg" not in vm_flags(plain.ctypes.data + (8 << 20)):
         pytest.skip("this kernel takes no huge-page advice (no transparent huge pages)")
     ns = {"arr": np.ones(3 << 20), "t": torch.ones(3 << 20)}  # 24 MB each
     jp.checkpoint(namespace=ns, **ck)
