@@ -18,11 +18,11 @@ MB = 1 << 20
 
 @pytest.fixture
 def blobs(ck, nbdir):
-    """A checkpoint's tensor files, smallest first (small tensors, then an 8 MB and a 24 MB
+    """A checkpoint's tensor files, smallest first (small tensors, then an 8 MB and a 64 MB
     file), none of them in the page cache."""
-    jp.checkpoint(namespace={"small": torch.ones(2 * MB), "big": torch.ones(6 * MB)}, **ck)
+    jp.checkpoint(namespace={"small": torch.ones(2 * MB), "big": torch.ones(16 * MB)}, **ck)
     files = sorted((nbdir / "blobs").iterdir(), key=lambda p: p.stat().st_size)
-    assert [f.stat().st_size // MB for f in files[-2:]] == [8, 24]
+    assert [f.stat().st_size // MB for f in files[-2:]] == [8, 64]
     if not all(drop_cached(f) for f in files):
         pytest.skip("this file system keeps its pages in memory (tmpfs)")
     return files
@@ -34,7 +34,7 @@ def test_the_newest_checkpoint_is_read_into_the_cache(ck, blobs):
     assert all(cached_bytes(f) >= f.stat().st_size - 4096 for f in blobs)
     out = {}
     jp.restore(namespace=out, **ck)  # and it restores as ever
-    assert torch.equal(out["big"], torch.ones(6 * MB))
+    assert torch.equal(out["big"], torch.ones(16 * MB))
 
 
 def test_a_budget_reads_the_smallest_files_first_and_stops(ck, blobs):
@@ -42,7 +42,7 @@ def test_a_budget_reads_the_smallest_files_first_and_stops(ck, blobs):
     first = sum(f.stat().st_size for f in smaller)
     assert store.prefetch(**ck, budget=first + 4 * MB) == first + 4 * MB
     assert all(cached_bytes(f) >= f.stat().st_size - 4096 for f in smaller)
-    assert cached_bytes(big) < 16 * MB  # 4 MB asked (the OS may read a little further)
+    assert cached_bytes(big) < 40 * MB  # 4 MB asked (the OS reads ahead a little further)
 
 
 def test_a_stop_reads_nothing_more(ck, blobs):
