@@ -294,7 +294,8 @@ small = [{"id": i, "name": f"item{i}", "tags": [i % 7, i % 11], "score": i / 3} 
 
 MIXED_SAVE = {
     "jupyter_pause": """
-import jupyter_pause as jp
+import jupyter_pause as jp, pickle, torch
+raw_dt = 0.0
 for _step in (("raw", "save") if RAW_FIRST else ("save", "raw")):
     if _step == "save":
         t = time.perf_counter()
@@ -304,7 +305,6 @@ for _step in (("raw", "save") if RAW_FIRST else ("save", "raw")):
     # the limit it is paired with: the same bytes (tensors and array from their own memory,
     # the small objects pickled first, untimed) to one new file, fsync'd, in this process
     # just before or after the save (the disk's speed swings between seconds)
-    import pickle, torch
     _parts = [memoryview(v.reshape(-1).view(torch.uint8).numpy()) for v in model.values()]
     _parts += [memoryview(array).cast("B"), memoryview(pickle.dumps(small, protocol=5))]
     _t = time.perf_counter()
@@ -315,7 +315,7 @@ for _step in (("raw", "save") if RAW_FIRST else ("save", "raw")):
         os.fsync(_f.fileno())
     raw_dt = time.perf_counter() - _t
     os.unlink(OUT + ".raw")
-    del _parts, _t, _f, _mv, _off, pickle, torch
+    del _parts, _t, _f, _mv, _off  # the save, whichever goes first, sees the same namespace
 del _step
 """,
     "dill": """

@@ -338,6 +338,18 @@ def latest_checkpoint(
     with ``verify=True``, whose every hash checks out. None if there is none."""
     nbdir = paths.notebook_dir(dir, notebook)
     key, _ = _load_key_for_listing()
+    newest = _newest_complete(nbdir, key, verify, trust)
+    if newest is None:
+        return None
+    cid, m = newest
+    return _info(nbdir, cid, m, None if not trust else examine(nbdir, cid, key)[1])
+
+
+def _newest_complete(
+    nbdir: Path, key, verify: bool = False, trust: bool = False
+) -> tuple[str, Manifest] | None:
+    """(id, manifest) of the newest checkpoint that is signed and complete (and, with
+    ``verify``, whose every hash checks out); None if there is none."""
     for cid in reversed(checkpoint_ids(nbdir)):
         try:
             m = read_manifest(nbdir, cid, trust=trust, key=key)
@@ -346,7 +358,7 @@ def latest_checkpoint(
                 verify_manifest(nbdir, m, trust=trust)
         except CheckpointError:
             continue
-        return _info(nbdir, cid, m, None if not trust else examine(nbdir, cid, key)[1])
+        return cid, m
     return None
 
 
@@ -381,14 +393,16 @@ def prefetch(
     nbdir = paths.notebook_dir(dir, notebook)
     try:
         if checkpoint_id is None:
-            newest = latest_checkpoint(dir, notebook)
+            newest = _newest_complete(nbdir, _load_key_for_listing()[0])
             if newest is None:
                 return 0
-            checkpoint_id = newest.id
-        m = get_manifest(dir, notebook, checkpoint_id)
+            m = newest[1]
+        else:
+            m = get_manifest(dir, notebook, checkpoint_id)
     except CheckpointError:
         return 0
     budget = memory_available() // 2 if budget is None else budget
+    stopped = stop.is_set if stop is not None else lambda: False
     done = 0
     with open(os.devnull, "wb", buffering=0) as null:
         for rel in sorted(m.files, key=lambda rel: m.files[rel].bytes):
@@ -402,7 +416,7 @@ def prefetch(
             try:
                 size = min(os.fstat(fd).st_size, budget - done)
                 offset = 0
-                while offset < size and not (stop is not None and stop.is_set()):
+                while offset < size and not stopped():
                     n = os.sendfile(null.fileno(), fd, offset, min(READ_AHEAD_STEP, size - offset))
                     if not n:
                         break
@@ -412,7 +426,7 @@ def prefetch(
                 return done
             finally:
                 os.close(fd)
-            if done >= budget or (stop is not None and stop.is_set()):
+            if done >= budget or stopped():
                 break
     return done
 

@@ -26,7 +26,7 @@ from ..helpers import torch_gate
 DEADLINE = 120
 
 PRELUDE = """
-import json, sys, threading, time
+import json, sys
 GATE = {gate!r}
 
 def open_gate():  # torch may come in now
@@ -41,18 +41,16 @@ assert "torch" not in sys.modules
 ck = {ck!r}
 out = {{}}
 
-# opens the gate once the main thread waits in a lazy load's wait() (a checkpoint
+# opens the gate as the main thread starts to wait in a lazy load's wait() (a checkpoint
 # waiting for what is still loading)
-def open_gate_once_waiting():
-    main = threading.main_thread().ident
-    end = time.monotonic() + 120
-    while time.monotonic() < end:
-        f = sys._current_frames().get(main)
-        while f is not None:
-            if f.f_code.co_name == "wait" and f.f_code.co_filename.endswith("lazy.py"):
-                return open_gate()
-            f = f.f_back
-        time.sleep(0.01)
+def open_gate_when_waiting():
+    real = lazy.LazyLoad.wait
+
+    def wait(self, *args, **kwargs):
+        open_gate()
+        return real(self, *args, **kwargs)
+
+    lazy.LazyLoad.wait = wait
 
 def cell(code):
     r = shell.run_cell(code)
@@ -153,7 +151,7 @@ def test_a_checkpoint_while_torch_is_importing_waits_and_saves_everything(ck):
         ck,
         """
         jp.restore(namespace=ns, progress=False, **ck)
-        threading.Thread(target=open_gate_once_waiting, daemon=True).start()
+        open_gate_when_waiting()
         c = jp.checkpoint(namespace=ns, progress=False, **ck)
         out["saved"] = sorted(c.saved)
         out["id"] = c.id
