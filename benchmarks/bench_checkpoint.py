@@ -403,11 +403,15 @@ print(json.dumps({"import": t1 - t0, "ready": t2 - t1, "all": t3 - t1, "loading"
 KERNEL_CHILD = """
 import json, sys, threading, time
 from jupyter_client.manager import start_new_kernel
-from jupyter_pause.engine import store
-ck, cid, what = sys.argv[1], sys.argv[2], sys.argv[3]
+from jupyter_pause.engine import handoff, store
+ck, cid, what, hand_over = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
 t0 = time.perf_counter()
+fill = None
 if what != "bare":  # as the server does on a resume request (and when a spare starts)
-    kw = dict(dir=ck, notebook="nb", checkpoint_id=cid)
+    if what != "warm" and hand_over:  # a cold kernel: the server fills memory as it starts
+        fill = handoff.offer(ck, "nb", cid)
+    skip = frozenset(f.rel for f in fill.files) if fill else frozenset()
+    kw = dict(dir=ck, notebook="nb", checkpoint_id=cid, skip=skip)
     threading.Thread(target=store.prefetch, kwargs=kw, daemon=True).start()
 km, kc = start_new_kernel(kernel_name="python3", startup_timeout=120)
 t1 = time.perf_counter()
@@ -420,7 +424,10 @@ if what == "warm":  # a pre-warmed spare (server/prewarm.py): started and warmed
 if what == "bare":
     run("import torch")
 else:
-    run("import jupyter_pause as jp; jp.restore(%r, dir=%r, notebook='nb', progress=False)" % (cid, ck))
+    token = fill.token() if fill else None
+    run("import jupyter_pause as jp; jp.restore(%r, dir=%r, notebook='nb', progress=False, handoff=%r)" % (cid, ck, token))
+    if fill:
+        fill.release()
 t2 = time.perf_counter()
 run("n = 1 + 1")  # a cell that does not touch the model
 t3 = time.perf_counter()
@@ -482,7 +489,7 @@ def bench_resume(args, work: Path, env) -> dict:
             for what in kinds[i:] + kinds[:i]:
                 drop_cache([Path(b) for b in blobs], args.drop_caches)
                 where, cid = (small, small_first.id) if what == "small" else (ckdir, first.id)
-                k[what].append(run_child_args(KERNEL_CHILD, [str(where), cid, what], env))
+                k[what].append(run_child_args(KERNEL_CHILD, [str(where), cid, what, "1"], env))
         print(
             f"  round {rnd + 1}: eager {r['eager'][-1]:.2f}s  lazy ready {r['lazy_ready'][-1]:.3f}s "
             f"(all {r['lazy_all'][-1]:.2f}s)  fresh-memory read {r['fresh'][-1]:.2f}s  "

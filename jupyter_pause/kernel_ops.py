@@ -61,15 +61,18 @@ def checkpoint(
     }
 
 
-def restore(notebook: str, dir: str | None, checkpoint_id: str | None = None):
+def restore(
+    notebook: str, dir: str | None, checkpoint_id: str | None = None, handoff: dict | None = None
+):
     """Restore a checkpoint into this (fresh) kernel's namespace.
 
     Lazy unless ``$JUPYTER_PAUSE_RESTORE=eager``: returns once the graph and the small
     objects are back; large tensors follow in the background (engine/lazy.py), and a
-    cell that uses one waits for it alone."""
+    cell that uses one waits for it alone. ``handoff``: the server's memory holding the
+    checkpoint's large files (engine/handoff.py)."""
     from .engine.api import restore as engine_restore
 
-    result = engine_restore(checkpoint_id, notebook=notebook, dir=dir)
+    result = engine_restore(checkpoint_id, notebook=notebook, dir=dir, handoff=handoff)
     return {
         **gpu_usage(),
         "id": result.id,

@@ -11,6 +11,7 @@ from .helpers import (
     cached_bytes,
     drop_cached,
     execute,
+    memfd_links,
     operate,
     session_status,
     start_session,
@@ -141,3 +142,29 @@ async def test_a_resume_reads_its_checkpoint_ahead(
     assert op["outcome"] == "succeeded", str(op)
     assert asked == [(manager.checkpoint_dir, notebook_path, None)]
     assert await wait_until(lambda: not manager._reading_ahead, 30, "the read-ahead to end")
+
+
+async def test_a_cold_resume_maps_the_memory_the_server_filled(
+    jp_fetch, jp_serverapp, notebook_path
+):
+    code = "import torch; answer = 42; w = torch.arange(6_000_000, dtype=torch.float32)"
+    await paused_notebook(jp_fetch, jp_serverapp, notebook_path, code)  # a 24 MB file
+    manager = jp_serverapp.web_app.settings["jupyter_pause_manager"]
+    op = await operate(jp_fetch, "resume", notebook_path)
+    assert op["outcome"] == "succeeded", str(op)
+    kernel_id = (await session_status(jp_fetch, notebook_path))["kernel_id"]
+    # the kernel's tensor lies in the server's memfd, mapped privately, and is whole
+    where = await execute(
+        jp_serverapp,
+        kernel_id,
+        "import jupyter_pause.engine.lazy as _l; _l.wait(); p = w.data_ptr(); "
+        "print(next(l.split()[5] for l in open('/proc/self/maps') "
+        "if int(l.split('-')[0], 16) <= p < int(l.split()[0].split('-')[1], 16)), "
+        "float(w[-1]), sep='|')",
+    )
+    name, last = where.split("\r")[-1].strip().split("|")  # after the "loading" line
+    assert name.startswith("/memfd:jupyter-pause-") and float(last) == 5_999_999.0
+    # and the server keeps none of it: its offer closed, its fill ended
+    assert await wait_until(lambda: not manager._handing_over, 30, "the offer to be closed")
+
+    assert await wait_until(lambda: not memfd_links(), 60, "the fill to let go of its memory")

@@ -40,6 +40,7 @@ import xxhash
 
 from ..formatting import format_bytes, format_seconds
 from . import changes, paths, pickling, records, rerun, rng, signing, store, tensors
+from . import handoff as handoff_mod
 from . import lazy as lazy_mod
 from . import namespace as ns_mod
 from .errors import (
@@ -645,6 +646,7 @@ def restore(
     progress: bool = True,
     partial: bool = False,
     lazy: bool | None = None,
+    handoff: dict | None = None,
 ) -> RestoreResult:
     """Restore a checkpoint (by default the newest one that verifies) into the namespace.
 
@@ -660,7 +662,8 @@ def restore(
     tensors in the background (engine/lazy.py); in a process that has not imported torch,
     what needs torch comes back after its import, also in the background. The default is
     lazy in a kernel's own namespace unless ``$JUPYTER_PAUSE_RESTORE=eager``. Restoring
-    names is always eager.
+    names is always eager. ``handoff``: memory the server filled with this checkpoint's
+    large files while the kernel started (engine/handoff.py; lazy restores take it).
     """
     t0 = time.monotonic()
     lazy_mod.cancel()  # a restore replaces one still loading
@@ -695,7 +698,16 @@ def restore(
         for cid in candidates:
             try:
                 loaded = _read_verified(
-                    nbdir, cid, names, trust, device_of_name, progress, partial, lazy, defer_torch
+                    nbdir,
+                    cid,
+                    names,
+                    trust,
+                    device_of_name,
+                    progress,
+                    partial,
+                    lazy,
+                    defer_torch,
+                    handoff,
                 )
                 break
             except (CorruptCheckpoint, UntrustedCheckpoint) as e:
@@ -731,6 +743,7 @@ def restore(
                 ns,
                 functools.partial(loader.remember_digest, m),
                 torch_later=later.gpu if later else None,
+                handed=loaded.handed,
             )
 
     # Only now, with the pickle verified, run it. Lazy: tensor data is not read yet, but
@@ -833,11 +846,13 @@ def _read_verified(
     partial,
     lazy=False,
     defer_torch=False,
+    handoff=None,
 ):
     """Everything a restore needs from one checkpoint, verified (signature, binding, pickle
     HMAC, every needed tensor's hash) before anything is unpickled. With ``partial``,
     tensor files that fail their hash are left out and named instead of failing it all.
-    ``defer_torch`` (lazy only): what needs torch is left for after its import."""
+    ``defer_torch`` (lazy only): what needs torch is left for after its import.
+    ``handoff`` (lazy only): the server's memory of this checkpoint's large files."""
     m = store.read_manifest(nbdir, checkpoint_id, trust=trust)
     if not defer_torch:
         _import_soon(m)  # while the pickle is verified and the tensors read
@@ -903,6 +918,12 @@ def _read_verified(
         buffers = tensors.read_storages(
             nbdir, m, sorted((now - gpu) & set(needed)), device_of, bar, as_numpy=defer_torch
         )
+        handed = _handed_buffers(
+            handoff_mod.receive(handoff, checkpoint_id, m), plan, buffers, gpu, m, device_of
+        )
+        for i, (_handed, view) in handed.items():
+            as_tensor = m.storages[i].kind == "torch" and not defer_torch
+            buffers[i] = tensors.as_torch(view) if as_tensor else view
         for i in needed:
             if i not in buffers and i not in gpu:
                 s = m.storages[i]
@@ -918,6 +939,7 @@ def _read_verified(
             bar,
             (plan, set(buffers) & now),
             later,
+            {i: h for i, (h, _view) in handed.items()},
         )
     buffers = tensors.read_storages(nbdir, m, needed, device_of, bar)
     return _Verified(m, data, buffers, wanted, to_load, total, damaged, bar)
@@ -939,6 +961,8 @@ class _Verified:
     lazy_plan: tuple | None = None
     #: lazy restores into a process without torch yet: what waits for its import
     torch_later: _TorchLater | None = None
+    #: lazy restores: storage index -> the server's memory its buffer maps (handoff.py)
+    handed: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -1087,6 +1111,25 @@ def _read_now(m: Manifest, load) -> list[int]:
         if sum(m.storages[i].nbytes for i in needs) < lazy_mod.EAGER_BELOW:
             now |= needs
     return [i for i in load.order() if i in now]
+
+
+def _handed_buffers(files: dict, plan, buffers: dict, gpu: set, m: Manifest, device_of) -> dict:
+    """{storage index: (Handed, its bytes' view)} for the storages still to read whose file
+    the server handed over in memory: the view is their buffer, checked later as any
+    buffer is (lazy.LazyLoad). CPU storages only, and only aligned ones (Handed.view)."""
+    out = {}
+    for _path, rel, items in plan:
+        handed = files.get(rel)
+        if handed is None:
+            continue
+        for pos, i in items:
+            s = m.storages[i]
+            if i in buffers or i in gpu or (s.kind == "torch" and device_of(s) != "cpu"):
+                continue
+            view = handed.view(pos, s.nbytes)
+            if view is not None:
+                out[i] = (handed, view)
+    return out
 
 
 def _rng_storages(m: Manifest) -> set[int]:

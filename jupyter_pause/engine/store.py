@@ -372,6 +372,7 @@ def prefetch(
     checkpoint_id: str | None = None,
     budget: int | None = None,
     stop=None,
+    skip=frozenset(),
 ) -> int:
     """Read a checkpoint's tensor files into the operating system's page cache. The
     server calls it (on a thread) when a resume is asked for, and when a paused notebook
@@ -385,32 +386,24 @@ def prefetch(
     ``read_ahead_kb`` of the range (8 MB of 2 GB on the dev VM).
 
     The checkpoint: ``checkpoint_id``, or the newest whose manifest verifies. Only files
-    of a manifest signed with this user's key are read, smallest first (the restore reads
-    small objects first), at most ``budget`` bytes (default: half the memory available
-    now, so that reading ahead never pushes out what the machine is using), until
+    of a manifest signed with this user's key are read (:func:`files_to_read`), smallest
+    first (the restore reads small objects first), at most ``budget`` bytes (default: half
+    the memory available now, so that reading ahead never pushes out what the machine is
+    using), none of ``skip`` (files handed over in memory, engine/handoff.py), until
     ``stop`` (a ``threading.Event``) is set. Returns the bytes read: 0 where there is
     nothing to read or the platform cannot (sendfile to a file is Linux's)."""
-    nbdir = paths.notebook_dir(dir, notebook)
-    try:
-        if checkpoint_id is None:
-            newest = _newest_complete(nbdir, _load_key_for_listing()[0])
-            if newest is None:
-                return 0
-            m = newest[1]
-        else:
-            m = get_manifest(dir, notebook, checkpoint_id)
-    except CheckpointError:
+    found = files_to_read(dir, notebook, checkpoint_id)
+    if found is None:
         return 0
     budget = memory_available() // 2 if budget is None else budget
     stopped = stop.is_set if stop is not None else lambda: False
     done = 0
     with open(os.devnull, "wb", buffering=0) as null:
-        for rel in sorted(m.files, key=lambda rel: m.files[rel].bytes):
-            parts = Path(rel).parts
-            if len(parts) != 2 or parts[0] != BLOBS or parts[1] in ("..", "."):
-                continue  # signed, but not where blobs live: not followed
+        for rel, path in found[2]:
+            if rel in skip:
+                continue
             try:
-                fd = os.open(nbdir / rel, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
             except OSError:  # gone, or a link: the restore will say so
                 continue
             try:
@@ -429,6 +422,33 @@ def prefetch(
             if done >= budget or stopped():
                 break
     return done
+
+
+def files_to_read(
+    dir=None, notebook: str | None = None, checkpoint_id: str | None = None
+) -> tuple[str, Manifest, list[tuple[str, Path]]] | None:
+    """(id, manifest, [(file, path), ...]) of the checkpoint a restore is about to read:
+    ``checkpoint_id``, or the newest that is signed and complete; its tensor files
+    smallest first, each named by the signed manifest and under ``blobs/`` (nothing else
+    is followed). None where there is none. What reads ahead (:func:`prefetch`,
+    engine/handoff.py) reads only these."""
+    nbdir = paths.notebook_dir(dir, notebook)
+    try:
+        if checkpoint_id is None:
+            newest = _newest_complete(nbdir, _load_key_for_listing()[0])
+            if newest is None:
+                return None
+            checkpoint_id, m = newest
+        else:
+            m = get_manifest(dir, notebook, checkpoint_id)
+    except CheckpointError:
+        return None
+    files = []
+    for rel in sorted(m.files, key=lambda rel: m.files[rel].bytes):
+        parts = Path(rel).parts
+        if len(parts) == 2 and parts[0] == BLOBS and parts[1] not in ("..", "."):
+            files.append((rel, nbdir / rel))
+    return checkpoint_id, m, files
 
 
 def memory_available() -> int:

@@ -44,6 +44,7 @@ CHUNK = 64 << 20  # bytes per device<->host staging step: bounds the extra memor
 CPU_CHUNK = 8 << 20  # bytes per write/hash step from host memory (cache-sized)
 SMALL_FILE = 1 << 20  # objects with less new data than this share one file
 FAST_PATH_MIN = 1 << 20  # below this, hashing is cheaper than being clever
+DATA_ALIGN = 64  # where a tensor file's storages start (as torch's CPU allocator aligns)
 
 TORCH_SAFE = {
     "float64": "F64",
@@ -564,7 +565,13 @@ def unique_keys(storages: list[Storage], prefix_owner: bool) -> None:
 
 def write_safetensors(txn, tmp_name: str, storages: list[Storage], progress=None) -> WrittenFile:
     """Stream ``storages`` into one safetensors file in the transaction, fsync it, and stage it
-    under its content address. Digests not yet known are computed on the fly."""
+    under its content address. Digests not yet known are computed on the fly.
+
+    Every storage whose size is a multiple of DATA_ALIGN starts DATA_ALIGN-aligned in the
+    file (the header is padded with spaces, as the format allows, and those storages
+    come first): a restore can then use memory holding the file's image as it is
+    (engine/handoff.py) and still give each tensor an aligned address."""
+    storages = sorted(storages, key=lambda s: s.nbytes % DATA_ALIGN != 0)  # stable
     header: dict[str, Any] = {"__metadata__": {"format": "pt", "producer": "jupyter-pause"}}
     off = 0
     for s in storages:
@@ -582,7 +589,7 @@ def write_safetensors(txn, tmp_name: str, storages: list[Storage], progress=None
             }
         off += s.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    raw += b" " * (-(len(raw) + 8) % 8)
+    raw += b" " * (-(len(raw) + 8) % DATA_ALIGN)
     path = txn.staging_path(tmp_name)
     with paths.private_open(path) as f:
         _write(f, struct.pack("<Q", len(raw)) + raw)
@@ -764,7 +771,8 @@ READ_CHUNK = CPU_CHUNK  # CPU reads: small enough that the hash finds the chunk 
 # reads each chunk back from memory, which costs far less.
 BACKGROUND_READ_CHUNK = 256 << 20
 _MADV_NOHUGEPAGE = 15
-_MADV_POPULATE_WRITE = 23  # Linux >= 5.14
+_MADV_POPULATE_READ = 22  # Linux >= 5.14
+_MADV_POPULATE_WRITE = 23
 POPULATE_SLICE = 8 << 20  # bytes mapped per madvise call
 HUGE_ADVICE_MIN = 4 << 20  # numpy advises huge pages from this size on (and so do we not)
 _madvise: Any = None  # libc.madvise via ctypes; False once known to be unavailable
@@ -997,6 +1005,23 @@ def _read_one(f, pos: int, s, device: str, progress, buf=None, chunk: int | None
     if pinned:
         torch.cuda.synchronize(device)
     return buf, h.hexdigest()
+
+
+def digest_of(buf) -> str:
+    """The xxh3 digest of a flat CPU buffer (numpy array or tensor) already filled: the
+    memory a server handed over (engine/handoff.py). Its pages are mapped in one call
+    first, and hashed in large pieces, each of which lets other threads run."""
+    arr = buf.numpy() if hasattr(buf, "numpy") else buf
+    madvise = _libc_madvise()
+    if madvise is not None and arr.nbytes >= 1 << 16:
+        start, end = _page_span(arr.ctypes.data, arr.nbytes)
+        for a in range(start, end, POPULATE_SLICE):  # best effort (Linux >= 5.14)
+            madvise(a, min(POPULATE_SLICE, end - a), _MADV_POPULATE_READ)
+    h = xxhash.xxh3_128()
+    mv = memoryview(arr)
+    for off in range(0, len(mv), BACKGROUND_READ_CHUNK):
+        h.update(mv[off : off + BACKGROUND_READ_CHUNK])
+    return h.hexdigest()
 
 
 def _pread_exact(fd: int, pos: int, view) -> None:

@@ -34,6 +34,7 @@ import time
 import uuid
 from typing import Any
 
+from ..engine import handoff
 from ..engine import paths as checkpoint_paths
 from ..engine import store as checkpoint_store
 from ..engine.errors import CheckpointError
@@ -117,6 +118,7 @@ class PauseManager:
         self.operations: dict[str, Operation] = {}
         self._tasks: set[asyncio.Task] = set()
         self._reading_ahead: dict[str, threading.Event] = {}  # path -> its stop
+        self._handing_over: set[handoff.Fill] = set()  # memory filled for restores
         self._running: dict[str, asyncio.Task] = {}  # operation id -> its task
         self._resolving: set[str] = set()  # abandoned operations being settled now
         self._first_cell_pending: set[str] = set()
@@ -694,11 +696,13 @@ class PauseManager:
         self.operations[op.id] = op
         return op
 
-    def _read_ahead(self, path: str, checkpoint_id: str | None = None) -> None:
+    def _read_ahead(
+        self, path: str, checkpoint_id: str | None = None, skip: frozenset = frozenset()
+    ) -> None:
         """Have the disk read the checkpoint a kernel is about to restore while that kernel
         starts (engine/store.prefetch), so a resume waits for the slower of the two, not
         for both in turn. Best effort, on a thread, one at a time per notebook; it
-        decides nothing."""
+        decides nothing. ``skip``: the files handed over in memory instead."""
         if path in self._reading_ahead:
             return
         stop = self._reading_ahead[path] = threading.Event()
@@ -711,6 +715,7 @@ class PauseManager:
                     path,
                     checkpoint_id,
                     stop=stop,
+                    skip=skip,
                 )
                 self.log.debug("jupyter-pause: read %d bytes ahead for %s", done, path)
             except Exception as e:  # a refused folder, say: the restore will tell
@@ -719,6 +724,31 @@ class PauseManager:
                 self._reading_ahead.pop(path, None)
 
         self._spawn(read_ahead())
+
+    async def _hand_over(self, path: str, checkpoint_id: str | None) -> handoff.Fill | None:
+        """Fill memory with the checkpoint's large files while a cold kernel starts, for
+        its restore to map instead of reading them (engine/handoff.py). Only then: a spare
+        has no start to overlap, and reads its files at once itself. Best effort: None
+        where there is nothing to hand over, and the kernel reads its files itself."""
+        try:
+            fill = await asyncio.to_thread(handoff.offer, self.checkpoint_dir, path, checkpoint_id)
+        except Exception as e:  # a refused folder, say: the restore will tell
+            self.log.debug("jupyter-pause: no memory handed over for %s: %s", path, e)
+            return None
+        if fill is not None:
+            self._handing_over.add(fill)
+        return fill
+
+    def _handed_over(self, fill: handoff.Fill | None, failed: bool) -> None:
+        """The restore call is over: the kernel has taken what it takes. A failed resume
+        also stops the fill, so nobody's memory is held for nothing."""
+        if fill not in self._handing_over:
+            return  # none, or dealt with already
+        self._handing_over.discard(fill)
+        if failed:
+            fill.cancel()
+        else:
+            fill.release()
 
     def _spawn(self, coro, op: Operation | None = None) -> None:
         task = asyncio.ensure_future(coro)
@@ -1157,7 +1187,12 @@ class PauseManager:
     async def _run_resume(self, session: Session, op: Operation, checkpoint_id: str | None) -> None:
         path = session.path
         self._move(session, State.RESUMING, op, "asking for compute")
-        self._read_ahead(path, checkpoint_id)
+        fill = None
+        if self.prewarmer.spare(path) is None:  # a cold kernel: memory is filled as it starts
+            fill = await self._hand_over(path, checkpoint_id)
+        self._read_ahead(
+            path, checkpoint_id, skip=frozenset(f.rel for f in fill.files) if fill else frozenset()
+        )
         kernel_id = None
         started_here = False
         try:
@@ -1193,14 +1228,20 @@ class PauseManager:
             self._move(session, State.RESTORING, op, "restoring the checkpoint")
             self._record(EventType.RESTORE_STARTED, session, op)
             km = self.kernel_manager.get_kernel(kernel_id)
-            result = await self.call(
-                km,
-                "restore",
-                timeout=self.kernel_call_timeout,
-                notebook=path,
-                dir=self.checkpoint_dir,
-                checkpoint_id=checkpoint_id,
-            )
+            try:
+                result = await self.call(
+                    km,
+                    "restore",
+                    timeout=self.kernel_call_timeout,
+                    notebook=path,
+                    dir=self.checkpoint_dir,
+                    checkpoint_id=checkpoint_id,
+                    handoff=fill.token() if fill else None,
+                )
+            except BaseException:
+                self._handed_over(fill, failed=True)
+                raise
+            self._handed_over(fill, failed=False)
             nonce = await self.call(km, "live_nonce", timeout=30)
             session.live_state = (
                 LiveState.RESTORED if nonce and nonce == session.pause_nonce else LiveState.FRESH
@@ -1227,6 +1268,7 @@ class PauseManager:
             self._record(EventType.FIRST_CELL_RUNNABLE, session, op)
             self._finish(session, op)
         except Exception as e:
+            self._handed_over(fill, failed=True)  # failed before the kernel was asked
             error = str(e)
             others = await self._alternatives(path, checkpoint_id)
             if others:
@@ -1372,6 +1414,8 @@ class PauseManager:
             self._heartbeat.cancel()
         for stop in self._reading_ahead.values():
             stop.set()
+        for fill in list(self._handing_over):
+            self._handed_over(fill, failed=True)
         for task in list(self._tasks):
             task.cancel()
         self.activity.close()

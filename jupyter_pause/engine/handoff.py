@@ -1,0 +1,406 @@
+"""The server reads a checkpoint's large files into memory while the kernel starts, and
+hands that memory to the kernel's restore.
+
+A cold resume is a race between two jobs: starting a kernel and importing torch (CPU
+work, one core) and bringing the model's bytes into memory (the disk, and the first
+touch of fresh memory, which on a VM costs as much as the disk read itself). Reading
+ahead into the page cache (store.prefetch) starts the disk early, but the kernel still
+copies every byte into fresh memory of its own, after it has started and beside its
+``import torch``. Here the server does that part too, before the kernel even runs:
+
+1. On a resume request, :func:`offer` creates one ``memfd`` per large tensor file of
+   the checkpoint (anonymous shared memory, named ``jupyter-pause-<nonce>``) and a
+   thread fills each from its file: from the page cache where the file is cached, with
+   ``O_DIRECT`` where it is not, so that the bytes land in memory once, not twice.
+2. A filled ``memfd`` is *sealed* (``F_SEAL_WRITE``, ``SHRINK``, ``GROW``, ``SEAL``):
+   from then on nobody, the server included, can change a byte of it. Then the
+   server closes that file's pipe; its end of file tells the kernel "done".
+3. The restore in the kernel gets :meth:`Fill.token` (the server's pid, the
+   descriptors, the nonce), opens each ``memfd`` through ``/proc/<pid>/fd`` (checking
+   its name), and maps it *privately*: tensors are built over the mapping, their bytes
+   are the server's, and a write to a tensor copies that page into the kernel alone
+   (a ``fork`` of the kernel behaves as ever). :func:`receive` is that side.
+4. The restore hashes every byte as always, and takes a file's memory only if its
+   ``memfd`` is sealed and every tensor matches the signed manifest. Anything else (no
+   ``/proc``, another machine's kernel, a fill stopped half way, a mismatch) and the
+   kernel reads that file itself, into the same private mapping.
+
+Trust: the bytes are checked against the signed manifest *after* the seal, so they can
+no longer change; unlike a mapping of the checkpoint file, nothing on disk can reach a
+live tensor. Memory: a file's memory is freed when the last tensor over it goes (the
+mapping is one per file), and a fill that did not finish gives its memory back at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import mmap
+import os
+import secrets
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import store, tensors
+from .tensors import DATA_ALIGN
+
+HANDOFF_MIN = 16 << 20  # smaller files: the kernel reads them itself (lazy.EAGER_BELOW)
+MAX_FILES = 64  # descriptors per resume: three each while filling
+STEP = 64 << 20  # bytes per read: how soon a stop is noticed (a multiple of the page)
+PAGE = mmap.PAGESIZE
+SEALS = (
+    getattr(fcntl, "F_SEAL_WRITE", 0)
+    | getattr(fcntl, "F_SEAL_SHRINK", 0)
+    | getattr(fcntl, "F_SEAL_GROW", 0)
+    | getattr(fcntl, "F_SEAL_SEAL", 0)
+)
+_PREFIX = "jupyter-pause-"
+_FALLOC_PUNCH = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+_MAP_FIXED = 0x10
+
+
+def supported() -> bool:
+    return (
+        hasattr(os, "memfd_create")
+        and hasattr(fcntl, "F_ADD_SEALS")
+        and os.path.isdir("/proc/self/fd")
+    )
+
+
+# ------------------------------------------------------------------ the server's side
+@dataclass
+class _File:
+    rel: str
+    path: Path
+    size: int
+    offered: int  # the memfd, as the kernel opens it (closed by Fill.release)
+    filling: int  # the same memfd, for the fill thread (closed once filled)
+    done_r: int  # the pipe whose end of file says "done"; the kernel opens this end
+    done_w: int
+
+
+@dataclass(eq=False)
+class Fill:
+    """Memory the server fills with one checkpoint's large files, for one restore."""
+
+    checkpoint_id: str
+    files: list[_File]
+    nonce: str
+    stop: threading.Event = field(default_factory=threading.Event)
+    filled: dict[str, bool] = field(default_factory=dict)  # file -> sealed complete
+    _thread: threading.Thread | None = None
+
+    def token(self) -> dict[str, Any]:
+        """What the kernel's restore needs to find this memory (``restore(handoff=...)``)."""
+        return {
+            "pid": os.getpid(),
+            "nonce": self.nonce,
+            "checkpoint": self.checkpoint_id,
+            "files": {f.rel: [f.offered, f.done_r] for f in self.files},
+        }
+
+    def start(self) -> Fill:
+        self._thread = threading.Thread(target=self._run, name="jp-handoff", daemon=True)
+        self._thread.start()
+        return self
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether the fill has ended (tests, and a server shutting down)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    def release(self) -> None:
+        """The restore call has returned (the kernel opened what it takes) or failed:
+        close the server's offer. A fill still running goes on for the kernel; memory
+        nobody mapped is freed once its fill ends."""
+        for f in self.files:
+            for fd in (f.offered, f.done_r):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            f.offered = f.done_r = -1
+
+    def cancel(self) -> None:
+        """Stop filling (the resume failed, or the server stops) and release."""
+        self.stop.set()
+        self.release()
+
+    def _run(self) -> None:
+        for f in self.files:
+            try:
+                if not self.stop.is_set():
+                    self.filled[f.rel] = _fill(f, self.stop)
+            except Exception:  # a read error: the kernel reads that file itself
+                self.filled[f.rel] = False
+            finally:
+                if not self.filled.get(f.rel):
+                    _punch(f.filling)  # give the memory back: nothing will use it
+                for fd in (f.filling, f.done_w):
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+
+
+def offer(
+    dir=None,
+    notebook: str | None = None,
+    checkpoint_id: str | None = None,
+    budget: int | None = None,
+) -> Fill | None:
+    """Start filling memory with the large files of the checkpoint a resume will restore
+    (``checkpoint_id``, or the newest signed and complete one): at most ``budget`` bytes
+    (default: half the memory available), the smallest files first, at most MAX_FILES.
+    None where there is nothing to hand over or the platform cannot."""
+    if not supported():
+        return None
+    found = store.files_to_read(dir, notebook, checkpoint_id)
+    if found is None:
+        return None
+    cid, m, candidates = found
+    budget = store.memory_available() // 2 if budget is None else budget
+    nonce = secrets.token_hex(8)
+    files: list[_File] = []
+    for rel, path in candidates:
+        size = m.files[rel].bytes
+        if size < HANDOFF_MIN:
+            continue
+        if size > budget or len(files) == MAX_FILES:
+            break
+        try:
+            files.append(_make(rel, path, size, nonce))
+        except OSError:  # out of descriptors or memory: hand over what is set up
+            break
+        budget -= size
+    if not files:
+        return None
+    return Fill(cid, files, nonce).start()
+
+
+def _make(rel: str, path: Path, size: int, nonce: str) -> _File:
+    made: list[int] = []
+    try:
+        made.append(os.memfd_create(_PREFIX + nonce, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING))
+        os.ftruncate(made[0], _pages(size))
+        made.append(os.dup(made[0]))
+        made.extend(os.pipe())
+    except OSError:
+        for fd in made:
+            os.close(fd)
+        raise
+    return _File(rel, path, size, *made)
+
+
+def _pages(n: int) -> int:
+    return -(-n // PAGE) * PAGE
+
+
+def _fill(f: _File, stop: threading.Event) -> bool:
+    """Fill one memfd from its file and seal it; True once it holds the whole file."""
+    size = os.fstat(f.filling).st_size
+    mm = mmap.mmap(f.filling, size)  # shared, writable: the memfd's own pages
+    try:
+        with open(f.path, "rb", buffering=0, opener=_nofollow) as cached:
+            direct = _open_direct(f.path)
+            try:
+                got = _copy(cached.fileno(), direct, memoryview(mm), f.size, stop)
+            finally:
+                if direct is not None:
+                    os.close(direct)
+    finally:
+        mm.close()
+    if got < f.size or stop.is_set():
+        return False
+    fcntl.fcntl(f.filling, fcntl.F_ADD_SEALS, SEALS)
+    return True
+
+
+def _copy(cached: int, direct: int | None, view: memoryview, size: int, stop) -> int:
+    """Read ``size`` bytes into ``view``: what the page cache holds from there (a
+    non-blocking read that stops at the first page it does not hold), the rest with
+    ``O_DIRECT`` (no second copy in the page cache), in STEP pieces. Returns bytes read."""
+    nowait = getattr(os, "RWF_NOWAIT", 0)
+    off = 0
+    try:
+        while off < size and not stop.is_set():
+            end = min(off + STEP, size)
+            n = 0
+            if nowait:
+                with contextlib.suppress(BlockingIOError, OSError):
+                    n = os.preadv(cached, [view[off:end]], off, nowait)
+            if n > 0:
+                off += n
+                continue
+            if direct is not None:
+                start = off - off % PAGE  # O_DIRECT reads whole pages, into whole pages
+                try:  # (the mapping's end is padded to one)
+                    n = os.preadv(direct, [view[start : _pages(end)]], start)
+                except OSError as e:
+                    if e.errno != errno.EINVAL:
+                        raise
+                    direct = None  # this file system takes no O_DIRECT here
+                    continue
+                reached = min(start + n, size) if n > 0 else off
+                if reached < size:
+                    reached -= reached % PAGE  # a short read: on from a whole page
+                if reached <= off:
+                    direct = None  # no headway: read the rest through the cache
+                off = max(off, reached)
+                continue
+            n = os.preadv(cached, [view[off:end]], off)
+            if n <= 0:
+                break
+            off += n
+    finally:
+        view.release()
+    return off
+
+
+def _open_direct(path: Path) -> int | None:
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return None
+    try:
+        return os.open(path, os.O_RDONLY | flag | os.O_NOFOLLOW)
+    except OSError:
+        return None
+
+
+def _nofollow(path, flags):
+    return os.open(path, flags | os.O_NOFOLLOW)
+
+
+def _punch(fd: int) -> None:
+    """Free a memfd's pages (a private mapping of it then reads zeros, not stale data)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+        libc.fallocate(fd, _FALLOC_PUNCH, 0, os.fstat(fd).st_size)
+    except (OSError, AttributeError):
+        pass
+
+
+# ------------------------------------------------------------------ the kernel's side
+class Handed:
+    """One checkpoint file handed over by the server, mapped privately in this process."""
+
+    def __init__(self, memfd: int, done: int, size: int):
+        self._memfd = memfd
+        self._done = done
+        self.map = mmap.mmap(memfd, _pages(size), flags=mmap.MAP_PRIVATE)
+        self._sealed: bool | None = None
+        self._lock = threading.Lock()
+
+    def view(self, pos: int, nbytes: int):
+        """The bytes ``[pos, pos + nbytes)`` of the file, as a numpy array over the
+        mapping (None where they do not start DATA_ALIGN-aligned: a fresh buffer then)."""
+        if pos % DATA_ALIGN:
+            return None
+        import numpy as np
+
+        return np.frombuffer(self.map, dtype=np.uint8, count=nbytes, offset=pos)
+
+    def own(self, view) -> None:
+        """Put fresh memory of this process's own under ``view`` (a buffer over this
+        mapping, about to be read from the file instead), at the same address: writes
+        to a private mapping of a file that was not filled would also allocate the
+        file's pages, holding the bytes twice. The partial pages at either end stay
+        (they may hold a neighbour's bytes)."""
+        arr = view.numpy() if hasattr(view, "numpy") else view
+        start, end = tensors._page_span(arr.ctypes.data, arr.nbytes)
+        if end > start:
+            _remap_anonymous(start, end - start)
+
+    def sealed(self) -> bool:
+        """Wait until the server is done with this file: True if it filled it whole and
+        sealed it (its bytes can no longer change), False if the kernel must read it."""
+        with self._lock:
+            if self._sealed is None:
+                try:
+                    while os.read(self._done, 4096):  # the server never writes: end of file
+                        pass
+                    seals = fcntl.fcntl(self._memfd, fcntl.F_GET_SEALS)
+                    self._sealed = seals & SEALS == SEALS
+                except OSError:
+                    self._sealed = False
+                finally:
+                    self.close()
+            return self._sealed
+
+    def close(self) -> None:
+        for fd in (self._memfd, self._done):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._memfd = self._done = -1
+
+
+def _remap_anonymous(addr: int, length: int) -> None:
+    """``mmap(MAP_FIXED | MAP_ANONYMOUS)`` over whole pages: the same addresses, zeroed,
+    no longer backed by a file. Best effort (the writes then copy the pages instead)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_long,
+        ]
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_FIXED
+        libc.mmap(addr, length, mmap.PROT_READ | mmap.PROT_WRITE, flags, -1, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def receive(token: dict | None, checkpoint_id: str, manifest) -> dict[str, Handed]:
+    """The files the server handed over for this checkpoint, mapped: {file: Handed}.
+    Whatever cannot be taken (another checkpoint, another machine, a descriptor that is
+    not the server's memfd) is left out, and the restore reads that file itself."""
+    if not token or not supported() or token.get("checkpoint") != checkpoint_id:
+        return {}
+    out: dict[str, Handed] = {}
+    try:
+        pid, nonce, files = int(token["pid"]), str(token["nonce"]), dict(token["files"])
+    except (KeyError, TypeError, ValueError):
+        return {}
+    for rel, fds in files.items():
+        entry = manifest.files.get(rel)
+        if entry is None:
+            continue
+        handed = _take(pid, nonce, fds, entry.bytes)
+        if handed is not None:
+            out[rel] = handed
+    return out
+
+
+def _take(pid: int, nonce: str, fds, size: int) -> Handed | None:
+    memfd = done = -1
+    try:
+        memfd_fd, done_fd = (int(x) for x in fds)
+        where = f"/proc/{pid}/fd/"
+        # the server's memfd of this resume, not any descriptor a token could name
+        if os.readlink(where + str(memfd_fd)) != f"/memfd:{_PREFIX}{nonce} (deleted)":
+            return None
+        if not os.readlink(where + str(done_fd)).startswith("pipe:"):
+            return None
+        memfd = os.open(where + str(memfd_fd), os.O_RDONLY | os.O_CLOEXEC)
+        # non-blocking open: a pipe whose writer is gone already opens at end of file
+        done = os.open(where + str(done_fd), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        os.set_blocking(done, True)
+        if os.fstat(memfd).st_size < size:
+            raise OSError("the server's memory is smaller than the file")
+        return Handed(memfd, done, size)
+    except (OSError, ValueError, TypeError):
+        for fd in (memfd, done):
+            if fd != -1:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        return None
