@@ -663,7 +663,7 @@ def restore(
     what needs torch comes back after its import, also in the background. The default is
     lazy in a kernel's own namespace unless ``$JUPYTER_PAUSE_RESTORE=eager``. Restoring
     names is always eager. ``handoff``: memory the server filled with this checkpoint's
-    large files while the kernel started (engine/handoff.py; lazy restores take it).
+    large files while the kernel started (engine/handoff.py), taken where it verifies.
     """
     t0 = time.monotonic()
     lazy_mod.cancel()  # a restore replaces one still loading
@@ -852,7 +852,7 @@ def _read_verified(
     HMAC, every needed tensor's hash) before anything is unpickled. With ``partial``,
     tensor files that fail their hash are left out and named instead of failing it all.
     ``defer_torch`` (lazy only): what needs torch is left for after its import.
-    ``handoff`` (lazy only): the server's memory of this checkpoint's large files."""
+    ``handoff``: the server's memory of this checkpoint's large files (handoff.py)."""
     m = store.read_manifest(nbdir, checkpoint_id, trust=trust)
     if not defer_torch:
         _import_soon(m)  # while the pickle is verified and the tensors read
@@ -918,12 +918,16 @@ def _read_verified(
         buffers = tensors.read_storages(
             nbdir, m, sorted((now - gpu) & set(needed)), device_of, bar, as_numpy=defer_torch
         )
-        handed = _handed_buffers(
-            handoff_mod.receive(handoff, checkpoint_id, m), plan, buffers, gpu, m, device_of
+        handed = handoff_mod.buffers_over(
+            handoff_mod.receive(handoff, checkpoint_id, m),
+            plan,
+            m,
+            device_of,
+            skip=set(buffers) | gpu,
+            as_numpy=defer_torch,
         )
-        for i, (_handed, view) in handed.items():
-            as_tensor = m.storages[i].kind == "torch" and not defer_torch
-            buffers[i] = tensors.as_torch(view) if as_tensor else view
+        for i, (_handed, buf) in handed.items():
+            buffers[i] = buf
         for i in needed:
             if i not in buffers and i not in gpu:
                 s = m.storages[i]
@@ -941,7 +945,8 @@ def _read_verified(
             later,
             {i: h for i, (h, _view) in handed.items()},
         )
-    buffers = tensors.read_storages(nbdir, m, needed, device_of, bar)
+    handed = handoff_mod.receive(handoff, checkpoint_id, m)
+    buffers = tensors.read_storages(nbdir, m, needed, device_of, bar, handed=handed)
     return _Verified(m, data, buffers, wanted, to_load, total, damaged, bar)
 
 
@@ -1111,25 +1116,6 @@ def _read_now(m: Manifest, load) -> list[int]:
         if sum(m.storages[i].nbytes for i in needs) < lazy_mod.EAGER_BELOW:
             now |= needs
     return [i for i in load.order() if i in now]
-
-
-def _handed_buffers(files: dict, plan, buffers: dict, gpu: set, m: Manifest, device_of) -> dict:
-    """{storage index: (Handed, its bytes' view)} for the storages still to read whose file
-    the server handed over in memory: the view is their buffer, checked later as any
-    buffer is (lazy.LazyLoad). CPU storages only, and only aligned ones (Handed.view)."""
-    out = {}
-    for _path, rel, items in plan:
-        handed = files.get(rel)
-        if handed is None:
-            continue
-        for pos, i in items:
-            s = m.storages[i]
-            if i in buffers or i in gpu or (s.kind == "torch" and device_of(s) != "cpu"):
-                continue
-            view = handed.view(pos, s.nbytes)
-            if view is not None:
-                out[i] = (handed, view)
-    return out
 
 
 def _rng_storages(m: Manifest) -> set[int]:

@@ -338,6 +338,40 @@ class Handed:
         self._memfd = self._done = -1
 
 
+def buffers_over(
+    files: dict[str, Handed], plan, manifest, device_of, skip=frozenset(), as_numpy=False
+) -> dict[int, tuple[Handed, Any]]:
+    """{storage index: (Handed, its buffer)} for the storages of ``plan``
+    (tensors.plan_reads) whose file was handed over, other than ``skip``: each buffer lies
+    over the handed memory (a numpy array, or with ``as_numpy`` false a torch tensor for a
+    torch storage), its bytes not yet checked (:func:`take`). CPU storages only, and only
+    aligned ones (:meth:`Handed.view`)."""
+    out = {}
+    for _path, rel, items in plan:
+        handed = files.get(rel)
+        if handed is None:
+            continue
+        for pos, i in items:
+            s = manifest.storages[i]
+            if i in skip or (s.kind == "torch" and device_of(s) != "cpu"):
+                continue
+            view = handed.view(pos, s.nbytes)
+            if view is not None:
+                as_tensor = s.kind == "torch" and not as_numpy
+                out[i] = (handed, tensors.as_torch(view) if as_tensor else view)
+    return out
+
+
+def take(handed: Handed, buf, xxh3: str) -> bool:
+    """Whether ``buf``, over handed memory, is complete, can no longer change, and matches
+    its digest. If not, the memory under it becomes this process's own, zeroed, for the
+    caller to read the file into."""
+    if handed.sealed() and tensors.digest_of(buf) == xxh3:
+        return True
+    handed.own(buf)
+    return False
+
+
 def _remap_anonymous(addr: int, length: int) -> None:
     """``mmap(MAP_FIXED | MAP_ANONYMOUS)`` over whole pages: the same addresses, zeroed,
     no longer backed by a file. Best effort (the writes then copy the pages instead)."""

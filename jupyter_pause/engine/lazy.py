@@ -278,14 +278,9 @@ class LazyLoad:
         s = self.m.storages[i]
         why = None
         try:
-            # not handed over, or not as it should be: read from the file into the same
-            # buffer, over memory of the kernel's own
-            if self._took_handed(i):
-                digest = s.xxh3
-            else:
-                if i in self.handed:
-                    self.handed[i].own(self.buffers[i])
-                digest = self._read_file(i, rel, pos)
+            # not handed over, or not as it should be: read from the file (into the same
+            # buffer, over memory of the kernel's own)
+            digest = s.xxh3 if self._took_handed(i) else self._read_file(i, rel, pos)
             if digest != s.xxh3:
                 why = str(CorruptCheckpoint(s.owner, str(path), f"tensor {s.key!r}"))
         except Exception as e:  # a read error: that storage is lost, the others go on
@@ -302,16 +297,12 @@ class LazyLoad:
             store._remember_verified(path)
 
     def _took_handed(self, i: int) -> bool:
-        """Whether storage ``i``'s buffer, over the memory the server filled
-        (engine/handoff.py), is complete, can no longer change, and matches its digest."""
-        from . import tensors
+        """Whether storage ``i``'s buffer, over the memory the server filled, is taken as
+        it is (engine/handoff.take)."""
+        from . import handoff
 
         handed = self.handed.get(i)
-        return (
-            handed is not None
-            and handed.sealed()
-            and tensors.digest_of(self.buffers[i]) == self.m.storages[i].xxh3
-        )
+        return handed is not None and handoff.take(handed, self.buffers[i], self.m.storages[i].xxh3)
 
     def _read_file(self, i: int, rel: str, pos: int) -> str:
         """Read storage ``i`` from its file into its buffer; returns the bytes' digest."""

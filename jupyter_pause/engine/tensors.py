@@ -680,7 +680,7 @@ def check_device(device: str, owner: str) -> None:
 
 # ----------------------------------------------------------------- reading
 def read_storages(
-    nbdir, manifest, indices, device_of, progress=None, as_numpy=False
+    nbdir, manifest, indices, device_of, progress=None, as_numpy=False, handed=None
 ) -> dict[int, Any]:
     """Read the given storages into freshly allocated buffers on their target devices,
     checking each against its xxh3 digest as it streams in. Raises CorruptCheckpoint naming
@@ -694,26 +694,37 @@ def read_storages(
     leaves the critical path and a cold restore runs at about the speed of the disk.
 
     ``as_numpy``: CPU buffers are numpy arrays whatever their kind, so that a process
-    still importing torch can read them (a lazy restore; :func:`as_torch` later)."""
-    from . import store
+    still importing torch can read them (a lazy restore; :func:`as_torch` later).
+    ``handed``: {file: handoff.Handed}, memory the server filled with some of the files;
+    a storage over it that verifies is taken as it is, not read (engine/handoff.py)."""
+    from . import handoff, store
 
     plan = plan_reads(nbdir, manifest, indices)
+    over = handoff.buffers_over(handed or {}, plan, manifest, device_of, as_numpy=as_numpy)
     # read; a helper thread allocates and maps each CPU buffer just ahead of us
     cpu = [
         (i, "numpy" if as_numpy else manifest.storages[i].kind, manifest.storages[i].nbytes)
         for _path, _rel, items in plan
         for _pos, i in items
-        if manifest.storages[i].kind == "numpy" or device_of(manifest.storages[i]) == "cpu"
+        if (manifest.storages[i].kind == "numpy" or device_of(manifest.storages[i]) == "cpu")
+        and i not in over
     ]
     out: dict[int, Any] = {}
-    with _Prefaulter(cpu) as pre:
+    with _Prefaulter(cpu) as pre, contextlib.ExitStack() as done:
+        for h in (handed or {}).values():
+            done.callback(h.close)
         for path, rel, items in plan:
             with open(path, "rb", buffering=0) as f:
                 with contextlib.suppress(AttributeError, OSError):
                     os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
                 for pos, i in items:
                     s = manifest.storages[i]
-                    buf = pre.get(i)
+                    if i in over and handoff.take(*over[i], s.xxh3):
+                        out[i] = over[i][1]
+                        if progress is not None:
+                            progress.update(s.nbytes)
+                        continue
+                    buf = over[i][1] if i in over else pre.get(i)
                     if buf is None and as_numpy:  # not worth the helper thread
                         buf = empty_for(s, device_of(s), as_numpy=True)
                     got = _read_one(f, pos, s, device_of(s), progress, buf)

@@ -735,16 +735,16 @@ class PauseManager:
         except Exception as e:  # a refused folder, say: the restore will tell
             self.log.debug("jupyter-pause: no memory handed over for %s: %s", path, e)
             return None
-        if fill is not None:
-            self._handing_over.add(fill)
+        if fill is not None:  # kept until it ends, for a server shutting down to stop it
+            self._handing_over = {f for f in self._handing_over if not f.wait(0)} | {fill}
         return fill
 
-    def _handed_over(self, fill: handoff.Fill | None, failed: bool) -> None:
-        """The restore call is over: the kernel has taken what it takes. A failed resume
-        also stops the fill, so nobody's memory is held for nothing."""
-        if fill not in self._handing_over:
-            return  # none, or dealt with already
-        self._handing_over.discard(fill)
+    def _handed_over(self, fill: handoff.Fill | None, failed: bool = False) -> None:
+        """The restore call is over: close the server's offer (a fill still running goes
+        on for the kernel's restore). A failed resume also stops the fill, so that no
+        memory is held for nothing. Either may come twice."""
+        if fill is None:
+            return
         if failed:
             fill.cancel()
         else:
@@ -1238,10 +1238,8 @@ class PauseManager:
                     checkpoint_id=checkpoint_id,
                     handoff=fill.token() if fill else None,
                 )
-            except BaseException:
-                self._handed_over(fill, failed=True)
-                raise
-            self._handed_over(fill, failed=False)
+            finally:
+                self._handed_over(fill)  # the kernel has taken what it takes
             nonce = await self.call(km, "live_nonce", timeout=30)
             session.live_state = (
                 LiveState.RESTORED if nonce and nonce == session.pause_nonce else LiveState.FRESH
@@ -1268,7 +1266,7 @@ class PauseManager:
             self._record(EventType.FIRST_CELL_RUNNABLE, session, op)
             self._finish(session, op)
         except Exception as e:
-            self._handed_over(fill, failed=True)  # failed before the kernel was asked
+            self._handed_over(fill, failed=True)
             error = str(e)
             others = await self._alternatives(path, checkpoint_id)
             if others:
@@ -1414,8 +1412,8 @@ class PauseManager:
             self._heartbeat.cancel()
         for stop in self._reading_ahead.values():
             stop.set()
-        for fill in list(self._handing_over):
-            self._handed_over(fill, failed=True)
+        for fill in self._handing_over:
+            fill.cancel()
         for task in list(self._tasks):
             task.cancel()
         self.activity.close()

@@ -200,3 +200,25 @@ def test_storages_whose_size_allows_it_start_aligned(tmp_path, ck, nbdir):
             b, e = entry["data_offsets"]
             if (e - b) % tensors.DATA_ALIGN == 0:
                 assert (8 + n + b) % tensors.DATA_ALIGN == 0, (blob.name, key)
+
+
+@pytest.mark.parametrize("sealed", [True, False])
+def test_an_eager_restore_takes_it_too(ck, sealed, monkeypatch):
+    src = state()
+    jp.checkpoint(namespace=src, **ck)
+    with monkeypatch.context() as server:
+        if not sealed:
+            server.setattr(handoff, "SEALS", 0)
+        fill = handoff.offer(**ck)
+        assert fill.wait(60)
+    ns = {}
+    jp.restore(namespace=ns, lazy=False, handoff=fill.token(), **ck)
+    fill.release()
+    assert torch.equal(ns["model"]["w"], src["model"]["w"])
+    assert np.array_equal(ns["arr"], src["arr"])
+    name = f"/memfd:jupyter-pause-{fill.nonce}"
+    # taken where sealed; else read into the kernel's own memory at the same addresses
+    # (all but the partial pages at either end, which may hold a neighbour's bytes)
+    w, arr = ns["model"]["w"], ns["arr"]
+    assert (mapped_from(w.data_ptr() + w.nbytes // 2) == name) == sealed
+    assert (mapped_from(arr.ctypes.data + arr.nbytes // 2) == name) == sealed
