@@ -151,8 +151,9 @@ def offer(
     budget: int | None = None,
 ) -> Fill | None:
     """Start filling memory with the large files of the checkpoint a resume will restore
-    (``checkpoint_id``, or the newest signed and complete one): at most ``budget`` bytes
-    (default: half the memory available), the smallest files first, at most MAX_FILES.
+    (``checkpoint_id``, or the newest signed and complete one): files of CPU tensors and
+    arrays only, at most ``budget`` bytes (default: half the memory available), the
+    smallest files first, at most MAX_FILES.
     None where there is nothing to hand over or the platform cannot."""
     if not supported():
         return None
@@ -162,10 +163,13 @@ def offer(
     cid, m, candidates = found
     budget = store.memory_available() // 2 if budget is None else budget
     nonce = secrets.token_hex(8)
+    # files whose bytes all go to the CPU: a GPU tensor is streamed from its file to the
+    # device (pinned staging buffers), and its file is read ahead into the page cache
+    for_gpu = {s.file for s in m.storages if s.kind == "torch" and s.device != "cpu"}
     files: list[_File] = []
     for rel, path in candidates:
         size = m.files[rel].bytes
-        if size < HANDOFF_MIN:
+        if size < HANDOFF_MIN or rel in for_gpu:
             continue
         if size > budget or len(files) == MAX_FILES:
             break

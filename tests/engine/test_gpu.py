@@ -103,3 +103,20 @@ def test_lazy_restore_streams_to_the_device_and_repauses_for_free(ck, monkeypatc
     assert out["opt"].param_groups[0]["params"][0] is w
     again = jp.checkpoint(namespace=out, **ck)
     assert not again.files_written
+
+
+def test_a_handed_over_restore_serves_the_cpu_and_streams_the_gpu(ck):
+    from jupyter_pause.engine import handoff, lazy
+
+    if not handoff.supported():
+        pytest.skip("Linux memfd and /proc only")
+    src = {"g": torch.randn(8 << 20, device="cuda"), "c": torch.randn(8 << 20)}
+    jp.checkpoint(namespace=src, **ck)
+    fill = handoff.offer(**ck)
+    assert len(fill.files) == 1  # the CPU tensor's file: the GPU one streams as ever
+    out = {}
+    jp.restore(namespace=out, lazy=True, handoff=fill.token(), **ck)
+    fill.release()
+    assert lazy.wait() == {}
+    assert out["g"].is_cuda and torch.equal(out["g"], src["g"])
+    assert torch.equal(out["c"], src["c"])

@@ -67,6 +67,8 @@ def test_a_restore_maps_the_memory_the_server_filled(ck):
     assert mapped_from(ns["arr"].ctypes.data) == name
     assert m["w"].data_ptr() % tensors.DATA_ALIGN == 0
     assert fill.wait(60) and all(fill.filled.values())
+    # and the first checkpoint after it writes no tensor: the digests were learned
+    assert jp.checkpoint(namespace=ns, **ck).bytes_written < 1 << 20
 
 
 def test_writes_stay_in_the_kernel_and_the_memory_is_sealed(ck):
@@ -239,3 +241,21 @@ def test_a_file_not_in_the_page_cache_lands_in_memory_once(ck, nbdir):
     ns, _res, failed = resume(ck, fill)
     assert not failed and torch.equal(ns["model"]["w"], src["model"]["w"])
     assert np.array_equal(ns["arr"], src["arr"])
+
+
+def test_files_for_the_gpu_are_left_to_the_streaming_read(ck, monkeypatch):
+    jp.checkpoint(namespace=state(), **ck)
+    real = store.files_to_read
+
+    def as_if_the_model_were_on_a_gpu(*args, **kwargs):
+        cid, m, files = real(*args, **kwargs)
+        for s in m.storages:
+            if s.owner == "model":
+                s.device = "cuda:0"
+        return cid, m, files
+
+    monkeypatch.setattr(store, "files_to_read", as_if_the_model_were_on_a_gpu)
+    fill = handoff.offer(**ck)
+    m = store.get_manifest(ck["dir"], ck["notebook"])
+    assert {f.rel for f in fill.files} == {s.file for s in m.storages if s.owner == "arr"}
+    fill.cancel()
