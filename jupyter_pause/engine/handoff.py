@@ -63,6 +63,7 @@ _MAP_FIXED = 0x10
 
 
 def supported() -> bool:
+    """Linux: memfds that take seals, and /proc to find another process's descriptors."""
     return (
         hasattr(os, "memfd_create")
         and hasattr(fcntl, "F_ADD_SEALS")
@@ -108,7 +109,7 @@ class Fill:
         return self
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Whether the fill has ended (tests, and a server shutting down)."""
+        """Whether the fill has ended, after waiting up to ``timeout`` seconds."""
         if self._thread is not None:
             self._thread.join(timeout)
             return not self._thread.is_alive()

@@ -278,8 +278,7 @@ class LazyLoad:
         s = self.m.storages[i]
         why = None
         try:
-            # not handed over, or not as it should be: read from the file (into the same
-            # buffer, over memory of the kernel's own)
+            # the server's memory where it verifies (handoff.take), else read from the file
             digest = s.xxh3 if self._took_handed(i) else self._read_file(i, rel, pos)
             if digest != s.xxh3:
                 why = str(CorruptCheckpoint(s.owner, str(path), f"tensor {s.key!r}"))

@@ -727,9 +727,9 @@ class PauseManager:
 
     async def _hand_over(self, path: str, checkpoint_id: str | None) -> handoff.Fill | None:
         """Fill memory with the checkpoint's large files while a cold kernel starts, for
-        its restore to map instead of reading them (engine/handoff.py). Only then: a spare
-        has no start to overlap, and reads its files at once itself. Best effort: None
-        where there is nothing to hand over, and the kernel reads its files itself."""
+        its restore to map instead of reading them (engine/handoff.py); a spare has no
+        start to overlap. Best effort: None where there is nothing to hand over, and the
+        kernel reads its files itself."""
         try:
             fill = await asyncio.to_thread(handoff.offer, self.checkpoint_dir, path, checkpoint_id)
         except Exception as e:  # a refused folder, say: the restore will tell
