@@ -233,7 +233,7 @@ def _copy(cached: int, direct: int | None, view: memoryview, size: int, stop) ->
             end = min(off + STEP, size)
             n = 0
             if nowait:
-                with contextlib.suppress(BlockingIOError, OSError):
+                with contextlib.suppress(OSError):  # BlockingIOError: not cached
                     n = os.preadv(cached, [view[off:end]], off, nowait)
             if n > 0:
                 off += n
@@ -279,12 +279,21 @@ def _nofollow(path, flags):
 
 def _punch(fd: int) -> None:
     """Free a memfd's pages (a private mapping of it then reads zeros, not stale data)."""
+    with contextlib.suppress(OSError):
+        size = os.fstat(fd).st_size
+        _call_libc("fallocate", ("c_int", "c_int", "c_long", "c_long"), fd, _FALLOC_PUNCH, 0, size)
+
+
+def _call_libc(name: str, argtypes: tuple[str, ...], *args, restype: str = "c_int") -> None:
+    """Call libc's ``name`` through ctypes, best effort: where it cannot be called, nothing
+    happens (the callers have a slower way)."""
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
-        libc.fallocate(fd, _FALLOC_PUNCH, 0, os.fstat(fd).st_size)
+        fn = getattr(ctypes.CDLL(None, use_errno=True), name)
+        fn.argtypes = [getattr(ctypes, t) for t in argtypes]
+        fn.restype = getattr(ctypes, restype)
+        fn(*args)
     except (OSError, AttributeError):
         pass
 
@@ -380,23 +389,17 @@ def take(handed: Handed, buf, xxh3: str) -> bool:
 def _remap_anonymous(addr: int, length: int) -> None:
     """``mmap(MAP_FIXED | MAP_ANONYMOUS)`` over whole pages: the same addresses, zeroed,
     no longer backed by a file. Best effort (the writes then copy the pages instead)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.mmap.restype = ctypes.c_void_p
-        libc.mmap.argtypes = [
-            ctypes.c_void_p,
-            ctypes.c_size_t,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.c_long,
-        ]
-        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_FIXED
-        libc.mmap(addr, length, mmap.PROT_READ | mmap.PROT_WRITE, flags, -1, 0)
-    except (OSError, AttributeError):
-        pass
+    _call_libc(
+        "mmap",
+        ("c_void_p", "c_size_t", "c_int", "c_int", "c_int", "c_long"),
+        addr,
+        length,
+        mmap.PROT_READ | mmap.PROT_WRITE,
+        mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_FIXED,
+        -1,
+        0,
+        restype="c_void_p",
+    )
 
 
 def receive(token: dict | None, checkpoint_id: str, manifest) -> dict[str, Handed]:

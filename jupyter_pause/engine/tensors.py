@@ -699,8 +699,9 @@ def read_storages(
     a storage over it that verifies is taken as it is, not read (engine/handoff.py)."""
     from . import handoff, store
 
+    handed = handed or {}
     plan = plan_reads(nbdir, manifest, indices)
-    over = handoff.buffers_over(handed or {}, plan, manifest, device_of, as_numpy=as_numpy)
+    over = handoff.buffers_over(handed, plan, manifest, device_of, as_numpy=as_numpy)
     # read; a helper thread allocates and maps each CPU buffer just ahead of us
     cpu = [
         (i, "numpy" if as_numpy else manifest.storages[i].kind, manifest.storages[i].nbytes)
@@ -711,7 +712,7 @@ def read_storages(
     ]
     out: dict[int, Any] = {}
     with _Prefaulter(cpu) as pre, contextlib.ExitStack() as done:
-        for h in (handed or {}).values():
+        for h in handed.values():
             done.callback(h.close)
         for path, rel, items in plan:
             with open(path, "rb", buffering=0) as f:
@@ -823,13 +824,20 @@ def _populate(ptr: int, nbytes: int) -> bool:
     madvise = _libc_madvise()
     if madvise is None or not _can_populate:
         return False
+    if not _advise_in_slices(madvise, ptr, nbytes, _MADV_POPULATE_WRITE):
+        _can_populate = False  # EINVAL: kernel older than 5.14; touch pages from now on
+        return False
+    return True
+
+
+def _advise_in_slices(madvise, ptr: int, nbytes: int, advice: int) -> bool:
+    """``madvise`` the whole pages of ``[ptr, ptr + nbytes)`` POPULATE_SLICE at a time:
+    populating holds the process's memory-map lock, and every allocation of the other
+    threads (a kernel's main thread running cells while a lazy restore reads) waits for
+    it. False once a call is refused."""
     start, end = _page_span(ptr, nbytes)
-    # in slices: the call holds the process's memory-map lock while it populates, and
-    # every allocation of the other threads (a kernel's main thread running cells while
-    # a lazy restore reads) waits for that lock
     for a in range(start, end, POPULATE_SLICE):
-        if madvise(a, min(POPULATE_SLICE, end - a), _MADV_POPULATE_WRITE) != 0:
-            _can_populate = False  # EINVAL: kernel older than 5.14; touch pages from now on
+        if madvise(a, min(POPULATE_SLICE, end - a), advice) != 0:
             return False
     return True
 
@@ -1024,10 +1032,8 @@ def digest_of(buf) -> str:
     first, and hashed in large pieces, each of which lets other threads run."""
     arr = buf.numpy() if hasattr(buf, "numpy") else buf
     madvise = _libc_madvise()
-    if madvise is not None and arr.nbytes >= 1 << 16:
-        start, end = _page_span(arr.ctypes.data, arr.nbytes)
-        for a in range(start, end, POPULATE_SLICE):  # best effort (Linux >= 5.14)
-            madvise(a, min(POPULATE_SLICE, end - a), _MADV_POPULATE_READ)
+    if madvise is not None and arr.nbytes >= 1 << 16:  # best effort (Linux >= 5.14)
+        _advise_in_slices(madvise, arr.ctypes.data, arr.nbytes, _MADV_POPULATE_READ)
     h = xxhash.xxh3_128()
     mv = memoryview(arr)
     for off in range(0, len(mv), BACKGROUND_READ_CHUNK):
