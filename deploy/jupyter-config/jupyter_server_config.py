@@ -1,8 +1,13 @@
 # Jupyter Server configuration for a pod that is paused with GKE Pod Snapshots
 # (jupyter-pause backends "gke-pod-snapshot" and "kubeflow-workspace" with the
-# GKE Workspaces snapshot add-on).  Mount it as
-# /etc/jupyter/jupyter_server_config.py (e.g. from a ConfigMap), or put it in
-# any directory on `jupyter --paths` config path.  See docs/kubernetes.md.
+# GKE Workspaces snapshot add-on).  A drop-in: it goes into a directory of its
+# own, /etc/jupyter-pause (the image's COPY, or the ConfigMap mounted there),
+# which JUPYTER_CONFIG_PATH puts on Jupyter's config path.  It must never
+# replace /etc/jupyter/jupyter_server_config.py: that file is the base image's
+# (docker-stacks' makes the server listen on all interfaces), and Jupyter reads
+# both.  Not a JSON file in jupyter_server_config.d/: Jupyter Server reads only
+# the extensions to enable from there, and a poll selector needs Python.
+# See docs/kubernetes.md.
 #
 # Why (observations of the GKE Workspaces team, gke-labs/workspaces and
 # siyuanfoundation/kubeflow-notebooks gke/pause_resume_attempts.md):
