@@ -20,6 +20,7 @@ __all__ = [
     "Controllers",
     "KubeEmulator",
     "Request",
+    "NOTEBOOK_SA",
     "Scenario",
     "rbac_allows",
     "load_roles",
@@ -29,6 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 RBAC_DIR = DEPLOY / "rbac"
 WORKSPACE_CLUSTERROLE = DEPLOY / "kubeflow-workspaces" / "clusterrole.yaml"
+REPLICAS_POLICY = DEPLOY / "gke-pod-snapshot" / "replicas-policy.yaml"
 
 NAMESPACE = "alice"
 NOTEBOOK = "nb"
@@ -52,6 +54,8 @@ VARIABLES = {
     "USER_NAME": "alice@example.com",
     "GC_USER": "platform@example.com",
 }
+#: the notebook pod's ServiceAccount as the API server names it (the kit's ${SERVICE_ACCOUNT})
+NOTEBOOK_SA = f"system:serviceaccount:{NAMESPACE}:{VARIABLES['SERVICE_ACCOUNT']}"
 
 
 def load_roles(manifest: str) -> dict[str, list[dict]]:
@@ -90,9 +94,15 @@ class Cluster:
                 f"{principal}-token", principal, role_rules(principal) if enforce_rbac else None
             )
         self.emu.add_token("sa-workspace-token", WORKSPACE_SA if enforce_rbac else "admin")
+        # the notebook pod's ServiceAccount under its real name (admission policies match it)
+        self.emu.add_token(
+            "sa-notebook-token",
+            NOTEBOOK_SA,
+            role_rules("sa-pod-snapshot") if enforce_rbac else None,
+        )
         self.emu.create("ClusterRole", None, workspace_clusterrole())
         self.kubeconfig = str(tmp_path / "kubeconfig")
-        self._users = ["admin", *PRINCIPALS, "sa-workspace"]
+        self._users = ["admin", *PRINCIPALS, "sa-workspace", "sa-notebook"]
         self._write_kubeconfig()
 
     def _write_kubeconfig(self) -> None:
@@ -120,6 +130,11 @@ class Cluster:
         self._users.append(name)
         self._write_kubeconfig()
         return name
+
+    def install_replicas_policy(self) -> list[dict]:
+        """The deploy kit's ValidatingAdmissionPolicy and its binding, as the platform applies them."""
+        text = string.Template(REPLICAS_POLICY.read_text()).substitute(VARIABLES)
+        return [self.emu.create(d["kind"], None, d) for d in yaml.safe_load_all(text) if d]
 
     def stop(self) -> None:
         self.ctl.stop()

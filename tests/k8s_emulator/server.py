@@ -28,7 +28,9 @@ Workspaces), with the API server's semantics where they matter:
   is frozen by a checkpoint the requests of its process never arrive (they are
   held), and once the pod is gone or completed they are refused (401);
 * injected faults: :meth:`KubeEmulator.fail_next` answers the next N matching
-  requests with an error (503 by default) -- a control plane upgrade.
+  requests with an error (503 by default) -- a control plane upgrade;
+* ValidatingAdmissionPolicies and their bindings, once created, are enforced
+  on every write after validation, with real CEL (``admission.py``).
 
 Every request is recorded (principal, verb, group, resource, name, status) so
 tests can compare what the code does with the RBAC manifests.
@@ -46,6 +48,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+from .admission import AdmissionRequest, admit
 
 
 def now_iso(t: float | None = None) -> str:
@@ -69,6 +73,7 @@ class Resource:
 
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
+ADMISSION_GROUP = "admissionregistration.k8s.io"
 SNAP_GROUP = "podsnapshot.gke.io"
 
 RESOURCES = [
@@ -80,6 +85,21 @@ RESOURCES = [
     Resource(RBAC_GROUP, "v1", "roles", "Role", status_subresource=False),
     Resource(RBAC_GROUP, "v1", "rolebindings", "RoleBinding", status_subresource=False),
     Resource(RBAC_GROUP, "v1", "clusterroles", "ClusterRole", False, False),
+    Resource(
+        ADMISSION_GROUP,
+        "v1",
+        "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicy",
+        namespaced=False,
+    ),
+    Resource(
+        ADMISSION_GROUP,
+        "v1",
+        "validatingadmissionpolicybindings",
+        "ValidatingAdmissionPolicyBinding",
+        namespaced=False,
+        status_subresource=False,
+    ),
     Resource(
         SNAP_GROUP,
         "v1",
@@ -870,6 +890,8 @@ class _Handler(BaseHTTPRequestHandler):
                 raise ApiError(400, "BadRequest", "a JSON object is required")
             body = self._admit("create", res, None, body, principal)
             validate(res, body)
+            name = (body.get("metadata") or {}).get("name", "")
+            self._admit_policies("CREATE", res, ns, name, None, None, body, principal)
             return 201, store.create(res, ns, body)
         if verb in ("update", "patch"):
             with store.cond:
@@ -930,6 +952,7 @@ class _Handler(BaseHTTPRequestHandler):
                     ]
                 new = self._admit(verb, res, old, new, principal)
                 validate(res, new)
+                self._admit_policies("UPDATE", res, ns, name, sub, old, new, principal)
                 out = store.replace(res, ns, name, new)
                 return 200, scale_of(out) if sub == "scale" else out
         if verb == "delete":
@@ -941,6 +964,24 @@ class _Handler(BaseHTTPRequestHandler):
         for fn in self.emulator.admission:
             new = fn(verb, res, old, new, principal) or new
         return new
+
+    def _admit_policies(self, operation, res, ns, name, sub, old, new, principal) -> None:
+        """The installed ValidatingAdmissionPolicies, after validation as in kube-apiserver.
+
+        For the scale subresource the policies see Scale objects, as there."""
+        store = self.emulator.store
+        bindings = store.list(BY_KIND["ValidatingAdmissionPolicyBinding"], None)
+        if not bindings:
+            return
+        policies = store.list(BY_KIND["ValidatingAdmissionPolicy"], None)
+        if sub == "scale":
+            old, new = scale_of(old), scale_of(new)
+        request = AdmissionRequest(
+            operation, res.group, res.version, res.plural, sub or "", ns, name, principal, new, old
+        )
+        denial = admit(policies, bindings, request)
+        if denial is not None:
+            raise ApiError(denial.code, denial.reason, denial.message)
 
     def _watch(self, res: Resource, ns: str | None, query: dict) -> None:
         store = self.emulator.store

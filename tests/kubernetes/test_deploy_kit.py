@@ -94,3 +94,15 @@ def test_the_kits_contents():
         assert "cloud.google.com/compute-class" in value["spec"]["nodeSelector"]
     (policy,) = by_kind[("gke-pod-snapshot", "PodSnapshotPolicy")]
     assert policy["spec"]["triggerConfig"] == {"type": "manual", "postCheckpoint": "resume"}
+    # the notebook's ServiceAccount may set its StatefulSet's replicas to 0 or 1 only
+    (vap,) = by_kind[("gke-pod-snapshot", "ValidatingAdmissionPolicy")]
+    (binding,) = by_kind[("gke-pod-snapshot", "ValidatingAdmissionPolicyBinding")]
+    (account,) = by_kind[("gke-pod-snapshot", "ServiceAccount")]
+    assert binding["spec"]["policyName"] == vap["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    username = f"system:serviceaccount:${{NAMESPACE}}:{account['metadata']['name']}"
+    assert [c["expression"] for c in vap["spec"]["matchConditions"]] == [
+        f"request.userInfo.username == '{username}'"
+    ]
+    (rule,) = vap["spec"]["matchConstraints"]["resourceRules"]
+    assert set(rule["resources"]) == {"statefulsets", "statefulsets/scale"}
