@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # are module-scoped); mostly waiting on kernels and servers, so more workers than cores
 PYTEST_WORKERS ?= 3
 
-.PHONY: lab test lint format bench build check-wheel browser kubectl hub-proxy clean
+.PHONY: lab test lint format bench build dist check-wheel browser kubectl hub-proxy clean
 
 # --- set-up -------------------------------------------------------------
 $(STAMP): pyproject.toml labextension/package.json
@@ -69,9 +69,17 @@ bench: $(STAMP) $(PEERS)
 	$(BIN)/python benchmarks/bench_checkpoint.py $(BENCH_ARGS)
 	$(BIN)/python benchmarks/bench_server_latency.py
 
-# Build the wheel and install it into a fresh virtualenv with no node on PATH:
-# both extension lists must show jupyter-pause enabled and OK.
-check-wheel: $(STAMP)
+# The sdist and the wheel in dist/, with the labextension prebuilt inside (by `build`,
+# through the set-up): installing them needs no node.  The build hook skips jlpm
+# when jupyter_pause/labextension is there.
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m hatchling build -d dist
+
+# Install dist/'s wheel into a fresh virtualenv with no node on PATH, with the README's
+# and docs' install lines: both extension lists must show jupyter-pause enabled and OK,
+# and a kernel started as the server starts kernels must have the magics.
+check-wheel: dist
 	bash .ci/check-wheel
 
 # Debian's chromium for the browser tests (Playwright drives it; no browser download).
@@ -80,11 +88,10 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	  else echo "Install Debian's chromium (sudo apt-get install chromium) for the browser tests" >&2; exit 1; fi; }
 
-# kubectl renders the deploy/ kustomize bases in the tests (Debian's kubernetes-client).
+# kubectl renders the deploy/ kustomize bases in the tests: any kubectl on PATH that
+# runs, else Debian's kubernetes-client (never over another package's /usr/bin/kubectl).
 kubectl:
-	@command -v kubectl >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client; \
-	  else echo "Install Debian's kubernetes-client (sudo apt-get install kubernetes-client) for the deploy/ tests" >&2; exit 1; fi; }
+	@bash .ci/ensure-kubectl
 
 # JupyterHub's proxy for the hub tests (tests/hub): npm, not pip
 hub-proxy: $(HUB_PROXY)
