@@ -37,7 +37,9 @@ c.Spawner.environment = {"JUPYTER_PAUSE_HUB_URL": "http://127.0.0.1:10101/servic
 # The single-user servers pick the jupyterhub backend by themselves.  To have
 # the notebooks resume on the next start without a click, also put
 #   {"JupyterHubBackend": {"resume_on_start": true}}
-# into etc/jupyter/jupyter_server_config.d/ of the servers' environment.
+# into a jupyter_server_config.json on the servers' config path (`jupyter --paths`;
+# not jupyter_server_config.d/, from which Jupyter Server reads only the
+# extensions to enable).
 
 # Servers stop themselves at the end of a pause: add delete:servers!server to
 # the default 'server' role (keep its two default scopes).  A pause with a

@@ -12,50 +12,18 @@ and loads the config with ``ServerApp.load_config_file()``: the base's
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shlex
-import subprocess
-import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.config_layout import Layout, load
+
 REPO = Path(__file__).resolve().parents[2]
 CONFIG_DIR = REPO / "deploy" / "jupyter-config"
 CONFIGMAP = "jupyter-pause-server-config"
-
-#: the part of docker-stacks' /etc/jupyter/jupyter_server_config.py that matters here
-BASE_CONFIG = 'c = get_config()\nc.ServerApp.ip = "0.0.0.0"\nc.ServerApp.open_browser = False\n'
-
-LOAD = r"""
-import asyncio, json, os, sys
-import jupyter_core.paths as paths
-root = sys.argv[1]
-paths.SYSTEM_CONFIG_PATH[:] = [root + "/usr/local/etc/jupyter", root + "/etc/jupyter"]
-paths.ENV_CONFIG_PATH[:] = []
-from jupyter_server.serverapp import ServerApp
-app = ServerApp()
-app.load_config_file()
-loop = asyncio.new_event_loop()
-print(json.dumps({
-    "ip": app.ip,
-    "transport": app.config.KernelManager.get("transport"),
-    "selector": type(loop._selector).__name__,
-    "runtime_dir": os.environ.get("JUPYTER_RUNTIME_DIR"),
-}))
-"""
-
-
-@dataclass
-class Layout:
-    """What an image or a pod puts on the filesystem (absolute paths) and in the env."""
-
-    files: dict[str, str] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
 
 
 def _expand(value: str, env: dict[str, str]) -> str:
@@ -143,39 +111,6 @@ def workspacekind_layout() -> Layout:
     return pod_layout(template["extraEnv"], template["extraVolumeMounts"], template["extraVolumes"])
 
 
-def load(layout: Layout, root: Path) -> dict:
-    """Lay ``layout`` out over the base image under ``root``; Jupyter's config as loaded there."""
-    base = root / "etc" / "jupyter" / "jupyter_server_config.py"
-    base.parent.mkdir(parents=True)
-    base.write_text(BASE_CONFIG)
-    for path, content in layout.files.items():
-        target = root / path.lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content)
-    home = root / "home" / "jovyan"
-    env = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(home),
-        "JUPYTER_CONFIG_DIR": str(home / ".jupyter"),
-        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
-    }
-    for name, value in layout.env.items():
-        if name == "JUPYTER_CONFIG_PATH":  # the image's absolute paths, under root
-            value = os.pathsep.join(str(root) + p for p in value.split(":") if p)
-        if name.startswith("JUPYTER_"):
-            env[name] = value
-    out = subprocess.run(
-        [sys.executable, "-c", LOAD, str(root)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.splitlines()[-1])
-
-
 LAYOUTS = {
     "Dockerfile": dockerfile_layout,
     "StatefulSet in docs/kubernetes.md": statefulset_layout,
@@ -187,6 +122,7 @@ LAYOUTS = {
 def test_the_base_images_config_survives_and_ours_applies(name, tmp_path):
     layout = LAYOUTS[name]()
     loaded = load(layout, tmp_path)
+    del loaded["config"]
     assert loaded == {
         "ip": "0.0.0.0",  # the base's: the pod listens on all interfaces
         "transport": "ipc",
