@@ -97,7 +97,7 @@ kubectl:
 hub-proxy: $(HUB_PROXY)
 
 $(HUB_PROXY):
-	npm install --silent --no-audit --no-fund --prefix $(VENV)/hub-proxy configurable-http-proxy@5
+	npm install --prefix $(VENV)/hub-proxy configurable-http-proxy@5 --silent --no-audit --no-fund
 
 clean:
 	rm -rf $(VENV) labextension/node_modules labextension/lib jupyter_pause/labextension dist build

@@ -49,7 +49,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from .admission import AdmissionRequest, admit
+from .admission import AdmissionRequest, NotModelled, admit
 
 
 def now_iso(t: float | None = None) -> str:
@@ -979,7 +979,10 @@ class _Handler(BaseHTTPRequestHandler):
         request = AdmissionRequest(
             operation, res.group, res.version, res.plural, sub or "", ns, name, principal, new, old
         )
-        denial = admit(policies, bindings, request)
+        try:
+            denial = admit(policies, bindings, request)
+        except NotModelled as e:  # a test installed a policy the emulator cannot evaluate
+            raise ApiError(500, "InternalError", f"emulator: not modelled: {e}") from e
         if denial is not None:
             raise ApiError(denial.code, denial.reason, denial.message)
 

@@ -155,3 +155,11 @@ def test_the_build_context_is_only_the_wheel_and_the_config():
         "dist/jupyter_pause-*.whl",
         "deploy/jupyter-config/jupyter_server_config.py",
     }
+
+
+def test_the_image_runs_as_the_base_images_unprivileged_user():
+    users = [args for instruction, *args in dockerfile_instructions() if instruction == "USER"]
+    assert users, "the Dockerfile names no USER"
+    (last,) = users[-1]
+    assert _expand(last, {"NB_UID": "1000"}) == "1000"  # docker-stacks' jovyan
+    assert _expand(last, {}) not in ("", "0", "root")
