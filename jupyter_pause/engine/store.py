@@ -87,6 +87,22 @@ def write_file_synced(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
+def write_file_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically and durably: a private temp file in the
+    same folder, fsynced, renamed over ``path``, then the folder fsynced, so that a
+    crash or a power loss leaves the old content or the new, never an empty file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        write_file_synced(tmp, data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
 @contextlib.contextmanager
 def locked(nbdir: Path, shared: bool = False, timeout: float = LOCK_TIMEOUT):
     """flock on ``<nbdir>/.lock``: exclusive for writers (checkpoint, delete), shared for readers."""
