@@ -11,7 +11,6 @@ include it).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from html import escape
 
@@ -19,7 +18,7 @@ from jupyterhub.services.auth import HubOAuthenticated
 from tornado import web
 
 from .api import HubError
-from .policy import ScheduleRefused
+from .policy import ScheduleRefused, iso
 
 
 class ServiceHandler(HubOAuthenticated, web.RequestHandler):
@@ -153,11 +152,8 @@ class ScheduleHandler(ServiceHandler):
 def when(value) -> str:
     if value is None or value == "":
         return "—"
-    if isinstance(value, (int, float)):
-        try:
-            value = dt.datetime.fromtimestamp(value, dt.timezone.utc).isoformat()
-        except (OverflowError, ValueError, OSError):  # no date: say what it is
-            return escape(f"{value!r} (not a date)")
+    if isinstance(value, (int, float)):  # epoch seconds, or what is no date as itself
+        return escape(iso(value).replace("T", " ").replace("+00:00", " UTC"))
     return escape(str(value)[:19].replace("T", " ") + " UTC")
 
 

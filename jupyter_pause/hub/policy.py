@@ -119,7 +119,12 @@ class ScheduleRefused(Exception):
 
 
 def iso(epoch: float) -> str:
-    return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).isoformat(timespec="seconds")
+    """Epoch seconds as ISO 8601 UTC; what is no date (recorded before times were
+    checked) as itself."""
+    try:
+        return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).isoformat(timespec="seconds")
+    except (OverflowError, ValueError, OSError):
+        return f"{epoch!r} (not a date)"
 
 
 def schedule_problem(at: float, now: float, *, ahead: float) -> str | None:

@@ -356,7 +356,9 @@ class PauseService(Application):
         return code
 
     def cancel_schedule(self, user: str, name: str) -> None:
-        self.records.update(f"{user}/{name}", schedule=None)
+        key = f"{user}/{name}"
+        if key in self.records.servers:  # never a record for a server it never saw
+            self.records.update(key, schedule=None)
 
     async def set_schedule(self, user: str, name: str, at: float, kind: str) -> dict[str, Any]:
         """Record the time the server is to be started again, or raise

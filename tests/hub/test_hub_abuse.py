@@ -138,3 +138,18 @@ def test_pauses_json_is_written_atomically_and_durably(tmp_path, monkeypatch):
     assert synced == [stat.S_IFREG, stat.S_IFDIR]
     assert [p.name for p in tmp_path.iterdir()] == ["pauses.json"]
     assert Records(path).servers == {"alice/": {"schedule": {"at": NOW, "kind": "scheduled"}}}
+
+
+def test_a_time_recorded_before_times_were_checked_is_given_up_not_a_crash(tmp_path):
+    app = service(tmp_path, start_tries=1)
+    app.records.update("alice/", schedule={"at": -1e300, "kind": "scheduled"}, state="paused")
+    asyncio.run(app.start_scheduled(set(), NOW))
+    error = app.records.servers["alice/"]["error"]
+    assert error.startswith("gave up the scheduled start of -1e+300 (not a date) after 1 try")
+
+
+def test_cancelling_a_schedule_never_made_records_nothing(tmp_path):
+    app = service(tmp_path)
+    for i in range(100):
+        app.cancel_schedule("mallory", f"server-{i}")
+    assert app.records.servers == {}
