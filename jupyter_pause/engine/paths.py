@@ -134,7 +134,7 @@ def folder_problem(path: Path, *, private: bool = True) -> str | None:
     followed."""
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # making it will say what is wrong
         return None
     if stat.S_ISLNK(st.st_mode):
         return f"{path} is a symbolic link (to {os.readlink(path)}), not a folder of its own"
