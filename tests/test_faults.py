@@ -314,7 +314,7 @@ async def test_a_checkpoint_folder_that_leads_out_of_the_root_is_refused(
 
     manager = manager_of(jp_serverapp)
     folder = paths.notebook_dir(manager.checkpoint_dir, notebook_path)
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    paths.private_mkdir(folder.parent)
     outside = tmp_path / "outside"
     (outside / "2026-01-01T00-00-00").mkdir(parents=True)
     folder.symlink_to(outside)

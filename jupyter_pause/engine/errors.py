@@ -65,6 +65,18 @@ class UntrustedCheckpoint(CheckpointError):
         )
 
 
+class UnsafeFolder(CheckpointError):
+    """A checkpoint folder another user could read or change (theirs, a symlink, open
+    to others): nothing is written to it or read from it."""
+
+    def __init__(self, problem: str):
+        self.problem = problem
+        super().__init__(
+            f"refusing to use the checkpoint folder: {problem}. Another user could read or "
+            "replace the checkpoints there. Remove it (or make it yours alone, mode 0700)."
+        )
+
+
 class KeyProblem(CheckpointError):
     """The signing key file exists but cannot be used (empty, unreadable)."""
 

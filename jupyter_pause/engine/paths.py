@@ -10,13 +10,24 @@ sanitised, shortened copy of the key plus a short hash of the exact key.
 
 Pickled namespaces hold secrets (API keys, tokens), so everything below the root
 is created private, folders 0700 and files 0600, whatever the umask.
+
+On a shared root another user may have made this user's folder first (their own
+folder, a symlink to one, or a folder anyone may write): using it would show
+them the notebooks' names, let them hold the locks, and rename the checkpoints
+away.  Such a folder is refused (never followed, never written), and this user's
+checkpoints go to a private folder in their own Jupyter data directory instead,
+``<jupyter_data_dir>/pause/checkpoints-private/<root>/<user>``; once there, they
+stay there (see :func:`user_folder`).
 """
 
 from __future__ import annotations
 
 import getpass
 import os
+import pwd
 import re
+import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 import xxhash
@@ -77,9 +88,70 @@ def owner() -> str:
         return f"uid{os.getuid()}"
 
 
+@dataclass(frozen=True)
+class UserFolder:
+    """Where this user's checkpoints are: ``path``; ``refused`` says why that is not
+    their folder in the checkpoint root (empty when it is)."""
+
+    path: Path
+    refused: str = ""
+
+
 def user_root(dir=None, user: str | None = None) -> Path:
-    """This user's part of the checkpoint root: ``<root>/<user folder>``."""
-    return checkpoint_root(dir) / folder_name(user or owner())
+    """This user's part of the checkpoint root: ``<root>/<user folder>``, or the private
+    folder that replaces it (:func:`user_folder`).  Another ``user``'s part is only a path."""
+    if user is not None and user != owner():
+        return checkpoint_root(dir) / folder_name(user)
+    return user_folder(dir).path
+
+
+def user_folder(dir=None) -> UserFolder:
+    """This user's folder in the checkpoint root, unless it is not theirs alone:
+    then the private folder in their Jupyter data directory.
+
+    The same answer every time: a private folder, once made (by the first
+    checkpoint written there), is used from then on even if the folder in the
+    root is fixed or removed, so that a resume finds what the pause wrote.
+    """
+    root = checkpoint_root(dir)
+    name = folder_name(owner())
+    shared = root / name
+    private = pause_data_dir() / "checkpoints-private" / folder_name(str(root.absolute())) / name
+    problem = folder_problem(shared)
+    if problem:
+        return UserFolder(private, f"{problem}; this user's checkpoints go to {private} instead")
+    if folder_problem(private) is None and private.is_dir():
+        return UserFolder(
+            private, f"this user's checkpoints are in {private}, since {shared} was refused"
+        )
+    return UserFolder(shared)
+
+
+def folder_problem(path: Path, *, private: bool = True) -> str | None:
+    """Why ``path`` is not a folder this process may keep private files in (a symlink,
+    another user's, open to others unless ``private`` is False: a folder inside a
+    private one), or None: it is, or it does not exist yet.  Symlinks are never
+    followed."""
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):  # making it will say what is wrong
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symbolic link (to {os.readlink(path)}), not a folder of its own"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a folder"
+    if st.st_uid != os.geteuid():
+        return f"{path} belongs to {user_name(st.st_uid)}, not to {user_name(os.geteuid())}"
+    if private and st.st_mode & 0o077:
+        return f"{path} is open to other users (mode {stat.S_IMODE(st.st_mode):04o}, not 0700)"
+    return None
+
+
+def user_name(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
 
 
 def private_mkdir(path: Path) -> None:

@@ -40,6 +40,7 @@ from .errors import (
     CorruptCheckpoint,
     KeyProblem,
     StoreBusy,
+    UnsafeFolder,
     UntrustedCheckpoint,
 )
 from .manifest import BLOBS, MANIFEST, PICKLE, SIGNATURE, FileEntry, Manifest
@@ -87,12 +88,43 @@ def write_file_synced(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
+def write_file_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically and durably: a private temp file in the
+    same folder, fsynced, renamed over ``path``, then the folder fsynced, so that a
+    crash or a power loss leaves the old content or the new, never an empty file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        write_file_synced(tmp, data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
 @contextlib.contextmanager
 def locked(nbdir: Path, shared: bool = False, timeout: float = LOCK_TIMEOUT):
-    """flock on ``<nbdir>/.lock``: exclusive for writers (checkpoint, delete), shared for readers."""
+    """flock on ``<nbdir>/.lock``: exclusive for writers (checkpoint, delete), shared for readers.
+
+    The folders, and the lock file, must be this user's alone (checked after they
+    were made: another user may have made them first); a symlink is never followed.
+    """
     paths.private_mkdir(nbdir)
-    fd = os.open(nbdir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    problem = paths.folder_problem(nbdir.parent) or paths.folder_problem(nbdir, private=False)
+    if problem:
+        raise UnsafeFolder(problem)
     try:
+        fd = os.open(nbdir / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        raise UnsafeFolder(f"{nbdir / '.lock'} is a symbolic link") from None
+    try:
+        owner = os.fstat(fd).st_uid
+        if owner != os.geteuid():
+            raise UnsafeFolder(f"{nbdir / '.lock'} belongs to {paths.user_name(owner)}")
         mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
         deadline = time.monotonic() + timeout
         while True:

@@ -94,8 +94,10 @@ class HubAPI:
     async def whoami(self) -> dict[str, Any]:
         return (await self.request("GET", "user"))[1]
 
-    async def user(self, name: str) -> dict[str, Any]:
-        return (await self.request("GET", f"users/{quote(name, safe='')}"))[1]
+    async def user(self, name: str, include_stopped_servers: bool = False) -> dict[str, Any]:
+        """The user's model; its ``servers`` are the running ones, or all of them."""
+        query = {"include_stopped_servers": "1"} if include_stopped_servers else {}
+        return (await self.request("GET", f"users/{quote(name, safe='')}", **query))[1]
 
     async def users(self) -> list[dict[str, Any]]:
         """Every user with their servers (all pages)."""

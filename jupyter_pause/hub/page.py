@@ -11,15 +11,14 @@ include it).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import math
 from html import escape
 
 from jupyterhub.services.auth import HubOAuthenticated
 from tornado import web
 
 from .api import HubError
+from .policy import ScheduleRefused, iso
 
 
 class ServiceHandler(HubOAuthenticated, web.RequestHandler):
@@ -59,7 +58,7 @@ class ServersHandler(ServiceHandler):
     @web.authenticated
     async def get(self):
         await self.require_admin()
-        self.write_json({"servers": await self.servers()})
+        self.write_json({"servers": await self.servers(), "problems": self.service.problems()})
 
 
 class ServerActionHandler(ServiceHandler):
@@ -132,17 +131,17 @@ class ScheduleHandler(ServiceHandler):
             raise web.HTTPError(
                 400, reason="the body must be JSON with 'at' (epoch seconds)"
             ) from None
-        if not math.isfinite(at):
-            raise web.HTTPError(400, reason="'at' must be a finite time")
         kind = body.get("kind") if body.get("kind") in ("scheduled", "predicted") else "scheduled"
-        schedule = {"at": at, "kind": kind}
-        self.service.set_schedule(f"{user}/{name}", schedule)
+        try:
+            schedule = await self.service.set_schedule(user, name, at, kind)
+        except ScheduleRefused as e:
+            raise web.HTTPError(e.status, reason=str(e)) from None
         self.write_json({"user": user, "server": name, "schedule": schedule})
 
     @web.authenticated
     async def delete(self, user: str, name: str):
         await self.check_owner(user)
-        self.service.set_schedule(f"{user}/{name}", None)
+        self.service.cancel_schedule(user, name)
         self.set_status(204)
         self.finish()
 
@@ -153,8 +152,8 @@ class ScheduleHandler(ServiceHandler):
 def when(value) -> str:
     if value is None or value == "":
         return "—"
-    if isinstance(value, (int, float)):
-        value = dt.datetime.fromtimestamp(value, dt.timezone.utc).isoformat()
+    if isinstance(value, (int, float)):  # epoch seconds, or what is no date as itself
+        return escape(iso(value).replace("T", " ").replace("+00:00", " UTC"))
     return escape(str(value)[:19].replace("T", " ") + " UTC")
 
 
@@ -193,8 +192,9 @@ class AdminPage(ServiceHandler):
             "<!doctype html><html><head><meta charset='utf-8'><title>jupyter-pause</title>"
             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
             "td,th{border-bottom:1px solid #ddd;padding:.3em .8em;text-align:left}"
-            ".paused{color:#a60}.running{color:#070}</style></head><body>"
+            ".paused{color:#a60}.running{color:#070}.problem{color:#b00;font-weight:bold}</style></head><body>"
             "<h1>Paused and running servers</h1>"
+            f"{''.join(f'<p class=problem>{escape(p)}</p>' for p in self.service.problems())}"
             "<p>Idle servers are paused (every notebook checkpointed, the server stopped) "
             "instead of culled; Start brings one back.</p>"
             "<table><thead><tr><th>User</th><th>Server</th><th>State</th><th>Last activity</th>"

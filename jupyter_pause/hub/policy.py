@@ -17,6 +17,7 @@ the culler's rule (the Hub's ``last_activity`` older than ``timeout``).
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,3 +102,44 @@ def decide(
         return Decision("keep", f"idle for {idle:.0f} s, less than {timeout:.0f} s")
     live = [s["path"] for s in sessions if s.get("state") in LIVE_STATES]
     return Decision("pause", f"idle for {idle:.0f} s", path=live[0] if live else None)
+
+
+# -- scheduled starts -----------------------------------------------------------
+
+#: how far in the past a handed-over schedule may be (it is then due at once)
+SCHEDULE_PAST = 86400.0
+
+
+class ScheduleRefused(Exception):
+    """A scheduled start the service does not take: ``status`` (HTTP) and why."""
+
+    def __init__(self, status: int, message: str):
+        self.status = status
+        super().__init__(message)
+
+
+def iso(epoch: float) -> str:
+    """Epoch seconds as ISO 8601 UTC; what is no date (recorded before times were
+    checked) as itself."""
+    try:
+        return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).isoformat(timespec="seconds")
+    except (OverflowError, ValueError, OSError):
+        return f"{epoch!r} (not a date)"
+
+
+def schedule_problem(at: float, now: float, *, ahead: float) -> str | None:
+    """Why ``at`` (epoch seconds) is no time to start a server, or None.
+
+    Any time a user sends is stored and shown to every admin, so it must be a
+    date: from a day ago (due at once) to ``ahead`` seconds from now.
+    """
+    earliest, latest = now - SCHEDULE_PAST, now + ahead
+    if not (math.isfinite(at) and earliest <= at <= latest):
+        return f"'at' must be epoch seconds between {iso(earliest)} and {iso(latest)}; got {at!r}"
+    return None
+
+
+def retry_delay(failures: int, first: float, most: float) -> float:
+    """Seconds before the next try of a start that failed ``failures`` times in a row:
+    ``first``, doubled after each failure, never more than ``most``."""
+    return min(most, first * 2.0 ** min(max(failures - 1, 0), 62))

@@ -34,7 +34,6 @@ import json
 import logging
 import os
 import signal
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -42,12 +41,13 @@ from urllib.parse import urlparse
 
 from tornado import web
 from tornado.ioloop import IOLoop
-from traitlets import Enum, Float, Unicode, default
+from traitlets import Enum, Float, Int, Unicode, default
 from traitlets.config import Application
 
 from .. import __version__
+from ..engine.store import fsync_dir, write_file_atomic
 from .api import HubAPI, HubError, fetch_json
-from .policy import FALLBACKS, decide
+from .policy import FALLBACKS, ScheduleRefused, decide, iso, retry_delay, schedule_problem
 
 log = logging.getLogger("jupyter_pause.hub")
 
@@ -60,14 +60,47 @@ def week_start(now: float) -> float:
 
 
 class Records:
-    """What the service knows about each server (``user/name``), as one JSON file."""
+    """What the service knows about each server (``user/name``), as one JSON file.
+
+    The file is replaced atomically and durably at each change.  One that cannot
+    be read back (a power loss, a disk fault, a hand edit) is never taken for
+    "nothing recorded" in silence: it is kept aside as ``pauses.json.damaged-<time>``,
+    the error is logged, and :attr:`problem` says so on the admin page.
+    """
 
     def __init__(self, path: Path):
         self.path = path
+        self.problem = ""  # why the file found at start could not be used
+        self.servers: dict[str, dict[str, Any]] = self.load()
+
+    def load(self) -> dict[str, dict[str, Any]]:
         try:
-            self.servers: dict[str, dict[str, Any]] = json.loads(path.read_text())["servers"]
-        except (OSError, ValueError, KeyError):
-            self.servers = {}
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return {}  # a new service
+        except OSError as e:
+            self.problem = f"{self.path} could not be read ({e}): the service knows no servers"
+            log.error("jupyter-pause-hub: %s", self.problem)
+            return {}
+        try:
+            servers = json.loads(raw)["servers"]
+            if not all(isinstance(r, dict) for r in servers.values()):
+                raise TypeError("a server's record is not an object")
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            why = "it is empty" if not raw.strip() else f"{type(e).__name__}: {e}"
+            aside = self.path.with_name(
+                f"{self.path.name}.damaged-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+            )
+            os.replace(self.path, aside)
+            fsync_dir(self.path.parent)
+            self.problem = (
+                f"{self.path} was damaged ({why}) and is kept as {aside}: the pauses and "
+                "scheduled starts it held are not known to the service; start those servers "
+                "from this page"
+            )
+            log.error("jupyter-pause-hub: %s", self.problem)
+            return {}
+        return servers
 
     def get(self, key: str) -> dict[str, Any]:
         return self.servers.setdefault(key, {})
@@ -78,12 +111,18 @@ class Records:
         self.save()
         return record
 
+    def scheduled(self, user: str) -> list[str]:
+        """The keys of ``user``'s servers with a scheduled start."""
+        return [
+            key
+            for key, record in self.servers.items()
+            if key.partition("/")[0] == user and record.get("schedule")
+        ]
+
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".pauses-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"version": 1, "servers": self.servers}, f, indent=1)
-        os.replace(tmp, self.path)
+        data = json.dumps({"version": 1, "servers": self.servers}, indent=1)
+        write_file_atomic(self.path, data.encode())
 
 
 class PauseService(Application):
@@ -113,6 +152,23 @@ class PauseService(Application):
         help="where the service reaches users' servers: the proxy's URL (on Zero to "
         "JupyterHub http://proxy-public)",
     ).tag(config=True)
+    max_schedules_per_user = Int(
+        16, help="scheduled starts one user may have at a time (one per server)"
+    ).tag(config=True)
+    max_schedule_ahead = Float(
+        366 * 86400.0, help="seconds from now a scheduled start may be, at most"
+    ).tag(config=True)
+    start_tries = Int(
+        5,
+        help="times a scheduled start the Hub refuses is tried before the service gives "
+        "up on it (and says why on its page); a server the Hub no longer knows: once",
+    ).tag(config=True)
+    start_retry_delay = Float(
+        60.0, help="seconds before the second try of a refused scheduled start; doubles each try"
+    ).tag(config=True)
+    start_retry_max_delay = Float(
+        3600.0, help="seconds between two tries of a refused scheduled start, at most"
+    ).tag(config=True)
     data_dir = Unicode(help="where pauses.json is kept; default: the working directory").tag(
         config=True
     )
@@ -130,6 +186,11 @@ class PauseService(Application):
         "stop-timeout": "PauseService.stop_timeout",
         "proxy-url": "PauseService.proxy_url",
         "data-dir": "PauseService.data_dir",
+        "max-schedules-per-user": "PauseService.max_schedules_per_user",
+        "max-schedule-ahead": "PauseService.max_schedule_ahead",
+        "start-tries": "PauseService.start_tries",
+        "start-retry-delay": "PauseService.start_retry_delay",
+        "start-retry-max-delay": "PauseService.start_retry_max_delay",
         "url": "PauseService.service_url",
         "ip": "PauseService.ip",
     }
@@ -294,17 +355,48 @@ class PauseService(Application):
         )
         return code
 
-    def set_schedule(self, key: str, schedule: dict[str, Any] | None) -> None:
-        """Record (or with None drop) the time the server is to be started again."""
+    def cancel_schedule(self, user: str, name: str) -> None:
+        key = f"{user}/{name}"
+        if key in self.records.servers:  # never a record for a server it never saw
+            self.records.update(key, schedule=None)
+
+    async def set_schedule(self, user: str, name: str, at: float, kind: str) -> dict[str, Any]:
+        """Record the time the server is to be started again, or raise
+        :class:`ScheduleRefused`: no date, one schedule too many for the user, or a
+        server the Hub does not know (each would have the service ask the Hub for
+        starts it cannot give)."""
+        problem = schedule_problem(at, time.time(), ahead=self.max_schedule_ahead)
+        if problem:
+            raise ScheduleRefused(400, problem)
+        key = f"{user}/{name}"
+        others = [k for k in self.records.scheduled(user) if k != key]
+        if len(others) >= self.max_schedules_per_user:
+            raise ScheduleRefused(
+                429,
+                f"{user} has {len(others)} scheduled starts already, the most this service "
+                "keeps for one user; cancel one first",
+            )
+        try:
+            model = await self.hub.user(user, include_stopped_servers=True)
+        except HubError as e:
+            if e.status == 404:
+                raise ScheduleRefused(404, f"the Hub has no user {user!r}") from None
+            raise ScheduleRefused(502, f"the Hub did not answer: {e}") from None
+        if name and name not in (model.get("servers") or {}):
+            raise ScheduleRefused(404, f"{user} has no server named {name!r}")
+        schedule = {"at": at, "kind": kind}
         self.records.update(key, schedule=schedule)
+        return schedule
 
     async def start_scheduled(self, running: set[str], now: float) -> None:
         """Start every stopped server whose scheduled resume is due.  A server the
-        user started meanwhile has no use for it; a start the Hub refuses (no
-        capacity, a spawn error) is tried again next round, the error on the page."""
+        user started meanwhile has no use for it.  A start the Hub refuses (no
+        capacity, a spawn error) is tried again later, ever later (``start_retry_delay``
+        doubled each time), and given up after ``start_tries``, at once for a server
+        the Hub no longer knows; each failure is on the page."""
         for key, record in list(self.records.servers.items()):
             schedule = record.get("schedule")
-            if not schedule or schedule.get("at", now + 1) > now:
+            if not schedule or max(schedule["at"], schedule.get("next_try", 0)) > now:
                 continue
             if key in running:
                 self.records.update(key, schedule=None)
@@ -314,8 +406,24 @@ class PauseService(Application):
             try:
                 await self.start_server(user, name, by="schedule")
             except HubError as e:
-                log.warning("jupyter-pause-hub: scheduled start of %s failed: %s", key, e)
-                self.records.update(key, error=f"scheduled start failed: {e}")
+                self.start_failed(key, schedule, e, now)
+
+    def start_failed(self, key: str, schedule: dict[str, Any], error: HubError, now: float) -> None:
+        tries = schedule.get("tries", 0) + 1
+        if error.status == 404 or tries >= self.start_tries:
+            why = (
+                f"gave up the scheduled start of {iso(schedule['at'])} after {tries} "
+                f"{'try' if tries == 1 else 'tries'}: {error}"
+            )
+            log.error("jupyter-pause-hub: %s: %s", key, why)
+            self.records.update(key, schedule=None, error=why)
+            return
+        delay = retry_delay(tries, self.start_retry_delay, self.start_retry_max_delay)
+        why = f"scheduled start failed ({tries} of {self.start_tries} tries, next in {delay:.0f} s): {error}"
+        log.warning("jupyter-pause-hub: %s: %s", key, why)
+        self.records.update(
+            key, schedule={**schedule, "tries": tries, "next_try": now + delay}, error=why
+        )
 
     # -- all servers -----------------------------------------------------------
 
@@ -347,8 +455,16 @@ class PauseService(Application):
 
     def _next_check(self, now: float) -> float:
         """``check_interval``, or less when a scheduled start falls due sooner."""
-        due = [r["schedule"]["at"] for r in self.records.servers.values() if r.get("schedule")]
+        due = [
+            max(r["schedule"]["at"], r["schedule"].get("next_try", 0))
+            for r in self.records.servers.values()
+            if r.get("schedule")
+        ]
         return max(1.0, min([self.check_interval, *(at - now for at in due)]))
+
+    def problems(self) -> list[str]:
+        """What the admins must know about the service itself (a damaged pauses.json)."""
+        return [self.records.problem] if self.records.problem else []
 
     async def servers(self) -> list[dict[str, Any]]:
         """Every user's servers for the admin page: the Hub's view joined with ours.

@@ -1091,6 +1091,10 @@ class PauseManager:
         session.gpus = result.get("gpus")
         if nonce:
             session.pause_nonce = nonce
+        refused = checkpoint_paths.user_folder(self.checkpoint_dir).refused
+        if refused:  # another user's folder in a shared root: not used, and the user told
+            self.log.warning("jupyter-pause: %s", refused)
+            op.messages.append(f"Not in the shared checkpoint folder: {refused}")
         # the user's own variables that could not be saved (IPython's internals,
         # and modules, which are re-imported on restore, are no news)
         skipped = {

@@ -207,6 +207,7 @@ def test_checkpoint_of_another_owner_is_untrusted(ck, nbdir, monkeypatch):
     monkeypatch.setenv("JUPYTERHUB_USER", "bob")  # same key, another owner
     bob_dir = paths.notebook_dir(ck["dir"], ck["notebook"])
     assert bob_dir != alice_dir
+    paths.private_mkdir(bob_dir.parent)  # bob's own folder (one open to others is refused)
     shutil.copytree(alice_dir, bob_dir)
     with pytest.raises(errors.UntrustedCheckpoint) as ei:
         jp.restore(a.id, namespace={}, progress=False, **ck)

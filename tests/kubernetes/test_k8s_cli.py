@@ -12,7 +12,7 @@ from k8s_emulator import Scenario
 
 from jupyter_pause.backends.kubernetes import status as status_mod
 from jupyter_pause.backends.kubernetes.client import KubeClient
-from jupyter_pause.engine.paths import user_root
+from jupyter_pause.engine.paths import private_mkdir, user_root
 
 
 def pause(cluster, sessions, shutdown_kernel):
@@ -309,6 +309,7 @@ def test_gc_dry_run_deletes_nothing(cluster, sessions, shutdown_kernel, capsys):
 def test_gc_checkpoints_keeps_the_newest(tmp_path, cluster, capsys):
     root = tmp_path / "checkpoints"
     mine = user_root(root)
+    private_mkdir(mine)  # this user's alone (a folder open to others is refused)
     nb = mine / "train.ipynb-0123456789"
     for cid in ("2020-01-01T00-00-00", "2020-01-02T00-00-00", "2099-01-01T00-00-00"):
         (nb / cid).mkdir(parents=True)
