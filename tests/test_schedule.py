@@ -80,11 +80,19 @@ def test_daylight_saving_keeps_the_wall_clock():
         ("today 08:00", "not in the future"),
         (NOW - 1, "not in the future"),
         ("2027-03-01T08:00", "31 days"),
+        (10**400, "out of range"),  # no float holds it
     ],
 )
 def test_resume_times_that_cannot_be_used_say_why(value, says):
     with pytest.raises(ScheduleError, match=says):
         parse_resume_at(value, NOW, tz=PARIS)
+
+
+def test_a_date_this_machine_cannot_convert_is_out_of_range():
+    """Without a zone, an ISO time is this machine's local time: year 1 may be
+    beyond what it converts (``ValueError: year 0 is out of range``)."""
+    with pytest.raises(ScheduleError, match="out of range|not in the future"):
+        parse_resume_at("0001-01-01", NOW)
 
 
 # ------------------------------------------------------------ the scheduler
