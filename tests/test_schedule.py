@@ -295,7 +295,8 @@ async def test_a_confident_prediction_schedules_a_resume_ahead_of_the_user(tmp_p
     assert abs(schedule["at"] - expected) <= 3600
 
 
-async def test_no_prediction_without_opting_in_or_without_history(tmp_path):
+async def test_no_prediction_without_opting_in_or_without_history(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="test")
     manager = make_manager(tmp_path)
     clock = FakeClock()
     seed_history(manager, clock.wall)
@@ -308,6 +309,15 @@ async def test_no_prediction_without_opting_in_or_without_history(tmp_path):
     scheduler_for(other, clock, PREDICTING)
     await paused(other)
     assert other.store.sessions[NB].schedule is None
+
+    empty = make_manager(tmp_path / "empty")  # no history at all
+    scheduler_for(empty, clock, PREDICTING)
+    await paused(empty)
+    assert empty.store.sessions[NB].schedule is None
+    said = [r.getMessage() for r in caplog.records if "no predicted resume" in r.getMessage()]
+    assert len(said) == 2 and all("not enough history yet" in m for m in said), said
+    assert "2 past return(s) recorded" in said[0] and "0 past return(s)" in said[1]
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
 
 
 async def test_an_unused_predicted_resume_is_paused_again(tmp_path):
