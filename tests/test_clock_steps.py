@@ -70,9 +70,12 @@ def auto_events(manager):
 # ------------------------------------------------------------ idleness
 
 
-@pytest.mark.parametrize("step", [2 * HOURS, -2 * HOURS])
+STEPS = [30, 2 * HOURS, 24 * HOURS, -30, -2 * HOURS, -24 * HOURS]
+
+
+@pytest.mark.parametrize("step", STEPS)
 async def test_a_wall_clock_step_is_not_idleness(tmp_path, step):
-    """Used 2 s before a 2 h step of the wall clock, checked 5 s after it: not idle."""
+    """Used 2 s before a step of the wall clock, checked 5 s after it: 7 s idle."""
     clock = FakeClock()
     manager = make_manager(tmp_path, clock=clock)
     session = await running(manager)

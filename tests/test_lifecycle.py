@@ -237,7 +237,7 @@ async def test_a_live_lease_is_respected_and_an_expired_one_is_taken_over(tmp_pa
     assert session.state == State.RUNNING
 
 
-@pytest.mark.parametrize("step", [2 * 3600, -2 * 3600])
+@pytest.mark.parametrize("step", [2 * 3600, 24 * 3600, -2 * 3600, -24 * 3600])
 async def test_a_wall_clock_step_neither_expires_a_live_lease_nor_keeps_a_dead_one(tmp_path, step):
     """Another machine's server owns the operation; its heartbeat is a wall-clock
     stamp.  Once seen, how long it goes unrenewed is measured on the monotonic
