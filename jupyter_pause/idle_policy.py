@@ -12,7 +12,9 @@ is idle when, for the whole threshold of its workload class:
 
 Status polling, by our frontend or by probes, never counts: those requests do
 not reach the kernel at all.  After a resume (including a snapshot restore,
-where the wall clock jumps) the idle clock starts from the resume.
+where the wall clock jumps) the idle clock starts from the resume.  Idle time
+is measured on the monotonic clock: a step of the wall clock (NTP, a VM
+resumed from suspend, a laptop lid) is not idleness.
 
 Pure functions and dataclasses: the server's watcher feeds in facts and acts
 on the verdicts.
@@ -131,7 +133,10 @@ def resolve_class(
 
 @dataclass
 class ActivityFacts:
-    """What the server knows about one session at ``now`` (epoch seconds)."""
+    """What the server knows about one session at ``now``.
+
+    Times are on the monotonic clock (seconds; only their differences count).
+    """
 
     now: float
     started: float  # when the kernel (or the resumed session) started

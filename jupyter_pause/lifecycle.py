@@ -82,6 +82,7 @@ OPERATION_STATES: dict[str, frozenset[State]] = {
 #: heartbeats make its lease expire (then another server may resolve it).
 LEASE_INTERVAL = 10.0
 LEASE_MISSED = 6
+LEASE_TIMEOUT = LEASE_INTERVAL * LEASE_MISSED
 
 # States in which an operation is in flight.
 BUSY_STATES = frozenset(
@@ -140,17 +141,14 @@ class Operation:
     step: str = ""  # human-readable progress ("checkpointing 1.2 GB of 2.0 GB")
     messages: list[str] = field(default_factory=list)  # things the user must be told
     options: dict[str, Any] = field(default_factory=dict)
-    #: the lease: which server process runs it, and when it last said so
+    #: the lease: which server process runs it, and when it last said so (wall
+    #: clock, the only one another process can read; the server measures how
+    #: long it stays unrenewed with :class:`jupyter_pause.clock.StampAges`)
     owner: str = ""
     heartbeat: float = field(default_factory=time.time)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-    def lease_expired(self, now: float | None = None) -> bool:
-        """Whether the owner missed enough heartbeats to be presumed dead."""
-        now = time.time() if now is None else now
-        return now - self.heartbeat > LEASE_INTERVAL * LEASE_MISSED
 
 
 @dataclass
@@ -255,12 +253,8 @@ class SessionStore:
 
     def unfinished(self, owner: str) -> list[Session]:
         """Sessions whose operation is still marked running by another owner
-        (a server that died), or whose lease expired."""
-        return [
-            s
-            for s in self.sessions.values()
-            if s.busy and (s.operation.owner != owner or s.operation.lease_expired())
-        ]
+        (a server that died, or another one running now)."""
+        return [s for s in self.sessions.values() if s.busy and s.operation.owner != owner]
 
     def finish(self, path: str, *, error: str | None = None) -> Operation:
         session = self.sessions[path]

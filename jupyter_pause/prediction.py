@@ -44,6 +44,8 @@ from datetime import date, datetime, timedelta, tzinfo
 from .ledger import EventType, LedgerEvent
 
 DAY = 86400.0
+#: similar past returns a prediction needs, by default
+MIN_SAMPLES = 3
 
 #: a pause whose ``PAUSE_REQUESTED`` carries this reason re-pauses an unused predicted
 #: resume: the user has not come back yet, so it does not start a new pause/return pair.
@@ -208,7 +210,7 @@ def predict_return(
     paused_at: float,
     *,
     tz: tzinfo | None = None,
-    min_samples: int = 3,
+    min_samples: int = MIN_SAMPLES,
     window: float = 2 * 3600.0,
     tolerance: float = 15 * 60.0,
     max_age: float = 56 * DAY,

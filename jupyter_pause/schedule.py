@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+import reprlib
 from dataclasses import asdict, dataclass
 from datetime import date, datetime, timedelta, tzinfo
 from typing import Any
@@ -73,16 +74,27 @@ def parse_resume_at(value: Any, now: float, tz: tzinfo | None = None) -> float:
     offset it is local time in ``tz``); ``08:45`` (the next 08:45 from
     ``now``); ``tomorrow 08:45``; a weekday and a time (``monday 08:45``, the
     next such day, today included if still ahead); ``in 2h`` / ``+30m``.
-    The time must be in the future and at most 31 days ahead.
+    The time must be in the future and at most 31 days ahead; anything else,
+    a date this machine's clock cannot convert (``0001-01-01``) or a number
+    no float holds (``10**400``) included, is a :class:`ScheduleError` that
+    says so.
     """
     if isinstance(value, bool) or value is None:
         raise ScheduleError(_usage(value))
-    if isinstance(value, (int, float)):
-        at = float(value)
-    elif isinstance(value, str):
-        at = _parse_text(value.strip().lower(), now, tz)
-    else:
-        raise ScheduleError(_usage(value))
+    try:
+        if isinstance(value, (int, float)):
+            at = float(value)
+        elif isinstance(value, str):
+            at = _parse_text(value.strip().lower(), now, tz)
+        else:
+            raise ScheduleError(_usage(value))
+    except ScheduleError:
+        raise
+    except (OverflowError, ValueError, OSError):  # beyond what a float or a calendar holds
+        raise ScheduleError(
+            f"the resume time {reprlib.repr(value)} is out of range: "
+            "it must be within the next 31 days"
+        ) from None
     if not math.isfinite(at):
         raise ScheduleError(_usage(value))
     if at <= now:

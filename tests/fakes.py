@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from jupyter_pause.backends.base import PauseBackend
+from jupyter_pause.clock import SYSTEM
 from jupyter_pause.engine import api as engine
 from jupyter_pause.ledger import Ledger
 from jupyter_pause.lifecycle import SessionStore
@@ -81,17 +82,43 @@ class FakeContentsManager:
         return path in self.files
 
 
+class FakeClock:
+    """A wall clock and a monotonic clock that a test moves: ``advance`` lets
+    time pass (both move), ``step`` moves the wall clock only (an NTP step, a
+    VM resumed from suspend, a laptop lid)."""
+
+    def __init__(self, wall: float | None = None):
+        self.wall = time.time() if wall is None else wall
+        self.mono = 1000.0
+
+    def time(self) -> float:
+        return self.wall
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def advance(self, seconds: float) -> None:
+        self.wall += seconds
+        self.mono += seconds
+
+    def step(self, seconds: float) -> None:
+        self.wall += seconds
+
+
 class FakeActivity:
     """The ActivityMonitor's interface, without IOPub."""
 
-    def __init__(self):
+    def __init__(self, clock=SYSTEM):
         self.listeners = []
         self.kernels = {}
+        self.clock = clock
 
     def watch(self, kernel_id, path):
         from jupyter_pause.server.activity import KernelActivity
 
-        return self.kernels.setdefault(kernel_id, KernelActivity(kernel_id=kernel_id, path=path))
+        return self.kernels.setdefault(
+            kernel_id, KernelActivity(kernel_id=kernel_id, path=path, clock=self.clock)
+        )
 
     def unwatch(self, kernel_id):
         self.kernels.pop(kernel_id, None)
@@ -161,7 +188,9 @@ def kernel_call(checkpoint_dir: Path):
     return call
 
 
-def make_manager(tmp_path: Path, notebooks=("nb.ipynb",), store: SessionStore | None = None):
+def make_manager(
+    tmp_path: Path, notebooks=("nb.ipynb",), store: SessionStore | None = None, clock=SYSTEM
+):
     """A PauseManager over fakes, its checkpoints and session file under ``tmp_path``."""
     kernels = FakeKernelManager()
     checkpoint_dir = tmp_path / "checkpoints"
@@ -177,8 +206,9 @@ def make_manager(tmp_path: Path, notebooks=("nb.ipynb",), store: SessionStore | 
         kernel_call_timeout=60,
         idle_wait_timeout=60,
         log=logging.getLogger("test"),
-        activity=FakeActivity(),
+        activity=FakeActivity(clock),
         call=kernel_call(checkpoint_dir),
+        clock=clock,
     )
     manager.recovered.set()  # nothing to recover unless a test calls recover()
     return manager

@@ -6,9 +6,10 @@ import math
 import urllib.error
 import urllib.parse
 import urllib.request
+from datetime import date, datetime
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from jupyter_pause.client import API, LocalServer
@@ -89,6 +90,41 @@ numbers = st.one_of(
 )
 nested = st.integers(min_value=1, max_value=200_000).map(lambda n: "[" * n + "]" * n)
 
+#: times as people write them, and as they should not: calendar edges, zones far
+#: from UTC, numbers beyond what a float or a calendar holds
+time_texts = st.one_of(
+    st.sampled_from(
+        [
+            "0001-01-01",
+            "0001-01-01T00:00:00+14:00",
+            "0000-01-01",
+            "9999-12-31",
+            "9999-12-31T23:59:59-23:59",
+            "2026-02-30",
+            "08:45",
+            "tomorrow 08:45",
+            "monday 08:45",
+            "today 00:00",
+            "in 2h",
+            "+30m",
+            "in " + "9" * 400 + "h",
+            "1e400",
+            "-1e400",
+            "nan",
+        ]
+    ),
+    st.dates().map(date.isoformat),
+    st.datetimes(timezones=st.none() | st.timezones()).map(datetime.isoformat),
+    st.text(max_size=20),
+)
+time_numbers = st.one_of(
+    st.sampled_from([10**400, -(10**400), 0, -1, 253402300799, 253402300800, 1e300, -1e300]),
+    st.integers(),
+    st.floats(),
+)
+times = st.one_of(time_texts, time_numbers)
+query_times = st.one_of(time_texts, time_numbers.map(str), st.floats().map(repr))
+
 
 @st.composite
 def bodies(draw):
@@ -125,6 +161,34 @@ def test_schedules_answer_every_body_and_query(server, body, path):
     query = None if path is None else {"path": path}
     status, answer, _ = call(server, "DELETE", "sessions/schedule", query=query)
     assert_answered(status, answer, json_errors=status != 204)
+
+
+@pytest.mark.parametrize(
+    "method, endpoint", [("POST", "sessions/pause"), ("PUT", "sessions/schedule")]
+)
+@SETTINGS
+@given(resume_at=times)
+@example(resume_at="0001-01-01")  # ValueError: year 0 is out of range
+@example(resume_at=10**400)  # OverflowError: int too large to convert to float
+def test_every_resume_time_is_answered(server, method, endpoint, resume_at):
+    """A time that cannot be used is refused with 400 and says what is wrong
+    with it: out of range, not in the future, more than 31 days ahead."""
+    status, body, _ = call(
+        server, method, endpoint, json.dumps({"path": NB, "resume_at": resume_at}).encode()
+    )
+    assert_answered(status, body)
+    if status == 400:
+        assert "resume time" in json.loads(body)["message"], body[:300]
+
+
+@pytest.mark.parametrize(
+    "endpoint, fields", [("events", ("since",)), ("report", ("since", "until"))]
+)
+@SETTINGS
+@given(data=st.data())
+def test_every_time_in_a_query_is_answered(server, endpoint, fields, data):
+    query = {field: data.draw(query_times, label=field) for field in fields}
+    assert_answered(*call(server, "GET", endpoint, query=query)[:2])
 
 
 @SETTINGS

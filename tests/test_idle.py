@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -18,6 +19,7 @@ from jupyter_pause.idle_policy import (
 from .helpers import api, execute, session_status, start_session, wait_for_state
 
 THRESHOLD = 3
+STEPPED_THRESHOLD = 600
 
 
 @pytest.fixture
@@ -35,6 +37,11 @@ def jp_server_config(jp_server_config):
                     "gpu_utilization_counts": False,
                 },
                 "cpu-small": {"idle_threshold": THRESHOLD, "warn_before": 0},
+                "stepped": {
+                    "idle_threshold": STEPPED_THRESHOLD,
+                    "warn_before": 60,
+                    "gpu_utilization_counts": False,
+                },
             },
         },
     }
@@ -146,6 +153,44 @@ async def test_a_class_that_forbids_auto_pause_is_honoured(jp_fetch, jp_serverap
     assert entry["workload_class"] == "never" and entry["workload_class_source"] == "notebook"
     assert entry["idle"] is True and entry["idle_seconds"] >= THRESHOLD
     assert any("never acts" in r for r in entry["reasons"])
+    assert not ledger_events(jp_serverapp, path, "pause-requested")
+
+
+class SteppedClock:
+    """This machine's clocks, with the wall clock moved ``offset`` seconds: the
+    step of the system clock a test cannot make."""
+
+    def __init__(self):
+        self.offset = 0.0
+
+    def time(self) -> float:
+        return time.time() + self.offset
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+async def test_a_wall_clock_step_does_not_auto_pause_a_notebook_in_use(
+    jp_fetch, jp_serverapp, jp_root_dir
+):
+    """A cell runs in a real kernel, then the server's wall clock steps 2 h
+    forward: the idle watcher's rounds leave the notebook running, unwarned."""
+    settings = jp_serverapp.web_app.settings
+    watcher, manager = settings["jupyter_pause_idle"], settings["jupyter_pause_manager"]
+    clock = SteppedClock()
+    watcher.clock = manager.activity.clock = clock  # before the kernel starts
+    path = write_notebook(jp_root_dir, "stepped.ipynb", workload_class="stepped")
+    kernel_id = await open_notebook(jp_fetch, jp_serverapp, path)
+    assert manager.activity.for_path(path).clock is clock
+
+    clock.offset = 2 * 3600
+    await watcher.check()
+    code, activity = await api(jp_fetch, "activity")
+    (entry,) = [s for s in activity["sessions"] if s["path"] == path]
+    assert entry["idle_seconds"] < STEPPED_THRESHOLD / 2 and not entry["warning"], entry
+    session = await session_status(jp_fetch, path)
+    assert session["state"] == "running" and session["kernel_id"] == kernel_id
+    assert not ledger_events(jp_serverapp, path, "auto-pause-warned")
     assert not ledger_events(jp_serverapp, path, "pause-requested")
 
 

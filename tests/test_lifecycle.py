@@ -11,6 +11,7 @@ import pytest
 
 from jupyter_pause.engine import api as engine
 from jupyter_pause.lifecycle import (
+    LEASE_TIMEOUT,
     OPERATION_STATES,
     TRANSITIONS,
     LiveState,
@@ -23,7 +24,7 @@ from jupyter_pause.lifecycle import (
 )
 from jupyter_pause.server.manager import PauseError
 
-from .fakes import make_manager
+from .fakes import FakeClock, make_manager
 
 NB = "nb.ipynb"
 
@@ -236,6 +237,43 @@ async def test_a_live_lease_is_respected_and_an_expired_one_is_taken_over(tmp_pa
     assert session.state == State.RUNNING
 
 
+@pytest.mark.parametrize("step", [2 * 3600, 24 * 3600, -2 * 3600, -24 * 3600])
+async def test_a_wall_clock_step_neither_expires_a_live_lease_nor_keeps_a_dead_one(tmp_path, step):
+    """Another machine's server owns the operation; its heartbeat is a wall-clock
+    stamp.  Once seen, how long it goes unrenewed is measured on the monotonic
+    clock: a step of the wall clock (either way) changes nothing."""
+    clock = FakeClock()
+    manager = make_manager(tmp_path, clock=clock)
+    earlier_checkpoint(manager)
+    op = Operation(kind="checkpoint", path=NB, owner="other-host:7:x", heartbeat=clock.wall)
+    session = with_session(manager, State.CHECKPOINTING, kernel=True, operation=op)
+    await manager.recover()  # first sight: a fresh lease
+
+    clock.step(step)
+    clock.advance(LEASE_TIMEOUT - 1)
+    with pytest.raises(OperationInProgress):
+        await manager.checkpoint(NB)
+    assert session.busy and op.outcome == "running"
+
+    clock.advance(2)  # now it has gone unrenewed for longer than the lease
+    new = await manager.checkpoint(NB)
+    await settle(manager)
+    assert op.outcome == "failed" and "lease" in op.error
+    assert new.outcome == "succeeded", new.error
+
+
+async def test_a_lease_already_old_when_first_seen_has_expired(tmp_path):
+    """At start-up only the wall clock can tell how old another server's heartbeat is."""
+    clock = FakeClock()
+    manager = make_manager(tmp_path, clock=clock)
+    earlier_checkpoint(manager)
+    stale = clock.wall - LEASE_TIMEOUT - 1
+    op = Operation(kind="checkpoint", path=NB, owner="other-host:7:x", heartbeat=stale)
+    session = with_session(manager, State.CHECKPOINTING, kernel=True, operation=op)
+    await manager.recover()
+    assert op.outcome == "failed" and not session.busy
+
+
 async def test_an_operation_of_this_server_without_a_task_is_not_stuck(tmp_path):
     manager = make_manager(tmp_path)
     earlier_checkpoint(manager)
@@ -289,10 +327,11 @@ async def test_the_idle_watcher_acts_only_through_the_operations_it_is_given(tmp
     from jupyter_pause.idle_policy import load_classes
     from jupyter_pause.server.idle_watcher import IdleWatcher
 
-    manager = make_manager(tmp_path)
+    clock = FakeClock()
+    manager = make_manager(tmp_path, clock=clock)
     session = with_session(manager, State.RUNNING, kernel=True)
-    idle_since = time.time() - 100
-    manager.activity.watch(session.kernel_id, NB).reset_clock(idle_since)
+    manager.activity.watch(session.kernel_id, NB)
+    clock.advance(100)
     watcher = IdleWatcher(
         operations=manager,
         store=manager.store,
@@ -306,6 +345,7 @@ async def test_the_idle_watcher_acts_only_through_the_operations_it_is_given(tmp
         default_class="gpu-interactive",
         interval=3600,
         log=manager.log,
+        clock=clock,
     )
 
     await watcher.check()

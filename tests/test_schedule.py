@@ -21,7 +21,7 @@ from jupyter_pause.server.kernels import KernelCallError
 from jupyter_pause.server.manager import PauseError
 from jupyter_pause.server.scheduler import ResumeScheduler
 
-from .fakes import make_manager
+from .fakes import FakeClock, make_manager
 from .helpers import wait_until
 
 NB = "nb.ipynb"
@@ -80,6 +80,7 @@ def test_daylight_saving_keeps_the_wall_clock():
         ("today 08:00", "not in the future"),
         (NOW - 1, "not in the future"),
         ("2027-03-01T08:00", "31 days"),
+        (10**400, "out of range"),  # no float holds it
     ],
 )
 def test_resume_times_that_cannot_be_used_say_why(value, says):
@@ -87,15 +88,14 @@ def test_resume_times_that_cannot_be_used_say_why(value, says):
         parse_resume_at(value, NOW, tz=PARIS)
 
 
+def test_a_date_this_machine_cannot_convert_is_out_of_range():
+    """Without a zone, an ISO time is this machine's local time: year 1 may be
+    beyond what it converts (``ValueError: year 0 is out of range``)."""
+    with pytest.raises(ScheduleError, match="out of range|not in the future"):
+        parse_resume_at("0001-01-01", NOW)
+
+
 # ------------------------------------------------------------ the scheduler
-
-
-class Clock:
-    def __init__(self):
-        self.now = time.time()
-
-    def __call__(self):
-        return self.now
 
 
 async def settle(manager):
@@ -136,18 +136,18 @@ async def paused(manager, **options):
 
 async def test_a_schedule_fires_at_its_time_and_the_notebook_is_ready(tmp_path):
     manager = make_manager(tmp_path)
-    clock = Clock()
+    clock = FakeClock()
     scheduler = scheduler_for(manager, clock)
-    await paused(manager, resume_at=clock.now + 3600)
+    await paused(manager, resume_at=clock.wall + 3600)
     session = manager.store.sessions[NB]
-    assert session.schedule["at"] == clock.now + 3600
+    assert session.schedule["at"] == clock.wall + 3600
 
-    clock.now += 3599
+    clock.advance(3599)
     await scheduler.check()
     await settle(manager)
     assert session.state == State.PAUSED and session.schedule
 
-    clock.now += 2
+    clock.advance(2)
     await scheduler.check()
     await settle(manager)
     assert session.state == State.READY
@@ -170,16 +170,16 @@ async def test_a_schedule_fires_at_its_time_and_the_notebook_is_ready(tmp_path):
 
 async def test_a_schedule_survives_a_server_restart_and_fires_at_start_up(tmp_path):
     manager = make_manager(tmp_path)
-    clock = Clock()
+    clock = FakeClock()
     await paused(manager)
-    manager.set_schedule(NB, clock.now + 600)
+    manager.set_schedule(NB, clock.wall + 600)
     await manager.close()
 
     # a new server over the same session file, started after the time has come
     store = SessionStore(tmp_path / "sessions.json")
-    assert store.sessions[NB].schedule["at"] == clock.now + 600
+    assert store.sessions[NB].schedule["at"] == clock.wall + 600
     restarted = make_manager(tmp_path, store=store)
-    clock.now += 3600
+    clock.advance(3600)
     await scheduler_for(restarted, clock).check()
     await settle(restarted)
     assert restarted.store.sessions[NB].state == State.READY
@@ -204,9 +204,9 @@ async def test_the_scheduler_wakes_up_for_a_new_schedule(tmp_path):
 
 async def test_a_resume_by_hand_cancels_the_schedule(tmp_path):
     manager = make_manager(tmp_path)
-    clock = Clock()
+    clock = FakeClock()
     scheduler = scheduler_for(manager, clock)
-    await paused(manager, resume_at=clock.now + 3600)
+    await paused(manager, resume_at=clock.wall + 3600)
     await manager.resume(NB)
     await settle(manager)
     session = manager.store.sessions[NB]
@@ -215,7 +215,7 @@ async def test_a_resume_by_hand_cancels_the_schedule(tmp_path):
     cancelled = manager.ledger.events(path=NB, types=[EventType.RESUME_SCHEDULE_CANCELLED])
     assert cancelled[0].data["reason"] == "resumed by hand"
 
-    clock.now += 7200
+    clock.advance(7200)
     await scheduler.check()  # nothing left to fire: no second restore
     assert types(manager).count(EventType.RESTORE_STARTED) == 1
     report = resume_ahead(manager.ledger.events(), 0, time.time() + 10)
@@ -251,11 +251,11 @@ async def test_a_pause_that_fails_drops_its_schedule_and_the_kernel_keeps_runnin
 
 async def test_a_schedule_that_cannot_start_is_cancelled_with_the_reason(tmp_path):
     manager = make_manager(tmp_path)
-    clock = Clock()
+    clock = FakeClock()
     await paused(manager)
-    manager.set_schedule(NB, clock.now + 60)
+    manager.set_schedule(NB, clock.wall + 60)
     manager.contents_manager.files.discard(NB)  # the notebook was deleted meanwhile
-    clock.now += 120
+    clock.advance(120)
     await scheduler_for(manager, clock).check()
     session = manager.store.sessions[NB]
     assert session.state == State.PAUSED and session.schedule is None
@@ -282,8 +282,8 @@ PREDICTING = WorkloadClass(name="predicting", predict_resume=True, predict_unuse
 
 async def test_a_confident_prediction_schedules_a_resume_ahead_of_the_user(tmp_path):
     manager = make_manager(tmp_path)
-    clock = Clock()
-    seed_history(manager, clock.now)
+    clock = FakeClock()
+    seed_history(manager, clock.wall)
     scheduler_for(manager, clock, PREDICTING)
     await paused(manager)
     schedule = manager.store.sessions[NB].schedule
@@ -291,44 +291,54 @@ async def test_a_confident_prediction_schedules_a_resume_ahead_of_the_user(tmp_p
     assert schedule["confidence"] == pytest.approx(0.75)
     # ready a margin (5 min) plus the resume latency (60 s, none measured yet) before 15 h later,
     # give or take a daylight-saving hour between the sampled weeks
-    expected = clock.now + 15 * 3600 - 300 - 60
+    expected = clock.wall + 15 * 3600 - 300 - 60
     assert abs(schedule["at"] - expected) <= 3600
 
 
-async def test_no_prediction_without_opting_in_or_without_history(tmp_path):
+async def test_no_prediction_without_opting_in_or_without_history(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="test")
     manager = make_manager(tmp_path)
-    clock = Clock()
-    seed_history(manager, clock.now)
+    clock = FakeClock()
+    seed_history(manager, clock.wall)
     scheduler_for(manager, clock, WorkloadClass(name="plain"))
     await paused(manager)
     assert manager.store.sessions[NB].schedule is None
 
     other = make_manager(tmp_path / "other")
-    seed_history(other, clock.now, weeks=(1, 2))  # two returns are too few
+    seed_history(other, clock.wall, weeks=(1, 2))  # two returns are too few
     scheduler_for(other, clock, PREDICTING)
     await paused(other)
     assert other.store.sessions[NB].schedule is None
 
+    empty = make_manager(tmp_path / "empty")  # no history at all
+    scheduler_for(empty, clock, PREDICTING)
+    await paused(empty)
+    assert empty.store.sessions[NB].schedule is None
+    said = [r.getMessage() for r in caplog.records if "no predicted resume" in r.getMessage()]
+    assert len(said) == 2 and all("not enough history yet" in m for m in said), said
+    assert "2 past return(s) recorded" in said[0] and "0 past return(s)" in said[1]
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
+
 
 async def test_an_unused_predicted_resume_is_paused_again(tmp_path):
     manager = make_manager(tmp_path)
-    clock = Clock()
-    seed_history(manager, clock.now)
+    clock = FakeClock()
+    seed_history(manager, clock.wall)
     scheduler = scheduler_for(manager, clock, PREDICTING)
     await paused(manager)
     session = manager.store.sessions[NB]
-    clock.now = session.schedule["at"] + 1
+    clock.advance(session.schedule["at"] + 1 - clock.wall)
     await scheduler.check()
     await settle(manager)
     assert session.state == State.READY
     ready_at = session.resumed_ahead["at"]
 
-    clock.now = ready_at + 1799
+    clock.advance(ready_at + 1799 - clock.wall)
     await scheduler.check()
     await settle(manager)
     assert session.state == State.READY  # still inside the window
 
-    clock.now = ready_at + 1801
+    clock.advance(ready_at + 1801 - clock.wall)
     await scheduler.check()
     await settle(manager)
     assert session.state == State.PAUSED
@@ -353,10 +363,10 @@ async def test_a_scheduled_resume_waits_for_capacity_like_a_manual_one_and_never
         await capacity.wait()
 
     manager.backend.acquire = acquire
-    clock = Clock()
+    clock = FakeClock()
     scheduler = scheduler_for(manager, clock)
-    await paused(manager, resume_at=clock.now + 60)
-    clock.now += 61
+    await paused(manager, resume_at=clock.wall + 60)
+    clock.advance(61)
     await scheduler.check()
     session = manager.store.sessions[NB]
     await wait_until(lambda: session.state == State.WAITING_FOR_CAPACITY, what="the wait")

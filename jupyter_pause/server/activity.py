@@ -13,40 +13,51 @@ activity only, so this monitor subscribes to each kernel's IOPub and keeps:
 
 Listeners receive ``(path, kernel_id, event, info)`` with ``event`` one of
 ``"cell-started"``, ``"cell-finished"``, ``"comm"``.
+
+Each moment is read on both clocks (:class:`~jupyter_pause.clock.Instant`):
+idleness and cell durations are measured on the monotonic one, so a step of
+the wall clock is never taken for idleness; the wall clock is for display
+and the ledger.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from zmq.eventloop.zmqstream import ZMQStream
+
+from ..clock import SYSTEM, Clock, Instant
 
 
 @dataclass
 class KernelActivity:
     kernel_id: str
     path: str
-    started: float = field(default_factory=time.time)
-    last_user_activity: float = field(default_factory=time.time)
-    last_cell_finished: float | None = None
+    clock: Clock = field(default=SYSTEM, repr=False)
+    #: when the kernel (or the resumed session) started, and the user's last activity
+    started: Instant = field(init=False)
+    last_user_activity: Instant = field(init=False)
+    last_cell_finished: float | None = None  # wall clock
     cells_executed: int = 0
     running_cell: str | None = None  # parent msg_id of the user cell running now
-    running_since: float | None = None
+    running_since: float | None = None  # monotonic clock
     stream: ZMQStream | None = None
+
+    def __post_init__(self) -> None:
+        self.reset_clock()
 
     @property
     def busy(self) -> bool:
         return self.running_cell is not None
 
-    def reset_clock(self, now: float | None = None) -> None:
+    def reset_clock(self) -> None:
         """Start the idle clock afresh (after a resume or a postponement).
 
-        Stale timestamps never count: after a snapshot restore the wall clock
-        jumps by the whole pause, which must not read as idleness.
+        Stale timestamps never count: after a snapshot restore the clocks
+        jump by the whole pause, which must not read as idleness.
         """
-        self.started = self.last_user_activity = time.time() if now is None else now
+        self.started = self.last_user_activity = Instant.now(self.clock)
 
 
 Listener = Callable[[str, str, str, dict], None]
@@ -55,8 +66,9 @@ Listener = Callable[[str, str, str, dict], None]
 class ActivityMonitor:
     """One IOPub subscription per kernel, started and stopped by the manager."""
 
-    def __init__(self, kernel_manager):
+    def __init__(self, kernel_manager, *, clock: Clock = SYSTEM):
         self.kernel_manager = kernel_manager
+        self.clock = clock
         self.kernels: dict[str, KernelActivity] = {}
         self.listeners: list[Listener] = []
 
@@ -65,7 +77,7 @@ class ActivityMonitor:
         if activity is not None:
             activity.path = path
             return activity
-        activity = KernelActivity(kernel_id=kernel_id, path=path)
+        activity = KernelActivity(kernel_id=kernel_id, path=path, clock=self.clock)
         kernel = self.kernel_manager.get_kernel(kernel_id)
         stream = kernel.connect_iopub()
         session = kernel.session
@@ -98,10 +110,10 @@ class ActivityMonitor:
     def _on_message(self, activity: KernelActivity, msg: dict) -> None:
         msg_type = msg["header"]["msg_type"]
         parent = msg.get("parent_header") or {}
-        now = time.time()
+        now = Instant.now(self.clock)
         if msg_type == "execute_input":
             activity.running_cell = parent.get("msg_id")
-            activity.running_since = now
+            activity.running_since = now.monotonic
             activity.last_user_activity = now
             self._emit(activity, "cell-started", {})
         elif msg_type == "status":
@@ -111,10 +123,10 @@ class ActivityMonitor:
                 and activity.running_cell
                 and parent.get("msg_id") == activity.running_cell
             ):
-                duration = now - (activity.running_since or now)
+                duration = now.monotonic - (activity.running_since or now.monotonic)
                 activity.running_cell = None
                 activity.running_since = None
-                activity.last_cell_finished = now
+                activity.last_cell_finished = now.wall
                 activity.last_user_activity = now
                 activity.cells_executed += 1
                 self._emit(activity, "cell-finished", {"duration": duration})

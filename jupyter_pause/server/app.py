@@ -21,6 +21,7 @@ from traitlets import Bool, Dict, Float, Int, Type, Unicode, default
 
 from .. import __version__
 from ..backends.base import PauseBackend
+from ..clock import SYSTEM
 from ..idle_policy import load_classes
 from ..ledger import Ledger
 from ..lifecycle import SessionStore
@@ -120,6 +121,7 @@ class PauseApp(ExtensionApp):
         self._connect_event_bus()
         self.backend_instance = self._make_backend()
         self._prepare_kernels()
+        clock = SYSTEM  # one clock for all: wall to show and schedule, monotonic to measure
         self.manager = PauseManager(
             kernel_manager=self.serverapp.kernel_manager,
             session_manager=self.serverapp.session_manager,
@@ -132,6 +134,7 @@ class PauseApp(ExtensionApp):
             kernel_call_timeout=self.kernel_call_timeout,
             idle_wait_timeout=self.idle_wait_timeout,
             log=self.log,
+            clock=clock,
         )
         self._watch_kernel_starts()
         self.scheduler = ResumeScheduler(
@@ -139,6 +142,7 @@ class PauseApp(ExtensionApp):
             ledger=self.ledger,
             log=self.log,
             interval=self.schedule_check_interval,
+            clock=clock,
             tz=ZoneInfo(self.prediction_time_zone) if self.prediction_time_zone else None,
         )
         self.idle_watcher = None
@@ -154,6 +158,7 @@ class PauseApp(ExtensionApp):
                 default_class=self.default_workload_class,
                 interval=self.idle_check_interval,
                 log=self.log,
+                clock=clock,
             )
             self.manager.auto_pause_status = self.idle_watcher.auto_pause_status
             self.manager.workload_class = self.idle_watcher.workload_class

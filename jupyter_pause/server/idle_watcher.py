@@ -5,16 +5,19 @@ activity only), asks :func:`jupyter_pause.idle_policy.judge` for a verdict, warn
 and then acts through the manager's normal operations, so an auto-pause is a
 pause like any other: checkpoint first, and if that fails nothing is shut
 down.
+
+Idleness is measured on the monotonic clock (``clock``): a step of the wall
+clock is not idleness.  Wall-clock times are for the reports only.
 """
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from tornado.ioloop import PeriodicCallback
 
+from ..clock import SYSTEM, Clock, Instant
 from ..idle_policy import ActivityFacts, Verdict, WorkloadClass, judge, resolve_class
 from ..ledger import EventType
 from ..lifecycle import OperationInProgress, State
@@ -77,6 +80,7 @@ class IdleWatcher:
         default_class: str,
         interval: float,
         log,
+        clock: Clock = SYSTEM,
     ):
         if default_class not in classes:
             raise ValueError(
@@ -92,10 +96,11 @@ class IdleWatcher:
         self.default_class = default_class
         self.interval = interval
         self.log = log
+        self.clock = clock
         self._warned: set[str] = set()
-        self._auto_checkpointed: dict[str, float] = {}
+        self._auto_checkpointed: dict[str, Instant] = {}
         self._resolved: dict[str, tuple[str, str]] = {}  # kernel id -> (class, source)
-        self._gpu_cache: dict[str, tuple[float, float | None]] = {}  # kernel id -> (when, %)
+        self._gpu_cache: dict[str, tuple[float, float | None]] = {}  # kernel id -> (monotonic, %)
         self._callback: PeriodicCallback | None = None
 
     def start(self) -> None:
@@ -144,10 +149,11 @@ class IdleWatcher:
         return self.classes[name], source
 
     def verdict(self, session, policy: WorkloadClass, now: float | None = None) -> Verdict | None:
+        """``now``: on the monotonic clock."""
         activity = self.activity.for_path(session.path)
         if activity is None or not session.kernel_id:
             return None
-        now = time.time() if now is None else now
+        now = self.clock.monotonic() if now is None else now
         kernel_busy = self.operations.execution_state(session.kernel_id) == "busy"
         pid = None
         if policy.gpu_utilization_counts:
@@ -157,8 +163,8 @@ class IdleWatcher:
                 pid = None
         facts = ActivityFacts(
             now=now,
-            started=activity.started,
-            last_user_activity=activity.last_user_activity,
+            started=activity.started.monotonic,
+            last_user_activity=activity.last_user_activity.monotonic,
             busy=activity.busy or kernel_busy,
             gpu_utilization=self._gpu_utilization(session.kernel_id, pid, now)
             if policy.gpu_utilization_counts
@@ -238,9 +244,9 @@ class IdleWatcher:
             path=path,
             kernel_id=session.kernel_id or "",
             workload_class=session.workload_class or "",
-            until=activity.last_user_activity,
+            until=activity.last_user_activity.wall,
         )
-        return activity.last_user_activity
+        return activity.last_user_activity.wall
 
     # ------------------------------------------------------------ reporting
 
@@ -264,7 +270,7 @@ class IdleWatcher:
     async def report(self) -> dict[str, Any]:
         """``GET activity``: per session and server-wide, with the reasons."""
         await self.operations.sync()
-        now = time.time()
+        now = self.clock.monotonic()
         sessions = []
         for path, session in sorted(self.store.sessions.items()):
             if not session.kernel_id:
@@ -285,7 +291,7 @@ class IdleWatcher:
                     "busy": not verdict.idle,
                     "idle": verdict.idle,
                     "idle_seconds": verdict.idle_seconds,
-                    "last_activity": iso(activity.last_user_activity),
+                    "last_activity": iso(activity.last_user_activity.wall),
                     "reasons": verdict.reasons,
                     "seconds_left": verdict.seconds_left,
                     "warning": path in self._warned,
@@ -294,12 +300,13 @@ class IdleWatcher:
         last = max(
             (self.activity.for_path(s["path"]).last_user_activity for s in sessions),
             default=None,
+            key=lambda instant: instant.monotonic,
         )
         busy = any(s["busy"] for s in sessions)
         server = {
             "idle": not busy,
-            "idle_seconds": 0.0 if busy or last is None else now - last,
-            "last_activity": iso(last),
+            "idle_seconds": 0.0 if busy or last is None else now - last.monotonic,
+            "last_activity": iso(last.wall) if last else None,
             "reason": (
                 "a kernel is busy"
                 if busy

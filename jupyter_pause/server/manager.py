@@ -12,7 +12,8 @@ asyncio task whose progress is visible through ``operation(id)``.
 Three rules keep a notebook from ever being stuck:
 
 * every operation holds a lease (this process as its owner, a heartbeat);
-  at start-up, and whenever a claim meets an operation whose owner is gone,
+  at start-up, and whenever a claim meets an operation whose owner is gone
+  (judged on the monotonic clock once seen, :class:`~jupyter_pause.clock.StampAges`),
   :meth:`PauseManager.recover` resolves it from the truth on disk (was its
   checkpoint committed?) and in the kernels (is the kernel alive?);
 * a kernel that dies while we wait on it is noticed within a second
@@ -34,6 +35,7 @@ import time
 import uuid
 from typing import Any
 
+from ..clock import SYSTEM, Clock, StampAges
 from ..engine import handoff
 from ..engine import paths as checkpoint_paths
 from ..engine import store as checkpoint_store
@@ -42,6 +44,7 @@ from ..ledger import EventType, Ledger
 from ..lifecycle import (
     BUSY_STATES,
     LEASE_INTERVAL,
+    LEASE_TIMEOUT,
     OPERATION_STATES,
     InvalidTransition,
     LiveState,
@@ -96,6 +99,7 @@ class PauseManager:
         log,
         activity: ActivityMonitor | None = None,
         call=call_in_kernel,
+        clock: Clock = SYSTEM,
     ):
         self.kernel_manager = kernel_manager
         self.session_manager = session_manager
@@ -108,12 +112,16 @@ class PauseManager:
         self.kernel_call_timeout = kernel_call_timeout
         self.idle_wait_timeout = idle_wait_timeout
         self.log = log
-        self.activity = activity if activity is not None else ActivityMonitor(kernel_manager)
+        self.activity = (
+            activity if activity is not None else ActivityMonitor(kernel_manager, clock=clock)
+        )
         self.activity.listeners.append(self._on_activity)
         #: how to run a kernel_ops function in a kernel (a fake in unit tests)
         self.call = call
         #: the owner written into the lease of every operation this process runs
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        #: how long the leases of owners elsewhere went unrenewed (by path)
+        self._lease_ages = StampAges(clock)
         self.prewarmer = Prewarmer(kernel_manager, log=log)
         self.operations: dict[str, Operation] = {}
         self._tasks: set[asyncio.Task] = set()
@@ -770,7 +778,11 @@ class PauseManager:
         """Whether the session's running operation has nobody left to finish it:
         this process without a task for it (a task that ended without
         finishing it), a server process on this machine that no longer exists,
-        or an owner elsewhere whose lease expired."""
+        or an owner elsewhere whose lease expired: unrenewed for
+        ``LEASE_TIMEOUT`` seconds, read on the wall clock when this process
+        first saw the heartbeat and on the monotonic clock since, so that a
+        step of this machine's wall clock neither kills a live owner's lease
+        nor keeps a dead one's forever."""
         op = session.operation
         if op.owner == self.owner:
             return op.id not in self._running
@@ -778,7 +790,7 @@ class PauseManager:
         pid = rest.partition(":")[0]
         if host == socket.gethostname() and pid.isdigit():
             return int(pid) == os.getpid() or not checkpoint_store.pid_alive(int(pid))
-        return op.lease_expired()
+        return self._lease_ages.age(session.path, op.heartbeat) > LEASE_TIMEOUT
 
     async def recover(self) -> None:
         """At start-up: resolve every operation a previous server left running,

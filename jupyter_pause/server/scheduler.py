@@ -18,22 +18,30 @@ single flight means it never competes with a restore under way):
   ``predict_unused_after`` is paused again (``predicted-resume-unused``); it
   cost only the hours it held.
 
+Due times are on the wall clock, which can jump (NTP, a VM resumed from
+suspend, a laptop lid): the sleep until the next one is re-armed from the wall
+clock every :data:`REARM` seconds, so after a jump forward what fell due fires
+within seconds, and after a jump back nothing fires early.  How long a
+predicted resume went unused is a duration, measured on the monotonic clock
+once seen (:class:`~jupyter_pause.clock.StampAges`).
+
 The clock is injectable (``clock``, and ``now`` on :meth:`check`), so tests
-move time instead of waiting for it.
+move and step time instead of waiting for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import Callable
+import math
 from datetime import tzinfo
 
+from ..clock import SYSTEM, Clock, StampAges
 from ..idle_policy import WorkloadClass
 from ..ledger import EventType, Ledger
 from ..lifecycle import OperationInProgress, State
 from ..prediction import (
+    MIN_SAMPLES,
     UNUSED_REASON,
     measured_resume_latency,
     predict_return,
@@ -46,6 +54,8 @@ from .manager import PauseError
 DEFAULT_RESUME_LATENCY = 60.0
 #: how far back the predictor reads the ledger
 HISTORY = 8 * 7 * 86400.0
+#: the longest the scheduler sleeps without reading the wall clock again (seconds)
+REARM = 1.0
 
 
 class ResumeScheduler:
@@ -58,7 +68,7 @@ class ResumeScheduler:
         ledger: Ledger,
         log,
         interval: float = 30.0,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM,
         tz: tzinfo | None = None,
     ):
         self.manager = manager
@@ -67,6 +77,7 @@ class ResumeScheduler:
         self.interval = interval
         self.clock = clock
         self.tz = tz
+        self._unused_for = StampAges(clock)  # how long predicted resumes wait, by path
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         manager.schedule_changed = self._wake.set
@@ -91,19 +102,31 @@ class ResumeScheduler:
             except Exception:  # one bad round must not end the scheduling
                 self.log.exception("jupyter-pause: the resume scheduler's check failed")
             self._wake.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._sleep_for())
+            await self._sleep()
 
-    def _sleep_for(self) -> float:
-        """Until the next schedule falls due, at most ``interval``."""
-        now = self.clock()
+    async def _sleep(self) -> None:
+        """Until the next schedule falls due (on the wall clock as it reads
+        now, at most every ``REARM`` seconds), a schedule changes, or
+        ``interval`` passed."""
+        deadline = self.clock.monotonic() + self.interval
+        while True:
+            left = max(0.05, min(deadline - self.clock.monotonic(), self._until_due()))
+            try:
+                await asyncio.wait_for(self._wake.wait(), min(left, REARM))
+                return  # a schedule was set or cancelled
+            except asyncio.TimeoutError:
+                if left <= REARM:
+                    return
+
+    def _until_due(self) -> float:
+        now = self.clock.time()
         due = [s.schedule["at"] for s in self.manager.store.sessions.values() if s.schedule]
-        return max(0.05, min([self.interval, *(at - now for at in due)]))
+        return min(due, default=math.inf) - now
 
     # -------------------------------------------------------------- a round
 
     async def check(self, now: float | None = None) -> None:
-        now = self.clock() if now is None else now
+        now = self.clock.time() if now is None else now
         for path, session in list(self.manager.store.sessions.items()):
             if session.busy:
                 continue  # a pause under way keeps its schedule; a resume has no use for one
@@ -121,7 +144,7 @@ class ResumeScheduler:
 
     async def _pause_if_unused(self, session, now: float) -> None:
         policy = await self._policy(session)
-        held = now - float(session.resumed_ahead.get("at") or now)
+        held = self._unused_for.age(session.path, float(session.resumed_ahead.get("at") or now))
         if held < policy.predict_unused_after:
             return
         self.ledger.record(
@@ -159,7 +182,7 @@ class ResumeScheduler:
         policy = await self._policy(session)
         if not policy.predict_resume:
             return
-        now = self.clock()
+        now = self.clock.time()
         events = self.ledger.events(since=now - HISTORY)
         history = returns_from_events(events).get(session.path, [])
         prediction = predict_return(history, now, tz=self.tz)
@@ -167,7 +190,8 @@ class ResumeScheduler:
             self.log.info(
                 "jupyter-pause: no predicted resume for %s (%s)",
                 session.path,
-                "too few past returns"
+                f"not enough history yet: {len(history)} past return(s) recorded, a prediction "
+                f"needs {MIN_SAMPLES} after pauses on the same kind of day at about this hour"
                 if prediction is None
                 else f"confidence {prediction.confidence:.2f} < {policy.predict_min_confidence}",
             )
