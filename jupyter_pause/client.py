@@ -316,6 +316,8 @@ class LocalServer:
     app: str = "jupyter_server"
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    #: a command the server runs under, its pid the server's (e.g. ``strace -D``)
+    wrapper: list[str] = field(default_factory=list)
     token: str = field(default_factory=lambda: secrets.token_hex(16))
     port: int = 0
     process: subprocess.Popen | None = None
@@ -345,6 +347,7 @@ class LocalServer:
         env.pop("JUPYTER_TOKEN", None)
         env.update(self.env)
         cmd = [
+            *self.wrapper,
             sys.executable,
             "-m",
             self.app,

@@ -34,6 +34,7 @@ from typing import Any
 import xxhash
 
 from . import paths, signing
+from .durable import fsync_dir, makedirs
 from .errors import (
     CheckpointError,
     CheckpointNotFound,
@@ -70,14 +71,6 @@ class CheckpointInfo:
 
 
 # ---------------------------------------------------------------- small fs helpers
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_file_synced(path: Path, data: bytes) -> None:
     with paths.private_open(path) as f:
         view = memoryview(data)
@@ -90,7 +83,7 @@ def write_file_synced(path: Path, data: bytes) -> None:
 @contextlib.contextmanager
 def locked(nbdir: Path, shared: bool = False, timeout: float = LOCK_TIMEOUT):
     """flock on ``<nbdir>/.lock``: exclusive for writers (checkpoint, delete), shared for readers."""
-    paths.private_mkdir(nbdir)
+    makedirs(nbdir)
     fd = os.open(nbdir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
@@ -582,11 +575,12 @@ def quarantine(nbdir: Path, rel: str, reason: str) -> Path:
     """Move a damaged file out of the way, into ``<nbdir>/quarantine/`` (kept for a
     post-mortem, never read again), so the next checkpoint writes a good copy."""
     qdir = nbdir / QUARANTINE
-    paths.private_mkdir(qdir)
+    makedirs(qdir)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
     dest = qdir / f"{Path(rel).name}.{stamp}"
     os.rename(nbdir / rel, dest)
     write_file_synced(dest.with_name(dest.name + ".why"), f"{rel}: {reason}\n".encode())
+    fsync_dir(qdir)
     _VERIFIED.pop(str(nbdir / rel), None)
     return dest
 
@@ -675,7 +669,7 @@ def rebind(dir, old_notebook: str, new_notebook: str) -> list[str]:
     key = signing.load_key()
     moved = []
     with locked(src), locked(dst):
-        paths.private_mkdir(dst / BLOBS)
+        makedirs(dst / BLOBS)
         for cid in checkpoint_ids(src):
             if (dst / cid).exists():
                 continue
@@ -746,6 +740,7 @@ def _remove_checkpoint_dir(folder: Path) -> None:
     # rename first so a half-deleted folder is never mistaken for a checkpoint
     trash = folder.parent / f"{TMP_PREFIX}del-{folder.name}-{os.getpid()}"
     os.rename(folder, trash)
+    fsync_dir(folder.parent)  # a power cut must not bring back a checkpoint whose blobs GC frees
     shutil.rmtree(trash, ignore_errors=True)
 
 
@@ -827,7 +822,7 @@ class Transaction:
     def __init__(self, nbdir: Path, checkpoint_id: str | None = None):
         self.nbdir = nbdir
         try:
-            paths.private_mkdir(nbdir / BLOBS)
+            makedirs(nbdir / BLOBS)
         except OSError as e:
             from .errors import DiskError
 

@@ -34,7 +34,6 @@ import json
 import logging
 import os
 import signal
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,7 @@ from traitlets import Enum, Float, Unicode, default
 from traitlets.config import Application
 
 from .. import __version__
+from ..engine import durable
 from .api import HubAPI, HubError, fetch_json
 from .policy import FALLBACKS, decide
 
@@ -79,11 +79,9 @@ class Records:
         return record
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".pauses-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"version": 1, "servers": self.servers}, f, indent=1)
-        os.replace(tmp, self.path)
+        durable.makedirs(self.path.parent)
+        payload = {"version": 1, "servers": self.servers}
+        durable.write_file(self.path, json.dumps(payload, indent=1).encode())
 
 
 class PauseService(Application):
