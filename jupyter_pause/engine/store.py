@@ -39,6 +39,7 @@ from .errors import (
     CheckpointError,
     CheckpointNotFound,
     CorruptCheckpoint,
+    ForeignCheckpoint,
     KeyProblem,
     StoreBusy,
     UntrustedCheckpoint,
@@ -230,20 +231,24 @@ def examine(
 
 
 def signed_by_this_key(folder: Path, key: bytes | None) -> bool:
-    """Whether ``folder`` was signed with ``key`` (damaged or not): retention and deletion
-    never touch checkpoints signed with another key (another user on a shared root)."""
+    """Whether ``folder``'s manifest carries this user's signature: retention and deletion
+    never touch a checkpoint that is not provably this user's (signed with another key,
+    e.g. another server's on a shared root; unsigned; or no key here). The HMAC is checked
+    against the manifest; one damaged on disk since it was signed (the checksum that the
+    signature holds no longer matches) counts as signed by the key the signature names, so
+    that its owner can still delete it."""
     if key is None:
         return False
     try:
         sig = signing.Signature.from_bytes((folder / SIGNATURE).read_bytes())
+        data = (folder / MANIFEST).read_bytes()
     except (OSError, ValueError):
         return False
-    if sig.key_id:
-        return sig.key_id == signing.key_id(key)
-    try:  # a signature written before key ids existed
-        return signing.verify((folder / MANIFEST).read_bytes(), sig.hmac, key)
-    except OSError:
+    if sig.key_id and sig.key_id != signing.key_id(key):
         return False
+    if sig.key_id and sig.manifest_xxh3 and sig.manifest_xxh3 != xxhash.xxh3_128_hexdigest(data):
+        return True  # damaged on disk after this key signed it
+    return signing.verify(data, sig.hmac, key)
 
 
 def _load_key_for_listing() -> tuple[bytes | None, CheckpointError | None]:
@@ -713,9 +718,13 @@ def delete_checkpoint(
     notebook: str | None = None,
     checkpoint_id: str = "",
     lock_timeout: float = LOCK_TIMEOUT,
-) -> None:
-    """Delete one checkpoint of this user's (never one signed with another key: on a shared
-    root that is another user's; after a key change, remove the folder by hand).
+    force_foreign: bool = False,
+) -> str:
+    """Delete one checkpoint of this user's: signed with this user's key, for this user
+    (:func:`foreign_reason`). Any other is refused with :class:`ForeignCheckpoint`: on a
+    shared root it is another's. ``force_foreign`` (an administrator's clean-up, which
+    names what it removes) deletes it anyway. Returns why it was not this user's ("" when
+    it was).
 
     ``lock_timeout`` bounds the wait for a writer holding the notebook's lock
     (then :class:`StoreBusy`); the server passes a short one."""
@@ -724,16 +733,33 @@ def delete_checkpoint(
     with locked(nbdir, timeout=lock_timeout):
         if not folder.is_dir():
             raise CheckpointNotFound(checkpoint_id, str(nbdir))
-        _, problem = examine(nbdir, checkpoint_id)
-        if isinstance(problem, UntrustedCheckpoint) and problem.kind in (
-            "other-key",
-            "other-owner",
-        ):
-            raise UntrustedCheckpoint(
-                str(folder), problem.reason + "; it was not deleted", problem.kind
+        foreign = foreign_reason(nbdir, checkpoint_id)
+        if foreign and not force_foreign:
+            raise ForeignCheckpoint(
+                str(folder),
+                foreign,
+                checkpoint_id,
+                str(paths.checkpoint_root(dir)),
+                paths.notebook_key(notebook),
             )
         _remove_checkpoint_dir(folder)
         gc(nbdir, locked_already=True)
+    return foreign
+
+
+def foreign_reason(nbdir: Path, checkpoint_id: str) -> str:
+    """Why a checkpoint is not provably this user's ("" when it is): its signature does
+    not verify with this user's key (signed with another, unsigned, or no key here), or
+    its manifest names another user."""
+    key, key_problem = _load_key_for_listing()
+    _, problem = examine(nbdir, checkpoint_id, key)
+    if not signed_by_this_key(nbdir / checkpoint_id, key):
+        if isinstance(problem, UntrustedCheckpoint):
+            return problem.reason
+        return str(key_problem or problem or "its signature does not match this user's key")
+    if isinstance(problem, UntrustedCheckpoint) and problem.kind == "other-owner":
+        return problem.reason
+    return ""
 
 
 def _remove_checkpoint_dir(folder: Path) -> None:

@@ -274,7 +274,7 @@ def test_same_unix_user_other_key_is_never_expired_or_deleted(tmp_path, monkeypa
         jp.checkpoint(namespace={"x": i}, keep=1, **ck)
     ids = [i.id for i in jp.list_checkpoints(ck["dir"], ck["notebook"])]
     assert first.id in ids and len(ids) == 2
-    with pytest.raises(errors.UntrustedCheckpoint, match="not deleted"):
+    with pytest.raises(errors.ForeignCheckpoint, match="not deleted"):
         store.delete_checkpoint(ck["dir"], ck["notebook"], first.id)
 
 
