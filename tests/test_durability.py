@@ -73,7 +73,7 @@ def parse(trace: str) -> list[Call]:
             kind = "move"
         if path:
             calls.append(Call(float(t), kind, os.path.normpath(path), line))
-    return calls
+    return sorted(calls, key=lambda c: c.time)  # -f: processes' lines interleave
 
 
 def violations(calls: list[Call], present: set[str], until: float) -> list[str]:
