@@ -44,6 +44,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "list the server extension's settings (c.PauseApp...) with their help",
     ),
     "verify": ("jupyter_pause.commands.verify", "scrub checkpoints: which ones fully restore"),
+    "delete": (
+        "jupyter_pause.commands.delete",
+        "delete checkpoints (--force-foreign: also ones not signed with this user's key)",
+    ),
 }
 
 

@@ -316,6 +316,10 @@ class LocalServer:
     app: str = "jupyter_server"
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    #: a command the server runs under, its pid the server's (e.g. ``strace -D``)
+    wrapper: list[str] = field(default_factory=list)
+    #: the checkpoint root, if not ``<state_dir>/checkpoints`` (servers may share one)
+    checkpoints: Path | None = None
     token: str = field(default_factory=lambda: secrets.token_hex(16))
     port: int = 0
     process: subprocess.Popen | None = None
@@ -327,7 +331,7 @@ class LocalServer:
 
     @property
     def checkpoint_dir(self) -> Path:
-        return self.state_dir / "checkpoints"
+        return self.checkpoints or self.state_dir / "checkpoints"
 
     def start(self, timeout: float = 90.0) -> PauseClient:
         """Start the server and wait until jupyter-pause answers.
@@ -345,6 +349,7 @@ class LocalServer:
         env.pop("JUPYTER_TOKEN", None)
         env.update(self.env)
         cmd = [
+            *self.wrapper,
             sys.executable,
             "-m",
             self.app,

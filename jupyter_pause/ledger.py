@@ -24,6 +24,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from .engine import durable
+
 
 class EventType(str, Enum):
     """What a ledger row records.  Values are stable: reports depend on them."""
@@ -127,10 +129,15 @@ class Ledger:
     def __init__(self, path: str | Path = ":memory:", user: str = ""):
         self.path = str(path)
         if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            durable.makedirs(Path(self.path).parent)
             # who used which notebook when is private: 0600 whatever the umask (SQLite
             # gives its -wal and -shm files the database file's mode)
-            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+            try:
+                os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+            except FileExistsError:
+                pass
+            else:  # a new database: its name on disk before anything is recorded in it
+                durable.fsync_dir(Path(self.path).parent)
         self.user = user
         self.listeners: list[Any] = []
         self._lock = threading.Lock()

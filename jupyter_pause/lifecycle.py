@@ -24,16 +24,15 @@ file.  The server's :mod:`jupyter_pause.server.manager` drives it.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
+
+from .engine import durable
 
 
 class State(str, Enum):
@@ -268,19 +267,9 @@ class SessionStore:
     def save(self) -> None:
         if not self.path:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        durable.makedirs(self.path.parent)
         payload = json.dumps(
             {"version": 1, "sessions": {p: s.to_json() for p, s in self.sessions.items()}},
             indent=1,
         )
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".sessions-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(payload)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        durable.write_file(self.path, payload.encode())

@@ -310,11 +310,11 @@ async def test_booleans_are_type_checked(jp_fetch, jp_serverapp, notebook_path):
 async def test_a_checkpoint_folder_that_leads_out_of_the_root_is_refused(
     jp_fetch, jp_serverapp, notebook_path, tmp_path
 ):
-    from jupyter_pause.engine import paths
+    from jupyter_pause.engine import durable, paths
 
     manager = manager_of(jp_serverapp)
     folder = paths.notebook_dir(manager.checkpoint_dir, notebook_path)
-    paths.private_mkdir(folder.parent)
+    durable.makedirs(folder.parent)
     outside = tmp_path / "outside"
     (outside / "2026-01-01T00-00-00").mkdir(parents=True)
     folder.symlink_to(outside)

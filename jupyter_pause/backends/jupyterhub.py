@@ -40,13 +40,13 @@ import asyncio
 import json
 import os
 import signal
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from traitlets import Bool, Float, Unicode, default
 
+from ..engine import durable
 from ..ledger import EventType
 from .base import BackendError, PauseBackend, StartupReport, schedule_summary
 
@@ -147,13 +147,8 @@ class JupyterHubBackend(PauseBackend):
     def write_state(self, **state: Any) -> None:
         """Rewrite the record atomically (it must survive the stop)."""
         path = Path(self.state_file)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".jupyterhub-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump(state, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        durable.makedirs(path.parent)
+        durable.write_file(path, json.dumps(state, indent=1).encode())
 
     def record(self, type_: EventType, path: str = "", **data) -> None:
         if self.ledger is None:

@@ -632,6 +632,8 @@ def cmd_gc(client, args) -> int:
         ck = data["checkpoints"]
         lines.append(f"{verb} {len(ck['deleted'])} checkpoint(s) under {args.checkpoints_dir}")
         lines += [f"  {p}" for p in ck["deleted"]]
+        if ck["foreign"]:
+            lines.append("kept, not signed with this user's key: " + ", ".join(ck["foreign"]))
         lines += [f"  error: {e}" for e in ck.get("errors", [])]
     lines += [f"error: {e}" for e in report.errors]
     _emit(args, data, "\n".join(lines))
@@ -642,7 +644,9 @@ def gc_checkpoints(root: str, older_than: float, *, dry_run: bool = False) -> di
     """Delete this user's application checkpoints older than ``older_than`` under ``root``.
 
     Only this user's part of the root is scanned (the root may be a volume several
-    users share; their checkpoints are never ours to expire). The newest checkpoint
+    users share; their checkpoints are never ours to expire), and there only the
+    checkpoints signed with this user's key (servers of one Unix user with their own
+    keys may share it; the others are listed as ``foreign``). The newest checkpoint
     of each notebook is always kept: it is the way back
     for a paused session whose snapshot is gone.  Uses the engine's store
     (which also drops blobs no checkpoint references any more).
@@ -650,9 +654,9 @@ def gc_checkpoints(root: str, older_than: float, *, dry_run: bool = False) -> di
     import calendar
     from pathlib import Path
 
-    from ..engine import paths
+    from ..engine import paths, store
 
-    out: dict[str, Any] = {"deleted": [], "kept": [], "errors": []}
+    out: dict[str, Any] = {"deleted": [], "kept": [], "foreign": [], "errors": []}
     base = paths.user_root(Path(root).expanduser())
     if not base.is_dir():
         out["errors"].append(f"{base} is not a directory")
@@ -660,10 +664,12 @@ def gc_checkpoints(root: str, older_than: float, *, dry_run: bool = False) -> di
     delete = _engine_delete()
     now = time.time()
     for nbdir in sorted(p for p in base.iterdir() if p.is_dir()):
-        ids = sorted(
-            (p.name for p in nbdir.iterdir() if paths.is_checkpoint_id(p.name)),
-            key=paths.id_sort_key,
-        )
+        ids = []
+        for cid in store.checkpoint_ids(nbdir):
+            if store.foreign_reason(nbdir, cid):
+                out["foreign"].append(f"{nbdir.name}/{cid}")
+            else:
+                ids.append(cid)
         for cid in ids[:-1]:
             created = calendar.timegm(time.strptime(cid[:19], "%Y-%m-%dT%H-%M-%S"))
             label = f"{nbdir.name}/{cid}"

@@ -77,6 +77,21 @@ class UnsafeFolder(CheckpointError):
         )
 
 
+class ForeignCheckpoint(CheckpointError):
+    """A checkpoint that is not provably this user's is never deleted (nor expired): on a
+    checkpoint root several servers share, it is another's."""
+
+    def __init__(self, path: str, reason: str, checkpoint_id: str, root: str, notebook: str):
+        self.path = path
+        self.reason = reason
+        super().__init__(
+            f"refusing to delete {path}: {reason}, so it is not this user's to delete (on a "
+            "shared checkpoint root it may be another server's). It was not deleted. If you "
+            "know it is no one's any more, remove it with: jupyter pause delete "
+            f"{notebook!r} {checkpoint_id} --dir {root!r} --force-foreign"
+        )
+
+
 class KeyProblem(CheckpointError):
     """The signing key file exists but cannot be used (empty, unreadable)."""
 

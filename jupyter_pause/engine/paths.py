@@ -154,24 +154,6 @@ def user_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-def private_mkdir(path: Path) -> None:
-    """``mkdir -p`` whose new folders are 0700 whatever the umask (existing ones are left
-    alone: a shared root is the administrator's to set up, e.g. 1777 like /tmp)."""
-    path = Path(path)
-    missing = []
-    while not path.is_dir():
-        missing.append(path)
-        if path.parent == path:
-            break
-        path = path.parent
-    for p in reversed(missing):
-        try:
-            os.mkdir(p, 0o700)
-        except FileExistsError:
-            continue
-        os.chmod(p, 0o700)  # a umask cannot add bits, but be explicit
-
-
 def private_open(path, buffering: int = 0):
     """A new file (it must not exist) opened for binary writing, mode 0600 whatever the umask."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -8,7 +8,8 @@ secret key and refuse to unpickle anything whose signature does not verify,
 unless the user explicitly says ``trust=True``.
 
 The key lives at ``<jupyter_data_dir()>/pause/secret`` with mode 0600 and is
-created on first use (``O_EXCL``, so two kernels starting together agree on one).
+created on first use (linked into place, never replacing one: two kernels starting
+together agree on one, and neither reads it half written).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import re
 import secrets
 from dataclasses import asdict, dataclass
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import xxhash
 
-from . import paths
+from . import durable, paths
 from .errors import KeyProblem
 
 KEY_BYTES = 32
@@ -49,17 +49,12 @@ def load_key(create: bool = True) -> bytes | None:
     except FileNotFoundError:
         if not create:
             return None
-    paths.private_mkdir(path.parent)
+    durable.makedirs(path.parent)
     key = secrets.token_hex(KEY_BYTES).encode("ascii")
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:  # whole from the moment it has a name, and that name on disk before it signs
+        durable.write_file(path, key, replace=False)
     except FileExistsError:  # another process won the race: use its key
         return _read(path)
-    try:
-        os.write(fd, key)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
     return key
 
 

@@ -34,10 +34,12 @@ from typing import Any
 import xxhash
 
 from . import paths, signing
+from .durable import fsync_dir, makedirs
 from .errors import (
     CheckpointError,
     CheckpointNotFound,
     CorruptCheckpoint,
+    ForeignCheckpoint,
     KeyProblem,
     StoreBusy,
     UnsafeFolder,
@@ -71,14 +73,6 @@ class CheckpointInfo:
 
 
 # ---------------------------------------------------------------- small fs helpers
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_file_synced(path: Path, data: bytes) -> None:
     with paths.private_open(path) as f:
         view = memoryview(data)
@@ -88,22 +82,6 @@ def write_file_synced(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def write_file_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically and durably: a private temp file in the
-    same folder, fsynced, renamed over ``path``, then the folder fsynced, so that a
-    crash or a power loss leaves the old content or the new, never an empty file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{time.monotonic_ns()}")
-    try:
-        write_file_synced(tmp, data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(path.parent)
-
-
 @contextlib.contextmanager
 def locked(nbdir: Path, shared: bool = False, timeout: float = LOCK_TIMEOUT):
     """flock on ``<nbdir>/.lock``: exclusive for writers (checkpoint, delete), shared for readers.
@@ -111,7 +89,7 @@ def locked(nbdir: Path, shared: bool = False, timeout: float = LOCK_TIMEOUT):
     The folders, and the lock file, must be this user's alone (checked after they
     were made: another user may have made them first); a symlink is never followed.
     """
-    paths.private_mkdir(nbdir)
+    makedirs(nbdir)
     problem = paths.folder_problem(nbdir.parent) or paths.folder_problem(nbdir, private=False)
     if problem:
         raise UnsafeFolder(problem)
@@ -269,20 +247,24 @@ def examine(
 
 
 def signed_by_this_key(folder: Path, key: bytes | None) -> bool:
-    """Whether ``folder`` was signed with ``key`` (damaged or not): retention and deletion
-    never touch checkpoints signed with another key (another user on a shared root)."""
+    """Whether ``folder``'s manifest carries this user's signature: retention and deletion
+    never touch a checkpoint that is not provably this user's (signed with another key,
+    e.g. another server's on a shared root; unsigned; or no key here). The HMAC is checked
+    against the manifest; one damaged on disk since it was signed (the checksum that the
+    signature holds no longer matches) counts as signed by the key the signature names, so
+    that its owner can still delete it."""
     if key is None:
         return False
     try:
         sig = signing.Signature.from_bytes((folder / SIGNATURE).read_bytes())
+        data = (folder / MANIFEST).read_bytes()
     except (OSError, ValueError):
         return False
-    if sig.key_id:
-        return sig.key_id == signing.key_id(key)
-    try:  # a signature written before key ids existed
-        return signing.verify((folder / MANIFEST).read_bytes(), sig.hmac, key)
-    except OSError:
+    if sig.key_id and sig.key_id != signing.key_id(key):
         return False
+    if sig.key_id and sig.manifest_xxh3 and sig.manifest_xxh3 != xxhash.xxh3_128_hexdigest(data):
+        return True  # damaged on disk after this key signed it
+    return signing.verify(data, sig.hmac, key)
 
 
 def _load_key_for_listing() -> tuple[bytes | None, CheckpointError | None]:
@@ -614,11 +596,12 @@ def quarantine(nbdir: Path, rel: str, reason: str) -> Path:
     """Move a damaged file out of the way, into ``<nbdir>/quarantine/`` (kept for a
     post-mortem, never read again), so the next checkpoint writes a good copy."""
     qdir = nbdir / QUARANTINE
-    paths.private_mkdir(qdir)
+    makedirs(qdir)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
     dest = qdir / f"{Path(rel).name}.{stamp}"
     os.rename(nbdir / rel, dest)
     write_file_synced(dest.with_name(dest.name + ".why"), f"{rel}: {reason}\n".encode())
+    fsync_dir(qdir)
     _VERIFIED.pop(str(nbdir / rel), None)
     return dest
 
@@ -707,7 +690,7 @@ def rebind(dir, old_notebook: str, new_notebook: str) -> list[str]:
     key = signing.load_key()
     moved = []
     with locked(src), locked(dst):
-        paths.private_mkdir(dst / BLOBS)
+        makedirs(dst / BLOBS)
         for cid in checkpoint_ids(src):
             if (dst / cid).exists():
                 continue
@@ -751,9 +734,13 @@ def delete_checkpoint(
     notebook: str | None = None,
     checkpoint_id: str = "",
     lock_timeout: float = LOCK_TIMEOUT,
-) -> None:
-    """Delete one checkpoint of this user's (never one signed with another key: on a shared
-    root that is another user's; after a key change, remove the folder by hand).
+    force_foreign: bool = False,
+) -> str:
+    """Delete one checkpoint of this user's: signed with this user's key, for this user
+    (:func:`foreign_reason`). Any other is refused with :class:`ForeignCheckpoint`: on a
+    shared root it is another's. ``force_foreign`` (an administrator's clean-up, which
+    names what it removes) deletes it anyway. Returns why it was not this user's ("" when
+    it was).
 
     ``lock_timeout`` bounds the wait for a writer holding the notebook's lock
     (then :class:`StoreBusy`); the server passes a short one."""
@@ -762,22 +749,40 @@ def delete_checkpoint(
     with locked(nbdir, timeout=lock_timeout):
         if not folder.is_dir():
             raise CheckpointNotFound(checkpoint_id, str(nbdir))
-        _, problem = examine(nbdir, checkpoint_id)
-        if isinstance(problem, UntrustedCheckpoint) and problem.kind in (
-            "other-key",
-            "other-owner",
-        ):
-            raise UntrustedCheckpoint(
-                str(folder), problem.reason + "; it was not deleted", problem.kind
+        foreign = foreign_reason(nbdir, checkpoint_id)
+        if foreign and not force_foreign:
+            raise ForeignCheckpoint(
+                str(folder),
+                foreign,
+                checkpoint_id,
+                str(paths.checkpoint_root(dir)),
+                paths.notebook_key(notebook),
             )
         _remove_checkpoint_dir(folder)
         gc(nbdir, locked_already=True)
+    return foreign
+
+
+def foreign_reason(nbdir: Path, checkpoint_id: str) -> str:
+    """Why a checkpoint is not provably this user's ("" when it is): its signature does
+    not verify with this user's key (signed with another, unsigned, or no key here), or
+    its manifest names another user."""
+    key, key_problem = _load_key_for_listing()
+    _, problem = examine(nbdir, checkpoint_id, key)
+    if not signed_by_this_key(nbdir / checkpoint_id, key):
+        if isinstance(problem, UntrustedCheckpoint):
+            return problem.reason
+        return str(key_problem or problem or "its signature does not match this user's key")
+    if isinstance(problem, UntrustedCheckpoint) and problem.kind == "other-owner":
+        return problem.reason
+    return ""
 
 
 def _remove_checkpoint_dir(folder: Path) -> None:
     # rename first so a half-deleted folder is never mistaken for a checkpoint
     trash = folder.parent / f"{TMP_PREFIX}del-{folder.name}-{os.getpid()}"
     os.rename(folder, trash)
+    fsync_dir(folder.parent)  # a power cut must not bring back a checkpoint whose blobs GC frees
     shutil.rmtree(trash, ignore_errors=True)
 
 
@@ -859,7 +864,7 @@ class Transaction:
     def __init__(self, nbdir: Path, checkpoint_id: str | None = None):
         self.nbdir = nbdir
         try:
-            paths.private_mkdir(nbdir / BLOBS)
+            makedirs(nbdir / BLOBS)
         except OSError as e:
             from .errors import DiskError
 

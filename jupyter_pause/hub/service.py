@@ -45,7 +45,7 @@ from traitlets import Enum, Float, Int, Unicode, default
 from traitlets.config import Application
 
 from .. import __version__
-from ..engine.store import fsync_dir, write_file_atomic
+from ..engine import durable
 from .api import HubAPI, HubError, fetch_json
 from .policy import FALLBACKS, ScheduleRefused, decide, iso, retry_delay, schedule_problem
 
@@ -92,7 +92,7 @@ class Records:
                 f"{self.path.name}.damaged-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
             )
             os.replace(self.path, aside)
-            fsync_dir(self.path.parent)
+            durable.fsync_dir(self.path.parent)
             self.problem = (
                 f"{self.path} was damaged ({why}) and is kept as {aside}: the pauses and "
                 "scheduled starts it held are not known to the service; start those servers "
@@ -120,9 +120,9 @@ class Records:
         ]
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = json.dumps({"version": 1, "servers": self.servers}, indent=1)
-        write_file_atomic(self.path, data.encode())
+        durable.makedirs(self.path.parent)
+        payload = {"version": 1, "servers": self.servers}
+        durable.write_file(self.path, json.dumps(payload, indent=1).encode())
 
 
 class PauseService(Application):

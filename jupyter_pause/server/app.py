@@ -22,6 +22,7 @@ from traitlets import Bool, Dict, Float, Int, Type, Unicode, default
 from .. import __version__
 from ..backends.base import PauseBackend
 from ..clock import SYSTEM
+from ..engine import durable, signing
 from ..idle_policy import load_classes
 from ..ledger import Ledger
 from ..lifecycle import SessionStore
@@ -117,6 +118,7 @@ class PauseApp(ExtensionApp):
     def initialize_settings(self):
         # on a hub, the Hub's user name (under KubeSpawner every Unix user is jovyan)
         user = os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+        self._make_private_folders()
         self.ledger = Ledger(Path(self.state_dir) / "ledger.sqlite3", user=user)
         self._connect_event_bus()
         self.backend_instance = self._make_backend()
@@ -170,6 +172,15 @@ class PauseApp(ExtensionApp):
             jupyter_pause_version=__version__,
         )
         IOLoop.current().add_callback(self._startup)
+
+    def _make_private_folders(self):
+        """The ledger, the sessions and the signing key are this user's alone: so are
+        their folders (0700), also where an older version or the umask made them 0755."""
+        for folder in dict.fromkeys((Path(self.state_dir), signing.key_path().parent)):
+            try:
+                durable.private_dir(folder)
+            except PermissionError as e:  # not ours to change: say so, start anyway
+                self.log.warning("jupyter-pause: could not make %s private: %s", folder, e)
 
     def initialize_handlers(self):
         self.handlers.extend(ROUTES)

@@ -19,7 +19,7 @@ from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado.httputil import responses
 
-from ..engine.errors import CheckpointError, CheckpointNotFound, StoreBusy
+from ..engine.errors import CheckpointError, CheckpointNotFound, ForeignCheckpoint, StoreBusy
 from ..lifecycle import OperationInProgress
 from ..schedule import ScheduleError, parse_resume_at
 from .explain import unsaveable, verify_listing
@@ -48,6 +48,8 @@ def translate_errors(method):
             self.send_failure(404, str(e))
         except StoreBusy as e:
             self.send_failure(409, str(e))
+        except ForeignCheckpoint as e:
+            self.send_failure(403, str(e))
         except CheckpointError as e:
             self.send_failure(400, str(e))
 

@@ -17,7 +17,7 @@ import torch
 from IPython.core.interactiveshell import InteractiveShell
 
 import jupyter_pause as jp
-from jupyter_pause.engine import api, changes, paths, records, store, tensors
+from jupyter_pause.engine import api, changes, durable, records, store, tensors
 
 
 @pytest.fixture
@@ -264,7 +264,7 @@ FORMAT1 = Path(__file__).parent / "data" / "format1"  # written by the format-1 
 def test_a_format_1_checkpoint_still_restores(ck, nbdir):
     """One memo over all records: shared objects stay shared, a subset loads its records
     0..k, and the next checkpoint (format 2) restores too."""
-    paths.private_mkdir(nbdir.parent)  # this user's own folder (one open to others is refused)
+    durable.makedirs(nbdir.parent)  # this user's own folder (one open to others is refused)
     shutil.copytree(FORMAT1, nbdir)
     out: dict = {}
     jp.restore(namespace=out, lazy=False, progress=False, trust=True, **ck)

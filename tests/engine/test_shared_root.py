@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import jupyter_pause as jp
-from jupyter_pause.engine import paths, store
+from jupyter_pause.engine import durable, paths, store
 from jupyter_pause.engine.errors import UnsafeFolder
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="making B's folders needs root")
@@ -145,7 +145,7 @@ def test_a_folder_of_this_users_own_or_none_yet_is_used(ck):
 
 
 def test_the_lock_is_never_a_symlink(ck, nbdir, tmp_path):
-    paths.private_mkdir(nbdir)
+    durable.makedirs(nbdir)
     target = tmp_path / "elsewhere"
     target.write_text("")
     (nbdir / ".lock").symlink_to(target)
@@ -157,7 +157,7 @@ def test_the_lock_is_never_a_symlink(ck, nbdir, tmp_path):
 @pytest.mark.parametrize("what", ["folder", "lock"])
 def test_a_notebook_folder_or_lock_of_another_user_is_refused(ck, nbdir, what):
     """Inside this user's own folder, should one be there (made while it was open)."""
-    paths.private_mkdir(nbdir)
+    durable.makedirs(nbdir)
     (nbdir / ".lock").touch()
     os.chown(nbdir / ".lock" if what == "lock" else nbdir, B, B)
     with pytest.raises(UnsafeFolder, match="belongs to uid"), store.locked(nbdir, timeout=0):

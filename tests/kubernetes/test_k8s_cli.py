@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shutil
 import threading
 
 from conftest import NAMESPACE, cli, main, pod_backend
 from k8s_emulator import Scenario
 
+import jupyter_pause as jp
 from jupyter_pause.backends.kubernetes import status as status_mod
 from jupyter_pause.backends.kubernetes.client import KubeClient
-from jupyter_pause.engine.paths import private_mkdir, user_root
+from jupyter_pause.engine import durable, paths
+from jupyter_pause.engine.paths import user_root
 
 
 def pause(cluster, sessions, shutdown_kernel):
@@ -306,17 +309,28 @@ def test_gc_dry_run_deletes_nothing(cluster, sessions, shutdown_kernel, capsys):
     assert cluster.emu.find("PodSnapshot", NAMESPACE, snap) is not None
 
 
-def test_gc_checkpoints_keeps_the_newest(tmp_path, cluster, capsys):
+def test_gc_checkpoints_keeps_the_newest(tmp_path, cluster, capsys, monkeypatch):
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))  # this user's key
+    made = jp.checkpoint(namespace={"x": 1}, dir=tmp_path / "src", notebook="a", progress=False)
+    signed = paths.notebook_dir(tmp_path / "src", "a") / made.id
+
+    def checkpoint_at(folder, sign=True):
+        shutil.copytree(signed, folder)
+        if not sign:  # another key's, as far as this user can tell
+            (folder / "manifest.sig").unlink()
+
     root = tmp_path / "checkpoints"
     mine = user_root(root)
-    private_mkdir(mine)  # this user's alone (a folder open to others is refused)
+    durable.makedirs(mine)  # this user's alone (a folder open to others is refused)
     nb = mine / "train.ipynb-0123456789"
     for cid in ("2020-01-01T00-00-00", "2020-01-02T00-00-00", "2099-01-01T00-00-00"):
-        (nb / cid).mkdir(parents=True)
+        checkpoint_at(nb / cid)
+    foreign = nb / "2020-01-03T00-00-00"  # another server's of this Unix user: same folder
+    checkpoint_at(foreign, sign=False)
     only = mine / "eval.ipynb-0123456789" / "2020-01-01T00-00-00"
-    only.mkdir(parents=True)
+    checkpoint_at(only)
     theirs = user_root(root, "someone-else") / "train.ipynb-0123456789" / "2020-01-01T00-00-00"
-    theirs.mkdir(parents=True)
+    checkpoint_at(theirs)
     rc, out = cli(
         cluster,
         "gc",
@@ -336,6 +350,7 @@ def test_gc_checkpoints_keeps_the_newest(tmp_path, cluster, capsys):
     ]
     assert only.exists() and (nb / "2099-01-01T00-00-00").exists()
     assert theirs.exists(), "another user's checkpoints are never expired"
+    assert foreign.exists() and data["foreign"] == ["train.ipynb-0123456789/2020-01-03T00-00-00"]
 
 
 def test_status_of_a_missing_workspace(cluster, capsys):
