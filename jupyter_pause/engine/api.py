@@ -417,7 +417,7 @@ def _write_checkpoint(
     prev, changed = incremental
     try:
         groups, failed = records.pickle_namespace(
-            order, objects_in, set(required), collector, ns, prev, changed
+            order, objects_in, set(required), collector, ns, prev, changed, nbdir
         )
     except records.Unsavable as e:
         raise UnsavableObject(e.name, e.why) from None
@@ -442,7 +442,8 @@ def _write_checkpoint(
             local = [used[i] for i in g.local]
             group_entries.append(GroupEntry(first=len(offsets), storages=local))
             base = w.pos
-            w.write(g.data)
+            for part in g.data.chunks():
+                w.write(part)
             for n, off, firsts in zip(g.names, g.offsets, g.firsts, strict=True):
                 offsets.append(base + off)
                 if g is rng_group:
