@@ -39,7 +39,7 @@ from typing import Any
 import xxhash
 
 from ..formatting import format_bytes, format_seconds
-from . import changes, paths, pickling, records, rerun, rng, signing, store, tensors
+from . import changes, memory, paths, pickling, records, rerun, rng, signing, store, tensors
 from . import handoff as handoff_mod
 from . import lazy as lazy_mod
 from . import namespace as ns_mod
@@ -324,6 +324,7 @@ def checkpoint(
             if n not in required:
                 optional[n] = obj
     tracked_names = set(_TRACKED) & set(required)
+    memory.check()  # near its memory limit: refuse now, rather than be killed half way
 
     try:
         with store.locked(nbdir):
