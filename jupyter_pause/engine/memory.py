@@ -60,7 +60,7 @@ def check() -> None:
 
 def headroom() -> Headroom:
     """The tightest of the limits this process runs under (see the module doc)."""
-    found = [h for h in (*_cgroups(), *_rlimits(), _available()) if h.free is not None]
+    found = [h for h in (*cgroups(), *_rlimits(), _available()) if h.free is not None]
     if not found:
         return Headroom(None, "no memory limit found")
     return min(found, key=lambda h: h.free)
@@ -87,21 +87,24 @@ def _stat(path: Path) -> dict[str, int]:
     return out
 
 
-def _cgroups() -> list[Headroom]:
-    """Free memory under each memory cgroup limit this process lives under."""
+def cgroups(
+    membership: Path = Path("/proc/self/cgroup"), root: Path = CGROUP_ROOT
+) -> list[Headroom]:
+    """Free memory under each memory cgroup limit this process lives under (``membership``
+    lists its cgroups, ``root`` is where the cgroup file systems are mounted)."""
     try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        lines = membership.read_text().splitlines()
     except OSError:
         return []
     out = []
     for line in lines:
         _id, controllers, path = line.split(":", 2)
         if controllers == "":  # v2: one unified hierarchy
-            folder = CGROUP_ROOT / path.lstrip("/")
+            folder = root / path.lstrip("/")
             names = ("memory.max", "memory.current", "memory.stat")
             reclaim = ("file", "-shmem", "-file_dirty", "-file_writeback")
         elif "memory" in controllers.split(","):  # v1
-            folder = CGROUP_ROOT / "memory" / path.lstrip("/")
+            folder = root / "memory" / path.lstrip("/")
             names = ("memory.limit_in_bytes", "memory.usage_in_bytes", "memory.stat")
             reclaim = ("total_cache", "-total_shmem", "-total_dirty", "-total_writeback")
         else:
@@ -110,7 +113,7 @@ def _cgroups() -> list[Headroom]:
             h = _cgroup_headroom(folder, names, reclaim)
             if h is not None:
                 out.append(h)
-            if folder in (CGROUP_ROOT, CGROUP_ROOT / "memory") or folder == folder.parent:
+            if folder in (root, root / "memory") or folder == folder.parent:
                 break
             folder = folder.parent
     return out
