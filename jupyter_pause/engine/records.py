@@ -79,6 +79,10 @@ class Spool:
     def tell(self) -> int:
         return self.size
 
+    @property
+    def on_disk(self) -> bool:
+        return self._file is not None
+
     def chunks(self, size: int = 8 << 20):
         """The records written, as buffers of at most ``size`` bytes."""
         if self._memory is not None:
