@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -39,7 +40,17 @@ class Cgroup:
             self.path.mkdir()
             (self.path / limit_file).write_text(str(limit))
         except OSError as e:
+            self.remove()
             pytest.skip(f"cannot make a memory cgroup here ({e})")
+        # a process must be able to join it (cgroup v2 refuses some placements)
+        joined = subprocess.run(
+            ["sh", "-c", f"echo $$ > {self.path / 'cgroup.procs'} && cat /proc/self/cgroup"],
+            capture_output=True,
+            text=True,
+        )
+        if joined.returncode != 0 or name not in joined.stdout:
+            self.remove()
+            pytest.skip(f"cannot join a memory cgroup here ({joined.stderr.strip()})")
 
     @property
     def oom_kills(self) -> int:
