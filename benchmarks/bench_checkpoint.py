@@ -296,11 +296,20 @@ MIXED_SAVE = {
     "jupyter_pause": """
 import jupyter_pause as jp, pickle, torch
 raw_dt = 0.0
+def _vm(key):  # bytes, from /proc/self/status
+    with open("/proc/self/status") as _f:
+        return next(int(x.split()[1]) * 1024 for x in _f if x.startswith(key + ":"))
 for _step in (("raw", "save") if RAW_FIRST else ("save", "raw")):
     if _step == "save":
+        # peak resident memory of the save beside the namespace: the high-water mark is
+        # reset first (clear_refs 5), then read back (issue #31: goal +64 MiB at most)
+        with open("/proc/self/clear_refs", "w") as _f:
+            _f.write("5")
+        rss_before = _vm("VmRSS")
         t = time.perf_counter()
-        jp.checkpoint(dir=OUT, notebook="mixed", progress=False)
+        _r = jp.checkpoint(dir=OUT, notebook="mixed", progress=False)
         dt = time.perf_counter() - t
+        peak_extra, ns_bytes = _vm("VmHWM") - rss_before, _r.bytes_total
         continue
     # the limit it is paired with: the same bytes (tensors and array from their own memory,
     # the small objects pickled first, untimed) to one new file, fsync'd, in this process
@@ -581,6 +590,10 @@ def print_mixed(mixed: dict) -> None:
     print(f"jupyter_pause save / dd conv=fsync write of its bytes   {fmt(save_r):<24} <= 1.5")
     print(f"jupyter_pause save / raw write + fsync of its own bytes {fmt(raw_r):<24} <= 1.5")
     print(f"jupyter_pause restore / fresh-memory read of its bytes {fmt(load_r):<24} <= 1.5")
+    extra = [peak / (1 << 20) for peak, _ns in mixed["peaks"]]
+    ratio = [(ns + peak) / ns for peak, ns in mixed["peaks"]]
+    print(f"jupyter_pause save: (namespace + peak RSS - RSS before) / namespace {fmt(ratio)}")
+    print(f"jupyter_pause save: peak RSS - RSS before, MiB         {fmt(extra):<24} <= 64")
     for m in mixed["save"]:
         if m != "jupyter_pause":
             print(
@@ -600,6 +613,7 @@ def bench_mixed(args, work: Path, env) -> dict:
     save = {m: [] for m in methods}
     load = {m: [] for m in methods}
     limits = {"write": [], "raw": [], "read": []}  # the disk's own time for our bytes
+    peaks = []  # (our save's peak resident memory over the namespace before it, its bytes)
     sizes = {}
     for rnd in range(args.mixed_rounds):
         order = methods if rnd % 2 == 0 else list(reversed(methods))
@@ -611,11 +625,15 @@ def bench_mixed(args, work: Path, env) -> dict:
             tail = "\nprint(json.dumps({'dt': dt}))"
             if m == "jupyter_pause":
                 head += f"RAW_FIRST = {rnd % 2}\n"
-                tail = "\nprint(json.dumps({'dt': dt, 'raw': raw_dt}))"
+                tail = (
+                    "\nprint(json.dumps({'dt': dt, 'raw': raw_dt, 'peak': peak_extra,"
+                    " 'ns': ns_bytes}))"
+                )
             res = run_child(head + MIXED_SETUP + MIXED_SAVE[m] + tail, env)
             save[m].append(res["dt"])
             if "raw" in res:
                 limits["raw"].append(res["raw"])
+                peaks.append((res["peak"], res["ns"]))
             files = files_under(out)
             sizes[m] = sum(p.stat().st_size for p in files)
             steps = ["load"]
@@ -643,7 +661,7 @@ def bench_mixed(args, work: Path, env) -> dict:
             f"fresh read {limits['read'][-1]:.2f}s)",
             flush=True,
         )
-    return {"save": save, "load": load, "sizes": sizes, "limits": limits}
+    return {"save": save, "load": load, "sizes": sizes, "limits": limits, "peaks": peaks}
 
 
 RECHECKPOINT_CHILD = (

@@ -39,7 +39,7 @@ from typing import Any
 import xxhash
 
 from ..formatting import format_bytes, format_seconds
-from . import changes, paths, pickling, records, rerun, rng, signing, store, tensors
+from . import changes, memory, paths, pickling, records, rerun, rng, signing, store, tensors
 from . import handoff as handoff_mod
 from . import lazy as lazy_mod
 from . import namespace as ns_mod
@@ -324,6 +324,7 @@ def checkpoint(
             if n not in required:
                 optional[n] = obj
     tracked_names = set(_TRACKED) & set(required)
+    memory.check()  # near its memory limit: refuse now, rather than be killed half way
 
     try:
         with store.locked(nbdir):
@@ -417,7 +418,7 @@ def _write_checkpoint(
     prev, changed = incremental
     try:
         groups, failed = records.pickle_namespace(
-            order, objects_in, set(required), collector, ns, prev, changed
+            order, objects_in, set(required), collector, ns, prev, changed, nbdir
         )
     except records.Unsavable as e:
         raise UnsavableObject(e.name, e.why) from None
@@ -442,7 +443,8 @@ def _write_checkpoint(
             local = [used[i] for i in g.local]
             group_entries.append(GroupEntry(first=len(offsets), storages=local))
             base = w.pos
-            w.write(g.data)
+            for part in g.data.chunks():
+                w.write(part)
             for n, off, firsts in zip(g.names, g.offsets, g.firsts, strict=True):
                 offsets.append(base + off)
                 if g is rng_group:

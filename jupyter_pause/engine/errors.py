@@ -195,3 +195,20 @@ class StoreBusy(CheckpointError):
             "notebook is being written (by %checkpoint in its kernel?). Try again when it "
             "finishes, or stop that kernel."
         )
+
+
+class NotEnoughMemory(CheckpointError):
+    """A checkpoint may need more memory than this process may still use (its memory
+    cgroup, rlimits or the machine): refused before anything was written."""
+
+    def __init__(self, needed: int, free: int, limit: str):
+        self.needed = needed
+        self.free = free
+        self.limit = limit
+        mib = 1 << 20
+        super().__init__(
+            f"not enough memory to checkpoint: needs ~{needed / mib:.0f} MiB more, "
+            f"{free / mib:.0f} MiB free under {limit}; free memory (del large variables you "
+            "no longer need) or raise the limit. Nothing was written; the kernel and its "
+            "variables are as they were."
+        )

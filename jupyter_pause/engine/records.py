@@ -32,17 +32,77 @@ from __future__ import annotations
 
 import functools
 import io
+import os
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import pickling
 
+SPOOL_IN_MEMORY = 8 << 20  # a group's pickle beyond this goes to a file, not memory
+
+
+class Spool:
+    """Where a group's records are pickled: memory up to SPOOL_IN_MEMORY bytes, then an
+    unlinked private file in ``scratch`` (the notebook's checkpoint folder), so that a
+    large ``bytes`` object, or 10 million small ones, costs the checkpoint disk, not a
+    second copy in memory (issue #31: a kernel near its memory limit was OOM-killed by
+    its own checkpoint). The pickler hands a large payload over whole, as the object's
+    own buffer: it goes to the file uncopied. Kept by :class:`State` for the next
+    checkpoint to copy."""
+
+    def __init__(self, scratch: str | os.PathLike | None):
+        self._scratch = scratch
+        self._memory: io.BytesIO | None = io.BytesIO()
+        self._file = None
+        self.size = 0
+        self.io_error: OSError | None = None  # a disk problem, not an unpicklable object
+
+    def write(self, b) -> int:
+        n = memoryview(b).nbytes
+        try:
+            spill = self._memory is not None and self._scratch is not None
+            if spill and self.size + n > SPOOL_IN_MEMORY:
+                # 0600 and unlinked; closed with the group
+                self._file = tempfile.TemporaryFile(dir=self._scratch)  # noqa: SIM115
+                with self._memory.getbuffer() as held:
+                    self._file.write(held)
+                self._memory = None
+            (self._file if self._memory is None else self._memory).write(b)
+        except OSError as e:
+            self.io_error = e
+            raise
+        self.size += n
+        return n
+
+    def tell(self) -> int:
+        return self.size
+
+    @property
+    def on_disk(self) -> bool:
+        return self._file is not None
+
+    def chunks(self, size: int = 8 << 20):
+        """The records written, as buffers of at most ``size`` bytes."""
+        if self._memory is not None:
+            with self._memory.getbuffer() as view:
+                for off in range(0, self.size, size):
+                    yield view[off : off + size]
+            return
+        self._file.flush()
+        fd = self._file.fileno()
+        for off in range(0, self.size, size):
+            part = os.pread(fd, min(size, self.size - off), off)
+            if not part:
+                raise OSError(f"the spooled pickle ended at {off} of {self.size} bytes")
+            yield part
+
 
 @dataclass
 class Group:
     names: list[str]
-    data: bytes  # its records, one after the other
+    data: Spool  # its records, one after the other
     offsets: list[int]  # each record's offset in ``data``
     firsts: list[list[int]]  # per record: group positions of the storages it first named
     local: list[int]  # group position -> index in the collector's storages
@@ -77,12 +137,12 @@ def _type_name(obj) -> str:
     return f"{t.__module__}.{t.__qualname__}"
 
 
-def pickle_group(names, objects, collector, ns) -> Group:
+def pickle_group(names, objects, collector, ns, scratch=None) -> Group:
     """Pickle ``names`` as one group (one memo). Raises :class:`Unsavable` naming the
-    first variable that fails."""
+    first variable that fails. ``scratch``: where a large pickle spools (:class:`Spool`)."""
 
     def run(deep: bool) -> Group:
-        buf = io.BytesIO()
+        buf = Spool(scratch)
         pickler = pickling.StatePickler(buf, collector, ns)
         dump = functools.partial(pickling.deep, pickler.dump) if deep else pickler.dump
         collector.begin_group()
@@ -97,11 +157,13 @@ def pickle_group(names, objects, collector, ns) -> Group:
                     raise Unsavable(n, "RecursionError: too deeply nested") from None
                 raise
             except Exception as e:
+                if buf.io_error is not None:
+                    raise buf.io_error from None
                 raise Unsavable(n, pickling.describe(e)) from None
             firsts.append([collector._local_of[i] for i in collector.touched])
         return Group(
             names=list(names),
-            data=buf.getvalue(),
+            data=buf,
             offsets=offsets,
             firsts=firsts,
             local=list(collector.local),
@@ -179,6 +241,7 @@ def _pickle_namespace(
     ns,
     prev: State | None = None,
     changed: set[str] | None = None,
+    scratch=None,
 ) -> tuple[list[Group], dict[str, str]]:
     skipped: dict[str, str] = {}
     groups: list[Group | None] = []
@@ -243,14 +306,14 @@ def _pickle_namespace(
                 if owner.get(i) == h:
                     del owner[i]
         try:
-            merged = pickle_group(members, objects, collector, ns)
+            merged = pickle_group(members, objects, collector, ns, scratch)
         except Unsavable as e:
             if e.name in required:
                 raise
             skipped[e.name] = e.why
             again = [n for n in members if n != e.name]
             for n in again:  # what remains, one by one again (rare: it failed only together)
-                merge(pickle_group([n], objects, collector, ns))
+                merge(pickle_group([n], objects, collector, ns, scratch))
             return
         merge(merged)  # the merged group may now share with yet another one
 
@@ -258,7 +321,7 @@ def _pickle_namespace(
         if n not in dirty:
             continue
         try:
-            g = pickle_group([n], objects, collector, ns)
+            g = pickle_group([n], objects, collector, ns, scratch)
         except Unsavable as e:
             if n in required:
                 raise
@@ -279,15 +342,18 @@ class _Mismatch(Exception):
     pass
 
 
-def pickle_namespace(order, objects, required, collector, ns, prev=None, changed=None):
+def pickle_namespace(
+    order, objects, required, collector, ns, prev=None, changed=None, scratch=None
+):
     """Groups for ``order`` and {name: why} of those that could not be saved. Raises
     :class:`Unsavable` for a required one. With ``prev`` and the names ``changed`` since
-    it was taken, unchanged groups are reused (see the module doc)."""
+    it was taken, unchanged groups are reused (see the module doc). ``scratch``: where
+    large pickles spool (:class:`Spool`)."""
     for g in prev.groups if prev is not None else ():
         g.reused = False
     try:
-        return _pickle_namespace(order, objects, required, collector, ns, prev, changed)
+        return _pickle_namespace(order, objects, required, collector, ns, prev, changed, scratch)
     except _Mismatch:
         for g in prev.groups:
             g.reused = False
-        return _pickle_namespace(order, objects, required, collector, ns)
+        return _pickle_namespace(order, objects, required, collector, ns, scratch=scratch)

@@ -297,3 +297,17 @@ def test_a_thread_still_running_between_cells_makes_a_full_checkpoint(shell, ck)
     res = checkpoint(shell)
     assert res.records_reused == 0
     assert restored(ck)["history"] == [1]
+
+
+def test_a_large_pickle_spooled_to_disk_is_reused_and_restored(shell, ck):
+    """A group whose pickle outgrows records.SPOOL_IN_MEMORY is spooled to an unlinked
+    file (issue #31); the next checkpoint copies its records from there."""
+    run(shell, "import os\nblob = os.urandom(12 << 20)\nn = 1")
+    checkpoint(shell)
+    run(shell, "n = 2")
+    res = checkpoint(shell)
+    assert res.records_reused >= 1  # blob, copied from its spool
+    reused = [g for g in api._STATE[str(Path(res.path).parent)].groups if g.names == ["blob"]]
+    assert reused and reused[0].data.on_disk
+    out = restored(ck)
+    assert out["blob"] == shell.user_ns["blob"] and out["n"] == 2
