@@ -1,0 +1,172 @@
+"""What ML notebooks hold, restored into a process that has imported nothing yet.
+
+Each case is saved from a notebook-like namespace (cell code lives in ``__main__``)
+and restored in a fresh Python process, which checks that none of the case's
+modules is imported before the restore: a test that pre-imports them misses what
+goes wrong while they are imported during it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jupyter_pause as jp
+
+from .conftest import main_ns
+
+
+def restore_fresh(ck, checks: str, *, not_imported=(), before: str = "", path=(), lazy=False):
+    """Restore ``ck``'s latest checkpoint into a fresh process's ``ns`` (``res`` is the
+    result), run ``checks`` there, and fail with its output unless they pass."""
+    script = "\n".join(
+        [
+            "import sys",
+            "import jupyter_pause as jp",
+            f"for name in {list(not_imported)!r}:",
+            "    assert name not in sys.modules, f'{name} was imported before the restore'",
+            textwrap.dedent(before),
+            "ns = {'__name__': '__main__'}",
+            f"res = jp.restore(namespace=ns, progress=False, lazy={lazy!r}, **{ck!r})",
+            textwrap.dedent(checks),
+            "print('OK')",
+        ]
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([*map(str, path), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=240, env=env
+    )
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout + proc.stderr
+
+
+# -------------------------------------------- modules imported during the restore
+
+#: A package whose import, begun on another thread, is still under way when the main
+#: thread imports one of its submodules (as pandas' is when a DataFrame is unpickled):
+#: ``a`` goes on only once the main thread, importing ``b``, waits for ``a``; then ``a``
+#: imports ``b`` in turn. Each thread holds the lock the other waits for, so Python hands
+#: ``a`` a half-built ``b``; the background import fails and takes the package out of
+#: ``sys.modules`` under the main thread (pandas came back as a second, broken module).
+RACEPKG = {
+    "__init__.py": "from . import a  # noqa: F401\n",
+    "_wait.py": '''
+        import sys
+        import threading
+        import time
+
+
+        def main_thread_waits_for(name):
+            """The main thread is blocked on ``name``'s import lock, or joins a thread."""
+            frame = sys._current_frames().get(threading.main_thread().ident)
+            while frame is not None:
+                code = frame.f_code.co_name
+                if code == "_wait_for_tstate_lock":
+                    return True
+                if code == "acquire" and getattr(frame.f_locals.get("self"), "name", "") == name:
+                    return True
+                frame = frame.f_back
+            return False
+
+
+        def until(condition, seconds=30.0):
+            deadline = time.monotonic() + seconds
+            while not condition() and time.monotonic() < deadline:
+                time.sleep(0.002)
+    ''',
+    "a.py": """
+        import threading
+
+        from . import _wait
+
+
+        def x():
+            return "ready"
+
+
+        if threading.current_thread() is not threading.main_thread():
+            _wait.until(lambda: _wait.main_thread_waits_for(__name__))
+        from .b import Thing  # noqa: E402,F401
+    """,
+    "b.py": """
+        from racepkg.a import x
+
+
+        class Thing:
+            def __init__(self, v):
+                self.v = v
+
+            def ready(self):
+                return x()
+    """,
+}
+
+#: the main thread unpickles only once the package's background import has begun
+#: (as it does behind ``import pandas``, which takes far longer than reading a small
+#: checkpoint)
+AFTER_THE_IMPORT_BEGAN = """
+    import time
+    from jupyter_pause.engine import api
+
+    api._IMPORT_SOON.add("racepkg")  # imported in the background, as pandas is
+    _load_groups = api._load_groups
+
+
+    def _load_once_the_import_began(*args):
+        deadline = time.monotonic() + 30
+        while "racepkg.a" not in sys.modules and time.monotonic() < deadline:
+            time.sleep(0.001)
+        return _load_groups(*args)
+
+
+    api._load_groups = _load_once_the_import_began
+"""
+
+
+def test_no_module_is_imported_in_the_background_while_its_objects_are_built(
+    ck, tmp_path, monkeypatch
+):
+    for name, source in RACEPKG.items():
+        (tmp_path / "racepkg").mkdir(exist_ok=True)
+        (tmp_path / "racepkg" / name).write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ns = main_ns("import racepkg\nfrom racepkg.b import Thing\nt = Thing(3)\npair = [t, t]")
+    jp.checkpoint(namespace=ns, progress=False, **ck)
+    for lazy in (False, True):
+        restore_fresh(
+            ck,
+            """
+            assert res.failed == {}, res.failed
+            assert ns["t"].ready() == "ready" and ns["pair"][0] is ns["t"]
+            assert type(ns["t"]) is sys.modules["racepkg"].b.Thing is ns["Thing"]
+            assert ns["racepkg"] is sys.modules["racepkg"]
+            """,
+            not_imported=["racepkg"],
+            before=AFTER_THE_IMPORT_BEGAN,
+            path=[tmp_path],
+            lazy=lazy,
+        )
+
+
+def test_a_dataframe_and_its_shared_index_leave_pandas_whole(ck):
+    ns = main_ns(
+        "import pandas as pd\n"
+        "df = pd.DataFrame({'a': [1, 2, 3], 't': pd.date_range('2026-01-01', periods=3)})\n"
+        "idx = df.index\n"
+    )
+    jp.checkpoint(namespace=ns, progress=False, **ck)
+    for lazy in (False, True):
+        restore_fresh(
+            ck,
+            """
+            import pandas
+            assert res.failed == {}, res.failed
+            assert ns["idx"] is ns["df"].index and ns["pd"] is pandas
+            assert ns["df"].to_json(date_format="iso").startswith('{"a":{"0":1')
+            assert pandas.DataFrame({"b": [1.5]}).to_json() == '{"b":{"0":1.5}}'
+            """,
+            not_imported=["pandas", "numpy"],
+            lazy=lazy,
+        )
