@@ -361,8 +361,14 @@ def reduce_class(cls):
     for k in _SKIP_CLASS_ATTRS:
         d.pop(k, None)
     # class Box(Generic[T]): the bases as written (Generic[T]) rebuild it, the resolved ones
-    # (Generic) do not ("Cannot inherit from plain Generic")
-    bases = d.pop("__orig_bases__", cls.__bases__)
+    # (Generic) do not ("Cannot inherit from plain Generic"). But class P(NamedTuple): the
+    # base written is a function that builds a class from a class body, and refuses the
+    # built class's own dict ("Cannot overwrite NamedTuple attribute __slots__"): those
+    # are rebuilt on their resolved bases (tuple), as any class, their dict set after.
+    bases = cls.__bases__
+    written = d.get("__orig_bases__", ())
+    if written and all(isinstance(b, type) or hasattr(b, "__origin__") for b in written):
+        bases = d.pop("__orig_bases__")
     d.pop("__parameters__", None)  # recomputed by Generic.__init_subclass__
     return (
         _make_class,

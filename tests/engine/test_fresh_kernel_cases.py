@@ -170,3 +170,31 @@ def test_a_dataframe_and_its_shared_index_leave_pandas_whole(ck):
             not_imported=["pandas", "numpy"],
             lazy=lazy,
         )
+
+
+# ------------------------------------------------------------ classes from cells
+
+
+def test_a_typing_namedtuple_class_and_its_instances(ck):
+    ns = main_ns(
+        "from typing import NamedTuple\n"
+        "class Pt(NamedTuple):\n"
+        "    x: int\n"
+        "    y: float = 0.5\n"
+        "    def norm(self):\n"
+        "        return abs(self.x) + self.y\n"
+        "p = Pt(3)\n"
+        "path = [p, Pt(-1, 2.0)]\n"
+    )
+    res = jp.checkpoint(namespace=ns, progress=False, **ck)
+    assert not res.skipped
+    restore_fresh(
+        ck,
+        """
+        assert res.failed == {}, res.failed
+        Pt, p = ns["Pt"], ns["p"]
+        assert type(p) is Pt and p == (3, 0.5) and p.norm() == 3.5 and ns["path"][0] is p
+        assert Pt(1) == Pt(x=1, y=0.5) and Pt._fields == ("x", "y") and Pt.__slots__ == ()
+        assert Pt._make([4, 5])._replace(y=6) == (4, 6) and ns["path"][1].norm() == 3.0
+        """,
+    )
