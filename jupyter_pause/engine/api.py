@@ -32,6 +32,7 @@ import platform
 import sys
 import threading
 import time
+import types
 import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -312,10 +313,11 @@ def checkpoint(
         for n in names:
             obj = _TRACKED[n] if n in _TRACKED else ns[n]
             reason = ns_mod.quick_skip(n, obj, {})
-            if reason and "module" not in reason:
+            modname = ns_mod.module_name(obj) if isinstance(obj, types.ModuleType) else None
+            if reason and modname is None:
                 raise UnsavableObject(n, reason)
             if reason:  # an explicitly named module: remember to re-import it
-                modules[n] = obj.__name__
+                modules[n] = modname
                 continue
             required[n] = obj
     else:
@@ -806,7 +808,7 @@ def restore(
             if alias in ns or (load is not None and alias in load.objects):
                 continue
             try:
-                ns[alias] = importlib.import_module(modname)
+                ns[alias] = ns_mod.reimport(modname)
                 reimported.append(alias)
             except Exception as e:
                 failed[alias] = f"could not re-import module {modname}: {pickling.describe(e)}"

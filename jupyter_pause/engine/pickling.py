@@ -40,6 +40,7 @@ import typing
 import weakref
 from typing import Any
 
+from . import namespace as ns_mod
 from . import tensors
 from .errors import CheckpointError
 
@@ -474,9 +475,11 @@ class StatePickler(pickle.Pickler):
 
     @staticmethod
     def _reduce_module(mod):
-        name = mod.__name__
-        if name == "__main__" or sys.modules.get(name) is not mod:
-            raise pickle.PicklingError(f"module {name!r} cannot be re-imported by name")
+        name = ns_mod.module_name(mod)
+        if name is None:
+            raise pickle.PicklingError(f"module {mod.__name__!r} cannot be re-imported by name")
+        if ":" in name:  # an extension's submodule: an attribute of its package
+            return (ns_mod.reimport, (name,))
         return (importlib.import_module, (name,))
 
     def reducer_override(self, obj):

@@ -198,3 +198,46 @@ def test_a_typing_namedtuple_class_and_its_instances(ck):
         assert Pt._make([4, 5])._replace(y=6) == (4, 6) and ns["path"][1].norm() == 3.0
         """,
     )
+
+
+# ---------------------------------------------------------------------- modules
+
+#: a package whose submodules exist only as its attributes, as an extension module's do
+#: (``from tokenizers import trainers``: Rust code puts them on the package; they are not
+#: in ``sys.modules``; pyo3 names them by their last part only)
+EXTPKG = """
+import types
+
+trainers = types.ModuleType("extpkg.trainers")
+trainers.Bpe = type("Bpe", (), {"__module__": "extpkg.trainers"})
+models = types.ModuleType("models")
+models.kind = "wordpiece"
+"""
+
+
+def test_a_submodule_that_is_only_an_attribute_of_its_package(ck, tmp_path, monkeypatch):
+    (tmp_path / "extpkg.py").write_text(EXTPKG)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ns = main_ns("from extpkg import trainers, models\nkeep = {'m': models, 'n': 1}")
+    res = jp.checkpoint(namespace=ns, progress=False, **ck)
+    assert set(res.skipped) == {"trainers", "models"}  # modules: re-imported, not saved
+    restore_fresh(
+        ck,
+        """
+        import extpkg
+        assert res.failed == {}, res.failed
+        assert ns["trainers"] is extpkg.trainers and ns["trainers"].Bpe.__name__ == "Bpe"
+        assert ns["models"] is extpkg.models and ns["keep"]["m"] is extpkg.models
+        """,
+        not_imported=["extpkg"],
+        path=[tmp_path],
+    )
+
+
+def test_a_module_that_cannot_come_back_is_said_so_when_saving(ck):
+    import types
+
+    ns = main_ns()
+    ns["made"] = types.ModuleType("made_in_a_cell")
+    res = jp.checkpoint(namespace=ns, progress=False, **ck)
+    assert "cannot be imported again" in res.skipped["made"]
