@@ -249,6 +249,10 @@ def reduce_parametrized(module):
     )
 
 
+def _view_as(array, cls):
+    return array.view(cls)
+
+
 def _mappingproxy(d):
     return types.MappingProxyType(d)
 
@@ -420,6 +424,7 @@ class StatePickler(pickle.Pickler):
         if np is not None:
             d[np.ndarray] = collector.reduce_numpy
             d[np.memmap] = self._reduce_memmap
+            d[np.recarray] = self._reduce_recarray
         self._dispatch = d
         self._class_cache: dict[type, Any] = {}
 
@@ -468,6 +473,15 @@ class StatePickler(pickle.Pickler):
                 (os.fspath(a.filename), a.dtype.str, a.mode, a.offset, a.shape, order),
             )
         return self.collector.reduce_numpy(a.view(type=sys.modules["numpy"].ndarray))
+
+    def _reduce_recarray(self, a):
+        """A ``recarray``: its memory saved as a plain array's (so that a view keeps
+        sharing it with its base), viewed as a recarray again at restore."""
+        np = sys.modules["numpy"]
+        if a.dtype.hasobject:
+            self.collector.in_band = True
+            return NotImplemented
+        return (_view_as, (a.view(np.ndarray), type(a)))
 
     @staticmethod
     def _reduce_attr(module, name, obj):

@@ -241,3 +241,33 @@ def test_a_module_that_cannot_come_back_is_said_so_when_saving(ck):
     ns["made"] = types.ModuleType("made_in_a_cell")
     res = jp.checkpoint(namespace=ns, progress=False, **ck)
     assert "cannot be imported again" in res.skipped["made"]
+
+
+# ----------------------------------------------------------------------- arrays
+
+
+def test_a_recarray_view_keeps_sharing_memory_with_its_base(ck):
+    ns = main_ns(
+        "import numpy as np\n"
+        "base = np.zeros(4, dtype=[('x', 'f8'), ('y', 'i4')])\n"
+        "rec = base.view(np.recarray)\n"
+        "rec.x[1] = 2.5\n"
+        "table = np.rec.fromarrays([np.arange(6.0), np.arange(6)], names='a,b')\n"
+        "head = table[:3]\n"
+    )
+    jp.checkpoint(namespace=ns, progress=False, **ck)
+    restore_fresh(
+        ck,
+        """
+        import numpy as np
+        assert res.failed == {}, res.failed
+        base, rec, table, head = ns["base"], ns["rec"], ns["table"], ns["head"]
+        assert type(rec) is np.recarray and rec.x[1] == 2.5 and np.shares_memory(rec, base)
+        rec.y[0] = 7
+        assert base["y"][0] == 7
+        assert type(head) is np.recarray and np.shares_memory(head, table)
+        table.b[2] = 40
+        assert head.b[2] == 40 and head.a.tolist() == [0.0, 1.0, 2.0]
+        """,
+        not_imported=["numpy"],
+    )
