@@ -253,6 +253,21 @@ def _view_as(array, cls):
     return array.view(cls)
 
 
+def reduce_method(method):
+    """A method bound to a class defined in a cell (a ``classmethod`` that pydantic keeps
+    among a model's validators): pickle's default, ``getattr(cls, name)``, runs while the
+    class is still being rebuilt, before its attributes are set (``AttributeError``).
+    Bound again from its function instead, as cloudpickle does."""
+    owner = method.__self__
+    if not (isinstance(owner, type) and _class_by_value(owner)):
+        return NotImplemented
+    return (_bind, (method.__func__, owner))
+
+
+def _bind(func, owner):
+    return types.MethodType(func, owner)
+
+
 def _mappingproxy(d):
     return types.MappingProxyType(d)
 
@@ -405,6 +420,7 @@ class StatePickler(pickle.Pickler):
             property: lambda o: (property, (o.fget, o.fset, o.fdel, o.__doc__)),
             staticmethod: lambda o: (staticmethod, (o.__func__,)),
             classmethod: lambda o: (classmethod, (o.__func__,)),
+            types.MethodType: reduce_method,
             typing.TypeVar: reduce_typevar,
             weakref.ref: reduce_weakref,
             functools._lru_cache_wrapper: reduce_lru_cache,

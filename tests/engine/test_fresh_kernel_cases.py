@@ -200,6 +200,41 @@ def test_a_typing_namedtuple_class_and_its_instances(ck):
     )
 
 
+def test_a_pydantic_model_with_a_field_validator(ck):
+    ns = main_ns(
+        "from pydantic import BaseModel, field_validator\n"
+        "class Run(BaseModel):\n"
+        "    name: str\n"
+        "    lr: float = 0.1\n"
+        "    @field_validator('name')\n"
+        "    @classmethod\n"
+        "    def lower(cls, v):\n"
+        "        return v.lower()\n"
+        "    def tag(self):\n"
+        "        return f'{self.name}@{self.lr}'\n"
+        "run = Run(name='ABC', lr=0.5)\n"
+    )
+    res = jp.checkpoint(namespace=ns, progress=False, **ck)
+    assert not res.skipped
+    restore_fresh(
+        ck,
+        """
+        import pydantic
+        assert res.failed == {}, res.failed
+        Run, run = ns["Run"], ns["run"]
+        assert type(run) is Run and run.tag() == "abc@0.5" and list(Run.model_fields) == ["name", "lr"]
+        assert Run(name="XY").name == "xy" and Run.model_validate({"name": "Q"}).tag() == "q@0.1"
+        try:
+            Run(name=3)
+        except pydantic.ValidationError:
+            pass
+        else:
+            raise AssertionError("the restored model no longer validates")
+        """,
+        not_imported=["pydantic"],
+    )
+
+
 # ---------------------------------------------------------------------- modules
 
 #: a package whose submodules exist only as its attributes, as an extension module's do
