@@ -402,10 +402,18 @@ def reduce_class(cls):
 
 # ----------------------------------------------------------------- the pickler
 class StatePickler(pickle.Pickler):
-    def __init__(self, file, collector: tensors.Collector, namespace: dict | None):
+    def __init__(
+        self,
+        file,
+        collector: tensors.Collector,
+        namespace: dict | None,
+        check_classes: bool = True,
+    ):
         super().__init__(file, protocol=PROTOCOL)
         self.collector = collector
         self.namespace = namespace
+        #: try to rebuild each class saved by value before calling it saved (check_rebuilds)
+        self.check_classes = check_classes
         torch = sys.modules.get("torch")
         np = sys.modules.get("numpy")
         self._tensor_base = torch.Tensor if torch is not None else None
@@ -526,6 +534,8 @@ class StatePickler(pickle.Pickler):
             if cls.__module__ == "torch.nn.utils.parametrize" and hasattr(obj, "parametrizations"):
                 return reduce_parametrized(obj)
         if isinstance(obj, type) and _class_by_value(obj):
+            if self.check_classes:
+                check_rebuilds(obj, self.namespace)
             return reduce_class(obj)
         return NotImplemented
 
@@ -625,6 +635,42 @@ def probe(obj, namespace) -> str | None:
 def describe(e: BaseException) -> str:
     text = f"{type(e).__name__}: {e}"
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+#: class saved by value -> (its ``__dict__`` entries when tried, why it did not rebuild)
+_REBUILDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def check_rebuilds(cls: type, namespace: dict | None) -> None:
+    """Refuse (``PicklingError``) a class saved by value that does not rebuild from its
+    own pickle, so that a checkpoint never calls saved what it can already tell will not
+    load (a metaclass that reads the class body, an attribute looked up on the class
+    while it is rebuilt). The class is rebuilt once, into a scratch namespace, and the
+    verdict kept until its ``__dict__`` changes. Classes holding tensor data are not
+    tried: only a restore has their buffers."""
+    entries = tuple((k, id(v)) for k, v in cls.__dict__.items())
+    known = _REBUILDS.get(cls)
+    if known is None or known[0] != entries:
+        known = _REBUILDS[cls] = (entries, _rebuild_fails(cls, namespace))
+    if known[1] is not None:
+        raise pickle.PicklingError(f"class {cls.__qualname__} would not load again: {known[1]}")
+
+
+def _rebuild_fails(cls: type, namespace: dict | None) -> str | None:
+    buf = io.BytesIO()
+    collector = tensors.Collector()
+    try:
+        StatePickler(buf, collector, namespace, check_classes=False).dump(cls)
+    except Exception:
+        return None  # it does not pickle: saving it says why
+    if collector.storages:
+        return None
+    no_data = types.SimpleNamespace(rebuild_tensor=None, rebuild_array=None)
+    try:
+        StateUnpickler(io.BytesIO(buf.getvalue()), no_data, {"__name__": "__main__"}).load()
+    except Exception as e:
+        return describe(e)
+    return None
 
 
 # ----------------------------------------------------------------- the unpickler

@@ -235,6 +235,35 @@ def test_a_pydantic_model_with_a_field_validator(ck):
     )
 
 
+STRICT = """
+class Strict(type):  # a metaclass that reads the class body, as ORMs and validators do
+    def __new__(mcls, name, bases, body):
+        if "fields" not in body:
+            raise TypeError("a Strict class needs its fields")
+        return super().__new__(mcls, name, bases, body)
+
+class Form(metaclass=Strict):
+    fields = ("name",)
+
+form = Form()
+kept = [1, 2]
+"""
+
+
+def test_a_class_that_would_not_load_is_not_called_saved(ck):
+    res = jp.checkpoint(namespace=main_ns(STRICT), progress=False, **ck)
+    why = "class Form would not load again: TypeError: a Strict class needs its fields"
+    assert why in res.skipped["Form"] and why in res.skipped["form"]
+    assert "Strict" not in res.skipped and "kept" not in res.skipped
+    restore_fresh(
+        ck,
+        """
+        assert res.failed == {} and ns["kept"] == [1, 2], res.failed
+        assert {"Form", "form"} <= set(res.skipped) and "form" not in ns
+        """,
+    )
+
+
 # ---------------------------------------------------------------------- modules
 
 #: a package whose submodules exist only as its attributes, as an extension module's do
