@@ -219,6 +219,32 @@ def _open_memmap(filename, dtype, mode, offset, shape, order):
     )
 
 
+def _identity(filename) -> tuple[int, int, int, int]:
+    st = os.stat(filename)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _open_memmap_slice(filename, identity, mode, start, span, first, dtype, shape, strides):
+    """A slice of a memmap: the ``span`` bytes it reaches from ``start`` in the file,
+    mapped again, and viewed as it was (``first`` bytes in, with its strides)."""
+    import numpy as np
+
+    if os.path.exists(filename) and _identity(filename) != tuple(identity):
+        raise CheckpointError(
+            f"it is a slice of a numpy.memmap of {filename}, which changed since the "
+            "checkpoint (another file, size or modification time); its data was not saved"
+        )
+    whole = _open_memmap(filename, np.uint8, mode, start, (max(span, 1),), "C")
+    view = np.ndarray.__new__(np.memmap, shape, dtype, buffer=whole, offset=first, strides=strides)
+    view._mmap, view.filename, view.mode, view.offset = (
+        whole._mmap,
+        whole.filename,
+        whole.mode,
+        start + first,
+    )
+    return view
+
+
 def _make_parametrized(cls):
     return cls.__new__(cls)
 
@@ -483,20 +509,38 @@ class StatePickler(pickle.Pickler):
 
     def _reduce_memmap(self, a):
         """A ``numpy.memmap`` that maps a whole file region comes back as a memmap of that
-        file (its data is the file's, not the checkpoint's); a slice of one, or a
-        copy-on-write map whose changes live only in memory, is saved as an array."""
+        file (its data is the file's, not the checkpoint's). A slice of one comes back as
+        a memmap of the bytes it spans, checked against the file's identity (device,
+        inode, size, modification time): neither is written into the checkpoint. A
+        copy-on-write map, whose changes live only in memory, is saved as an array (a
+        slice of one as a copy of the slice alone)."""
         import mmap
 
+        np = sys.modules["numpy"]
         self.collector.in_band = True  # its data lives in its own file: re-pickle it
-        if isinstance(a.base, mmap.mmap) and a.filename and a.mode != "c":
-            if a.mode in ("r+", "w+"):
-                a.flush()
+        root = a
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        if not (isinstance(root, np.memmap) and isinstance(root.base, mmap.mmap)):
+            return self.collector.reduce_numpy(a.view(type=np.ndarray))
+        if not root.filename or root.mode == "c" or (root is not a and not a.size):
+            view = a.view(type=np.ndarray)
+            return self.collector.reduce_numpy(view if root is a else np.array(view))
+        if root.mode in ("r+", "w+"):
+            root.flush()
+        filename = os.fspath(root.filename)
+        if root is a:
             order = "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
-            return (
-                _open_memmap,
-                (os.fspath(a.filename), a.dtype.str, a.mode, a.offset, a.shape, order),
-            )
-        return self.collector.reduce_numpy(a.view(type=sys.modules["numpy"].ndarray))
+            return (_open_memmap, (filename, a.dtype.str, a.mode, a.offset, a.shape, order))
+        lo = hi = a.__array_interface__["data"][0]
+        for n, stride in zip(a.shape, a.strides, strict=False):
+            lo += min(0, stride * (n - 1))
+            hi += max(0, stride * (n - 1))
+        start = root.offset + lo - root.__array_interface__["data"][0]
+        first = a.__array_interface__["data"][0] - lo
+        span = hi + a.itemsize - lo if a.size else 0
+        where = (filename, _identity(filename), root.mode, start, span)
+        return (_open_memmap_slice, (*where, first, a.dtype.str, a.shape, a.strides))
 
     def _reduce_recarray(self, a):
         """A ``recarray``: its memory saved as a plain array's (so that a view keeps

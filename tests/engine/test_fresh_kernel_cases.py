@@ -335,3 +335,42 @@ def test_a_recarray_view_keeps_sharing_memory_with_its_base(ck):
         """,
         not_imported=["numpy"],
     )
+
+
+def test_a_slice_of_a_memmap_comes_back_mapped_from_its_file(ck, tmp_path):
+    import numpy as np
+
+    path = tmp_path / "big.f32"
+    mm = np.memmap(path, dtype="float32", mode="w+", shape=(4096, 4096))  # 64 MiB
+    mm[100:104] = np.arange(4 * 4096, dtype="float32").reshape(4, 4096)
+    mm[:, 7] = 7
+    ns = main_ns()
+    ns.update(rows=mm[100:104], col=mm[:, 7], tail=mm[-1, ::-512])
+    res = jp.checkpoint(namespace=ns, progress=False, **ck)
+    assert not res.skipped and res.bytes_written < 64 * 1024  # the file is 64 MiB
+    del ns, mm
+    restore_fresh(
+        ck,
+        f"""
+        import numpy as np
+        assert res.failed == {{}}, res.failed
+        rows, col, tail = ns["rows"], ns["col"], ns["tail"]
+        for a in (rows, col, tail):
+            assert type(a) is np.memmap and a.filename == {str(path)!r}
+        assert rows.shape == (4, 4096) and rows[3, 4095] == 4 * 4096 - 1
+        assert col.shape == (4096,) and (col == 7).all() and tail.shape == (8,)
+        rows[0, 0] = -1
+        rows.flush()
+        again = np.memmap({str(path)!r}, dtype="float32", mode="r", shape=(4096, 4096))
+        assert again[100, 0] == -1 and again[100, 7] == 7
+        """,
+        not_imported=["numpy"],
+    )
+    os.utime(path, ns=(0, 0))  # the file changed: the slices' bytes are no longer known
+    restore_fresh(
+        ck,
+        """
+        assert set(res.failed) == {"rows", "col", "tail"}, res.failed
+        assert "changed since the checkpoint" in res.failed["rows"]
+        """,
+    )
