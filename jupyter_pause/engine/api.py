@@ -712,7 +712,7 @@ def restore(
                     lazy,
                     defer_torch,
                     handoff,
-                    imports,
+                    imports=imports,
                 )
                 break
             except (CorruptCheckpoint, UntrustedCheckpoint) as e:
@@ -853,7 +853,8 @@ def _read_verified(
     lazy=False,
     defer_torch=False,
     handoff=None,
-    imports=None,
+    *,
+    imports: _BackgroundImports,
 ):
     """Everything a restore needs from one checkpoint, verified (signature, binding, pickle
     HMAC, every needed tensor's hash) before anything is unpickled. With ``partial``,
@@ -862,7 +863,6 @@ def _read_verified(
     ``handoff``: the server's memory of this checkpoint's large files (handoff.py).
     ``imports``: where the modules the restore will need start importing."""
     m = store.read_manifest(nbdir, checkpoint_id, trust=trust)
-    imports = imports if imports is not None else _BackgroundImports()
     if not defer_torch:
         imports.start(m)  # while the pickle is verified and the tensors read
     unknown = [n for n in names if n not in m.objects]
