@@ -234,7 +234,7 @@ def _open_memmap_slice(filename, identity, mode, start, span, first, dtype, shap
             f"it is a slice of a numpy.memmap of {filename}, which changed since the "
             "checkpoint (another file, size or modification time); its data was not saved"
         )
-    whole = _open_memmap(filename, np.uint8, mode, start, (max(span, 1),), "C")
+    whole = _open_memmap(filename, np.uint8, mode, start, (span,), "C")
     view = np.ndarray.__new__(np.memmap, shape, dtype, buffer=whole, offset=first, strides=strides)
     view._mmap, view.filename, view.mode, view.offset = (
         whole._mmap,
@@ -538,7 +538,7 @@ class StatePickler(pickle.Pickler):
             hi += max(0, stride * (n - 1))
         start = root.offset + lo - root.__array_interface__["data"][0]
         first = a.__array_interface__["data"][0] - lo
-        span = hi + a.itemsize - lo if a.size else 0
+        span = hi + a.itemsize - lo
         where = (filename, _identity(filename), root.mode, start, span)
         return (_open_memmap_slice, (*where, first, a.dtype.str, a.shape, a.strides))
 
