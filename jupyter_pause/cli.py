@@ -20,6 +20,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "jupyter_pause.commands.where",
         "show the pause state of notebooks (local server) or a workspace (Kubernetes)",
     ),
+    "pause": (
+        "jupyter_pause.commands.where",
+        "pause a notebook (local server): checkpoint it, then stop its kernel and free its GPU",
+    ),
     "resume": (
         "jupyter_pause.commands.where",
         "resume a paused notebook (local server) or workspace (Kubernetes)",

@@ -28,6 +28,19 @@ def _error(e: Exception):
     return UsageError(f"{type(e).__name__}: {e}")
 
 
+def _parse(magic, line: str):
+    """The magic's arguments, or None once ``--help`` has printed its help (IPython's
+    magic parsers have no ``--help`` of their own: each magic declares one)."""
+    args = parse_argstring(magic, line)
+    if args.help:
+        print(magic.parser.format_help())
+        return None
+    return args
+
+
+_help = argument("-h", "--help", action="store_true", help="print this help and return")
+
+
 @magics_class
 class PauseMagics(Magics):
     """Checkpoint and restore the live state of this kernel."""
@@ -42,10 +55,13 @@ class PauseMagics(Magics):
     @argument("--keep", type=int, default=None, help="keep the last N checkpoints (default 3)")
     @argument("--trust", action="store_true", help="build on unsigned older checkpoints")
     @argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+    @_help
     @line_magic
     def checkpoint(self, line=""):
         """Save the kernel's state: ``%checkpoint``, ``%checkpoint model opt``, ``%checkpoint --list``."""
-        args = parse_argstring(self.checkpoint, line)
+        args = _parse(self.checkpoint, line)
+        if args is None:
+            return None
         from .engine import api
         from .engine.errors import CheckpointError
 
@@ -123,10 +139,13 @@ class PauseMagics(Magics):
         help="read every tensor before returning (default: large ones in the background)",
     )
     @argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+    @_help
     @line_magic
     def restore(self, line=""):
         """Restore state: ``%restore``, ``%restore 2026-11-30T18-02-11 model``, ``--device cpu``."""
-        args = parse_argstring(self.restore, line)
+        args = _parse(self.restore, line)
+        if args is None:
+            return None
         from .engine import api
         from .engine.errors import CheckpointError
 
@@ -183,6 +202,7 @@ class PauseMagics(Magics):
         metavar="TIME",
         help="resume by itself then: 08:45, tomorrow 08:45, monday 08:45, in 2h, or ISO 8601",
     )
+    @_help
     @line_magic
     def pause(self, line=""):
         """Pause this notebook: once this cell returns, checkpoint, stop the kernel, free the GPU.
@@ -191,7 +211,9 @@ class PauseMagics(Magics):
         button), so the kernel must have been started by a Jupyter server
         with jupyter-pause enabled.
         """
-        args = parse_argstring(self.pause, line)
+        args = _parse(self.pause, line)
+        if args is None:
+            return None
         resume_at = None
         if args.resume_at:
             try:

@@ -28,7 +28,7 @@ MAX_AHEAD = 31 * 86400.0
 KINDS = ("scheduled", "predicted")
 
 _CLOCK = re.compile(
-    r"^(?:(today|tomorrow|mon|tue|wed|thu|fri|sat|sun)[a-z]*\s+)?(\d{1,2}):(\d{2})$"
+    r"^(?:(today|tomorrow|mon|tue|wed|thu|fri|sat|sun)[a-z]*\s+)?(\d{1,2}):(\d{2})(?::(\d{2}))?$"
 )
 _RELATIVE = re.compile(r"^(?:in\s+|\+)(\d+(?:\.\d+)?)\s*(s|m|min|h)$")
 _WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -71,8 +71,8 @@ def parse_resume_at(value: Any, now: float, tz: tzinfo | None = None) -> float:
     """Epoch seconds for a resume time as people write it.
 
     Accepted: epoch seconds (a number); an ISO 8601 date and time (without an
-    offset it is local time in ``tz``); ``08:45`` (the next 08:45 from
-    ``now``); ``tomorrow 08:45``; a weekday and a time (``monday 08:45``, the
+    offset it is local time in ``tz``); ``08:45`` or ``08:45:30`` (the next
+    such time from ``now``); ``tomorrow 08:45``; a weekday and a time (``monday 08:45``, the
     next such day, today included if still ahead); ``in 2h`` / ``+30m``.
     The time must be in the future and at most 31 days ahead; anything else,
     a date this machine's clock cannot convert (``0001-01-01``) or a number
@@ -110,8 +110,8 @@ def _parse_text(text: str, now: float, tz: tzinfo | None) -> float:
         amount, unit = float(m[1]), m[2]
         return now + amount * {"s": 1, "m": 60, "min": 60, "h": 3600}[unit]
     if m := _CLOCK.match(text):
-        day_word, hour, minute = m[1], int(m[2]), int(m[3])
-        if hour > 23 or minute > 59:
+        day_word, hour, minute, second = m[1], int(m[2]), int(m[3]), int(m[4] or 0)
+        if hour > 23 or minute > 59 or second > 59:
             raise ScheduleError(_usage(text))
         today = local_now.date()
         if day_word == "today":
@@ -124,7 +124,7 @@ def _parse_text(text: str, now: float, tz: tzinfo | None) -> float:
         else:
             candidates = [today, today + timedelta(days=1)]
         for day in candidates:
-            at = _wall_clock(day, hour, minute, tz)
+            at = _wall_clock(day, hour, minute, second, tz)
             if at > now or day_word in ("today", "tomorrow"):
                 return at
         return at
@@ -137,14 +137,14 @@ def _parse_text(text: str, now: float, tz: tzinfo | None) -> float:
     return parsed.timestamp()  # a naive time is this machine's local time
 
 
-def _wall_clock(day: date, hour: int, minute: int, tz: tzinfo | None) -> float:
+def _wall_clock(day: date, hour: int, minute: int, second: int, tz: tzinfo | None) -> float:
     """The wall-clock time on that day in ``tz`` (this machine's zone when None),
     daylight saving included."""
-    return datetime(day.year, day.month, day.day, hour, minute, tzinfo=tz).timestamp()
+    return datetime(day.year, day.month, day.day, hour, minute, second, tzinfo=tz).timestamp()
 
 
 def _usage(value: Any) -> str:
     return (
-        f"cannot read {value!r} as a resume time; write 08:45, tomorrow 08:45, "
+        f"cannot read {value!r} as a resume time; write 08:45 (or 08:45:30), tomorrow 08:45, "
         "monday 08:45, in 2h, an ISO date and time (2026-12-02T08:45), or epoch seconds"
     )

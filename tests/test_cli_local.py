@@ -1,4 +1,4 @@
-"""``jupyter pause status | list | resume`` against a real Jupyter server on this
+"""``jupyter pause status | list | pause | resume`` against a real Jupyter server on this
 machine, found as ``jupyter server list`` finds it; and a fast, clear failure when
 there is nothing to talk to."""
 
@@ -22,7 +22,9 @@ def nowhere(tmp_path, monkeypatch):
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
 
 
-@pytest.mark.parametrize("command", [["status"], ["list"], ["resume", "nb.ipynb"]])
+@pytest.mark.parametrize(
+    "command", [["status"], ["list"], ["pause", "nb.ipynb"], ["resume", "nb.ipynb"]]
+)
 def test_nothing_to_talk_to_fails_fast_and_says_so(nowhere, capsys, command):
     started = time.monotonic()
     assert main(command) == 1
@@ -58,7 +60,12 @@ def test_the_server_logs_the_policy_in_force_at_start_up(local_server):
     assert "never: never acts" in line
 
 
-def test_status_list_and_resume_on_the_local_server(local_server, capsys):
+def test_pause_is_refused_on_kubernetes_with_where_to_pause_instead(nowhere, capsys, tmp_path):
+    assert main(["pause", "nb.ipynb", "--kubeconfig", str(tmp_path / "kubeconfig")]) == 1
+    assert "paused by the notebook server inside it" in capsys.readouterr().err
+
+
+def test_status_list_pause_and_resume_on_the_local_server(local_server, capsys):
     server, client = local_server
     nb = {
         "cells": [],
@@ -74,7 +81,10 @@ def test_status_list_and_resume_on_the_local_server(local_server, capsys):
     (session,) = json.loads(capsys.readouterr().out)
     assert session["path"] == "nb.ipynb" and session["state"] == "running"
 
-    assert client.wait(client.pause("nb.ipynb"))["outcome"] == "succeeded"
+    assert main(["pause", "missing.ipynb"]) == 1
+    assert "missing.ipynb" in capsys.readouterr().err
+    assert main(["pause", "nb.ipynb", "--wait"]) == 0
+    assert capsys.readouterr().out.strip() == "nb.ipynb: pause succeeded"
     assert main(["status", "nb.ipynb"]) == 0
     assert "paused" in capsys.readouterr().out
 
@@ -102,3 +112,10 @@ def test_status_list_and_resume_on_the_local_server(local_server, capsys):
     # an unknown notebook: a clear message, not a traceback
     assert main(["resume", "missing.ipynb"]) == 1
     assert "missing.ipynb" in capsys.readouterr().err
+
+    # paused again, to resume by itself at a set time
+    assert main(["pause", "nb.ipynb", "--wait", "--resume-at", "tomorrow", "08:45:30"]) == 0
+    assert "pause succeeded; resumes at" in capsys.readouterr().out
+    session = client.session_status("nb.ipynb")
+    assert session["state"] == "paused"
+    assert time.localtime(session["schedule"]["at"])[3:6] == (8, 45, 30)

@@ -1,5 +1,7 @@
-"""The frontend's list of lifecycle states is the server's, in the same order."""
+"""The frontend's list of lifecycle states is the server's, in the same order; the README
+names what the frontend puts in the notebook toolbar."""
 
+import json
 import re
 from pathlib import Path
 
@@ -17,3 +19,23 @@ def typescript_states() -> list[str]:
 
 def test_typescript_states_equal_the_python_enum():
     assert typescript_states() == [s.value for s in State]
+
+
+def test_the_readme_names_the_toolbar_buttons_the_schema_puts_there():
+    """README.md's "**Pause** and **Resume** in the notebook toolbar" lists the labels
+    of the commands labextension/schema/plugin.json puts in the toolbar, and no other."""
+    root = Path(__file__).parents[1]
+    schema = json.loads((root / "labextension" / "schema" / "plugin.json").read_text())
+    in_toolbar = {item["command"] for item in schema["jupyter.lab.toolbars"]["Notebook"]}
+    source = (root / "labextension" / "src" / "index.ts").read_text()
+    ids = dict(re.findall(r"^\s+(\w+): '(jupyter-pause:[\w-]+)',?$", source, re.M))
+    labels = {
+        ids[key]: label
+        for key, label in re.findall(
+            r"addCommand\(CommandIDs\.(\w+), \{\s*label: trans\.__\('([^']+)'\)", source
+        )
+    }
+    readme = (root / "README.md").read_text()
+    claim = re.search(r"In JupyterLab:(.*?) in the notebook\s+toolbar", readme, re.S)
+    assert claim, "README.md no longer says what is in the notebook toolbar"
+    assert set(re.findall(r"\*\*(.+?)\*\*", claim[1])) == {labels[c] for c in in_toolbar}

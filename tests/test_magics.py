@@ -72,6 +72,18 @@ def test_errors_are_usage_errors(ip):
         ip.run_line_magic("checkpoint", "missing")
 
 
+@pytest.mark.parametrize(
+    "magic, option", [("checkpoint", "--keep"), ("restore", "--device"), ("pause", "--resume-at")]
+)
+def test_help_prints_the_options_and_does_nothing_else(ip, env, capsys, magic, option):
+    ip.run_cell("x = 1")
+    for flag in ("--help", "-h"):
+        assert ip.run_line_magic(magic, flag) is None
+        out = capsys.readouterr().out
+        assert f"%{magic} [" in out and option in out and "--help" in out
+    assert not (env / "ck").exists()  # nothing saved, nothing restored
+
+
 def test_dir_and_trust_options(ip, env):
     other = env / "elsewhere"
     ip.run_cell("z = 3")

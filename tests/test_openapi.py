@@ -114,6 +114,34 @@ def test_the_spec_is_valid_openapi(spec):
             assert "400" in codes, f"{where}: a bad body or path gets 400"
 
 
+DOCUMENTS = [
+    SPEC_FILE.parents[1] / "README.md",
+    *sorted((SPEC_FILE.parents[1] / "docs").glob("*.md")),
+]
+DOC_REQUEST = re.compile(r"\b(GET|POST|PUT|PATCH|DELETE) jupyter-pause/api/([^`\s]*)")
+
+
+def test_the_requests_the_docs_name_are_in_the_spec(spec):
+    """``GET jupyter-pause/api/report?since=&until=`` in a document: that method, that
+    path and those query parameters are in the spec."""
+    named = [
+        (doc.name, m[1], m[2]) for doc in DOCUMENTS for m in DOC_REQUEST.finditer(doc.read_text())
+    ]
+    assert named
+    for doc, method, request in named:
+        path, _, query = request.partition("?")
+        templates = [
+            p for p in spec["paths"] if re.fullmatch(re.sub(r"\{\w+\}", "[^/]+", p), "/" + path)
+        ]
+        where = f"{doc}: {method} {request}"
+        assert templates, where
+        op = spec["paths"][templates[0]].get(method.lower())
+        assert op is not None, where
+        params = {resolve(spec, p)["name"] for p in op.get("parameters", [])}
+        for pair in filter(None, query.split("&")):
+            assert pair.partition("=")[0] in params, where
+
+
 def test_enums_match_the_code(spec):
     schemas = spec["components"]["schemas"]
     assert schemas["EventType"]["enum"] == [t.value for t in EventType]

@@ -43,6 +43,9 @@ NOW = at("2026-12-01T18:00:00")
     [
         ("08:45", "2026-12-02T08:45:00"),  # already past today: tomorrow
         ("19:30", "2026-12-01T19:30:00"),  # still ahead today
+        ("14:00:43", "2026-12-02T14:00:43"),  # with seconds
+        ("19:30:05", "2026-12-01T19:30:05"),
+        ("tomorrow 08:45:30", "2026-12-02T08:45:30"),
         ("tomorrow 08:45", "2026-12-02T08:45:00"),
         ("Monday 08:45", "2026-12-07T08:45:00"),
         ("tue 19:00", "2026-12-01T19:00:00"),  # today, still ahead
@@ -74,6 +77,8 @@ def test_daylight_saving_keeps_the_wall_clock():
     [
         ("noon", "cannot read"),
         ("25:00", "cannot read"),
+        ("08:45:60", "cannot read"),
+        ("08:45:7", "cannot read"),
         (True, "cannot read"),
         ([8, 45], "cannot read"),
         (float("nan"), "cannot read"),

@@ -1,11 +1,11 @@
-"""``jupyter pause status | list | resume`` against a Jupyter server on this machine.
+"""``jupyter pause status | list | pause | resume | schedule`` against a Jupyter server on this machine.
 
 The server is found as ``jupyter server list`` finds it (its runtime files),
 or named with ``--url``; only servers with jupyter-pause answer.  NOTEBOOK is
 a path relative to the server's root.
 
 Exit codes: 0 done; 1 error (nothing to talk to, unknown notebook, a failed
-resume).
+pause or resume).
 """
 
 from __future__ import annotations
@@ -121,6 +121,30 @@ def cmd_list(client: PauseClient, args) -> int:
     return 0
 
 
+def cmd_pause(client: PauseClient, args) -> int:
+    """The same pause as the toolbar's: checkpoint, then stop the kernel; a running cell
+    is waited for briefly, and interrupted only with ``--force``."""
+    from ..schedule import parse_resume_at
+
+    try:
+        resume_at = (
+            parse_resume_at(" ".join(args.resume_at), time.time()) if args.resume_at else None
+        )
+        op = client.pause(args.workspace, force=args.force, resume_at=resume_at)
+        if args.wait:
+            op = client.wait(op, timeout=args.timeout)
+    except (ClientError, ValueError, TimeoutError) as e:
+        print(f"jupyter pause pause: {e}", file=sys.stderr)
+        return 1
+    text = f"{args.workspace}: pause {op['outcome']}" + (
+        f": {op['error']}" if op.get("error") else ""
+    )
+    if resume_at is not None and op["outcome"] != "failed":
+        text += f"; resumes at {_when(resume_at)}"
+    _emit(args, op, text)
+    return 1 if op["outcome"] == "failed" else 0
+
+
 def cmd_resume(client: PauseClient, args) -> int:
     try:
         op = client.resume(args.workspace)
@@ -162,5 +186,5 @@ def run(args: argparse.Namespace) -> int:
     except NoServer as e:
         print(f"jupyter pause {args.command}: {e}", file=sys.stderr)
         return 1
-    commands = {"status": cmd_status, "list": cmd_list, "resume": cmd_resume}
+    commands = {"status": cmd_status, "list": cmd_list, "pause": cmd_pause, "resume": cmd_resume}
     return {**commands, "schedule": cmd_schedule}[args.command](client, args)

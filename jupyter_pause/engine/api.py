@@ -30,7 +30,9 @@ import keyword
 import os
 import platform
 import sys
+import threading
 import time
+import types
 import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -311,10 +313,11 @@ def checkpoint(
         for n in names:
             obj = _TRACKED[n] if n in _TRACKED else ns[n]
             reason = ns_mod.quick_skip(n, obj, {})
-            if reason and "module" not in reason:
+            modname = ns_mod.module_name(obj) if isinstance(obj, types.ModuleType) else None
+            if reason and modname is None:
                 raise UnsavableObject(n, reason)
             if reason:  # an explicitly named module: remember to re-import it
-                modules[n] = obj.__name__
+                modules[n] = modname
                 continue
             required[n] = obj
     else:
@@ -689,6 +692,7 @@ def restore(
     lazy = bool(lazy) and not names and not partial
     # a fresh kernel: what needs torch waits for its import in the background (lazy.py)
     defer_torch = lazy and not lazy_mod.module_ready("torch")
+    imports = _BackgroundImports()
 
     with store.locked(nbdir, shared=True):
         ids = store.checkpoint_ids(nbdir)
@@ -710,6 +714,7 @@ def restore(
                     lazy,
                     defer_torch,
                     handoff,
+                    imports=imports,
                 )
                 break
             except (CorruptCheckpoint, UntrustedCheckpoint) as e:
@@ -755,6 +760,7 @@ def restore(
     if later:  # groups that need torch are unpickled once it is imported (lazy.Later)
         deferred = later.records
         to_load = [r for r in to_load if r not in deferred]
+    imports.wait()  # no module is imported in the background while its objects are built
     objs, failures = _load_groups(data, m, to_load, loader, ns, by_record)
     failed = {by_record[i]: why for i, why in failures.items() if i in by_record}
     if names and any(n in failed for n in wanted) and not partial:
@@ -804,7 +810,7 @@ def restore(
             if alias in ns or (load is not None and alias in load.objects):
                 continue
             try:
-                ns[alias] = importlib.import_module(modname)
+                ns[alias] = ns_mod.reimport(modname)
                 reimported.append(alias)
             except Exception as e:
                 failed[alias] = f"could not re-import module {modname}: {pickling.describe(e)}"
@@ -849,15 +855,18 @@ def _read_verified(
     lazy=False,
     defer_torch=False,
     handoff=None,
+    *,
+    imports: _BackgroundImports,
 ):
     """Everything a restore needs from one checkpoint, verified (signature, binding, pickle
     HMAC, every needed tensor's hash) before anything is unpickled. With ``partial``,
     tensor files that fail their hash are left out and named instead of failing it all.
     ``defer_torch`` (lazy only): what needs torch is left for after its import.
-    ``handoff``: the server's memory of this checkpoint's large files (handoff.py)."""
+    ``handoff``: the server's memory of this checkpoint's large files (handoff.py).
+    ``imports``: where the modules the restore will need start importing."""
     m = store.read_manifest(nbdir, checkpoint_id, trust=trust)
     if not defer_torch:
-        _import_soon(m)  # while the pickle is verified and the tensors read
+        imports.start(m)  # while the pickle is verified and the tensors read
     unknown = [n for n in names if n not in m.objects]
     if unknown:
         why = {n: m.skipped[n] for n in unknown if n in m.skipped}
@@ -910,7 +919,7 @@ def _read_verified(
         # buffers wait for torch, which is imported once this thread is done (lazy.py)
         later = _torch_later(m, data, set(needed), device_of) if defer_torch else None
         if defer_torch:
-            _import_soon(m, without={"torch"} if later else set())
+            imports.start(m, without={"torch"} if later else set())
         plan = tensors.plan_reads(nbdir, m, needed)
         now = set(_rng_storages(m)) if m.rng_record is not None else set()
         for o in m.objects.values():
@@ -1067,26 +1076,42 @@ def _later_objects(m: Manifest, data, later: _TorchLater, loader, ns, by_record)
 _IMPORT_SOON = {"torch", "numpy", "pandas", "scipy", "sklearn", "safetensors"}
 
 
-def _import_soon(m: Manifest, without: set[str] = frozenset()) -> None:
-    """Import, on a helper thread, the modules the restore will need (torch and numpy
-    for its tensors, the notebook's module aliases) while this thread verifies and reads:
-    ``import torch`` alone takes seconds, and the reads mostly wait for the disk. Other
-    aliases are imported on the main thread, after the objects, as before. A lazy restore
-    that leaves what needs torch for later imports it only after its own work (``without``):
-    the two imports would share one interpreter lock, slowing the restore's own."""
-    wanted = {"torch" if s.kind == "torch" else "numpy" for s in m.storages}
-    wanted |= {n for n in m.modules.values() if n in _IMPORT_SOON}
-    wanted = {w for w in wanted if w not in sys.modules} - without
-    if not wanted:
-        return
-    import threading
+class _BackgroundImports:
+    """The modules a restore will need (torch and numpy for its tensors, the notebook's
+    module aliases), imported on a helper thread while the main thread verifies and
+    reads: ``import torch`` alone takes seconds, and the reads mostly wait for the disk.
+    Other aliases are imported on the main thread, after the objects, as before.
 
-    def run():
-        for name in sorted(wanted, key=lambda n: n != "torch"):  # torch first: the longest
-            with contextlib.suppress(Exception):  # the restore reports what it cannot import
-                importlib.import_module(name)
+    The main thread waits for these imports before it unpickles anything: a package
+    half-imported on the helper while the unpickler imports one of its submodules is a
+    circular import across two threads, which Python resolves by handing one of them a
+    partially initialized module (pandas then failed to import on the helper, and was
+    imported again later as a second, broken ``pandas``). A lazy restore that leaves
+    what needs torch for later imports it only after its own work (``without``): the
+    two imports would share one interpreter lock, slowing the restore's own."""
 
-    threading.Thread(target=run, name="jp-restore-imports", daemon=True).start()
+    def __init__(self) -> None:
+        self._threads: list[threading.Thread] = []
+
+    def start(self, m: Manifest, without: set[str] = frozenset()) -> None:
+        wanted = {"torch" if s.kind == "torch" else "numpy" for s in m.storages}
+        wanted |= {n for n in m.modules.values() if n in _IMPORT_SOON}
+        wanted = {w for w in wanted if w not in sys.modules} - without
+        if not wanted:
+            return
+
+        def run():
+            for name in sorted(wanted, key=lambda n: n != "torch"):  # torch first: longest
+                with contextlib.suppress(Exception):  # the restore reports what it cannot
+                    importlib.import_module(name)
+
+        thread = threading.Thread(target=run, name="jp-restore-imports", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def wait(self) -> None:
+        for thread in self._threads:
+            thread.join()
 
 
 def _lazy_objects(m: Manifest, objs, wanted, failed, loader, ns) -> dict[str, tuple]:

@@ -10,6 +10,7 @@ pickling it actually fails.
 
 from __future__ import annotations
 
+import importlib
 import io
 import re
 import sys
@@ -74,11 +75,50 @@ def _hidden(name: str, obj, hidden: dict) -> bool:
     )
 
 
+def module_name(mod: types.ModuleType) -> str | None:
+    """How a module comes back in a fresh process (:func:`reimport`), or None.
+
+    Its ``__name__`` when ``sys.modules`` holds it under that name. Otherwise
+    ``package:attr`` when it is only an attribute of a loaded package: the submodules
+    of extension modules (``from tokenizers import trainers``: Rust or C code puts
+    them on the package; they are not in ``sys.modules``, and their name may be
+    their last part only, or that of a different, pure-Python module).
+    """
+    name = getattr(mod, "__name__", None)
+    if not isinstance(name, str) or name == "__main__":
+        return None
+    if sys.modules.get(name) is mod:
+        return name
+    parent, _, attr = name.rpartition(".")
+    packages = [parent] if parent else []
+    for package in [*packages, *list(sys.modules)]:
+        if package == "__main__":
+            continue
+        if getattr(sys.modules.get(package), "__dict__", {}).get(attr) is mod:
+            return f"{package}:{attr}"
+    return None
+
+
+def reimport(name: str) -> types.ModuleType:
+    """The module :func:`module_name` named: imported by name, or an attribute of its
+    package (``package:attr``)."""
+    package, colon, attr = name.partition(":")
+    module = importlib.import_module(package)
+    if not colon:
+        return module
+    sub = getattr(module, attr, None)
+    if not isinstance(sub, types.ModuleType):
+        raise ImportError(f"module {package} has no submodule {attr!r}", name=package)
+    return sub
+
+
 def quick_skip(name: str, obj, hidden: dict) -> str | None:
     """Reason to skip ``name`` without trying to pickle it, or None."""
     if _hidden(name, obj, hidden):
         return "IPython history/internal variable"
     if isinstance(obj, types.ModuleType):
+        if module_name(obj) is None:
+            return f"module {obj.__name__!r}, which cannot be imported again (not restored)"
         return "module (re-imported by name on restore)"
     if isinstance(obj, _IN_MEMORY_STREAMS):
         return None  # a buffer, not a file: pickled with its contents and position
@@ -107,8 +147,8 @@ def select(ns: dict, hidden: dict | None = None) -> tuple[dict, dict, dict]:
             candidates[name] = obj
             continue
         if isinstance(obj, types.ModuleType) and not name.startswith("_"):
-            modname = obj.__name__
-            if sys.modules.get(modname) is obj and modname != "__main__":
+            modname = module_name(obj)
+            if modname is not None:
                 modules[name] = modname
         if _hidden(name, obj, hidden):
             if not name.startswith("__"):

@@ -40,6 +40,7 @@ import typing
 import weakref
 from typing import Any
 
+from . import namespace as ns_mod
 from . import tensors
 from .errors import CheckpointError
 
@@ -218,6 +219,32 @@ def _open_memmap(filename, dtype, mode, offset, shape, order):
     )
 
 
+def _identity(filename) -> tuple[int, int, int, int]:
+    st = os.stat(filename)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _open_memmap_slice(filename, identity, mode, start, span, first, dtype, shape, strides):
+    """A slice of a memmap: the ``span`` bytes it reaches from ``start`` in the file,
+    mapped again, and viewed as it was (``first`` bytes in, with its strides)."""
+    import numpy as np
+
+    if os.path.exists(filename) and _identity(filename) != tuple(identity):
+        raise CheckpointError(
+            f"it is a slice of a numpy.memmap of {filename}, which changed since the "
+            "checkpoint (another file, size or modification time); its data was not saved"
+        )
+    whole = _open_memmap(filename, np.uint8, mode, start, (span,), "C")
+    view = np.ndarray.__new__(np.memmap, shape, dtype, buffer=whole, offset=first, strides=strides)
+    view._mmap, view.filename, view.mode, view.offset = (
+        whole._mmap,
+        whole.filename,
+        whole.mode,
+        start + first,
+    )
+    return view
+
+
 def _make_parametrized(cls):
     return cls.__new__(cls)
 
@@ -246,6 +273,25 @@ def reduce_parametrized(module):
         None,
         _parametrized_setstate,
     )
+
+
+def _view_as(array, cls):
+    return array.view(cls)
+
+
+def reduce_method(method):
+    """A method bound to a class defined in a cell (a ``classmethod`` that pydantic keeps
+    among a model's validators): pickle's default, ``getattr(cls, name)``, runs while the
+    class is still being rebuilt, before its attributes are set (``AttributeError``).
+    Bound again from its function instead, as cloudpickle does."""
+    owner = method.__self__
+    if not (isinstance(owner, type) and _class_by_value(owner)):
+        return NotImplemented
+    return (_bind, (method.__func__, owner))
+
+
+def _bind(func, owner):
+    return types.MethodType(func, owner)
 
 
 def _mappingproxy(d):
@@ -361,8 +407,14 @@ def reduce_class(cls):
     for k in _SKIP_CLASS_ATTRS:
         d.pop(k, None)
     # class Box(Generic[T]): the bases as written (Generic[T]) rebuild it, the resolved ones
-    # (Generic) do not ("Cannot inherit from plain Generic")
-    bases = d.pop("__orig_bases__", cls.__bases__)
+    # (Generic) do not ("Cannot inherit from plain Generic"). But class P(NamedTuple): the
+    # base written is a function that builds a class from a class body, and refuses the
+    # built class's own dict ("Cannot overwrite NamedTuple attribute __slots__"): those
+    # are rebuilt on their resolved bases (tuple), as any class, their dict set after.
+    bases = cls.__bases__
+    written = d.get("__orig_bases__", ())
+    if written and all(isinstance(b, type) or hasattr(b, "__origin__") for b in written):
+        bases = d.pop("__orig_bases__")
     d.pop("__parameters__", None)  # recomputed by Generic.__init_subclass__
     return (
         _make_class,
@@ -376,10 +428,18 @@ def reduce_class(cls):
 
 # ----------------------------------------------------------------- the pickler
 class StatePickler(pickle.Pickler):
-    def __init__(self, file, collector: tensors.Collector, namespace: dict | None):
+    def __init__(
+        self,
+        file,
+        collector: tensors.Collector,
+        namespace: dict | None,
+        check_classes: bool = True,
+    ):
         super().__init__(file, protocol=PROTOCOL)
         self.collector = collector
         self.namespace = namespace
+        #: try to rebuild each class saved by value before calling it saved (check_rebuilds)
+        self.check_classes = check_classes
         torch = sys.modules.get("torch")
         np = sys.modules.get("numpy")
         self._tensor_base = torch.Tensor if torch is not None else None
@@ -394,6 +454,7 @@ class StatePickler(pickle.Pickler):
             property: lambda o: (property, (o.fget, o.fset, o.fdel, o.__doc__)),
             staticmethod: lambda o: (staticmethod, (o.__func__,)),
             classmethod: lambda o: (classmethod, (o.__func__,)),
+            types.MethodType: reduce_method,
             typing.TypeVar: reduce_typevar,
             weakref.ref: reduce_weakref,
             functools._lru_cache_wrapper: reduce_lru_cache,
@@ -413,6 +474,7 @@ class StatePickler(pickle.Pickler):
         if np is not None:
             d[np.ndarray] = collector.reduce_numpy
             d[np.memmap] = self._reduce_memmap
+            d[np.recarray] = self._reduce_recarray
         self._dispatch = d
         self._class_cache: dict[type, Any] = {}
         # every object the pickler is asked to save, in order (a C call per object, no
@@ -453,20 +515,47 @@ class StatePickler(pickle.Pickler):
 
     def _reduce_memmap(self, a):
         """A ``numpy.memmap`` that maps a whole file region comes back as a memmap of that
-        file (its data is the file's, not the checkpoint's); a slice of one, or a
-        copy-on-write map whose changes live only in memory, is saved as an array."""
+        file (its data is the file's, not the checkpoint's). A slice of one comes back as
+        a memmap of the bytes it spans, checked against the file's identity (device,
+        inode, size, modification time): neither is written into the checkpoint. A
+        copy-on-write map, whose changes live only in memory, is saved as an array (a
+        slice of one as a copy of the slice alone)."""
         import mmap
 
+        np = sys.modules["numpy"]
         self.collector.in_band = True  # its data lives in its own file: re-pickle it
-        if isinstance(a.base, mmap.mmap) and a.filename and a.mode != "c":
-            if a.mode in ("r+", "w+"):
-                a.flush()
+        root = a
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        if not (isinstance(root, np.memmap) and isinstance(root.base, mmap.mmap)):
+            return self.collector.reduce_numpy(a.view(type=np.ndarray))
+        if not root.filename or root.mode == "c" or (root is not a and not a.size):
+            view = a.view(type=np.ndarray)
+            return self.collector.reduce_numpy(view if root is a else np.array(view))
+        if root.mode in ("r+", "w+"):
+            root.flush()
+        filename = os.fspath(root.filename)
+        if root is a:
             order = "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
-            return (
-                _open_memmap,
-                (os.fspath(a.filename), a.dtype.str, a.mode, a.offset, a.shape, order),
-            )
-        return self.collector.reduce_numpy(a.view(type=sys.modules["numpy"].ndarray))
+            return (_open_memmap, (filename, a.dtype.str, a.mode, a.offset, a.shape, order))
+        lo = hi = a.__array_interface__["data"][0]
+        for n, stride in zip(a.shape, a.strides, strict=False):
+            lo += min(0, stride * (n - 1))
+            hi += max(0, stride * (n - 1))
+        start = root.offset + lo - root.__array_interface__["data"][0]
+        first = a.__array_interface__["data"][0] - lo
+        span = hi + a.itemsize - lo
+        where = (filename, _identity(filename), root.mode, start, span)
+        return (_open_memmap_slice, (*where, first, a.dtype.str, a.shape, a.strides))
+
+    def _reduce_recarray(self, a):
+        """A ``recarray``: its memory saved as a plain array's (so that a view keeps
+        sharing it with its base), viewed as a recarray again at restore."""
+        np = sys.modules["numpy"]
+        if a.dtype.hasobject:
+            self.collector.in_band = True
+            return NotImplemented
+        return (_view_as, (a.view(np.ndarray), type(a)))
 
     @staticmethod
     def _reduce_attr(module, name, obj):
@@ -474,9 +563,11 @@ class StatePickler(pickle.Pickler):
 
     @staticmethod
     def _reduce_module(mod):
-        name = mod.__name__
-        if name == "__main__" or sys.modules.get(name) is not mod:
-            raise pickle.PicklingError(f"module {name!r} cannot be re-imported by name")
+        name = ns_mod.module_name(mod)
+        if name is None:
+            raise pickle.PicklingError(f"module {mod.__name__!r} cannot be re-imported by name")
+        if ":" in name:  # an extension's submodule: an attribute of its package
+            return (ns_mod.reimport, (name,))
         return (importlib.import_module, (name,))
 
     def reducer_override(self, obj):
@@ -493,6 +584,8 @@ class StatePickler(pickle.Pickler):
             if cls.__module__ == "torch.nn.utils.parametrize" and hasattr(obj, "parametrizations"):
                 return reduce_parametrized(obj)
         if isinstance(obj, type) and _class_by_value(obj):
+            if self.check_classes:
+                check_rebuilds(obj, self.namespace)
             return reduce_class(obj)
         return NotImplemented
 
@@ -592,6 +685,42 @@ def probe(obj, namespace) -> str | None:
 def describe(e: BaseException) -> str:
     text = f"{type(e).__name__}: {e}"
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+#: class saved by value -> (its ``__dict__`` entries when tried, why it did not rebuild)
+_REBUILDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def check_rebuilds(cls: type, namespace: dict | None) -> None:
+    """Refuse (``PicklingError``) a class saved by value that does not rebuild from its
+    own pickle, so that a checkpoint never calls saved what it can already tell will not
+    load (a metaclass that reads the class body, an attribute looked up on the class
+    while it is rebuilt). The class is rebuilt once, into a scratch namespace, and the
+    verdict kept until its ``__dict__`` changes. Classes holding tensor data are not
+    tried: only a restore has their buffers."""
+    entries = tuple((k, id(v)) for k, v in cls.__dict__.items())
+    known = _REBUILDS.get(cls)
+    if known is None or known[0] != entries:
+        known = _REBUILDS[cls] = (entries, _rebuild_fails(cls, namespace))
+    if known[1] is not None:
+        raise pickle.PicklingError(f"class {cls.__qualname__} would not load again: {known[1]}")
+
+
+def _rebuild_fails(cls: type, namespace: dict | None) -> str | None:
+    buf = io.BytesIO()
+    collector = tensors.Collector()
+    try:
+        StatePickler(buf, collector, namespace, check_classes=False).dump(cls)
+    except Exception:
+        return None  # it does not pickle: saving it says why
+    if collector.storages:
+        return None
+    no_data = types.SimpleNamespace(rebuild_tensor=None, rebuild_array=None)
+    try:
+        StateUnpickler(io.BytesIO(buf.getvalue()), no_data, {"__name__": "__main__"}).load()
+    except Exception as e:
+        return describe(e)
+    return None
 
 
 # ----------------------------------------------------------------- the unpickler
