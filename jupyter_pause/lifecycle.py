@@ -11,6 +11,7 @@ because pausing replaces the kernel and the user thinks of "my notebook".
                  (checkpoint only, or a pause that could not finish)
 
     any step ─► failed (with a reason); failed ─► resuming | running | checkpointing
+    waiting-for-capacity ─► resuming (its turn came) | paused (the server stopped)
     ready ─► checkpointing ─► ready (a checkpoint right after a resume)
 
 Which operation may start in which state is :data:`OPERATION_STATES`; every
@@ -64,7 +65,8 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     # a paused notebook whose fresh kernel the user chose to work in
     State.PAUSED: frozenset({State.RESUMING, State.RUNNING}),
     State.RESUMING: frozenset({State.WAITING_FOR_CAPACITY, State.RESTORING, State.PAUSED}),
-    State.WAITING_FOR_CAPACITY: frozenset({State.RESTORING, State.PAUSED}),
+    # RESUMING: its turn came (server/capacity.py); PAUSED: the server stopped meanwhile
+    State.WAITING_FOR_CAPACITY: frozenset({State.RESUMING, State.RESTORING, State.PAUSED}),
     # PAUSED: a platform restore did not bring the kernel back (the checkpoint will)
     State.RESTORING: frozenset({State.READY, State.PAUSED}),
     State.FAILED: frozenset({State.RESUMING, State.RUNNING, State.CHECKPOINTING, State.PAUSED}),
