@@ -32,6 +32,7 @@ import socket
 import threading
 import time
 import uuid
+from datetime import datetime
 from typing import Any
 
 from ..engine import handoff
@@ -336,18 +337,15 @@ class PauseManager:
         for path in paths:
             session = self.store.sessions.get(path) or Session(path=path)
             kernel = (live.get(path) or {}).get("kernel") or {}
-            sessions.append(
-                {
-                    **session.to_json(),
-                    "kernel_id": kernel.get("id", session.kernel_id),
-                    "execution_state": kernel.get("execution_state"),
-                    "last_activity": kernel.get("last_activity"),
-                }
-            )
-            sessions[-1].pop("pause_nonce", None)
-            sessions[-1].update(await explain(session, self.workload_class))
+            row = session.to_json()
+            del row["pause_nonce"]
+            row["kernel_id"] = kernel.get("id", session.kernel_id)
+            row["execution_state"] = kernel.get("execution_state")
+            row["last_activity"] = kernel.get("last_activity")
+            row.update(await explain(session, self.workload_class))
             if self.auto_pause_status is not None:
-                sessions[-1]["auto_pause"] = await self.auto_pause_status(session)
+                row["auto_pause"] = await self.auto_pause_status(session)
+            sessions.append(row)
         return {"backend": self.backend.describe(), "sessions": sessions}
 
     def operation(self, operation_id: str) -> Operation:
@@ -465,6 +463,15 @@ class PauseManager:
             checkpoint_id=checkpoint_id,
             bytes=listed.get(checkpoint_id, {}).get("bytes", 0),
         )
+        if session is not None and (session.last_checkpoint or {}).get("id") == checkpoint_id:
+            # the status shows the latest saved state from the session: keep it true
+            newest = next((c for c in listed.values() if c["id"] != checkpoint_id), None)
+            session.last_checkpoint = newest and {
+                "id": newest["id"],
+                "time": datetime.fromisoformat(newest["time"]).timestamp(),
+                "bytes": newest["bytes"],
+            }
+            self._save()
 
     # ------------------------------------------------------------ operations
 
