@@ -466,11 +466,14 @@ class PauseManager:
         if session is not None and (session.last_checkpoint or {}).get("id") == checkpoint_id:
             # the status shows the latest saved state from the session: keep it true
             newest = next((c for c in listed.values() if c["id"] != checkpoint_id), None)
-            session.last_checkpoint = newest and {
-                "id": newest["id"],
-                "time": datetime.fromisoformat(newest["time"]).timestamp(),
-                "bytes": newest["bytes"],
-            }
+            if newest is None:
+                session.last_checkpoint = None
+            else:
+                session.last_checkpoint = {
+                    "id": newest["id"],
+                    "time": datetime.fromisoformat(newest["time"]).timestamp(),
+                    "bytes": newest["bytes"],
+                }
             self._save()
 
     # ------------------------------------------------------------ operations
