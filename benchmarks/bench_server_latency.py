@@ -1,6 +1,7 @@
-"""How fast the server answers while a big checkpoint of a notebook is written.
+"""How fast the server answers while a big checkpoint of a notebook is written,
+and how fast ``GET status`` answers at a thousand sessions.
 
-    python benchmarks/bench_server_latency.py [--size-gb 1.5] [--requests 200]
+    python benchmarks/bench_server_latency.py [--size-gb 1.5] [--requests 200] [--sessions 1000]
 
 Starts a real Jupyter server with jupyter-pause (``LocalServer``), fills a
 notebook's kernel with ``--size-gb`` of float32 data, starts a checkpoint of
@@ -8,13 +9,20 @@ it and, until that checkpoint ends, times ``GET status``, ``GET checkpoints``
 and a ``DELETE`` of an older checkpoint of the same notebook (answered ``409``
 at once: the write holds the notebook's lock).  The target
 (docs/ARCHITECTURE.md, "Reads don't write; the event loop never waits"): every
-request under 100 ms while any operation runs.  Prints one JSON document.
+request under 100 ms while any operation runs.
+
+Then a second server over ``--sessions`` paused notebooks, each with a small
+checkpoint, as a server leaves them (its session file and checkpoint folders):
+``--requests`` times ``GET status`` (at most 50) once it answers.
+Target: under 200 ms.  Prints one JSON document; the status figure also as a
+line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -25,8 +33,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from jupyter_pause.client import ClientError, LocalServer  # noqa: E402
+from jupyter_pause.engine import api as engine  # noqa: E402
+from jupyter_pause.lifecycle import Operation, SessionStore, State  # noqa: E402
 
 NB = "bench.ipynb"
+#: GET status at a thousand sessions must answer within this (ms)
+STATUS_TARGET_MS = 200
 
 
 def timed(call) -> float:
@@ -49,11 +61,77 @@ def summary(ms: list[float]) -> dict[str, float]:
     }
 
 
+def paused_store(root: Path, state: Path, n: int) -> None:
+    """``n`` notebooks paused with a small checkpoint each: the session file and the
+    checkpoint folders a server leaves behind (the signing key of $JUPYTER_DATA_DIR)."""
+    nb = json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    store = SessionStore(state / "sessions.json")
+    for i in range(n):
+        path = f"nb{i:04d}.ipynb"
+        (root / path).write_text(nb)
+        result = engine.checkpoint(
+            dir=state / "checkpoints", notebook=path, namespace={"x": i}, progress=False
+        )
+        session = store.get(path)
+        session.state = State.PAUSED
+        session.kernel_name = "python3"
+        session.workload_class = "gpu-interactive"  # recorded while it ran
+        session.operation = Operation(kind="pause", path=path, outcome="succeeded")
+        session.last_checkpoint = {
+            "id": result.id,
+            "time": time.time(),
+            "bytes": result.bytes_total,
+        }
+    store.save()
+
+
+def status_at_scale(sessions: int, requests: int) -> dict:
+    """GET status of a server over ``sessions`` paused notebooks."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        root, state = tmp / "root", tmp / "state"
+        root.mkdir()
+        env = {"JUPYTER_DATA_DIR": str(tmp / "data"), "JUPYTER_CONFIG_DIR": str(tmp / "config")}
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)  # the checkpoints are signed with the server's key
+        try:
+            paused_store(root, state, sessions)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    del os.environ[k]
+                else:
+                    os.environ[k] = v
+        with LocalServer(root, state, env=env) as server:
+            client = server.start(timeout=600)  # once it answers, recovery is over
+            ms = [timed(client.status) for _ in range(requests)]
+            listed = len(client.status()["sessions"])
+    result = {"sessions": listed, **summary(ms)}
+    result["target_ms"] = STATUS_TARGET_MS
+    result["median_to_target"] = round(result["median_ms"] / STATUS_TARGET_MS, 2)
+    return result
+
+
+def print_status_line(sessions: int, scale: dict) -> None:
+    print(
+        f"GET status at {sessions:,} sessions: {scale['median_ms']:.0f} ms (median of "
+        f"{scale['n']}; {scale['median_to_target']:.2f} of the {STATUS_TARGET_MS} ms target)",
+        file=sys.stderr,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-gb", type=float, default=1.5)
     parser.add_argument("--requests", type=int, default=200, help="at most, per endpoint")
+    parser.add_argument("--sessions", type=int, default=1000, help="for GET status at scale")
+    parser.add_argument("--only-status", action="store_true", help="only GET status at scale")
     args = parser.parse_args()
+    if args.only_status:
+        scale = status_at_scale(args.sessions, min(args.requests, 50))
+        print_status_line(args.sessions, scale)
+        print(json.dumps({f"status_at_{args.sessions}_sessions": scale}, indent=1))
+        return
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -83,13 +161,16 @@ def main() -> None:
             during = time.perf_counter() - started
             outcome = client.wait(op)["outcome"]
 
+    scale = status_at_scale(args.sessions, min(args.requests, 50))
     report = {
         "size_gb": args.size_gb,
         "checkpoint_outcome": outcome,
         "seconds_measured_during_the_write": round(during, 2),
         **{name: summary(ms) for name, ms in latencies.items() if ms},
         "target_ms": 100,
+        f"status_at_{args.sessions}_sessions": scale,
     }
+    print_status_line(args.sessions, scale)
     print(json.dumps(report, indent=1))
 
 

@@ -11,6 +11,7 @@ because pausing replaces the kernel and the user thinks of "my notebook".
                  (checkpoint only, or a pause that could not finish)
 
     any step ─► failed (with a reason); failed ─► resuming | running | checkpointing
+    waiting-for-capacity ─► resuming (its turn came) | paused (the server stopped)
     ready ─► checkpointing ─► ready (a checkpoint right after a resume)
 
 Which operation may start in which state is :data:`OPERATION_STATES`; every
@@ -27,7 +28,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,8 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     # a paused notebook whose fresh kernel the user chose to work in
     State.PAUSED: frozenset({State.RESUMING, State.RUNNING}),
     State.RESUMING: frozenset({State.WAITING_FOR_CAPACITY, State.RESTORING, State.PAUSED}),
-    State.WAITING_FOR_CAPACITY: frozenset({State.RESTORING, State.PAUSED}),
+    # RESUMING: its turn came (server/capacity.py); PAUSED: the server stopped meanwhile
+    State.WAITING_FOR_CAPACITY: frozenset({State.RESUMING, State.RESTORING, State.PAUSED}),
     # PAUSED: a platform restore did not bring the kernel back (the checkpoint will)
     State.RESTORING: frozenset({State.READY, State.PAUSED}),
     State.FAILED: frozenset({State.RESUMING, State.RUNNING, State.CHECKPOINTING, State.PAUSED}),
@@ -147,7 +149,7 @@ class Operation:
     heartbeat: float = field(default_factory=time.time)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return _fields(self)
 
 
 @dataclass
@@ -188,7 +190,7 @@ class Session:
         return self.operation is not None and self.operation.outcome == "running"
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = _fields(self)
         data["state"] = self.state.value
         data["live_state"] = self.live_state.value
         data["operation"] = self.operation.to_json() if self.operation else None
@@ -203,6 +205,26 @@ class Session:
         data["operation"] = Operation(**op) if op else None
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _fields(obj) -> dict[str, Any]:
+    """A dataclass's fields, their JSON values copied: what ``dataclasses.asdict``
+    gives, without its generic deep copy, which cost most of a ``GET status``
+    (and of every save) at a thousand sessions."""
+    data = dict(obj.__dict__)
+    for name, value in data.items():
+        if type(value) is dict or type(value) is list:
+            data[name] = _copy(value)
+    return data
+
+
+def _copy(value: Any) -> Any:
+    """A JSON value's own copy."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
 
 
 class SessionStore:

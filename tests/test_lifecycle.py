@@ -2,6 +2,8 @@
 recovery of abandoned operations, leases, claims that cannot be persisted."""
 
 import asyncio
+import dataclasses
+import json
 import socket
 import subprocess
 import sys
@@ -372,3 +374,24 @@ async def test_concurrent_claims_settle_an_abandoned_operation_once(tmp_path):
     failures = manager.ledger.events(types=["operation-failed"])
     assert [e.operation_id for e in failures] == [op.id]
     assert started[0].outcome == "succeeded" and session.state == State.RUNNING
+
+
+def test_a_session_s_json_is_its_fields_copied():
+    """to_json is what dataclasses.asdict gives (GET status and every save write it),
+    its containers the session's own: changing them changes nothing in the session."""
+    session = Session(path="nb.ipynb", state=State.PAUSED, schedule={"at": 1.0, "kind": "x"})
+    session.operation = Operation(kind="pause", path="nb.ipynb", options={"force": True})
+    session.operation.messages.append("Not saved: f (function)")
+    session.last_checkpoint = {"id": "2026-12-01T08-00-00", "time": 1.0, "bytes": 3}
+
+    data = session.to_json()
+
+    expected = dataclasses.asdict(session)
+    expected.update(state="paused", live_state="unknown")
+    assert data == expected and list(data) == list(expected)
+    data["operation"]["messages"].append("changed")
+    data["operation"]["options"]["force"] = False
+    data["schedule"]["at"] = 2.0
+    assert session.operation.messages == ["Not saved: f (function)"]
+    assert session.operation.options == {"force": True} and session.schedule["at"] == 1.0
+    assert Session.from_json(json.loads(json.dumps(session.to_json()))) == session

@@ -26,6 +26,7 @@ from ..engine import durable, signing
 from ..idle_policy import load_classes
 from ..ledger import Ledger
 from ..lifecycle import SessionStore
+from .capacity import ResumeGate, machine_limit
 from .explain import policy_summary
 from .handlers import ROUTES
 from .idle_watcher import IdleWatcher
@@ -98,6 +99,16 @@ class PauseApp(ExtensionApp):
         help="""Seconds between two looks for due scheduled resumes and unused
         predicted ones (a new schedule also wakes the scheduler up).""",
     )
+    max_concurrent_resumes = Int(
+        min=1,
+        config=True,
+        help="""Resumes that start a kernel and restore at the same time; the
+        others wait (waiting-for-capacity), in the order they fell due (scheduled
+        resumes) or were asked for.  Default, read at start-up: one per CPU, at
+        most one per 2 GiB of available memory, at least one, i.e.
+        max(1, min(CPUs, available memory / 2 GiB)); cgroup v2 limits (a pod's
+        resources.limits) count.""",
+    )
     prediction_time_zone = Unicode(
         "",
         config=True,
@@ -108,6 +119,10 @@ class PauseApp(ExtensionApp):
     @default("state_dir")
     def _default_state_dir(self):
         return os.path.join(jupyter_data_dir(), "pause")
+
+    @default("max_concurrent_resumes")
+    def _default_max_concurrent_resumes(self):
+        return machine_limit()
 
     @default("checkpoint_dir")
     def _default_checkpoint_dir(self):
@@ -137,6 +152,7 @@ class PauseApp(ExtensionApp):
             idle_wait_timeout=self.idle_wait_timeout,
             log=self.log,
             clock=clock,
+            resume_gate=ResumeGate(self.max_concurrent_resumes),
         )
         self._watch_kernel_starts()
         self.scheduler = ResumeScheduler(

@@ -84,7 +84,11 @@ class PauseHandler(ExtensionHandlerMixin, APIHandler):
 
     def write_json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
-        self.finish(json.dumps(finite(data), default=str, allow_nan=False))
+        try:  # almost always: walking every value first would double the cost
+            text = json.dumps(data, default=str, allow_nan=False)
+        except ValueError:  # a NaN or an infinity somewhere
+            text = json.dumps(finite(data), default=str, allow_nan=False)
+        self.finish(text)
 
     def send_failure(self, status: int, message: str, **extra: Any) -> None:
         """A JSON error body, as Jupyter's APIHandler writes them."""

@@ -115,8 +115,12 @@ class IdleWatcher:
 
     async def workload_class(self, session) -> tuple[WorkloadClass, str]:
         """The session's class, resolved once per kernel (notebook metadata,
-        kernelspec, environment, default)."""
+        kernelspec, environment, default).  A session without a kernel keeps
+        the class it last ran under (recorded in the session): a status of a
+        thousand paused notebooks reads none of them."""
         key = session.kernel_id or session.path
+        if key not in self._resolved and not session.kernel_id and session.workload_class:
+            self._resolved[key] = session.workload_class, "recorded"
         if key not in self._resolved:
             notebook_metadata = kernelspec_metadata = None
             try:

@@ -33,6 +33,7 @@ import socket
 import threading
 import time
 import uuid
+from datetime import datetime
 from typing import Any
 
 from ..clock import SYSTEM, Clock, StampAges
@@ -57,6 +58,7 @@ from ..lifecycle import (
 )
 from ..schedule import ResumeSchedule
 from .activity import ActivityMonitor
+from .capacity import ResumeGate, machine_limit
 from .explain import explain
 from .kernels import KernelCallError, KernelDied, call_in_kernel
 from .prewarm import Prewarmer
@@ -100,6 +102,7 @@ class PauseManager:
         activity: ActivityMonitor | None = None,
         call=call_in_kernel,
         clock: Clock = SYSTEM,
+        resume_gate: ResumeGate | None = None,
     ):
         self.kernel_manager = kernel_manager
         self.session_manager = session_manager
@@ -123,6 +126,8 @@ class PauseManager:
         #: how long the leases of owners elsewhere went unrenewed (by path)
         self._lease_ages = StampAges(clock)
         self.prewarmer = Prewarmer(kernel_manager, log=log)
+        #: how many resumes start kernels and restore at once; the others wait their turn
+        self.resume_gate = resume_gate if resume_gate is not None else ResumeGate(machine_limit())
         self.operations: dict[str, Operation] = {}
         self._tasks: set[asyncio.Task] = set()
         self._reading_ahead: dict[str, threading.Event] = {}  # path -> its stop
@@ -340,18 +345,15 @@ class PauseManager:
         for path in paths:
             session = self.store.sessions.get(path) or Session(path=path)
             kernel = (live.get(path) or {}).get("kernel") or {}
-            sessions.append(
-                {
-                    **session.to_json(),
-                    "kernel_id": kernel.get("id", session.kernel_id),
-                    "execution_state": kernel.get("execution_state"),
-                    "last_activity": kernel.get("last_activity"),
-                }
-            )
-            sessions[-1].pop("pause_nonce", None)
-            sessions[-1].update(await explain(session, self.workload_class))
+            row = session.to_json()
+            del row["pause_nonce"]
+            row["kernel_id"] = kernel.get("id", session.kernel_id)
+            row["execution_state"] = kernel.get("execution_state")
+            row["last_activity"] = kernel.get("last_activity")
+            row.update(await explain(session, self.workload_class))
             if self.auto_pause_status is not None:
-                sessions[-1]["auto_pause"] = await self.auto_pause_status(session)
+                row["auto_pause"] = await self.auto_pause_status(session)
+            sessions.append(row)
         return {"backend": self.backend.describe(), "sessions": sessions}
 
     def operation(self, operation_id: str) -> Operation:
@@ -469,6 +471,18 @@ class PauseManager:
             checkpoint_id=checkpoint_id,
             bytes=listed.get(checkpoint_id, {}).get("bytes", 0),
         )
+        if session is not None and (session.last_checkpoint or {}).get("id") == checkpoint_id:
+            # the status shows the latest saved state from the session: keep it true
+            newest = next((c for c in listed.values() if c["id"] != checkpoint_id), None)
+            if newest is None:
+                session.last_checkpoint = None
+            else:
+                session.last_checkpoint = {
+                    "id": newest["id"],
+                    "time": datetime.fromisoformat(newest["time"]).timestamp(),
+                    "bytes": newest["bytes"],
+                }
+            self._save()
 
     # ------------------------------------------------------------ operations
 
@@ -540,11 +554,17 @@ class PauseManager:
         return op
 
     async def resume(
-        self, path: str, checkpoint_id: str | None = None, *, scheduled: str | None = None
+        self,
+        path: str,
+        checkpoint_id: str | None = None,
+        *,
+        scheduled: str | None = None,
+        due: float | None = None,
     ) -> Operation:
         """Restore into a fresh kernel.  ``scheduled`` is the kind of schedule
-        (``scheduled`` | ``predicted``) that started it; a resume by hand
-        cancels the notebook's schedule."""
+        (``scheduled`` | ``predicted``) that started it, ``due`` the time it fell
+        due (resumes wait for capacity in that order, those by hand in the order
+        they were asked for); a resume by hand cancels the notebook's schedule."""
         session, _ = await self._prepare(path, "resume")
         available = [c["id"] for c in await self.list_checkpoints(path)]
         if not await self._notebook_exists(path):
@@ -571,7 +591,7 @@ class PauseManager:
         else:
             self.cancel_schedule(path, "resumed by hand")
             self._record(EventType.RESUME_REQUESTED, session, op)
-        self._spawn(self._run_resume(session, op, checkpoint_id), op)
+        self._spawn(self._run_resume(session, op, checkpoint_id, due or op.started), op)
         return op
 
     # ------------------------------------------------------------ schedules
@@ -672,7 +692,7 @@ class PauseManager:
             EventType.SCHEDULED_RESUME_STARTED, session, None, at=schedule["at"], kind=kind
         )
         try:
-            return await self.resume(path, scheduled=kind)
+            return await self.resume(path, scheduled=kind, due=schedule["at"])
         except (PauseError, OperationInProgress) as e:
             self._record_cancel(session, schedule, f"could not start: {e}")
             self.log.warning("jupyter-pause: the scheduled resume of %s did not start: %s", path, e)
@@ -1200,9 +1220,30 @@ class PauseManager:
 
     # ------------------------------------------------------------- resuming
 
-    async def _run_resume(self, session: Session, op: Operation, checkpoint_id: str | None) -> None:
-        path = session.path
+    async def _run_resume(
+        self, session: Session, op: Operation, checkpoint_id: str | None, due: float
+    ) -> None:
+        """Wait for the machine's turn (server/capacity.py), then resume; the
+        session shows ``waiting-for-capacity`` and how many resumes are ahead."""
         self._move(session, State.RESUMING, op, "asking for compute")
+        limit = self.resume_gate.limit
+
+        def report_waiting(ahead: int) -> None:
+            resumes = "resume" if ahead == 1 else "resumes"
+            step = f"waiting for capacity: {ahead} {resumes} ahead (at most {limit} at a time)"
+            if session.state != State.WAITING_FOR_CAPACITY:
+                self._move(session, State.WAITING_FOR_CAPACITY, op, step)
+                self._record(EventType.WAITING_FOR_CAPACITY, session, op, reason=step)
+            op.step = step
+
+        async with self.resume_gate.admitted(due, on_wait=report_waiting):
+            if session.state == State.WAITING_FOR_CAPACITY:
+                self._record(EventType.CAPACITY_ACQUIRED, session, op)
+                self._move(session, State.RESUMING, op, "asking for compute")
+            await self._resume(session, op, checkpoint_id)
+
+    async def _resume(self, session: Session, op: Operation, checkpoint_id: str | None) -> None:
+        path = session.path
         fill = None
         if self.prewarmer.spare(path) is None:  # a cold kernel: memory is filled as it starts
             fill = await self._hand_over(path, checkpoint_id)
@@ -1430,10 +1471,28 @@ class PauseManager:
             stop.set()
         for fill in self._handing_over:
             fill.cancel()
+        self._give_up_waiting()
         for task in list(self._tasks):
             task.cancel()
         self.activity.close()
         await self.prewarmer.shutdown()
+
+    def _give_up_waiting(self) -> None:
+        """The server stops: a resume still waiting for capacity has started no
+        kernel and restored nothing, so its notebook is paused, and says so."""
+        for session in self.store.sessions.values():
+            op = session.operation
+            if (
+                session.busy
+                and op.owner == self.owner
+                and session.state == State.WAITING_FOR_CAPACITY
+            ):
+                error = (
+                    "the server stopped while this resume waited for capacity: nothing was "
+                    "restored and the checkpoints are intact; resume again"
+                )
+                self._move(session, State.PAUSED, op, error=error)
+                self._fail(session, op, error)
 
 
 async def maybe_await(value):

@@ -127,7 +127,12 @@ class ResumeScheduler:
 
     async def check(self, now: float | None = None) -> None:
         now = self.clock.time() if now is None else now
-        for path, session in list(self.manager.store.sessions.items()):
+        # due schedules fire in the order they fell due: their resumes queue in that order
+        sessions = sorted(
+            self.manager.store.sessions.items(),
+            key=lambda item: item[1].schedule["at"] if item[1].schedule else math.inf,
+        )
+        for path, session in sessions:
             if session.busy:
                 continue  # a pause under way keeps its schedule; a resume has no use for one
             if session.schedule and session.state.has_kernel:
