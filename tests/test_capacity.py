@@ -16,7 +16,7 @@ from jupyter_pause.server import capacity
 from jupyter_pause.server.capacity import ResumeGate
 from jupyter_pause.server.scheduler import ResumeScheduler
 
-from .fakes import make_manager
+from .fakes import FakeClock, make_manager
 from .helpers import wait_until
 
 
@@ -184,7 +184,7 @@ async def test_due_resumes_wait_for_capacity_in_order_and_say_how_many_are_ahead
     for name, at in due.items():
         manager.set_schedule(name, at)
     scheduler = ResumeScheduler(
-        manager=manager, ledger=manager.ledger, log=manager.log, clock=lambda: now + 60
+        manager=manager, ledger=manager.ledger, log=manager.log, clock=FakeClock(now + 60)
     )
     await scheduler.check()
     sessions = manager.store.sessions
