@@ -113,6 +113,8 @@ class CheckpointResult:
     tensors: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)
     removed: list[str] = field(default_factory=list)  # checkpoints deleted by retention
+    # objects this kernel lost involuntarily -> the checkpoint that still holds each
+    lost: dict[str, str] = field(default_factory=dict)
     quarantined: list[str] = field(default_factory=list)  # damaged blobs found, rewritten
     records_reused: int = 0  # variables whose records were copied from the previous one
 
@@ -275,6 +277,7 @@ def checkpoint(
     progress: bool = True,
     namespace: dict | None = None,
     full: bool = False,
+    lost_from: str | None = None,
 ) -> CheckpointResult:
     """Save tracked objects and the namespace (or just ``names``) as a new checkpoint.
 
@@ -284,6 +287,11 @@ def checkpoint(
 
     ``trust=True`` lets an incremental checkpoint reuse data of unsigned older checkpoints.
     ``namespace`` defaults to the kernel's user namespace (``__main__`` outside IPython).
+
+    ``lost_from``: this kernel lost its state involuntarily (it is a fresh one after a
+    crash) and that state was checkpoint ``lost_from``'s. What the checkpoint does not
+    have of it, and what a restore could not bring back, is recorded in its metadata
+    (``lost``: name -> the checkpoint that still holds it), which retention keeps.
     """
     t0 = time.monotonic()
     lazy_mod.wait()  # objects still loading from a lazy restore are saved whole, not missed
@@ -298,6 +306,9 @@ def checkpoint(
         raise ValueError(f"metadata must be JSON-serialisable: {e}") from None
     key_name = paths.notebook_key(notebook)
     nbdir = paths.notebook_dir(dir, notebook)
+    lost = _lost_now(nbdir, lost_from, trust, ns)
+    if lost:
+        meta[store.LOST] = lost
 
     # 1. which objects
     required: dict[str, Any] = {}
@@ -348,6 +359,8 @@ def checkpoint(
                     t0,
                     incremental,
                 )
+                result.lost = lost
+                _LOST[str(nbdir)] = lost
                 result.removed = store.apply_retention(nbdir, _keep(keep))
                 if result.removed:
                     store.gc(nbdir, locked_already=True)
@@ -361,6 +374,25 @@ def checkpoint(
 
 # notebook folder -> what its last checkpoint written by this process may lend the next
 _STATE: dict[str, records.State] = {}
+# notebook folder -> objects this process lost involuntarily -> the checkpoint holding each
+_LOST: dict[str, dict[str, str]] = {}
+
+
+def _lost_now(nbdir, lost_from: str | None, trust: bool, ns: dict) -> dict[str, str]:
+    """Objects of this kernel's state that it does not have, not by the user's doing (a
+    ``del`` is), with the checkpoint that still holds each: what the checkpoint it was
+    restored from had lost, what its restore could not bring back, and, for a fresh
+    kernel after a crash (``lost_from``), everything that checkpoint held."""
+    lost = dict(_LOST.get(str(nbdir), {}))
+    if lost_from is not None:
+        try:
+            m = store.read_manifest(nbdir, lost_from, trust=trust)
+        except CheckpointError:  # gone or damaged: it holds nothing to keep
+            m = None
+        if m is not None:
+            lost.update({n: m.id for n in m.objects})
+            lost.update(store.lost_of(m.metadata))
+    return {n: h for n, h in sorted(lost.items()) if n not in ns and n not in _TRACKED}
 
 
 def _tracking(ns) -> bool:
@@ -791,6 +823,7 @@ def restore(
                 _TRACKED[n] = ns[n]
     if not names:
         rerun.offer(m.rerun)  # jupyter_pause.rerun() may run these, when the user says so
+        _LOST[str(nbdir)] = store.lost_of(m.metadata)  # still lost, unless the user makes them anew
     notes: list[str] = [
         f"checkpoint {cid} was passed over: {why}" for cid, why in passed_over.items()
     ]
