@@ -1207,6 +1207,13 @@ class PauseManager:
         session = next((s for s in self.store.sessions.values() if s.kernel_id == kernel_id), None)
         if session is None or session.busy or session.state_checkpoint is None:
             return
+        self._spawn(self._state_lost(session, kernel_id, restarted))
+
+    async def _state_lost(self, session: Session, kernel_id: str, restarted: bool) -> None:
+        # the restarter tells before it restarts: report the kernel the session really has
+        restarted = restarted and await self._restarted(kernel_id)
+        if session.busy or session.kernel_id != kernel_id:
+            return  # an operation began meanwhile: its own call hears of the death
         holder = session.state_checkpoint
         how = "Jupyter restarted it as a fresh, empty kernel" if restarted else "it is gone"
         session.lost = LostState(why=f"the kernel died ({how})", checkpoint=holder)
