@@ -762,6 +762,8 @@ def restore(
         )
         buffers = loaded.buffers
         loader = _Loader(buffers, loaded.damaged)
+        if not names:  # what the checkpoint had lost stays lost, unless the user makes it anew
+            _LOST[str(nbdir)] = store.lost_of(m.metadata)
         later = loaded.torch_later
         load = None
         if lazy:  # its files are opened under the lock: a later GC cannot take them away
@@ -777,6 +779,8 @@ def restore(
                 torch_later=later.gpu if later else None,
                 handed=loaded.handed,
             )
+            load.fallback = functools.partial(_older_copy, nbdir, m.id, device_of_name, ns)
+            load.on_lost = functools.partial(_mark_lost, nbdir)  # no sound copy anywhere
 
     # Only now, with the pickle verified, run it. Lazy: tensor data is not read yet, but
     # every object is built over its final buffer, and none is assigned before the bytes
@@ -823,7 +827,6 @@ def restore(
                 _TRACKED[n] = ns[n]
     if not names:
         rerun.offer(m.rerun)  # jupyter_pause.rerun() may run these, when the user says so
-        _LOST[str(nbdir)] = store.lost_of(m.metadata)  # still lost, unless the user makes them anew
     notes: list[str] = [
         f"checkpoint {cid} was passed over: {why}" for cid, why in passed_over.items()
     ]
@@ -859,6 +862,9 @@ def restore(
         loading=loading,
         bytes_loading=bytes_loading,
     )
+    for n in failed if not names else ():  # this checkpoint holds them, as well as it can
+        if n in m.objects:
+            _mark_lost(nbdir, n, m.id)
     if failed:
         warnings.warn(
             "jupyter_pause.restore: not restored: "
@@ -1149,6 +1155,33 @@ def _read_now(m: Manifest, load) -> list[int]:
         if sum(m.storages[i].nbytes for i in needs) < lazy_mod.EAGER_BELOW:
             now |= needs
     return [i for i in load.order() if i in now]
+
+
+def _mark_lost(nbdir, name: str, holder: str = "") -> None:
+    """``name`` was not restored: lost, until the user makes it anew (``holder``: the
+    checkpoint that still has it; "" where no copy of it verifies)."""
+    _LOST.setdefault(str(nbdir), {}).setdefault(name, holder)
+
+
+def _older_copy(nbdir, newer: str, device_of_name, ns, name: str):
+    """(object, checkpoint id): ``name`` from the newest checkpoint older than ``newer``
+    whose copy verifies (every byte it needs hashed first); None where there is none."""
+    ids = store.checkpoint_ids(nbdir)
+    older = ids[: ids.index(newer)] if newer in ids else [c for c in ids if c < newer]
+    for cid in reversed(older):
+        try:
+            with store.locked(nbdir, shared=True):
+                got = _read_verified(nbdir, cid, (name,), False, device_of_name, False, False)
+        except CheckpointError:  # not there, damaged too, or not ours: an older one
+            continue
+        by_record = {o.dump: n for n, o in got.manifest.objects.items()}
+        loader = _Loader(got.buffers, got.damaged)
+        objs, failures = _load_groups(got.pickle, got.manifest, got.to_load, loader, ns, by_record)
+        dump = got.manifest.objects[name].dump
+        if dump in objs and dump not in failures:
+            loader.remember_digests(got.manifest)
+            return objs[dump], cid
+    return None
 
 
 def _rng_storages(m: Manifest) -> set[int]:

@@ -239,6 +239,10 @@ class LazyLoad:
         self.handed = handed or {}  # storage -> the server's memory its buffer maps
         self.torch_ready = torch_later is None
         self.on_torch: list = []  # main thread, once torch is in; each returns notes
+        #: main thread: ``fallback(name)`` -> (object, checkpoint id) from the newest older
+        #: checkpoint whose copy verifies, or None; for objects whose bytes did not verify
+        self.fallback = None
+        self.on_lost = None  # main thread: ``on_lost(name)`` for an object not restored
         self._files: dict[str, set[int]] = {}
         for i, (_path, rel, _pos) in self.where.items():
             self._files.setdefault(rel, set()).add(i)
@@ -409,10 +413,10 @@ class LazyLoad:
 
     def _state(self, name: str) -> str:
         obj, needs, _tracked = self.objects[name]
+        if isinstance(obj, Later) and not self.torch_ready:
+            return "loading"  # even if failed: falling back may need torch
         if any(i in self.bad for i in needs):
             return "failed"
-        if isinstance(obj, Later) and not self.torch_ready:
-            return "loading"
         return "ready" if needs <= self.done else "loading"
 
     def settle(self) -> list[str]:
@@ -457,11 +461,39 @@ class LazyLoad:
                 self.assigned.append(name)
             elif state == "failed":
                 bad = sorted(i for i in needs if i in self.bad)
-                self.failed[name] = f"its tensor data could not be restored: {self.bad[bad[0]]}"
+                why = self.bad[bad[0]]
+                older = self._fall_back(name, why)
+                if older is not None and not self._rebound(name):
+                    self.ns[name] = older
+                    if tracked:
+                        api._TRACKED[name] = older
+                    self.assigned.append(name)
+                    continue
+                self.failed[name] = f"its tensor data could not be restored: {why}"
+                if self.on_lost is not None:
+                    self.on_lost(name)
                 newly_failed.append(name)
         if not self.outstanding():
             self.objects = {}  # the graph now lives in the namespace (or nowhere)
         return newly_failed
+
+    def _fall_back(self, name: str, why: str):
+        """The object from the newest older checkpoint whose copy verifies, said in a note;
+        None where there is none."""
+        found = None
+        if self.fallback is not None:
+            try:
+                found = self.fallback(name)
+            except Exception as e:  # that copy is no use either: the object stays failed
+                self.notes.append(f"{name}: no older copy could be restored ({e})")
+        if found is None:
+            return None
+        obj, checkpoint_id = found
+        self.notes.append(
+            f"{name} was damaged in checkpoint {self.m.id} ({why}); restored its older copy "
+            f"from checkpoint {checkpoint_id} instead"
+        )
+        return obj
 
     def wait(self, names=None, show=None) -> None:
         """Block until ``names`` (default: all) are ready or failed, then settle.

@@ -50,7 +50,8 @@ STALE_TMP_SECONDS = 6 * 3600
 LOCK_TIMEOUT = 300.0
 CHUNK = 1 << 24  # 16 MiB reads when hashing
 #: manifest metadata: name -> the checkpoint that still holds an object this one lost
-#: involuntarily (its kernel died, or its restore did not finish); retention keeps those
+#: involuntarily (its kernel died, its restore did not finish or could not bring the
+#: object back; "" where no copy verifies); retention keeps those
 LOST = "lost"
 
 
@@ -768,11 +769,11 @@ def expired(ids: list[str], keep: int, holders: dict[str, set[str]]) -> list[str
 
 def lost_of(metadata: dict[str, Any]) -> dict[str, str]:
     """What the checkpoint with this metadata lost involuntarily: name -> the checkpoint
-    still holding it."""
+    still holding it ("" where none holds a copy that verifies)."""
     lost = metadata.get(LOST)
     if not isinstance(lost, dict):
         return {}
-    return {n: h for n, h in lost.items() if isinstance(n, str) and isinstance(h, str) and h}
+    return {n: h for n, h in lost.items() if isinstance(n, str) and isinstance(h, str)}
 
 
 def apply_retention(nbdir: Path, keep: int) -> list[str]:
@@ -784,7 +785,7 @@ def apply_retention(nbdir: Path, keep: int) -> list[str]:
     holders = {}
     for cid in ids:
         m, _problem = examine(nbdir, cid, key)  # damaged or not: keeping more is safe
-        holders[cid] = set(lost_of(m.metadata).values()) if m is not None else set()
+        holders[cid] = set(lost_of(m.metadata).values()) - {""} if m is not None else set()
     doomed = expired(ids, keep, holders)
     for cid in doomed:
         _remove_checkpoint_dir(nbdir / cid)

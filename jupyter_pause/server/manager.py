@@ -1245,13 +1245,20 @@ class PauseManager:
         if not lost:
             session.lost = None
             return
-        why = why or (session.lost.why if session.lost else "an earlier kernel lost them")
+        why = why or (session.lost.why if session.lost else "a restore could not bring them back")
         session.lost = LostState(why=why, names=dict(lost))
-        holders = sorted(set(lost.values()))
+        held = {h: sorted(n for n, k in lost.items() if k == h) for h in set(lost.values())}
+        said = [
+            f"{', '.join(names)}: still in checkpoint {h}, which is kept (resume from it to "
+            "get them back)"
+            if h
+            else f"{', '.join(names)}: no checkpoint has a copy that verifies"
+            for h, names in sorted(held.items())
+        ]
         op.messages.append(
-            f"{what[0].upper()}{what[1:]} does not have {', '.join(sorted(lost))}: {why}. "
-            f"Still held by checkpoint {', '.join(holders)}, which is kept: resume from it "
-            "to get them back."
+            f"{what[0].upper()}{what[1:]} does not have {', '.join(sorted(lost))} ({why}). "
+            + "; ".join(said)
+            + "."
         )
 
     async def _restarted(self, kernel_id: str, timeout: float = 30) -> bool:
