@@ -798,12 +798,13 @@ class PauseManager:
             self.recovered.set()
 
     def _kernel_gone_with_server(self, session: Session) -> None:
-        """A notebook a previous server left ``ready`` or ``running`` (after a resume whose
-        background load may not have finished, or later): if its kernel survived, it is
-        adopted as it is; if it stopped with the server, the notebook is ``paused`` again
-        on the checkpoint its state came from, which a resume restores."""
+        """A notebook a previous server left ``ready`` or ``running`` after a resume (whose
+        background load may not have finished): if its kernel survived, it is adopted as
+        it is; if it stopped with the server, the notebook is ``paused`` again on the
+        checkpoint its state came from, which a resume restores."""
         holder = session.state_checkpoint or (session.last_checkpoint or {}).get("id")
-        if session.busy or not session.state.has_kernel or holder is None:
+        resumed = session.restored_from is not None
+        if session.busy or not session.state.has_kernel or not resumed or holder is None:
             return
         if session.kernel_id is not None and self.execution_state(session.kernel_id) is not None:
             return  # it survived: adopted
