@@ -34,19 +34,27 @@ def checkpoint(
     nonce: str | None = None,
     keep: int | None = None,
     operation: str | None = None,
+    lost_from: str | None = None,
 ):
     """Checkpoint the whole namespace; plant ``nonce`` in memory and in the manifest.
 
     ``operation`` (the server's operation id) goes into the manifest too: a
     server that restarts after dying mid-pause finds out from it whether the
-    pause's checkpoint was committed.
+    pause's checkpoint was committed.  ``lost_from``: this is a fresh kernel after
+    a crash, and its state was that checkpoint's (the result's ``lost`` says what
+    this checkpoint does not have of it, and which checkpoint still does).
     """
     global _live_nonce
     from .engine.api import checkpoint as engine_checkpoint
 
     metadata = {k: v for k, v in (("pause_nonce", nonce), ("operation_id", operation)) if v} or None
     result = engine_checkpoint(
-        notebook=notebook, dir=dir, keep=keep, metadata=metadata, progress=False
+        notebook=notebook,
+        dir=dir,
+        keep=keep,
+        metadata=metadata,
+        progress=False,
+        lost_from=lost_from,
     )
     if nonce:
         _live_nonce = nonce
@@ -58,6 +66,7 @@ def checkpoint(
         "seconds": result.seconds,
         "saved": list(result.saved),
         "skipped": dict(result.skipped),
+        "lost": dict(result.lost),
     }
 
 
