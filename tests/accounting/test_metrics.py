@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from jupyter_pause.hub.metrics import FleetMetrics
 from jupyter_pause.ledger import Ledger
 from jupyter_pause.lifecycle import SessionStore, State
 from jupyter_pause.report.build import build_report
@@ -172,7 +173,11 @@ def test_metric_names_are_read_from_promql():
 
 def test_every_dashboard_panel_asks_only_for_exported_metrics(clock):
     metrics = PauseMetrics(ledger_with(alice_events()), SessionStore(None), clock=clock)
-    exported = {name for name, _ in scrape(metrics)}
+    row = {"user": "alice", "server": "", "state": "paused", "paused_at": 1.0}
+    row |= {"resumes_at": 2.0, "released_hours_this_week": 0.5}
+    exported = {name for name, _ in scrape(metrics)} | {
+        name for name, _ in scrape(FleetMetrics([row]))
+    }
     exprs = dashboard_exprs()
     assert len(exprs) >= 8
     for expr in exprs:
