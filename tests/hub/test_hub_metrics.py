@@ -54,9 +54,16 @@ def test_prometheus_sees_every_users_server_paused_ones_too(hub_factory, tmp_pat
     code, body = hub.request("PUT", f"{hub.service_url}api/schedules/alice/", {"at": at})
     assert code == 200, body
 
-    # without a token the metrics are not served
-    code, _ = hub.request("GET", f"{hub.service_url}metrics", token="not-a-token")
-    assert code == 403
+    # without a valid token the metrics are not served (the Hub's login page is)
+    _, body = hub.request("GET", f"{hub.service_url}metrics", token="not-a-token")
+    assert "jupyter_pause_hub" not in str(body)
+    # nor to a user who is not an admin: they name every user's servers
+    code, token = hub.api(
+        "POST", "users/bob/tokens", {"scopes": ["access:services!service=jupyter-pause"]}
+    )
+    assert code == 201, token
+    code, body = hub.request("GET", f"{hub.service_url}metrics", token=token["token"])
+    assert code == 403 and "jupyter_pause_hub" not in str(body)
 
     token_file = tmp_path / "hub-token"
     token_file.write_text(hub.token)
