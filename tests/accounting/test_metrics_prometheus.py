@@ -118,6 +118,11 @@ def scrape_config(server: LocalServer, token_file: Path) -> dict:
     return config
 
 
+def close(value: float | None, expected: float) -> bool:
+    """Within 1 % of ``expected``."""
+    return value is not None and abs(value - expected) <= 0.01 * expected
+
+
 def notebook(root: Path) -> None:
     nb = {"cells": [], "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
           "nbformat": 4, "nbformat_minor": 5}  # fmt: skip
@@ -190,13 +195,24 @@ def test_prometheus_agrees_with_the_report_after_a_pause_and_a_resume(tmp_path, 
                     "resume_latency_n": prometheus.value(
                         "sum(jupyter_pause_resume_latency_seconds_count)"
                     ),
+                    "resume_latency_s": prometheus.value(
+                        "sum(jupyter_pause_resume_latency_seconds_sum)"
+                    ),
+                    "pause_latency_s": prometheus.value(
+                        "sum(jupyter_pause_pause_latency_seconds_sum)"
+                    ),
+                    "checkpoints": prometheus.value(
+                        'sum(jupyter_pause_checkpoints_total{outcome="succeeded"})'
+                    ),
                 }
                 same = (
                     figures["pauses"] == totals["pauses"]["count"]
                     and figures["resumes"] == totals["pauses"]["resumes"]
                     and figures["resume_latency_n"] == totals["resume_latency_s"]["n"]
-                    and figures["released_s"] is not None
-                    and abs(figures["released_s"] - released_s) <= 0.01 * released_s
+                    and figures["checkpoints"] == totals["checkpoint_bytes"]["n"]
+                    and close(figures["released_s"], released_s)
+                    and close(figures["resume_latency_s"], totals["resume_latency_s"]["mean"])
+                    and close(figures["pause_latency_s"], totals["pause_latency_s"]["mean"])
                 )
                 return figures if same else None
 
@@ -214,5 +230,8 @@ def test_prometheus_agrees_with_the_report_after_a_pause_and_a_resume(tmp_path, 
     with capsys.disabled():
         print(
             f"\nreport: {totals['pauses']['count']} pause(s), {totals['pauses']['resumes']} "
-            f"resume(s), {released_s:.3f} accelerator-s released; PromQL: {figures}"
+            f"resume(s), {totals['checkpoint_bytes']['n']} checkpoint(s), "
+            f"{released_s:.3f} accelerator-s released, pause "
+            f"{totals['pause_latency_s']['mean']:.3f} s, resume "
+            f"{totals['resume_latency_s']['mean']:.3f} s; PromQL: {figures}"
         )
