@@ -93,7 +93,7 @@ def test_counters_and_histograms_are_the_reports_figures(clock):
     assert report["storage"]["bytes_now"] == 7_000_000_000
 
 
-def test_bytes_written_and_stored_come_from_the_checkpoints_and_the_store(clock):
+def test_bytes_written_and_stored_and_a_failed_pause(clock):
     ledger = Ledger(":memory:")
     t = clock.time() - 60
     ledger.record("kernel-started", path="n.ipynb", time_=t)
@@ -101,7 +101,10 @@ def test_bytes_written_and_stored_come_from_the_checkpoints_and_the_store(clock)
         ledger.record(
             "checkpoint-finished", path="n.ipynb", time_=t + n, bytes=1000, bytes_written=written
         )
+    # a pause whose checkpoint failed: the kernel kept running
+    ledger.record("pause-requested", path="n.ipynb", time_=t + 4)
     ledger.record("checkpoint-failed", path="n.ipynb", time_=t + 5, error="disk full")
+    ledger.record("operation-failed", path="n.ipynb", time_=t + 5, operation="pause")
     metrics = PauseMetrics(
         ledger, SessionStore(None), storage=lambda: {"n.ipynb": 1234}, clock=clock
     )
@@ -110,6 +113,9 @@ def test_bytes_written_and_stored_come_from_the_checkpoints_and_the_store(clock)
     assert m[("jupyter_pause_checkpoints_total", (("outcome", "succeeded"),))] == 2
     assert m[("jupyter_pause_checkpoints_total", (("outcome", "failed"),))] == 1
     assert m[("jupyter_pause_storage_bytes", ())] == 1234  # measured, as the report is given
+    assert m[("jupyter_pause_pauses_total", (("outcome", "failed"),))] == 1
+    assert m[("jupyter_pause_pauses_total", (("outcome", "succeeded"),))] == 0
+    assert m[("jupyter_pause_pause_latency_seconds_count", ())] == 0  # nothing was released
 
 
 def test_sessions_by_state_are_read_at_each_scrape_and_the_ledger_once_per_ttl(clock):
