@@ -401,24 +401,24 @@ class PauseManager:
         return checkpoint_paths.notebook_dir(self.checkpoint_dir, path)
 
     async def storage_by_notebook(self) -> dict[str, int]:
-        """Bytes each known notebook's checkpoints occupy on disk now (for reports).
+        """Bytes each known notebook's checkpoints occupy on disk now (for reports)."""
+        return await self._in_thread(self.measure_storage, list(self.store.sessions))
+
+    def measure_storage(self, paths: list[str]) -> dict[str, int]:
+        """Bytes the checkpoints of the notebooks ``paths`` occupy on disk now.
 
         Measured on disk: incremental checkpoints share files, so adding up
         their sizes would count shared tensors twice.
         """
-
-        def measure(paths: list[str]) -> dict[str, int]:
-            usage = {}
-            for path in paths:
-                try:
-                    folder = self._check_folder(path)
-                except ValueError:
-                    continue  # never measure (or follow) a folder outside the root
-                files = folder.rglob("*") if folder.is_dir() else ()
-                usage[path] = sum(f.stat().st_size for f in files if f.is_file())
-            return usage
-
-        return await self._in_thread(measure, list(self.store.sessions))
+        usage = {}
+        for path in paths:
+            try:
+                folder = self._check_folder(path)
+            except ValueError:
+                continue  # never measure (or follow) a folder outside the root
+            files = folder.rglob("*") if folder.is_dir() else ()
+            usage[path] = sum(f.stat().st_size for f in files if f.is_file())
+        return usage
 
     async def record_kernel_checkpoint(self, path: str, checkpoint_id: str) -> dict[str, Any]:
         """A checkpoint the kernel took by itself (``%checkpoint`` in a cell): the
