@@ -102,7 +102,7 @@ strace:
 # Prometheus scrapes a real server in the metrics test (tests/accounting/test_metrics_prometheus.py).
 prometheus:
 	@command -v prometheus >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
 	  else echo "Install Debian's prometheus (sudo apt-get install prometheus) for the metrics test" >&2; exit 1; fi; }
 
 # JupyterHub's proxy for the hub tests (tests/hub): npm, not pip
