@@ -89,7 +89,8 @@ const joining = new WeakMap<ISessionContext, Promise<void>>();
  * opens: `SessionContext._initialize` finds the session by path and connects
  * to it.  Never a new session: the start stays held meanwhile, so that finding
  * none starts nothing.  A view whose session ended (its kernel was paused
- * away) drops it first.  Concurrent calls share one join.
+ * away) drops it first; a view starting or connecting a kernel by itself is
+ * left to it.  Concurrent calls share one join.
  */
 export function joinPathSession(context: ISessionContext): Promise<void> {
   let pending = joining.get(context);
@@ -106,7 +107,13 @@ async function join(context: ISessionContext): Promise<void> {
   }
   // disposes the connections of sessions that ended on the server
   await context.sessionManager.refreshRunning();
-  if (context.session || context.isDisposed) {
+  if (
+    context.session ||
+    context.isDisposed ||
+    // a start or a first connection of its own is under way: joining now would
+    // have JupyterLab shut the joined session down once its own one arrives
+    context.kernelDisplayStatus === 'initializing'
+  ) {
     return;
   }
   const wasHeld = isHeld(context);
