@@ -67,9 +67,7 @@ def test_a_scheduled_resume_is_followed_by_the_open_tab(shared_lab, page):
     the_tab_has_the_state(lab, page, name)
 
 
-def test_a_cell_run_right_after_a_resume_elsewhere_runs_in_the_restored_kernel(
-    shared_lab, page
-):
+def test_a_cell_run_right_after_a_resume_elsewhere_runs_in_the_restored_kernel(shared_lab, page):
     lab, name = shared_lab, "elsewhere.ipynb"
     opened_and_paused(lab, page, name)
     op = lab.api("POST", "jupyter-pause/api/sessions/resume", {"path": name})
