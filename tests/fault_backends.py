@@ -24,3 +24,17 @@ class GatedRelease(LocalBackend):
         while not Path(self.gate, "release").exists():
             await asyncio.sleep(0.05)
         return await super().release(sessions, shutdown_kernel)
+
+
+class GatedAcquire(LocalBackend):
+    """The local backend, but ``acquire`` (a resume under way, no kernel chosen
+    yet) announces itself with ``<gate>/acquiring`` and goes on only once
+    ``<gate>/acquire`` exists."""
+
+    gate = Unicode(config=True, help="The folder of the gate files.")
+
+    async def acquire(self, session, report_waiting):
+        Path(self.gate, "acquiring").touch()
+        while not Path(self.gate, "acquire").exists():
+            await asyncio.sleep(0.05)
+        return await super().acquire(session, report_waiting)

@@ -1,24 +1,34 @@
-"""The frontend's list of lifecycle states is the server's, in the same order; the README
-names what the frontend puts in the notebook toolbar."""
+"""The frontend's list of lifecycle states is the server's, in the same order, and so are
+its groups of them (the kernel guard decides by them); the README names what the
+frontend puts in the notebook toolbar."""
 
 import json
 import re
 from pathlib import Path
 
-from jupyter_pause.lifecycle import State
+from jupyter_pause.lifecycle import BUSY_STATES, OPERATION_STATES, State
 
 API_TS = Path(__file__).parents[1] / "labextension" / "src" / "api.ts"
 
 
-def typescript_states() -> list[str]:
+def typescript_states(name: str = "PAUSE_STATES") -> list[str]:
     source = API_TS.read_text()
-    block = re.search(r"export const PAUSE_STATES = \[(.*?)\] as const;", source, re.S)
-    assert block, "PAUSE_STATES not found in labextension/src/api.ts"
+    block = re.search(rf"export const {name}\b[^=]*= \[(.*?)\]", source, re.S)
+    assert block, f"{name} not found in labextension/src/api.ts"
     return re.findall(r"'([a-z-]+)'", block.group(1))
 
 
 def test_typescript_states_equal_the_python_enum():
     assert typescript_states() == [s.value for s in State]
+
+
+def test_the_kernel_guards_groups_of_states_are_the_servers():
+    """The kernel guard waits in the busy states, asks in the resumable ones, and joins
+    the server's kernel in the others: the same groups as the server's."""
+    assert set(typescript_states("BUSY_STATES")) == {s.value for s in BUSY_STATES}
+    assert set(typescript_states("RESUMABLE_STATES")) == {
+        s.value for s in OPERATION_STATES["resume"]
+    }
 
 
 def test_the_readme_names_the_toolbar_buttons_the_schema_puts_there():

@@ -186,13 +186,25 @@ class PauseManager:
 
         JupyterLab first creates a session under a random UUID path and then
         renames it to the notebook's; such a passing name is not a notebook.
+        A notebook has one session; should a client have made a second one (a
+        tab that started a kernel of its own beside a resume), the notebook's is
+        the one whose kernel holds its state: the lifecycle session's kernel.
         """
-        sessions = await self.session_manager.list_sessions()
-        return {
-            s["path"]: s
-            for s in sessions
+        by_path: dict[str, dict] = {}
+        for model in await self._notebook_sessions():
+            path = model["path"]
+            ours = self.store.sessions.get(path)
+            if path not in by_path or (ours and model["kernel"]["id"] == ours.kernel_id):
+                by_path[path] = model
+        return by_path
+
+    async def _notebook_sessions(self) -> list[dict]:
+        """Every Jupyter session of a notebook path that has a kernel, duplicates too."""
+        return [
+            s
+            for s in await self.session_manager.list_sessions()
             if s.get("kernel") and not _TEMPORARY_PATH.fullmatch(posixpath.basename(s["path"]))
-        }
+        ]
 
     async def sync(self, stopped_at: float | None = None) -> dict[str, dict]:
         """Bring lifecycle sessions in line with the kernels that exist now.
@@ -509,7 +521,30 @@ class PauseManager:
             raise PauseError(f"{path!r} is {session.state.value}; {wanted}", status=409)
         if kind != "resume" and path not in live:
             raise PauseError(f"{path!r} has no running kernel to {kind}", status=409)
+        if kind != "resume":
+            await self._refuse_second_session(path, live[path], kind)
         return session, live
+
+    async def _refuse_second_session(self, path: str, model: dict, kind: str) -> None:
+        """A notebook with two Jupyter sessions (a client started a kernel of its own
+        beside the one a resume restored into) cannot be paused or checkpointed: one
+        of the kernels would be saved and the other left running unseen."""
+        others = [
+            s
+            for s in await self._notebook_sessions()
+            if s["path"] == path and s["kernel"]["id"] != model["kernel"]["id"]
+        ]
+        if others:
+            other = others[0]
+            raise PauseError(
+                f"refusing to {kind} {path!r}: it has two Jupyter sessions, whose kernels "
+                f"are {model['kernel']['id']} (the notebook's, holding its state) and "
+                f"{other['kernel']['id']} (started beside it by another client, "
+                f"session {other['id']}); a {kind} would save only one and leave the other "
+                f"running. Shut that session down (DELETE /api/sessions/{other['id']}) "
+                f"and {kind} again",
+                status=409,
+            )
 
     async def pause(
         self,
@@ -1384,8 +1419,16 @@ class PauseManager:
             await self.backend.acquire(session, report_waiting)
             if waited:
                 self._record(EventType.CAPACITY_ACQUIRED, session, op)
-            kernel_id = session.kernel_id  # a fresh kernel JupyterLab already started
-            if kernel_id is not None and self.execution_state(kernel_id) is not None:
+            # One session per notebook: a kernel that a client started for it (before
+            # this resume, or while it waited) is the one the state is restored into;
+            # otherwise the resume makes the notebook's session, which open tabs join.
+            live = (await self.jupyter_sessions()).get(path)
+            if live is not None:
+                kernel_id = live["kernel"]["id"]
+                if kernel_id != session.kernel_id:
+                    session.kernel_id = kernel_id
+                    session.kernel_name = live["kernel"].get("name")
+                    self._record(EventType.KERNEL_STARTED, session, op, started_by="user")
                 await self.prewarmer.discard(path)
             else:
                 op.step = "starting a kernel"

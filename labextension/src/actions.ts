@@ -21,13 +21,12 @@ import {
   ICheckpointSummary,
   IOperation,
   ISessionStatus,
-  IStatus,
   PauseState,
   RESUMABLE_STATES,
   postAPI,
   requestAPI
 } from './api';
-import { startKernelNow } from './kernelhold';
+import { joinPathSession, startKernelNow } from './kernelhold';
 import {
   formatBytes,
   formatDuration,
@@ -525,21 +524,12 @@ export class PauseActions {
     });
   }
 
-  /** After a resume, attach the notebook to the kernel that holds its state. */
+  /**
+   * After a resume, connect the notebook to its one Jupyter session, which the
+   * resume made (or whose kernel it restored into): never a second session.
+   */
   private async _connect(panel: NotebookPanel): Promise<void> {
-    // ask the server directly: the polled model may not have caught up yet
-    const status = await requestAPI<IStatus>(
-      'status',
-      this._model.serverSettings,
-      {},
-      false
-    );
-    const path = panel.context.path;
-    const kernelId = status.sessions.find(s => s.path === path)?.kernel_id;
-    const sessionContext = panel.sessionContext;
-    if (kernelId && sessionContext.session?.kernel?.id !== kernelId) {
-      await sessionContext.changeKernel({ id: kernelId });
-    }
+    await joinPathSession(panel.sessionContext);
   }
 
   private async _run(

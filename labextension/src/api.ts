@@ -26,8 +26,24 @@ export const PAUSE_STATES = [
 
 export type PauseState = (typeof PAUSE_STATES)[number];
 
-/** States in which the notebook has no kernel of its own until it resumes. */
+/**
+ * States in which the notebook has no kernel of its own until it resumes: the
+ * states from which a resume starts (Python's `OPERATION_STATES['resume']`).
+ */
 export const RESUMABLE_STATES: readonly PauseState[] = ['paused', 'failed'];
+
+/**
+ * States in which an operation (pause, checkpoint, resume) runs: the notebook's
+ * kernel is the server's to start, restore or stop, and a view waits for the
+ * outcome.  Python's `BUSY_STATES` (tests/test_labextension_states.py).
+ */
+export const BUSY_STATES: readonly PauseState[] = [
+  'checkpointing',
+  'pausing',
+  'resuming',
+  'waiting-for-capacity',
+  'restoring'
+];
 
 export interface IOperation {
   id: string;

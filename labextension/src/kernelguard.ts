@@ -1,34 +1,54 @@
 /**
- * A paused notebook never gets a kernel behind the user's back.
+ * A paused notebook never gets a kernel behind the user's back, and a resumed
+ * one never gets a second.
  *
  * - Opening it starts none (JupyterLab's kernel start is held until the
  *   server says the notebook is not paused).
  * - Running a cell in it asks first: resume, then run; run in an empty
- *   kernel; or cancel.  Nothing flips to "running" silently.
+ *   kernel; or cancel.  Nothing flips to "running" silently.  While a pause
+ *   or resume runs, the cell waits for its outcome.
  * - However it was paused (a button here or in another tab, `%pause`, the
  *   idle policy, the CLI), every open view of it drops its dead kernel and
  *   shows "No Kernel".
+ * - However it was resumed (a schedule, a prediction, the CLI, another tab,
+ *   the hub page), every open view joins the notebook's one Jupyter session,
+ *   whose kernel holds the restored state, by the next poll; a cell run
+ *   before that joins it too, instead of starting a session of its own.
  */
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 
 import { PauseActions, surfaceErrors } from './actions';
-import { PauseState, RESUMABLE_STATES } from './api';
+import {
+  BUSY_STATES,
+  ISessionStatus,
+  PauseState,
+  RESUMABLE_STATES
+} from './api';
 import {
   askBeforeStart,
   holdKernel,
   isHeld,
+  joinPathSession,
   releaseKernel
 } from './kernelhold';
 import { formatBytes, formatTime, shortReason } from './labels';
 
-const SETTLING: PauseState[] = [
-  'checkpointing',
-  'pausing',
-  'resuming',
-  'waiting-for-capacity',
-  'restoring'
-];
+/**
+ * The server holds a kernel with the notebook's state (resumed, or running)
+ * that this view is not connected to: the view joins it.
+ */
+function kernelToJoin(
+  session: ISessionStatus | null,
+  panel: NotebookPanel
+): boolean {
+  return (
+    !!session?.kernel_id &&
+    !BUSY_STATES.includes(session.state) &&
+    !RESUMABLE_STATES.includes(session.state) &&
+    panel.sessionContext.session?.kernel?.id !== session.kernel_id
+  );
+}
 
 /** How long a cell run waits for a pause or resume under way to end. */
 const SETTLE_DEADLINE_MS = 30 * 60 * 1000;
@@ -87,15 +107,23 @@ export class KernelGuard {
     const deadline = Date.now() + SETTLE_DEADLINE_MS;
     while (
       session &&
-      SETTLING.includes(session.state) &&
+      BUSY_STATES.includes(session.state) &&
       Date.now() < deadline
     ) {
       // a pause or resume is under way: its outcome decides what to do
       await new Promise(resolve => setTimeout(resolve, 500));
       session = await ask();
     }
-    if (session && SETTLING.includes(session.state)) {
+    if (session && BUSY_STATES.includes(session.state)) {
       return false; // still under way: run nothing rather than guess
+    }
+    if (kernelToJoin(session, panel)) {
+      // resumed elsewhere: run in the kernel with the state, never in a new one
+      await joinPathSession(panel.sessionContext);
+      if (panel.sessionContext.session?.kernel) {
+        return false;
+      }
+      session = await ask(); // its session ended meanwhile: decide again
     }
     if (!session || !RESUMABLE_STATES.includes(session.state)) {
       return start();
@@ -141,7 +169,11 @@ export class KernelGuard {
     return false;
   }
 
-  /** A notebook seen pausing elsewhere: drop its kernel in every view of it. */
+  /**
+   * A notebook seen pausing elsewhere: drop its kernel in every view of it.
+   * One seen resumed (or running) in a kernel a view is not connected to:
+   * that view joins the notebook's session.
+   */
   private _follow(): void {
     const model = this._actions.model;
     const seen = new Map<string, PauseState>();
@@ -157,10 +189,21 @@ export class KernelGuard {
       if (nowPaused && before !== undefined && before !== 'paused') {
         this._actions.detachKernel(panel);
         holdKernel(panel.sessionContext);
+      } else if (kernelToJoin(session, panel)) {
+        // joined while held: a view never starts a kernel of its own meanwhile
+        surfaceErrors(
+          joinPathSession(panel.sessionContext).then(() =>
+            releaseKernel(panel.sessionContext)
+          ),
+          this._actions.trans.__(
+            'Connecting %1 to its resumed kernel failed',
+            path
+          )
+        );
       } else if (
         !RESUMABLE_STATES.includes(session.state) &&
         isHeld(panel.sessionContext) &&
-        !SETTLING.includes(session.state)
+        !BUSY_STATES.includes(session.state)
       ) {
         releaseKernel(panel.sessionContext);
       }

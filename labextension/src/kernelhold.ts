@@ -8,7 +8,7 @@
  * one.  The hold is the notebook's own kernel preference (`shouldStart`),
  * so JupyterLab's "No Kernel" indicator tells the truth meanwhile.
  */
-import { ISessionContext } from '@jupyterlab/apputils';
+import { ISessionContext, SessionContext } from '@jupyterlab/apputils';
 
 type Preference = ISessionContext.IKernelPreference;
 
@@ -79,4 +79,50 @@ export function startKernelNow(context: ISessionContext): Promise<boolean> {
   releaseKernel(context);
   const start = originalStart.get(context) ?? (() => context.startKernel());
   return start();
+}
+
+const joining = new WeakMap<ISessionContext, Promise<void>>();
+
+/**
+ * Connect the notebook to the Jupyter session that exists for its path (the
+ * one a resume made, whoever asked for it), as JupyterLab does when a notebook
+ * opens: `SessionContext._initialize` finds the session by path and connects
+ * to it.  Never a new session: the start stays held meanwhile, so that finding
+ * none starts nothing.  A view whose session ended (its kernel was paused
+ * away) drops it first; a view starting or connecting a kernel by itself is
+ * left to it.  Concurrent calls share one join.
+ */
+export function joinPathSession(context: ISessionContext): Promise<void> {
+  let pending = joining.get(context);
+  if (!pending) {
+    pending = join(context).finally(() => joining.delete(context));
+    joining.set(context, pending);
+  }
+  return pending;
+}
+
+async function join(context: ISessionContext): Promise<void> {
+  if (!(context instanceof SessionContext) || context.isDisposed) {
+    return;
+  }
+  // disposes the connections of sessions that ended on the server
+  await context.sessionManager.refreshRunning();
+  if (
+    context.session ||
+    context.isDisposed ||
+    // a start or a first connection of its own is under way: joining now would
+    // have JupyterLab shut the joined session down once its own one arrives
+    context.kernelDisplayStatus === 'initializing'
+  ) {
+    return;
+  }
+  const wasHeld = isHeld(context);
+  holdKernel(context);
+  try {
+    await context._initialize();
+  } finally {
+    if (!wasHeld) {
+      releaseKernel(context);
+    }
+  }
 }
