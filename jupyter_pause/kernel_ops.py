@@ -34,17 +34,24 @@ def checkpoint(
     nonce: str | None = None,
     keep: int | None = None,
     operation: str | None = None,
+    autosave: bool = False,
 ):
     """Checkpoint the whole namespace; plant ``nonce`` in memory and in the manifest.
 
     ``operation`` (the server's operation id) goes into the manifest too: a
     server that restarts after dying mid-pause finds out from it whether the
-    pause's checkpoint was committed.
+    pause's checkpoint was committed.  ``autosave`` marks it as the server's
+    background save (``autosave: true``), kept in its own retention budget.
     """
     global _live_nonce
     from .engine.api import checkpoint as engine_checkpoint
+    from .engine.store import AUTOSAVE
 
-    metadata = {k: v for k, v in (("pause_nonce", nonce), ("operation_id", operation)) if v} or None
+    metadata = {
+        k: v
+        for k, v in (("pause_nonce", nonce), ("operation_id", operation), (AUTOSAVE, autosave))
+        if v
+    } or None
     result = engine_checkpoint(
         notebook=notebook, dir=dir, keep=keep, metadata=metadata, progress=False
     )

@@ -786,13 +786,46 @@ def _remove_checkpoint_dir(folder: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
+#: the manifest metadata key that marks a checkpoint the server took by itself
+#: (a workload class's ``autosave_every``), and how many of those are kept
+AUTOSAVE = "autosave"
+AUTOSAVES_KEPT = 1
+
+
+def is_autosave(folder: Path) -> bool:
+    """Whether the checkpoint in ``folder`` is an autosave (one whose manifest cannot be
+    read counts as the user's own: it never falls into the autosaves' smaller budget)."""
+    try:
+        m = Manifest.from_bytes((folder / MANIFEST).read_bytes())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return m.metadata.get(AUTOSAVE) is True
+
+
+def autosave_would_replace(nbdir: Path, own: str | None) -> str | None:
+    """The autosave that an autosave now would push out while it is the notebook's newest
+    saved state and not ``own`` (the checkpoint this process last wrote or restored): the
+    last state of another kernel, e.g. one that was killed. None when an autosave may go
+    ahead: no checkpoint yet, the newest is one the user made (kept in their budget), or
+    this process continues from it."""
+    key, _ = _load_key_for_listing()
+    ids = [cid for cid in checkpoint_ids(nbdir) if signed_by_this_key(nbdir / cid, key)]
+    if not ids or ids[-1] == own or not is_autosave(nbdir / ids[-1]):
+        return None
+    return ids[-1]
+
+
 def apply_retention(nbdir: Path, keep: int) -> list[str]:
-    """Delete all but the newest ``keep`` of the checkpoints signed with this user's key
-    (caller holds the lock). Others' checkpoints neither count nor expire."""
+    """Delete all but the newest ``keep`` of the checkpoints signed with this user's key,
+    and all but the newest :data:`AUTOSAVES_KEPT` autosaves (caller holds the lock).
+    Autosaves have their own budget, so that they never push out a checkpoint or pause
+    the user made. Others' checkpoints neither count nor expire."""
     keep = max(1, int(keep))
     key, _ = _load_key_for_listing()
     ids = [cid for cid in checkpoint_ids(nbdir) if signed_by_this_key(nbdir / cid, key)]
-    doomed = ids[:-keep] if len(ids) > keep else []
+    autosaves = [cid for cid in ids if is_autosave(nbdir / cid)]
+    own = [cid for cid in ids if cid not in autosaves]
+    doomed = sorted(own[:-keep] + autosaves[:-AUTOSAVES_KEPT], key=paths.id_sort_key)
     for cid in doomed:
         _remove_checkpoint_dir(nbdir / cid)
     return doomed
