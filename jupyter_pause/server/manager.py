@@ -1121,7 +1121,7 @@ class PauseManager:
                 if autosave
                 else f"checkpoint failed, so the notebook was not paused and its kernel keeps running: {e}"
             )
-            self._record(EventType.CHECKPOINT_FAILED, session, op, error=str(e))
+            self._record(EventType.CHECKPOINT_FAILED, session, op, error=str(e), **autosave)
             self._move(session, State.RUNNING, op, error=error)
             if report:
                 self._fail(session, op, error)
@@ -1183,7 +1183,8 @@ class PauseManager:
             f"the kernel died during the checkpoint ({how}): its unsaved state is lost and "
             f"nothing was paused. {intact}"
         )
-        self._record(EventType.CHECKPOINT_FAILED, session, op, error=error)
+        autosave = {"autosave": True} if op.options.get("autosave") else {}
+        self._record(EventType.CHECKPOINT_FAILED, session, op, error=error, **autosave)
         self._record(EventType.KERNEL_STOPPED, session, op, stopped_by="died")
         self.activity.unwatch(kernel_id)
         op.step = "waiting for Jupyter to restart the kernel"
