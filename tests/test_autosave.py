@@ -10,6 +10,7 @@ import signal
 import pytest
 
 from jupyter_pause.engine import paths
+from jupyter_pause.idle_policy import WorkloadClass, load_classes
 
 from .helpers import (
     api,
@@ -155,3 +156,12 @@ async def test_an_autosave_when_nothing_changed_writes_almost_nothing(
     assert sum(new_files.values()) < 64 << 10, new_files
     session = await session_status(jp_fetch, notebook_path)
     assert session["last_checkpoint"]["id"] == second.data["checkpoint_id"]
+
+
+def test_autosave_is_off_unless_a_class_asks_and_its_interval_is_positive():
+    classes = load_classes({"gpu-interactive": {"autosave_every": 600}})
+    assert classes["gpu-interactive"].autosave_every == 600
+    assert classes["cpu-small"].autosave_every is None  # opt-in, per class
+    for bad in (0, -5):
+        with pytest.raises(ValueError, match="autosave_every"):
+            WorkloadClass.from_config("x", {"autosave_every": bad})
