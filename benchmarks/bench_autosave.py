@@ -11,8 +11,10 @@ seconds of use, so that each is followed by an autosave. Per unchanged autosave:
 * the bytes it wrote (the ledger's ``bytes_written``, and the new files on disk:
   checkpoint folder and blobs);
 * its duration, from the server's ``checkpoint-started`` to ``checkpoint-finished``;
-* how long a cell sent as soon as the autosave started waited for it (that cell's
-  round trip minus the median round trip of the same cell on an idle kernel).
+* how long a cell sent as soon as the status says ``checkpointing`` (polled without
+  pause) waited for it: that cell's round trip minus the median round trip of the
+  same cell on an idle kernel; and the kernel's own part of the save (the engine's
+  ``seconds``), the most a cell queued behind it can wait.
 
 The share of wall time is the median duration over ``--every`` (the class's interval
 in production; the autosave runs at most once per interval of use). Prints one JSON
@@ -110,7 +112,7 @@ def main() -> None:
                 "size = sum(p.numel() * p.element_size() for p in model.parameters())",
             )
             assert made.ok, made
-            size = client.evaluate(kernel_id, "size")
+            size = client.evaluate(kernel_id, "print(size)")
             idle = [round_trip(client, kernel_id) for _ in range(5)]
             trigger_cell = f"time.sleep({args.trigger + 0.2})"
 
@@ -122,8 +124,10 @@ def main() -> None:
             for n in range(2, args.rounds + 2):
                 before = files_of(folder)
                 assert client.execute(kernel_id, trigger_cell).ok
+                # the moment the server moves the notebook to checkpointing, it sends
+                # the kernel the autosave's request: a cell sent now queues behind it
                 wait_for(
-                    lambda n=n: len(autosave_events(client, "checkpoint-started")) >= n,
+                    lambda: client.session_status(NB)["state"] == "checkpointing",
                     120,
                     f"autosave #{n} starting",
                 )
