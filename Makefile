@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # are module-scoped); mostly waiting on kernels and servers, so more workers than cores
 PYTEST_WORKERS ?= 3
 
-.PHONY: lab test lint format bench build dist check-wheel browser kubectl strace hub-proxy clean
+.PHONY: lab test lint format bench build dist check-wheel browser kubectl strace prometheus hub-proxy clean
 
 # --- set-up -------------------------------------------------------------
 $(STAMP): pyproject.toml labextension/package.json
@@ -44,7 +44,7 @@ ROOT_ARGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(ROOT_ARGS) $(JUPYTER_ARGS)
 
-test: $(STAMP) browser kubectl strace hub-proxy lint check-wheel
+test: $(STAMP) browser kubectl strace prometheus hub-proxy lint check-wheel
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # --- the rest ------------------------------------------------------------
@@ -99,6 +99,12 @@ strace:
 	@command -v strace >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace; \
 	  else echo "Install strace (sudo apt-get install strace) for the durability test" >&2; exit 1; fi; }
+
+# Prometheus scrapes a real server in the metrics test (tests/accounting/test_metrics_prometheus.py).
+prometheus:
+	@command -v prometheus >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
+	  else echo "Install Debian's prometheus (sudo apt-get install prometheus) for the metrics test" >&2; exit 1; fi; }
 
 # JupyterHub's proxy for the hub tests (tests/hub): npm, not pip
 hub-proxy: $(HUB_PROXY)

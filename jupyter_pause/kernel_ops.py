@@ -35,13 +35,17 @@ def checkpoint(
     keep: int | None = None,
     operation: str | None = None,
     autosave: bool = False,
+    lost_from: str | None = None,
 ):
     """Checkpoint the whole namespace; plant ``nonce`` in memory and in the manifest.
 
     ``operation`` (the server's operation id) goes into the manifest too: a
     server that restarts after dying mid-pause finds out from it whether the
-    pause's checkpoint was committed.  ``autosave`` marks it as the server's
-    background save (``autosave: true``), kept in its own retention budget.
+    pause's checkpoint was committed.  ``lost_from``: this is a fresh kernel after
+    a crash, and its state was that checkpoint's (the result's ``lost`` says what
+    this checkpoint does not have of it, and which checkpoint still does).
+    ``autosave`` marks it as the server's background save (``autosave: true``),
+    kept in its own retention budget.
     """
     global _live_nonce
     from .engine.api import checkpoint as engine_checkpoint
@@ -53,7 +57,12 @@ def checkpoint(
         if v
     } or None
     result = engine_checkpoint(
-        notebook=notebook, dir=dir, keep=keep, metadata=metadata, progress=False
+        notebook=notebook,
+        dir=dir,
+        keep=keep,
+        metadata=metadata,
+        progress=False,
+        lost_from=lost_from,
     )
     if nonce:
         _live_nonce = nonce
@@ -65,6 +74,7 @@ def checkpoint(
         "seconds": result.seconds,
         "saved": list(result.saved),
         "skipped": dict(result.skipped),
+        "lost": dict(result.lost),
     }
 
 

@@ -129,6 +129,21 @@ class LiveState(str, Enum):
 
 
 @dataclass
+class LostState:
+    """What of a notebook's state its kernel lost involuntarily (the kernel died, a
+    fresh one took its place, a restore could not bring an object back), and which
+    checkpoint still has it: shown by ``GET status``, recorded by the next checkpoint,
+    kept by retention (engine/store.py ``expired``).  A ``del`` is not a loss."""
+
+    why: str
+    #: the checkpoint the lost state came from (it still has it); None once a checkpoint
+    #: of this kernel recorded the loss (``names``)
+    checkpoint: str | None = None
+    #: name -> the checkpoint that still holds it, as the last checkpoint or restore said
+    names: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
 class Operation:
     """One pause, resume or checkpoint of one session."""
 
@@ -174,6 +189,10 @@ class Session:
     #: set when a schedule brought the notebook back and the user has not run a
     #: cell yet: {kind, at (when it was ready)}; an unused predicted one is paused again
     resumed_ahead: dict[str, Any] | None = None
+    #: the newest checkpoint of the kernel's state: restored from, or written since
+    state_checkpoint: str | None = None
+    #: set while the notebook's state lacks what its kernel lost involuntarily
+    lost: LostState | None = None
 
     def move(self, to: State, *, error: str | None = None) -> State:
         """Move to ``to`` (or to FAILED with ``error``); returns the previous state."""
@@ -203,6 +222,8 @@ class Session:
         data["live_state"] = LiveState(data.get("live_state", "unknown"))
         op = data.get("operation")
         data["operation"] = Operation(**op) if op else None
+        lost = data.get("lost")
+        data["lost"] = LostState(**lost) if lost else None
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in data.items() if k in known})
 

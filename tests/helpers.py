@@ -195,6 +195,19 @@ sys.meta_path.insert(0, _TorchGate())
 """
 
 
+def kernel_torch_gate(folder, *, deadline=300):
+    """Write ``<folder>/sitecustomize.py``: with ``folder`` on a server's ``PYTHONPATH``,
+    its kernels (and only they: jupyter_client gives them ``JPY_PARENT_PID``) hold
+    ``import torch`` until ``<folder>/open`` exists (:func:`torch_gate`), so a lazy
+    restore into them stays in its background load as long as a test needs."""
+    folder.mkdir(exist_ok=True)
+    code = torch_gate(folder / "open", deadline=deadline)
+    (folder / "sitecustomize.py").write_text(
+        f"import os\nif 'JPY_PARENT_PID' in os.environ:\n    exec({code!r})\n"
+    )
+    return folder
+
+
 def wait_for(condition, timeout=60, what="the condition", interval=0.2):
     """The blocking twin of :func:`wait_until`, for tests that drive whole
     processes (servers, hubs) from a plain thread: poll ``condition()`` until it

@@ -85,27 +85,34 @@ async def test_a_killed_kernel_loses_at_most_one_interval_of_work(
         what="Jupyter restarting the killed kernel",
     )
 
-    # the fresh kernel is used for more than an interval: its autosave would replace the
-    # last good state, which it never restored, so it is refused and says why
-    await execute(jp_serverapp, kernel_id, f"import time\n{PAST_INTERVAL}")
-    refused = await wait_until(
-        lambda: autosaves(jp_serverapp, notebook_path, "checkpoint-failed"),
-        what="the fresh kernel's autosave refused",
+    # the server hears of the death: the notebook is failed, naming the state that is kept
+    session = await wait_until(
+        lambda: _failed(jp_fetch, notebook_path), timeout=90, what="the death told"
     )
-    assert saved in refused[0].data["error"]
-    session = await session_status(jp_fetch, notebook_path)
+    assert saved in session["error"]
     assert session["last_checkpoint"]["id"] == saved  # the status tells which state is saved
     assert session["last_checkpoint"]["autosave"] is True
     assert session["last_saved"] == session["last_checkpoint"]["time"]
-    assert "autosave skipped" in session["error"]
     code, listing = await api(jp_fetch, "checkpoints", params={"path": notebook_path})
     assert code == 200, listing
     assert {c["id"] for c in listing["checkpoints"]} == {mine, saved}
 
     # the notebook resumes from the autosave: the work of the last interval is all it lost
-    out = await execute(jp_serverapp, kernel_id, "%restore")
-    assert saved in out
+    op = await operate(jp_fetch, "resume", notebook_path)
+    assert op["outcome"] == "succeeded", op
+    kernel_id = (await session_status(jp_fetch, notebook_path))["kernel_id"]
     assert await execute(jp_serverapp, kernel_id, "work") == "[1, 2]"
+
+    # and autosave goes on in the resumed kernel
+    await execute(jp_serverapp, kernel_id, f"import time\n{PAST_INTERVAL}\nwork.append(4)")
+    following = (await next_autosave(jp_serverapp, notebook_path, 2)).data["checkpoint_id"]
+    code, listing = await api(jp_fetch, "checkpoints", params={"path": notebook_path})
+    assert {c["id"] for c in listing["checkpoints"]} == {mine, following}
+
+
+async def _failed(jp_fetch, path):
+    session = await session_status(jp_fetch, path)
+    return session if session["state"] == "failed" else None
 
 
 async def test_no_autosave_begins_while_a_cell_runs(jp_fetch, jp_serverapp, notebook_path):

@@ -210,6 +210,32 @@ async def test_start_up_resolves_what_a_dead_server_left_running(
         assert session.state == State.READY
 
 
+@pytest.mark.parametrize("state", [State.READY, State.RUNNING])
+@pytest.mark.parametrize("kernel", [True, False])
+async def test_start_up_resolves_a_resumed_notebook_from_its_kernel(tmp_path, state, kernel):
+    """A resumed notebook (its lazy restore's background load finished or not): a kernel
+    that survived is adopted; one that stopped with the server leaves it paused on the
+    checkpoint its state came from, and a resume is not refused."""
+    manager = make_manager(tmp_path)
+    restored = earlier_checkpoint(manager)
+    earlier_checkpoint(manager, value=2)  # a newer one: the error names the restored one
+    session = with_session(manager, state, kernel=kernel)
+    session.restored_from, session.state_checkpoint = "checkpoint", restored
+    if not kernel:
+        session.kernel_id = "kernel-of-the-dead-server"
+
+    await manager.recover()
+
+    if kernel:
+        assert session.state == state and session.kernel_id in manager.kernel_manager
+        return
+    assert session.state == State.PAUSED and session.kernel_id is None
+    assert restored in session.error
+    await manager.resume(NB, restored)
+    await settle(manager)
+    assert session.state == State.READY
+
+
 async def test_a_failed_pause_without_any_checkpoint_says_there_is_none(tmp_path):
     manager = make_manager(tmp_path)
     session, _ = abandoned(

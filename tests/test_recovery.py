@@ -3,6 +3,7 @@ again: every unfinished operation is resolved from the truth on disk and in
 the kernels, and the notebook can be worked with at once (real processes)."""
 
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from jupyter_pause.client import LocalServer
 from jupyter_pause.engine import paths
 
-from .helpers import gate_code, wait_for
+from .helpers import gate_code, kernel_torch_gate, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 NB = "nb.ipynb"
@@ -42,8 +43,13 @@ def server_factory(tmp_path):
     }
     servers = []
 
-    def make(*extra_args):
-        server = LocalServer(root, tmp_path / "state", env=env, extra_args=list(extra_args))
+    def make(*extra_args, pythonpath=()):
+        """A server; ``pythonpath``: folders put before the repository on its (and its
+        kernels') ``PYTHONPATH``."""
+        path = os.pathsep.join([*map(str, pythonpath), str(REPO)])
+        server = LocalServer(
+            root, tmp_path / "state", env={**env, "PYTHONPATH": path}, extra_args=list(extra_args)
+        )
         servers.append(server)
         return server
 
@@ -128,3 +134,37 @@ def test_killed_while_pausing_after_the_checkpoint_the_notebook_ends_paused(
     assert resumed["outcome"] == "succeeded", resumed
     kernel_id = client.session_status(NB)["kernel_id"]
     assert client.evaluate(kernel_id, "print(x)") == 2
+
+
+def test_killed_during_a_resumes_background_load_the_notebook_is_paused_again(
+    server_factory, tmp_path
+):
+    """After the restart the kernel is gone (it died with its server), its background
+    load unfinished: the notebook is paused on its checkpoint, not `ready` with a kernel
+    that does not exist, and a resume restores it (today: 409, "is running")."""
+    gate = kernel_torch_gate(tmp_path / "gate")
+    (gate / "open").touch()  # the first kernel imports torch at once
+    server = server_factory(pythonpath=[gate])
+    client = server.start()
+    start_notebook(client, "import torch\nbig = torch.arange(1000.0)\nn = 5")
+    assert client.wait(client.pause(NB))["outcome"] == "succeeded"
+    checkpoint = client.session_status(NB)["last_checkpoint"]["id"]
+    (gate / "open").unlink()  # the resumed kernel's load holds at torch's import
+    assert client.wait(client.resume(NB))["outcome"] == "succeeded"
+    kernel_id = client.session_status(NB)["kernel_id"]
+    pid = client.evaluate(kernel_id, "import os; print(os.getpid())")
+    pending = "from jupyter_pause.engine import lazy; print(json.dumps(lazy.active().pending()))"
+    assert sorted(client.evaluate(kernel_id, "import json\n" + pending)) == ["big", "torch"]
+
+    kill_server(server, pid)
+    client = server_factory(pythonpath=[gate]).start()
+
+    session = client.session_status(NB)
+    assert session["state"] == "paused", session
+    assert session["kernel_id"] is None
+    assert checkpoint in session["error"]
+    (gate / "open").touch()
+    resumed = client.wait(client.resume(NB))
+    assert resumed["outcome"] == "succeeded", resumed
+    kernel_id = client.session_status(NB)["kernel_id"]
+    assert client.evaluate(kernel_id, "print(float(big.sum()) + n)") == 499505.0

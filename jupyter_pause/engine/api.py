@@ -116,6 +116,8 @@ class CheckpointResult:
     tensors: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)
     removed: list[str] = field(default_factory=list)  # checkpoints deleted by retention
+    # objects this kernel lost involuntarily -> the checkpoint that still holds each
+    lost: dict[str, str] = field(default_factory=dict)
     quarantined: list[str] = field(default_factory=list)  # damaged blobs found, rewritten
     records_reused: int = 0  # variables whose records were copied from the previous one
 
@@ -278,6 +280,7 @@ def checkpoint(
     progress: bool = True,
     namespace: dict | None = None,
     full: bool = False,
+    lost_from: str | None = None,
 ) -> CheckpointResult:
     """Save tracked objects and the namespace (or just ``names``) as a new checkpoint.
 
@@ -287,6 +290,11 @@ def checkpoint(
 
     ``trust=True`` lets an incremental checkpoint reuse data of unsigned older checkpoints.
     ``namespace`` defaults to the kernel's user namespace (``__main__`` outside IPython).
+
+    ``lost_from``: this kernel lost its state involuntarily (it is a fresh one after a
+    crash) and that state was checkpoint ``lost_from``'s. What the checkpoint does not
+    have of it, and what a restore could not bring back, is recorded in its metadata
+    (``lost``: name -> the checkpoint that still holds it), which retention keeps.
     """
     t0 = time.monotonic()
     lazy_mod.wait()  # objects still loading from a lazy restore are saved whole, not missed
@@ -301,6 +309,9 @@ def checkpoint(
         raise ValueError(f"metadata must be JSON-serialisable: {e}") from None
     key_name = paths.notebook_key(notebook)
     nbdir = paths.notebook_dir(dir, notebook)
+    lost = _lost_now(nbdir, lost_from, trust, ns)
+    if lost:
+        meta[store.LOST] = lost
 
     # 1. which objects
     required: dict[str, Any] = {}
@@ -358,6 +369,8 @@ def checkpoint(
                     incremental,
                 )
                 _OWN[str(nbdir)] = result.id
+                result.lost = lost
+                _LOST[str(nbdir)] = lost
                 result.removed = store.apply_retention(nbdir, _keep(keep))
                 if result.removed:
                     store.gc(nbdir, locked_already=True)
@@ -374,6 +387,25 @@ _STATE: dict[str, records.State] = {}
 # notebook folder -> the checkpoint this process last wrote or restored: an autosave
 # never replaces another process's newer autosave (store.autosave_would_replace)
 _OWN: dict[str, str] = {}
+# notebook folder -> objects this process lost involuntarily -> the checkpoint holding each
+_LOST: dict[str, dict[str, str]] = {}
+
+
+def _lost_now(nbdir, lost_from: str | None, trust: bool, ns: dict) -> dict[str, str]:
+    """Objects of this kernel's state that it does not have, not by the user's doing (a
+    ``del`` is), with the checkpoint that still holds each: what the checkpoint it was
+    restored from had lost, what its restore could not bring back, and, for a fresh
+    kernel after a crash (``lost_from``), everything that checkpoint held."""
+    lost = dict(_LOST.get(str(nbdir), {}))
+    if lost_from is not None:
+        try:
+            m = store.read_manifest(nbdir, lost_from, trust=trust)
+        except CheckpointError:  # gone or damaged: it holds nothing to keep
+            m = None
+        if m is not None:
+            lost.update({n: m.id for n in m.objects})
+            lost.update(store.lost_of(m.metadata))
+    return {n: h for n, h in sorted(lost.items()) if n not in ns and n not in _TRACKED}
 
 
 def _tracking(ns) -> bool:
@@ -746,6 +778,8 @@ def restore(
         )
         buffers = loaded.buffers
         loader = _Loader(buffers, loaded.damaged)
+        if not names:  # what the checkpoint had lost stays lost, unless the user makes it anew
+            _LOST[str(nbdir)] = store.lost_of(m.metadata)
         later = loaded.torch_later
         load = None
         if lazy:  # its files are opened under the lock: a later GC cannot take them away
@@ -761,6 +795,8 @@ def restore(
                 torch_later=later.gpu if later else None,
                 handed=loaded.handed,
             )
+            load.fallback = functools.partial(_older_copy, nbdir, m.id, device_of_name, ns)
+            load.on_lost = functools.partial(_mark_lost, nbdir)  # no sound copy anywhere
 
     # Only now, with the pickle verified, run it. Lazy: tensor data is not read yet, but
     # every object is built over its final buffer, and none is assigned before the bytes
@@ -844,6 +880,9 @@ def restore(
         loading=loading,
         bytes_loading=bytes_loading,
     )
+    for n in failed if not names else ():  # this checkpoint holds them, as well as it can
+        if n in m.objects:
+            _mark_lost(nbdir, n, m.id)
     if failed:
         warnings.warn(
             "jupyter_pause.restore: not restored: "
@@ -1153,6 +1192,33 @@ def _read_now(m: Manifest, load) -> list[int]:
         if sum(m.storages[i].nbytes for i in needs) < lazy_mod.EAGER_BELOW:
             now |= needs
     return [i for i in load.order() if i in now]
+
+
+def _mark_lost(nbdir, name: str, holder: str = "") -> None:
+    """``name`` was not restored: lost, until the user makes it anew (``holder``: the
+    checkpoint that still has it; "" where no copy of it verifies)."""
+    _LOST.setdefault(str(nbdir), {}).setdefault(name, holder)
+
+
+def _older_copy(nbdir, newer: str, device_of_name, ns, name: str):
+    """(object, checkpoint id): ``name`` from the newest checkpoint older than ``newer``
+    whose copy verifies (every byte it needs hashed first); None where there is none."""
+    ids = store.checkpoint_ids(nbdir)
+    older = ids[: ids.index(newer)] if newer in ids else [c for c in ids if c < newer]
+    for cid in reversed(older):
+        try:
+            with store.locked(nbdir, shared=True):
+                got = _read_verified(nbdir, cid, (name,), False, device_of_name, False, False)
+        except CheckpointError:  # not there, damaged too, or not ours: an older one
+            continue
+        by_record = {o.dump: n for n, o in got.manifest.objects.items()}
+        loader = _Loader(got.buffers, got.damaged)
+        objs, failures = _load_groups(got.pickle, got.manifest, got.to_load, loader, ns, by_record)
+        dump = got.manifest.objects[name].dump
+        if dump in objs and dump not in failures:
+            loader.remember_digests(got.manifest)
+            return objs[dump], cid
+    return None
 
 
 def _rng_storages(m: Manifest) -> set[int]:

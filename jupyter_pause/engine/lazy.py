@@ -18,7 +18,12 @@ Before a cell runs, the hook reads the names the cell uses (and the globals of t
 functions it may call); if one of them is still loading it waits for that object
 alone, showing ``loading model (1.2/2.0 GB)…``. A cell that touches nothing still
 loading runs at once. Code whose names cannot be known (``globals()``, ``eval``,
-magics) waits for everything.
+magics, ``__main__``: in IPython its ``__dict__`` is the namespace itself, and a
+``from __main__ import *`` copies whatever is there) waits for everything.
+
+A name the user rebinds while its object loads keeps the user's value: an object is
+assigned only where its name still holds what it held when the restore returned
+(nothing, in a fresh kernel), checked just before the assignment.
 
 torch, too, is loaded in the background. A fresh kernel spends longer on ``import
 torch`` than on reading the graph, so when torch is not yet imported, the groups of
@@ -52,6 +57,8 @@ EAGER_BELOW = 16 << 20  # objects smaller than this are read before restore retu
 _WALK_LIMIT = 2_000_000  # objects visited per variable before assuming it needs everything
 # names that reach the namespace by other ways than by name: wait for everything
 _OPAQUE = {"globals", "vars", "locals", "eval", "exec", "get_ipython", "dir", "__import__"}
+_OPAQUE_MODULES = {"__main__"}  # its __dict__ is the user namespace (IPython's user_module)
+_ABSENT = object()  # what a name that was not bound held when the restore returned
 
 _active: LazyLoad | None = None
 
@@ -159,13 +166,20 @@ def names_used(code: str, ns: dict) -> set[str] | None:
             names.add(node.id)
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             names.update(node.names)
+        elif (
+            isinstance(node, ast.Import)
+            and {a.name for a in node.names} & _OPAQUE_MODULES
+            or isinstance(node, ast.ImportFrom)
+            and node.module in _OPAQUE_MODULES
+        ):
+            return None
     frontier = list(names)
     while frontier:
         value = ns.get(frontier.pop())
         for more in _globals_of(value) - names:
             names.add(more)
             frontier.append(more)
-    return None if names & _OPAQUE else names
+    return None if names & (_OPAQUE | _OPAQUE_MODULES) else names
 
 
 def _globals_of(value: Any) -> set[str]:
@@ -217,12 +231,18 @@ class LazyLoad:
         self.bad: dict[int, str] = {}  # storage -> why
         self.assigned: list[str] = []
         self.failed: dict[str, str] = {}
+        self.rebound: list[str] = []  # names the user bound anew while they loaded: theirs
+        self.holding: dict[str, Any] = {}  # name -> what it held when the restore returned
         self.reported: set[str] = set()
         self.notes: list[str] = []  # said once, by the hook or the next wait()
         self.torch_later = torch_later  # None: torch was imported before the restore
         self.handed = handed or {}  # storage -> the server's memory its buffer maps
         self.torch_ready = torch_later is None
         self.on_torch: list = []  # main thread, once torch is in; each returns notes
+        #: main thread: ``fallback(name)`` -> (object, checkpoint id) from the newest older
+        #: checkpoint whose copy verifies, or None; for objects whose bytes did not verify
+        self.fallback = None
+        self.on_lost = None  # main thread: ``on_lost(name)`` for an object not restored
         self._files: dict[str, set[int]] = {}
         for i, (_path, rel, _pos) in self.where.items():
             self._files.setdefault(rel, set()).add(i)
@@ -373,7 +393,19 @@ class LazyLoad:
 
     # -- state ---------------------------------------------------------------
     def pending(self) -> list[str]:
-        return [n for n in self.objects if n not in self.assigned and n not in self.failed]
+        return [
+            n
+            for n in self.objects
+            if n not in self.assigned and n not in self.failed and n not in self.rebound
+        ]
+
+    def hold(self) -> None:
+        """Remember what each name still loading holds now (the restore returns): an
+        object is assigned later only where its name still holds exactly that."""
+        self.holding = {n: self.ns.get(n, _ABSENT) for n in self.pending()}
+
+    def _rebound(self, name: str) -> bool:
+        return name in self.holding and self.ns.get(name, _ABSENT) is not self.holding[name]
 
     def outstanding(self) -> bool:
         """Anything left to do: objects to assign, or torch's part still to apply."""
@@ -381,10 +413,10 @@ class LazyLoad:
 
     def _state(self, name: str) -> str:
         obj, needs, _tracked = self.objects[name]
+        if isinstance(obj, Later) and not self.torch_ready:
+            return "loading"  # even if failed: falling back may need torch
         if any(i in self.bad for i in needs):
             return "failed"
-        if isinstance(obj, Later) and not self.torch_ready:
-            return "loading"
         return "ready" if needs <= self.done else "loading"
 
     def settle(self) -> list[str]:
@@ -405,6 +437,10 @@ class LazyLoad:
                     self.notes.append(f"torch's random state was not restored: {e}")
         for name, state in states.items():
             obj, needs, tracked = self.objects[name]
+            if self._rebound(name):  # the user's value wins, whatever became of ours
+                self.rebound.append(name)
+                self.notes.append(f"{name} was bound anew while it loaded: the new value stays")
+                continue
             if state == "ready" and isinstance(obj, Later):
                 try:
                     obj = obj.make(name)
@@ -416,17 +452,48 @@ class LazyLoad:
                     continue
                 self.objects[name] = (obj, needs, tracked)
             if state == "ready":
+                if self._rebound(name):  # checked again just before: building ran user code
+                    self.rebound.append(name)
+                    continue
                 self.ns[name] = obj
                 if tracked:
                     api._TRACKED[name] = obj
                 self.assigned.append(name)
             elif state == "failed":
                 bad = sorted(i for i in needs if i in self.bad)
-                self.failed[name] = f"its tensor data could not be restored: {self.bad[bad[0]]}"
+                why = self.bad[bad[0]]
+                older = self._fall_back(name, why)
+                if older is not None and not self._rebound(name):
+                    self.ns[name] = older
+                    if tracked:
+                        api._TRACKED[name] = older
+                    self.assigned.append(name)
+                    continue
+                self.failed[name] = f"its tensor data could not be restored: {why}"
+                if self.on_lost is not None:
+                    self.on_lost(name)
                 newly_failed.append(name)
         if not self.outstanding():
             self.objects = {}  # the graph now lives in the namespace (or nowhere)
         return newly_failed
+
+    def _fall_back(self, name: str, why: str):
+        """The object from the newest older checkpoint whose copy verifies, said in a note;
+        None where there is none."""
+        found = None
+        if self.fallback is not None:
+            try:
+                found = self.fallback(name)
+            except Exception as e:  # that copy is no use either: the object stays failed
+                self.notes.append(f"{name}: no older copy could be restored ({e})")
+        if found is None:
+            return None
+        obj, checkpoint_id = found
+        self.notes.append(
+            f"{name} was damaged in checkpoint {self.m.id} ({why}); restored its older copy "
+            f"from checkpoint {checkpoint_id} instead"
+        )
+        return obj
 
     def wait(self, names=None, show=None) -> None:
         """Block until ``names`` (default: all) are ready or failed, then settle.
@@ -469,6 +536,7 @@ def begin(load: LazyLoad) -> None:
     global _active
     cancel()
     _active = load
+    load.hold()
     shell = _shell()
     if shell is not None and load.ns is shell.user_ns:
         with contextlib.suppress(ValueError):

@@ -129,9 +129,9 @@ def user_folder(dir=None) -> UserFolder:
 
 def folder_problem(path: Path, *, private: bool = True) -> str | None:
     """Why ``path`` is not a folder this process may keep private files in (a symlink,
-    another user's, open to others unless ``private`` is False: a folder inside a
-    private one), or None: it is, or it does not exist yet.  Symlinks are never
-    followed."""
+    another user's), or None: it is, or it does not exist yet.  Symlinks are never
+    followed.  Unless ``private`` is False (a folder inside a private one), this user's
+    own folder that others may read or write is made 0700 first."""
     try:
         st = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):  # making it will say what is wrong
@@ -143,7 +143,13 @@ def folder_problem(path: Path, *, private: bool = True) -> str | None:
     if st.st_uid != os.geteuid():
         return f"{path} belongs to {user_name(st.st_uid)}, not to {user_name(os.geteuid())}"
     if private and st.st_mode & 0o077:
-        return f"{path} is open to other users (mode {stat.S_IMODE(st.st_mode):04o}, not 0700)"
+        # this user's own folder, opened by a umask, a chmod or a volume's fsGroup
+        # (kubelet adds group bits at every mount): its owner makes it private again
+        try:
+            os.chmod(path, 0o700, follow_symlinks=False)
+        except OSError as e:
+            mode = stat.S_IMODE(st.st_mode)
+            return f"{path} is open to other users (mode {mode:04o}) and could not be closed: {e}"
     return None
 
 

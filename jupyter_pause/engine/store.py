@@ -52,6 +52,10 @@ QUARANTINE = "quarantine"
 STALE_TMP_SECONDS = 6 * 3600
 LOCK_TIMEOUT = 300.0
 CHUNK = 1 << 24  # 16 MiB reads when hashing
+#: manifest metadata: name -> the checkpoint that still holds an object this one lost
+#: involuntarily (its kernel died, its restore did not finish or could not bring the
+#: object back; "" where no copy verifies); retention keeps those
+LOST = "lost"
 
 
 @dataclass
@@ -815,17 +819,54 @@ def autosave_would_replace(nbdir: Path, own: str | None) -> str | None:
     return ids[-1]
 
 
+def expired(
+    ids: list[str],
+    keep: int,
+    holders: dict[str, set[str]],
+    autosaves: frozenset[str] | set[str] = frozenset(),
+) -> list[str]:
+    """Which of ``ids`` (oldest first) retention deletes: all but the newest ``keep``,
+    except a checkpoint that holds objects a kept one lost involuntarily (``holders``:
+    id -> the ids its ``metadata.lost`` names), and, in turn, what such a one names.
+    ``autosaves`` (ids among ``ids``) have a budget of their own, the newest
+    :data:`AUTOSAVES_KEPT`, and never count against ``keep``."""
+    own = [cid for cid in ids if cid not in autosaves]
+    kept = set(own[-max(1, int(keep)) :]) if own else set()
+    kept |= set([cid for cid in ids if cid in autosaves][-AUTOSAVES_KEPT:])
+    todo = list(kept)
+    while todo:
+        for holder in holders.get(todo.pop(), ()):
+            if holder in ids and holder not in kept:
+                kept.add(holder)
+                todo.append(holder)
+    return [cid for cid in ids if cid not in kept]
+
+
+def lost_of(metadata: dict[str, Any]) -> dict[str, str]:
+    """What the checkpoint with this metadata lost involuntarily: name -> the checkpoint
+    still holding it ("" where none holds a copy that verifies)."""
+    lost = metadata.get(LOST)
+    if not isinstance(lost, dict):
+        return {}
+    return {n: h for n, h in lost.items() if isinstance(n, str) and isinstance(h, str)}
+
+
 def apply_retention(nbdir: Path, keep: int) -> list[str]:
     """Delete all but the newest ``keep`` of the checkpoints signed with this user's key,
-    and all but the newest :data:`AUTOSAVES_KEPT` autosaves (caller holds the lock).
-    Autosaves have their own budget, so that they never push out a checkpoint or pause
-    the user made. Others' checkpoints neither count nor expire."""
-    keep = max(1, int(keep))
+    and all but the newest :data:`AUTOSAVES_KEPT` autosaves (caller holds the lock):
+    autosaves have a budget of their own, so that they never push out a checkpoint or a
+    pause the user made. Never the newest one that holds objects a later checkpoint lost
+    involuntarily (:func:`expired`). Others' checkpoints neither count nor expire."""
     key, _ = _load_key_for_listing()
     ids = [cid for cid in checkpoint_ids(nbdir) if signed_by_this_key(nbdir / cid, key)]
-    autosaves = [cid for cid in ids if is_autosave(nbdir / cid)]
-    own = [cid for cid in ids if cid not in autosaves]
-    doomed = sorted(own[:-keep] + autosaves[:-AUTOSAVES_KEPT], key=paths.id_sort_key)
+    holders = {}
+    autosaves = set()
+    for cid in ids:
+        m, _problem = examine(nbdir, cid, key)  # damaged or not: keeping more is safe
+        holders[cid] = set(lost_of(m.metadata).values()) - {""} if m is not None else set()
+        if m is not None and m.metadata.get(AUTOSAVE) is True:
+            autosaves.add(cid)
+    doomed = expired(ids, keep, holders, autosaves)
     for cid in doomed:
         _remove_checkpoint_dir(nbdir / cid)
     return doomed

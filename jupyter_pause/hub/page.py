@@ -15,9 +15,11 @@ import json
 from html import escape
 
 from jupyterhub.services.auth import HubOAuthenticated
+from prometheus_client import CONTENT_TYPE_LATEST
 from tornado import web
 
 from .api import HubError
+from .metrics import exposition
 from .policy import ScheduleRefused, iso
 
 
@@ -59,6 +61,17 @@ class ServersHandler(ServiceHandler):
     async def get(self):
         await self.require_admin()
         self.write_json({"servers": await self.servers(), "problems": self.service.problems()})
+
+
+class MetricsHandler(ServiceHandler):
+    """``GET metrics``: the servers per user and state, for Prometheus (a token
+    as ``Authorization: Bearer``)."""
+
+    @web.authenticated
+    async def get(self):
+        await self.require_admin()
+        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.finish(exposition(await self.servers()))
 
 
 class ServerActionHandler(ServiceHandler):

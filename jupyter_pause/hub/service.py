@@ -13,7 +13,8 @@ stopped.  A server without jupyter-pause is left alone, or culled with
 At its URL (``/services/jupyter-pause/``) it serves a page for the Hub's
 admins: each user's servers, running or paused, last activity, accelerator
 hours released by pausing this week (from each server's report), and a
-Pause / Start button per server.  ``api/servers`` serves the same as JSON.
+Pause / Start button per server.  ``api/servers`` serves the same as JSON,
+and ``metrics`` as Prometheus metrics (``hub/metrics.py``).
 
 A paused server with a scheduled resume (``%pause --resume-at``, the Pause
 dialog) hands the schedule over before it stops (``PUT api/schedules/{user}/{server}``);
@@ -523,7 +524,13 @@ class PauseService(Application):
         from jupyterhub.services.auth import HubOAuthCallbackHandler
         from jupyterhub.utils import url_path_join
 
-        from .page import AdminPage, ScheduleHandler, ServerActionHandler, ServersHandler
+        from .page import (
+            AdminPage,
+            MetricsHandler,
+            ScheduleHandler,
+            ServerActionHandler,
+            ServersHandler,
+        )
 
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/jupyter-pause/")
         return web.Application(
@@ -531,6 +538,7 @@ class PauseService(Application):
                 (prefix, AdminPage),
                 (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
                 (url_path_join(prefix, "api/servers"), ServersHandler),
+                (url_path_join(prefix, "metrics"), MetricsHandler),
                 (
                     url_path_join(prefix, r"api/servers/([^/]+)/([^/]*)/(pause|start)"),
                     ServerActionHandler,

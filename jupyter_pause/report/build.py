@@ -446,10 +446,16 @@ def _clip(s: SessionRecord, since: float, until: float, interruption_s: float) -
             c.stopped += dt
     cells = merge_intervals((max(a, since), min(b, until)) for a, b in s.cells)
     c.active_intervals = cells
+    first = 0  # both in time order, so one sweep (not every cell for every segment)
     for seg in c.timeline:
-        if seg.state in ALLOCATED_STATES:
-            for a, b in cells:
-                c.active += _overlap(a, b, seg.start, seg.end) * seg.gpus
+        if seg.state not in ALLOCATED_STATES:
+            continue
+        while first < len(cells) and cells[first][1] <= seg.start:
+            first += 1
+        i = first
+        while i < len(cells) and cells[i][0] < seg.end:
+            c.active += _overlap(*cells[i], seg.start, seg.end) * seg.gpus
+            i += 1
     if s.first_seen is not None and s.first_seen < until:
         c.always_on = (until - max(since, s.first_seen)) * s.max_gpus
     for p in s.pauses:

@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.services.kernels.kernelmanager import ServerKernelManager
+from prometheus_client import REGISTRY
 from tornado.ioloop import IOLoop
 from traitlets import Bool, Dict, Float, Int, Type, Unicode, default
 
@@ -32,6 +33,7 @@ from .explain import policy_summary
 from .handlers import ROUTES
 from .idle_watcher import IdleWatcher
 from .manager import PauseManager
+from .metrics import PauseMetrics
 from .scheduler import ResumeScheduler
 
 EVENT_SCHEMA = Path(__file__).parent.parent / "events" / "lifecycle.yaml"
@@ -122,6 +124,13 @@ class PauseApp(ExtensionApp):
         predicting their return by weekday and hour; empty: this machine's.""",
     )
 
+    metrics_cache_seconds = Float(
+        5,
+        config=True,
+        help="""Seconds one reading of the ledger serves the jupyter_pause_*
+        Prometheus metrics (a tighter scrape interval reuses it).""",
+    )
+
     @default("state_dir")
     def _default_state_dir(self):
         return os.path.join(jupyter_data_dir(), "pause")
@@ -161,6 +170,7 @@ class PauseApp(ExtensionApp):
             resume_gate=ResumeGate(self.max_concurrent_resumes),
         )
         self._watch_kernel_starts()
+        self._register_metrics(clock)
         self.scheduler = ResumeScheduler(
             manager=self.manager,
             ledger=self.ledger,
@@ -204,6 +214,18 @@ class PauseApp(ExtensionApp):
             jupyter_pause_version=__version__,
         )
         IOLoop.current().add_callback(self._startup)
+
+    def _register_metrics(self, clock):
+        """``jupyter_pause_*`` on the server's ``/metrics`` (Jupyter's registry)."""
+        manager = self.manager
+        self.metrics = PauseMetrics(
+            self.ledger,
+            manager.store,
+            storage=lambda: manager.measure_storage(list(manager.store.sessions)),
+            ttl=self.metrics_cache_seconds,
+            clock=clock,
+        )
+        REGISTRY.register(self.metrics)
 
     def _make_private_folders(self):
         """The ledger, the sessions and the signing key are this user's alone: so are
@@ -313,6 +335,9 @@ class PauseApp(ExtensionApp):
             )
 
     async def stop_extension(self):
+        if getattr(self, "metrics", None) is not None:
+            REGISTRY.unregister(self.metrics)
+            self.metrics = None
         backend = getattr(self, "backend_instance", None)
         if backend is not None:
             await backend.stopping()

@@ -49,6 +49,7 @@ from ..lifecycle import (
     OPERATION_STATES,
     InvalidTransition,
     LiveState,
+    LostState,
     Operation,
     OperationInProgress,
     PersistenceError,
@@ -135,6 +136,7 @@ class PauseManager:
         self._running: dict[str, asyncio.Task] = {}  # operation id -> its task
         self._resolving: set[str] = set()  # abandoned operations being settled now
         self._first_cell_pending: set[str] = set()
+        self._death_watched: set[str] = set()  # kernels whose restarter tells us of a death
         #: ``async (session) -> dict | None``: the auto_pause field of a status row
         #: (the idle watcher provides it when auto-pause is on)
         self.auto_pause_status = None
@@ -210,6 +212,7 @@ class PauseManager:
                 # kernel) until the user runs a cell in it.
                 session.kernel_id = kernel["id"]
                 session.kernel_name = kernel.get("name")
+                session.state_checkpoint = None  # an empty kernel, started on purpose
                 self._record(EventType.KERNEL_STARTED, session, None, started_by="user")
                 if session.state in (State.PAUSED, State.FAILED):
                     session.live_state = LiveState.FRESH
@@ -400,24 +403,24 @@ class PauseManager:
         return checkpoint_paths.notebook_dir(self.checkpoint_dir, path)
 
     async def storage_by_notebook(self) -> dict[str, int]:
-        """Bytes each known notebook's checkpoints occupy on disk now (for reports).
+        """Bytes each known notebook's checkpoints occupy on disk now (for reports)."""
+        return await self._in_thread(self.measure_storage, list(self.store.sessions))
+
+    def measure_storage(self, paths: list[str]) -> dict[str, int]:
+        """Bytes the checkpoints of the notebooks ``paths`` occupy on disk now.
 
         Measured on disk: incremental checkpoints share files, so adding up
         their sizes would count shared tensors twice.
         """
-
-        def measure(paths: list[str]) -> dict[str, int]:
-            usage = {}
-            for path in paths:
-                try:
-                    folder = self._check_folder(path)
-                except ValueError:
-                    continue  # never measure (or follow) a folder outside the root
-                files = folder.rglob("*") if folder.is_dir() else ()
-                usage[path] = sum(f.stat().st_size for f in files if f.is_file())
-            return usage
-
-        return await self._in_thread(measure, list(self.store.sessions))
+        usage = {}
+        for path in paths:
+            try:
+                folder = self._check_folder(path)
+            except ValueError:
+                continue  # never measure (or follow) a folder outside the root
+            files = folder.rglob("*") if folder.is_dir() else ()
+            usage[path] = sum(f.stat().st_size for f in files if f.is_file())
+        return usage
 
     async def record_kernel_checkpoint(self, path: str, checkpoint_id: str) -> dict[str, Any]:
         """A checkpoint the kernel took by itself (``%checkpoint`` in a cell): the
@@ -432,6 +435,7 @@ class PauseManager:
         checkpoint = listed[checkpoint_id]
         session = self.store.get(path)
         if (session.last_checkpoint or {}).get("id") != checkpoint_id:
+            session.state_checkpoint = checkpoint_id
             session.last_checkpoint = {
                 "id": checkpoint_id,
                 "time": time.time(),
@@ -824,9 +828,37 @@ class PauseManager:
             for session in self.store.unfinished(self.owner):
                 if self._abandoned(session):
                     await self._resolve(session, "the server stopped during it")
+            for session in list(self.store.sessions.values()):
+                self._kernel_gone_with_server(session)
             await self._in_thread(self._clean_dead_writers)
         finally:
             self.recovered.set()
+
+    def _kernel_gone_with_server(self, session: Session) -> None:
+        """A notebook a previous server left ``ready`` or ``running`` after a resume (whose
+        background load may not have finished): if its kernel survived, it is adopted as
+        it is; if it stopped with the server, the notebook is ``paused`` again on the
+        checkpoint its state came from, which a resume restores."""
+        holder = session.state_checkpoint or (session.last_checkpoint or {}).get("id")
+        resumed = session.restored_from is not None
+        if session.busy or not session.state.has_kernel or not resumed or holder is None:
+            return
+        if session.kernel_id is not None and self.execution_state(session.kernel_id) is not None:
+            return  # it survived: adopted
+        if session.kernel_id:
+            self.activity.unwatch(session.kernel_id)
+            self._record(EventType.KERNEL_STOPPED, session, None, stopped_by="server-stopped")
+        session.kernel_id = None
+        session.live_state = LiveState.UNKNOWN
+        session.resumed_ahead = None
+        error = (
+            "the server stopped and the kernel with it (anything not saved since is lost); "
+            f"the notebook is paused on checkpoint {holder}, where its state came from: "
+            "resume to restore it"
+        )
+        self._move(session, State.PAUSED, None, error=error)
+        self._save()
+        self.log.warning("jupyter-pause: %s: %s", session.path, error)
 
     def _clean_dead_writers(self) -> None:
         """Remove temp folders of dead checkpoint writers in every notebook folder of
@@ -1110,6 +1142,7 @@ class PauseManager:
                 nonce=nonce,
                 keep=self.keep_checkpoints,
                 operation=op.id,
+                lost_from=session.lost.checkpoint if session.lost else None,
                 **autosave,
             )
         except KernelDied as e:
@@ -1133,12 +1166,15 @@ class PauseManager:
             **autosave,
         }
         session.gpus = result.get("gpus")
+        session.state_checkpoint = result["id"]
+        self._watch_for_death(session.kernel_id)
         if nonce:
             session.pause_nonce = nonce
         refused = checkpoint_paths.user_folder(self.checkpoint_dir).refused
         if refused:  # another user's folder in a shared root: not used, and the user told
             self.log.warning("jupyter-pause: %s", refused)
             op.messages.append(f"Not in the shared checkpoint folder: {refused}")
+        self._note_lost(session, op, result.get("lost") or {}, f"checkpoint {result['id']}")
         # the user's own variables that could not be saved (IPython's internals,
         # and modules, which are re-imported on restore, are no news)
         skipped = {
@@ -1190,11 +1226,91 @@ class PauseManager:
         op.step = "waiting for Jupyter to restart the kernel"
         if await self._restarted(kernel_id):
             session.live_state = LiveState.FRESH  # the same kernel id, an empty process
+            if session.state_checkpoint:  # its next checkpoint must not push that one out
+                session.lost = LostState(
+                    why=f"the kernel died during the checkpoint ({how})",
+                    checkpoint=session.state_checkpoint,
+                )
+                self._watch_for_death(kernel_id)
         else:
             session.kernel_id = None
         self._move(session, State.FAILED, op, error=error)
         if report:
             self._fail(session, op, error)
+
+    def _watch_for_death(self, kernel_id: str | None) -> None:
+        """Hear from Jupyter's restarter when a kernel whose state a checkpoint holds dies
+        outside any operation (an operation's own call hears of it: :meth:`_kernel_died`)."""
+        if kernel_id is None or kernel_id in self._death_watched:
+            return
+        km = self.kernel_manager.get_kernel(kernel_id) if kernel_id in self.kernel_manager else None
+        if km is None or not hasattr(km, "add_restart_callback"):  # a gateway's: not told
+            return
+        self._death_watched.add(kernel_id)
+        km.add_restart_callback(lambda: self._kernel_lost(kernel_id, restarted=True), "restart")
+        km.add_restart_callback(lambda: self._kernel_lost(kernel_id, restarted=False), "dead")
+
+    def _kernel_lost(self, kernel_id: str, *, restarted: bool) -> None:
+        """A kernel died between operations (the OOM killer, a segfault, SIGKILL, in the
+        middle of a lazy restore or not): its state is lost, not by the user's doing.  The
+        session says so and names the checkpoint that still has it; the fresh kernel's
+        checkpoints record the loss, so retention keeps that one."""
+        session = next((s for s in self.store.sessions.values() if s.kernel_id == kernel_id), None)
+        if session is None or session.busy or session.state_checkpoint is None:
+            return
+        self._spawn(self._state_lost(session, kernel_id, restarted))
+
+    async def _state_lost(self, session: Session, kernel_id: str, restarted: bool) -> None:
+        # the restarter tells before it restarts: report the kernel the session really has
+        restarted = restarted and await self._restarted(kernel_id)
+        if session.busy or session.kernel_id != kernel_id:
+            return  # an operation began meanwhile: its own call hears of the death
+        holder = session.state_checkpoint
+        how = "Jupyter restarted it as a fresh, empty kernel" if restarted else "it is gone"
+        session.lost = LostState(why=f"the kernel died ({how})", checkpoint=holder)
+        self._record(EventType.KERNEL_STOPPED, session, None, stopped_by="died")
+        self.activity.unwatch(kernel_id)
+        if restarted:
+            session.live_state = LiveState.FRESH  # the same kernel id, an empty process
+        else:
+            session.kernel_id = None
+            self._death_watched.discard(kernel_id)
+        error = (
+            f"the kernel died ({how}): the state it held is lost. Checkpoint {holder} still "
+            "has it (it is kept): resume to restore it"
+        )
+        self._move(session, State.FAILED, None, error=error)
+        self._save()
+        self.log.warning("jupyter-pause: %s: %s", session.path, error)
+
+    def _note_lost(
+        self,
+        session: Session,
+        op: Operation,
+        lost: dict[str, str],
+        what: str,
+        why: str | None = None,
+    ) -> None:
+        """Say what ``what`` (a checkpoint just written or restored) lacks of the notebook's
+        state, lost involuntarily, and which checkpoints still hold it (they are kept)."""
+        if not lost:
+            session.lost = None
+            return
+        why = why or (session.lost.why if session.lost else "a restore could not bring them back")
+        session.lost = LostState(why=why, names=dict(lost))
+        held = {h: sorted(n for n, k in lost.items() if k == h) for h in set(lost.values())}
+        said = [
+            f"{', '.join(names)}: still in checkpoint {h}, which is kept (resume from it to "
+            "get them back)"
+            if h
+            else f"{', '.join(names)}: no checkpoint has a copy that verifies"
+            for h, names in sorted(held.items())
+        ]
+        op.messages.append(
+            f"{what[0].upper()}{what[1:]} does not have {', '.join(sorted(lost))} ({why}). "
+            + "; ".join(said)
+            + "."
+        )
 
     async def _restarted(self, kernel_id: str, timeout: float = 30) -> bool:
         """Whether Jupyter's restarter brings a dead kernel back (as a fresh
@@ -1226,6 +1342,7 @@ class PauseManager:
         """Stop a kernel and wait for its process to exit; returns when that was."""
         session = next((s for s in self.store.sessions.values() if s.kernel_id == kernel_id), None)
         self.activity.unwatch(kernel_id)
+        self._death_watched.discard(kernel_id)
         await self.kernel_manager.shutdown_kernel(kernel_id, now=False)
         stopped = time.time()
         if session:
@@ -1316,8 +1433,18 @@ class PauseManager:
                 LiveState.RESTORED if nonce and nonce == session.pause_nonce else LiveState.FRESH
             )
             session.restored_from = "checkpoint"
+            session.state_checkpoint = result["id"]
             # the kernel passed over newer checkpoints that did not verify: say so
             op.messages.extend(result.get("notes", []))
+            lost = checkpoint_store.lost_of(result.get("metadata") or {})
+            self._note_lost(
+                session,
+                op,
+                lost,
+                f"the restored checkpoint {result['id']}",
+                why="the kernel that wrote it had lost them",
+            )
+            self._watch_for_death(kernel_id)
             self._record(
                 EventType.RESTORE_FINISHED,
                 session,

@@ -236,3 +236,46 @@ def test_damage_in_a_small_tensor_still_passes_over_to_an_older_checkpoint(ck, n
     )
     assert out["id"] == older.id and out["passed_over"] == [newer.id]
     assert out["n"] == 7 and out["failed"] == {} and out["model"]
+
+
+def test_a_name_rebound_while_it_loads_keeps_the_users_value(ck):
+    """Held at torch's import, the model is still loading when a cell rebinds it through
+    ``sys.modules['__main__']`` (a way the hook cannot see): the background restore must
+    not overwrite the user's value once torch is in."""
+    jp.checkpoint(namespace=state(), progress=False, **ck)
+    out = run_child(
+        ck,
+        """
+        jp.restore(namespace=ns, progress=False, **ck)
+        out["main_is_ns"] = sys.modules["__main__"].__dict__ is ns
+        cell("import sys; sys.modules['__main__'].model = 'mine'")
+        open_gate()
+        cell("w = opt.param_groups[0]['params'][0]")  # waits for torch: everything settles
+        out["model"] = ns["model"]
+        out["opt"] = type(ns["opt"]).__name__
+        out["pending"] = lazy.active().pending() if lazy.active() else []
+        """,
+    )
+    assert out["main_is_ns"] is True
+    assert out["model"] == "mine"
+    assert out["opt"] == "SGD" and out["pending"] == []
+    assert "model was bound anew while it loaded" in out["stderr"]
+
+
+def test_reaching_the_namespace_through_main_waits_for_the_load(ck):
+    """``__main__.model`` (IPython's ``__main__`` is the namespace) waits like ``model``
+    does; the gate opens only once the cell has started to wait."""
+    jp.checkpoint(namespace=state(), progress=False, **ck)
+    out = run_child(
+        ck,
+        """
+        jp.restore(namespace=ns, progress=False, **ck)
+        open_gate_when_waiting()
+        cell("import __main__; kind = type(__main__.model).__name__")
+        out["kind"] = ns["kind"]
+        cell("from __main__ import *")
+        out["rows"] = type(ns["rows"]).__name__
+        """,
+    )
+    assert out["kind"] == "Sequential"
+    assert out["rows"] == "list"

@@ -9,6 +9,7 @@ checkpoint may need is refused before anything is written.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -97,23 +98,23 @@ class Kernel:
         self.kc.wait_for_ready(timeout=DEADLINE)
 
     def run(self, code: str):
-        """Run a cell; the value of ``_out`` (JSON) afterwards."""
+        """Run a cell; its reply (``_out``, as JSON, in its user expressions)."""
         reply = self.kc.execute_interactive(
-            code + "\nimport json as _json; print('OUT', _json.dumps(_out))",
+            code,
             timeout=DEADLINE,
-            output_hook=self._collect,
+            user_expressions={"out": "__import__('json').dumps(_out)"},
+            output_hook=lambda msg: None,
         )
         return reply["content"]
 
     def value(self, code: str):
-        self._lines = []
+        """The value of ``_out`` after the cell (read from the reply, not from a
+        stream: a loaded machine may deliver the output in pieces)."""
         content = self.run(code)
         assert content["status"] == "ok", content
-        return json.loads(next(x for x in self._lines if x.startswith("OUT "))[4:])
-
-    def _collect(self, msg):
-        if msg["msg_type"] == "stream":
-            self._lines += msg["content"]["text"].splitlines()
+        out = content["user_expressions"]["out"]
+        assert out["status"] == "ok", out
+        return json.loads(ast.literal_eval(out["data"]["text/plain"]))
 
     def alive(self) -> bool:
         return self.km.is_alive()

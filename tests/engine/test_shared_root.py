@@ -1,6 +1,5 @@
 """A checkpoint root shared with another Unix user, B, who made this user's folder
-first: B's own folder, a symlink to one, a folder anyone may write, or one
-holding a lock B keeps.  Each is refused (never followed, nothing written into
+first: B's own folder, a symlink to one, or one holding a lock B keeps.  Each is refused (never followed, nothing written into
 it), the checkpoints go to this user's private folder, and stay there.
 
 B is a real other uid: the folders are B's (``chown``, so these tests need root)
@@ -67,10 +66,6 @@ class HeldLock:
 
 def plant(case: str, shared: Path, elsewhere: Path, notebook: str) -> Path:
     """B's doing; returns the folder B controls (which must stay as B left it)."""
-    if case == "open":  # this user's own folder, but anyone may write to it
-        shared.mkdir(parents=True)
-        shared.chmod(0o777)
-        return shared
     if case == "symlink":
         elsewhere.mkdir(parents=True)
         chown_tree(elsewhere, B)
@@ -88,7 +83,6 @@ def plant(case: str, shared: Path, elsewhere: Path, notebook: str) -> Path:
 CASES = {
     "directory": "belongs to uid",
     "symlink": "is a symbolic link",
-    "open": "is open to other users (mode 0777",
     "lock": "belongs to uid",
 }
 
@@ -151,6 +145,20 @@ def test_the_lock_is_never_a_symlink(ck, nbdir, tmp_path):
     (nbdir / ".lock").symlink_to(target)
     with pytest.raises(UnsafeFolder, match="is a symbolic link"):
         jp.checkpoint(namespace={"x": 1}, **ck)
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o2770, 0o755])
+def test_this_users_own_folder_opened_to_others_is_closed_and_kept(ck, mode):
+    """A umask, a chmod or a volume's fsGroup (group bits added at every mount) opened
+    it: its checkpoints stay where they are, and the folder is private again."""
+    shared = Path(ck["dir"]) / paths.folder_name(paths.owner())
+    info = jp.checkpoint(namespace={"x": 3}, **ck)
+    os.chmod(shared, mode)
+    assert paths.user_folder(ck["dir"]) == paths.UserFolder(shared)
+    assert stat_mode(shared) == 0o700
+    got: dict = {}
+    jp.restore(namespace=got, progress=False, **ck)
+    assert got["x"] == 3 and Path(info.path).is_relative_to(shared)
 
 
 @needs_root
