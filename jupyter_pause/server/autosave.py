@@ -99,7 +99,8 @@ class Autosaver:
         unsaved = self.unsaved.setdefault(path, Unsaved())
         if event == "cell-started":
             if unsaved.saving:
-                unsaved.during = unsaved.during if unsaved.during is not None else now
+                if unsaved.during is None:  # it runs after the save: unsaved by it
+                    unsaved.during = now
             elif unsaved.since is None:
                 unsaved.since = now
         elif event == "cell-finished" and unsaved.since is not None and not unsaved.saving:
