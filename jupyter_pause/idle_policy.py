@@ -77,6 +77,11 @@ class WorkloadClass:
     predict_min_confidence: float = 0.7
     predict_margin: float = 5 * 60
     predict_unused_after: float = 30 * 60
+    #: background autosave (opt-in): once a user cell ends with the kernel idle,
+    #: checkpoint incrementally if the notebook has been in use (cells run) for
+    #: this many seconds since its last saved state; None: never.  A hard kill
+    #: (SIGKILL, OOM, node loss) then loses at most this much work.
+    autosave_every: float | None = None
 
     @classmethod
     def from_config(cls, name: str, settings: dict[str, Any]) -> WorkloadClass:
@@ -90,6 +95,8 @@ class WorkloadClass:
         policy = cls(name=name, **settings)
         if policy.action not in ACTIONS:
             raise ValueError(f"workload class {name!r}: action must be one of {ACTIONS}")
+        if policy.autosave_every is not None and not policy.autosave_every > 0:
+            raise ValueError(f"workload class {name!r}: autosave_every must be > 0 or null")
         return policy
 
     @property

@@ -34,6 +34,7 @@ def checkpoint(
     nonce: str | None = None,
     keep: int | None = None,
     operation: str | None = None,
+    autosave: bool = False,
     lost_from: str | None = None,
 ):
     """Checkpoint the whole namespace; plant ``nonce`` in memory and in the manifest.
@@ -43,11 +44,18 @@ def checkpoint(
     pause's checkpoint was committed.  ``lost_from``: this is a fresh kernel after
     a crash, and its state was that checkpoint's (the result's ``lost`` says what
     this checkpoint does not have of it, and which checkpoint still does).
+    ``autosave`` marks it as the server's background save (``autosave: true``),
+    kept in its own retention budget.
     """
     global _live_nonce
     from .engine.api import checkpoint as engine_checkpoint
+    from .engine.store import AUTOSAVE
 
-    metadata = {k: v for k, v in (("pause_nonce", nonce), ("operation_id", operation)) if v} or None
+    metadata = {
+        k: v
+        for k, v in (("pause_nonce", nonce), ("operation_id", operation), (AUTOSAVE, autosave))
+        if v
+    } or None
     result = engine_checkpoint(
         notebook=notebook,
         dir=dir,

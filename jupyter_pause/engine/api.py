@@ -46,6 +46,7 @@ from . import handoff as handoff_mod
 from . import lazy as lazy_mod
 from . import namespace as ns_mod
 from .errors import (
+    AutosaveRefused,
     CheckpointError,
     CheckpointNotFound,
     CorruptCheckpoint,
@@ -343,6 +344,10 @@ def checkpoint(
     try:
         with store.locked(nbdir):
             store.gc(nbdir, locked_already=True)  # stale temp folders of dead writers
+            if meta.get(store.AUTOSAVE) is True:
+                replaced = store.autosave_would_replace(nbdir, _OWN.get(str(nbdir)))
+                if replaced:
+                    raise AutosaveRefused(replaced)
             index = _previous_index(nbdir, trust)
             incremental = _incremental(nbdir, ns, bool(names), full)
             txn = store.Transaction(nbdir)
@@ -363,6 +368,7 @@ def checkpoint(
                     t0,
                     incremental,
                 )
+                _OWN[str(nbdir)] = result.id
                 result.lost = lost
                 _LOST[str(nbdir)] = lost
                 result.removed = store.apply_retention(nbdir, _keep(keep))
@@ -378,6 +384,9 @@ def checkpoint(
 
 # notebook folder -> what its last checkpoint written by this process may lend the next
 _STATE: dict[str, records.State] = {}
+# notebook folder -> the checkpoint this process last wrote or restored: an autosave
+# never replaces another process's newer autosave (store.autosave_would_replace)
+_OWN: dict[str, str] = {}
 # notebook folder -> objects this process lost involuntarily -> the checkpoint holding each
 _LOST: dict[str, dict[str, str]] = {}
 
@@ -854,6 +863,7 @@ def restore(
             notes += rng.restore(objs[m.rng_record], torch_too=not later)
         elif m.rng_record is not None:
             notes.append("the random number generators' state was not restored (damaged)")
+    _OWN[str(nbdir)] = m.id
     result = RestoreResult(
         id=m.id,
         path=str(nbdir / m.id),

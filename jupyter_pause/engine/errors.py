@@ -197,6 +197,22 @@ class StoreBusy(CheckpointError):
         )
 
 
+class AutosaveRefused(CheckpointError):
+    """An autosave would push out the notebook's newest saved state, an autosave that
+    another kernel process wrote (one that died or stopped) and this one never restored.
+    Nothing was written."""
+
+    def __init__(self, newest: str):
+        self.newest = newest
+        super().__init__(
+            f"autosave skipped: the notebook's newest saved state, autosave {newest}, comes "
+            "from another kernel (one that stopped or died) and this kernel has not restored "
+            "it, so saving this kernel would replace it. Restore it (%restore), or checkpoint "
+            "this kernel by hand (a checkpoint you ask for is kept beside it); autosave goes "
+            "on after either. Nothing was written."
+        )
+
+
 class NotEnoughMemory(CheckpointError):
     """A checkpoint may need more memory than this process may still use (its memory
     cgroup, rlimits or the machine): refused before anything was written."""

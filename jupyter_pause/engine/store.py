@@ -790,11 +790,49 @@ def _remove_checkpoint_dir(folder: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def expired(ids: list[str], keep: int, holders: dict[str, set[str]]) -> list[str]:
+#: the manifest metadata key that marks a checkpoint the server took by itself
+#: (a workload class's ``autosave_every``), and how many of those are kept
+AUTOSAVE = "autosave"
+AUTOSAVES_KEPT = 1
+
+
+def is_autosave(folder: Path) -> bool:
+    """Whether the checkpoint in ``folder`` is an autosave (one whose manifest cannot be
+    read counts as the user's own: it never falls into the autosaves' smaller budget)."""
+    try:
+        m = Manifest.from_bytes((folder / MANIFEST).read_bytes())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return m.metadata.get(AUTOSAVE) is True
+
+
+def autosave_would_replace(nbdir: Path, own: str | None) -> str | None:
+    """The autosave that an autosave now would push out while it is the notebook's newest
+    saved state and not ``own`` (the checkpoint this process last wrote or restored): the
+    last state of another kernel, e.g. one that was killed. None when an autosave may go
+    ahead: no checkpoint yet, the newest is one the user made (kept in their budget), or
+    this process continues from it."""
+    key, _ = _load_key_for_listing()
+    ids = [cid for cid in checkpoint_ids(nbdir) if signed_by_this_key(nbdir / cid, key)]
+    if not ids or ids[-1] == own or not is_autosave(nbdir / ids[-1]):
+        return None
+    return ids[-1]
+
+
+def expired(
+    ids: list[str],
+    keep: int,
+    holders: dict[str, set[str]],
+    autosaves: frozenset[str] | set[str] = frozenset(),
+) -> list[str]:
     """Which of ``ids`` (oldest first) retention deletes: all but the newest ``keep``,
     except a checkpoint that holds objects a kept one lost involuntarily (``holders``:
-    id -> the ids its ``metadata.lost`` names), and, in turn, what such a one names."""
-    kept = set(ids[-max(1, int(keep)) :])
+    id -> the ids its ``metadata.lost`` names), and, in turn, what such a one names.
+    ``autosaves`` (ids among ``ids``) have a budget of their own, the newest
+    :data:`AUTOSAVES_KEPT`, and never count against ``keep``."""
+    own = [cid for cid in ids if cid not in autosaves]
+    kept = set(own[-max(1, int(keep)) :]) if own else set()
+    kept |= set([cid for cid in ids if cid in autosaves][-AUTOSAVES_KEPT:])
     todo = list(kept)
     while todo:
         for holder in holders.get(todo.pop(), ()):
@@ -814,16 +852,21 @@ def lost_of(metadata: dict[str, Any]) -> dict[str, str]:
 
 
 def apply_retention(nbdir: Path, keep: int) -> list[str]:
-    """Delete all but the newest ``keep`` of the checkpoints signed with this user's key
-    (caller holds the lock), never the newest one that holds objects a later checkpoint
-    lost involuntarily (:func:`expired`). Others' checkpoints neither count nor expire."""
+    """Delete all but the newest ``keep`` of the checkpoints signed with this user's key,
+    and all but the newest :data:`AUTOSAVES_KEPT` autosaves (caller holds the lock):
+    autosaves have a budget of their own, so that they never push out a checkpoint or a
+    pause the user made. Never the newest one that holds objects a later checkpoint lost
+    involuntarily (:func:`expired`). Others' checkpoints neither count nor expire."""
     key, _ = _load_key_for_listing()
     ids = [cid for cid in checkpoint_ids(nbdir) if signed_by_this_key(nbdir / cid, key)]
     holders = {}
+    autosaves = set()
     for cid in ids:
         m, _problem = examine(nbdir, cid, key)  # damaged or not: keeping more is safe
         holders[cid] = set(lost_of(m.metadata).values()) - {""} if m is not None else set()
-    doomed = expired(ids, keep, holders)
+        if m is not None and m.metadata.get(AUTOSAVE) is True:
+            autosaves.add(cid)
+    doomed = expired(ids, keep, holders, autosaves)
     for cid in doomed:
         _remove_checkpoint_dir(nbdir / cid)
     return doomed

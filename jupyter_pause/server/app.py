@@ -27,6 +27,7 @@ from ..engine import durable, signing
 from ..idle_policy import load_classes
 from ..ledger import Ledger
 from ..lifecycle import SessionStore
+from .autosave import Autosaver
 from .capacity import ResumeGate, machine_limit
 from .explain import policy_summary
 from .handlers import ROUTES
@@ -87,7 +88,12 @@ class PauseApp(ExtensionApp):
         (gpu-interactive, cpu-small, long-running, never).  Each maps setting
         names to values, e.g. {"gpu-interactive": {"idle_threshold": 1800,
         "min_running_time": 600, "warn_before": 300, "gpu_utilization_counts":
-        true, "action": "pause"}}.  idle_threshold null means never.""",
+        true, "action": "pause"}}.  idle_threshold null means never.
+        "autosave_every": seconds (null: off, the default) turns on the
+        background autosave for a class: once a cell ends with the kernel idle,
+        a notebook in use for that long since its state was last saved is
+        checkpointed incrementally, so a hard kill loses at most that much
+        work.  The classes (autosave included) apply while auto_pause is on.""",
     )
     default_workload_class = Unicode(
         "gpu-interactive",
@@ -173,7 +179,7 @@ class PauseApp(ExtensionApp):
             clock=clock,
             tz=ZoneInfo(self.prediction_time_zone) if self.prediction_time_zone else None,
         )
-        self.idle_watcher = None
+        self.idle_watcher = self.autosaver = None
         if self.auto_pause:
             self.idle_watcher = IdleWatcher(
                 operations=self.manager,
@@ -191,6 +197,16 @@ class PauseApp(ExtensionApp):
             self.manager.auto_pause_status = self.idle_watcher.auto_pause_status
             self.manager.workload_class = self.idle_watcher.workload_class
             self._warn_about_culling()
+            if any(c.autosave_every is not None for c in self.idle_watcher.classes.values()):
+                self.autosaver = Autosaver(
+                    operations=self.manager,
+                    store=self.manager.store,
+                    activity=self.manager.activity,
+                    ledger=self.ledger,
+                    workload_class=self.idle_watcher.workload_class,
+                    log=self.log,
+                    clock=clock,
+                )
         self.settings.update(
             jupyter_pause_manager=self.manager,
             jupyter_pause_idle=self.idle_watcher,
@@ -229,6 +245,8 @@ class PauseApp(ExtensionApp):
         await self.manager.recover()
         self.manager.start()
         self.scheduler.start()  # schedules that fell due while the server was down fire now
+        if self.autosaver is not None:
+            self.autosaver.start()
         if self.idle_watcher is not None:
             self.idle_watcher.start()
             self.log.info(
@@ -325,6 +343,8 @@ class PauseApp(ExtensionApp):
             await backend.stopping()
         if getattr(self, "idle_watcher", None) is not None:
             self.idle_watcher.stop()
+        if getattr(self, "autosaver", None) is not None:
+            await self.autosaver.close()
         if getattr(self, "scheduler", None) is not None:
             await self.scheduler.stop()
         manager = getattr(self, "manager", None)

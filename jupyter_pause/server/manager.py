@@ -365,6 +365,8 @@ class PauseManager:
             row["kernel_id"] = kernel.get("id", session.kernel_id)
             row["execution_state"] = kernel.get("execution_state")
             row["last_activity"] = kernel.get("last_activity")
+            # when the notebook's state was last saved (a pause, a checkpoint, an autosave)
+            row["last_saved"] = (session.last_checkpoint or {}).get("time")
             row.update(await explain(session, self.workload_class))
             if self.auto_pause_status is not None:
                 row["auto_pause"] = await self.auto_pause_status(session)
@@ -586,9 +588,12 @@ class PauseManager:
         self._spawn(self._run_pause(session, op), op)
         return op
 
-    async def checkpoint(self, path: str) -> Operation:
+    async def checkpoint(self, path: str, *, autosave: bool = False) -> Operation:
+        """Checkpoint and keep running.  ``autosave``: the server's background save
+        (server/autosave.py), marked as such in the manifest and kept in its own
+        retention budget (engine/store.py)."""
         await self._prepare(path, "checkpoint")
-        op = self._begin(path, "checkpoint")
+        op = self._begin(path, "checkpoint", **({"autosave": True} if autosave else {}))
         self._spawn(self._run_checkpoint(self.store.sessions[path], op), op)
         return op
 
@@ -1157,8 +1162,9 @@ class PauseManager:
 
         ``report`` False leaves failing the operation to the caller.
         """
+        autosave = {"autosave": True} if op.options.get("autosave") else {}
         self._move(session, State.CHECKPOINTING, op, "checkpointing the kernel's state")
-        self._record(EventType.CHECKPOINT_STARTED, session, op)
+        self._record(EventType.CHECKPOINT_STARTED, session, op, **autosave)
         nonce = uuid.uuid4().hex if pause else None
         try:
             km = self.kernel_manager.get_kernel(session.kernel_id)
@@ -1172,13 +1178,18 @@ class PauseManager:
                 keep=self.keep_checkpoints,
                 operation=op.id,
                 lost_from=session.lost.checkpoint if session.lost else None,
+                **autosave,
             )
         except KernelDied as e:
             await self._kernel_died(session, op, str(e), report=report)
             return False
         except (KernelCallError, KeyError) as e:
-            error = f"checkpoint failed, so the notebook was not paused and its kernel keeps running: {e}"
-            self._record(EventType.CHECKPOINT_FAILED, session, op, error=str(e))
+            error = (
+                f"autosave failed; the kernel keeps running and its last saved state is intact: {e}"
+                if autosave
+                else f"checkpoint failed, so the notebook was not paused and its kernel keeps running: {e}"
+            )
+            self._record(EventType.CHECKPOINT_FAILED, session, op, error=str(e), **autosave)
             self._move(session, State.RUNNING, op, error=error)
             if report:
                 self._fail(session, op, error)
@@ -1187,6 +1198,7 @@ class PauseManager:
             "id": result["id"],
             "time": time.time(),
             "bytes": result["bytes"],
+            **autosave,
         }
         session.gpus = result.get("gpus")
         session.state_checkpoint = result["id"]
@@ -1218,6 +1230,7 @@ class PauseManager:
             seconds=result["seconds"],
             skipped=sorted(skipped),
             gpus=result.get("gpus"),
+            **autosave,
         )
         return True
 
@@ -1241,7 +1254,8 @@ class PauseManager:
             f"the kernel died during the checkpoint ({how}): its unsaved state is lost and "
             f"nothing was paused. {intact}"
         )
-        self._record(EventType.CHECKPOINT_FAILED, session, op, error=error)
+        autosave = {"autosave": True} if op.options.get("autosave") else {}
+        self._record(EventType.CHECKPOINT_FAILED, session, op, error=error, **autosave)
         self._record(EventType.KERNEL_STOPPED, session, op, stopped_by="died")
         self.activity.unwatch(kernel_id)
         op.step = "waiting for Jupyter to restart the kernel"

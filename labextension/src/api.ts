@@ -63,6 +63,8 @@ export interface ICheckpointSummary {
   /** ISO 8601 in listings; seconds since the epoch in `last_checkpoint`. */
   time: string | number;
   bytes: number;
+  /** A background autosave (the class's `autosave_every`), in `last_checkpoint`. */
+  autosave?: boolean;
   objects?: string[];
   skipped?: Record<string, string>;
   trusted?: boolean;
@@ -97,6 +99,8 @@ export interface ISessionStatus {
   since: number;
   operation: IOperation | null;
   last_checkpoint: ICheckpointSummary | null;
+  /** When the state was last saved (pause, checkpoint, autosave); epoch seconds. */
+  last_saved?: number | null;
   restored_from: string | null;
   live_state: 'restored' | 'fresh' | 'unknown';
   error: string | null;

@@ -138,6 +138,18 @@ export class PauseStatusItem extends Widget {
             )
           : trans.__('none yet')
       ]);
+      if (session.last_saved) {
+        const ago = formatDuration(
+          Date.now() / 1000 - session.last_saved,
+          trans
+        );
+        rows.push([
+          trans.__('Last saved'),
+          last?.autosave
+            ? trans.__('Saved %1 ago (autosave)', ago)
+            : trans.__('Saved %1 ago', ago)
+        ]);
+      }
       const policy = session.policy;
       if (policy) {
         const left = this._model.secondsLeft(path);

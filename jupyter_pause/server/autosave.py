@@ -1,0 +1,157 @@
+"""Background autosave: a hard kill (SIGKILL, the OOM killer, a node lost, a power
+cut) loses at most one workload class's ``autosave_every`` of work.
+
+When a user cell ends and the kernel stays idle, a notebook whose class asks for it
+and that has been in use (cells run) for ``autosave_every`` seconds since its state
+was last saved is checkpointed through the manager's ordinary operation, marked as
+an autosave.  The engine's checkpoint is incremental (only what the cells could have
+changed is pickled again, unchanged tensors are referenced, not written), so an
+autosave is short; a cell the user starts meanwhile queues behind it in the kernel.
+An autosave never starts while a cell runs: the kernel runs one request at a time,
+and the autosaver asks only once the monitor has seen the cell end and nothing
+started within :data:`SETTLE` (a "Run All" queues its next cell at once).
+
+What counts as saved comes from the ledger (every checkpoint, the user's, a pause's,
+``%checkpoint``'s, an autosave's); what counts as use, from the activity monitor.
+Times are on the monotonic clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..clock import SYSTEM, Clock
+from ..idle_policy import WorkloadClass
+from ..ledger import EventType, LedgerEvent
+from ..lifecycle import OperationInProgress, PersistenceError, State
+from .manager import PauseError
+
+#: seconds the kernel must stay idle after a cell before an autosave starts
+SETTLE = 0.5
+
+
+class Operations(Protocol):
+    """What the autosaver asks of the session manager."""
+
+    async def checkpoint(self, path: str, *, autosave: bool = False) -> Any: ...
+    def execution_state(self, kernel_id: str | None) -> str | None: ...
+
+
+@dataclass
+class Unsaved:
+    """A notebook's work since its state was last saved (monotonic times)."""
+
+    #: when the first cell since the last save started; None: nothing unsaved
+    since: float | None = None
+    #: a checkpoint is being written now
+    saving: bool = False
+    #: when the first cell seen during that checkpoint started (it ran after it)
+    during: float | None = None
+
+
+class Autosaver:
+    """Listens to the activity monitor (cells) and the ledger (saves), and checkpoints
+    through ``operations``; everything it reads is handed to it."""
+
+    def __init__(
+        self,
+        *,
+        operations: Operations,
+        store,
+        activity,
+        ledger,
+        workload_class: Callable[[Any], Awaitable[tuple[WorkloadClass, str]]],
+        log,
+        clock: Clock = SYSTEM,
+    ):
+        self.operations = operations
+        self.store = store
+        self.activity = activity
+        self.ledger = ledger
+        self.workload_class = workload_class
+        self.log = log
+        self.clock = clock
+        self.unsaved: dict[str, Unsaved] = {}
+        self._tasks: set[asyncio.Task] = set()
+
+    def start(self) -> None:
+        self.activity.listeners.append(self.on_activity)
+        self.ledger.listeners.append(self.on_ledger)
+
+    async def close(self) -> None:
+        for listeners, listener in (
+            (self.activity.listeners, self.on_activity),
+            (self.ledger.listeners, self.on_ledger),
+        ):
+            if listener in listeners:
+                listeners.remove(listener)
+        for task in list(self._tasks):
+            task.cancel()
+
+    # ------------------------------------------------------------- listeners
+
+    def on_activity(self, path: str, kernel_id: str, event: str, info: dict) -> None:
+        """An :class:`~.activity.ActivityMonitor` listener."""
+        now = self.clock.monotonic()
+        unsaved = self.unsaved.setdefault(path, Unsaved())
+        if event == "cell-started":
+            if unsaved.saving:
+                if unsaved.during is None:  # it runs after the save: unsaved by it
+                    unsaved.during = now
+            elif unsaved.since is None:
+                unsaved.since = now
+        elif event == "cell-finished" and unsaved.since is not None and not unsaved.saving:
+            task = asyncio.ensure_future(self._maybe_save(path, kernel_id))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def on_ledger(self, event: LedgerEvent) -> None:
+        """A :class:`~jupyter_pause.ledger.Ledger` listener: what was saved, and when a
+        kernel went (a new one has nothing unsaved)."""
+        if event.type == EventType.CHECKPOINT_STARTED:
+            self.unsaved.setdefault(event.path, Unsaved()).saving = True
+        elif event.type == EventType.CHECKPOINT_FINISHED:
+            unsaved = self.unsaved.setdefault(event.path, Unsaved())
+            unsaved.since, unsaved.during, unsaved.saving = unsaved.during, None, False
+        elif event.type == EventType.CHECKPOINT_FAILED and event.path in self.unsaved:
+            unsaved = self.unsaved[event.path]
+            if event.data.get("autosave"):
+                # try again one interval later, not after every cell
+                unsaved.since = self.clock.monotonic()
+            elif unsaved.since is None:
+                unsaved.since = unsaved.during
+            unsaved.during, unsaved.saving = None, False
+        elif event.type in (EventType.KERNEL_STARTED, EventType.KERNEL_STOPPED):
+            self.unsaved.pop(event.path, None)
+
+    # ---------------------------------------------------------------- acting
+
+    async def _maybe_save(self, path: str, kernel_id: str) -> None:
+        session = self.store.sessions.get(path)
+        if session is None or session.kernel_id != kernel_id:
+            return
+        policy, _ = await self.workload_class(session)
+        unsaved = self.unsaved.get(path)
+        if policy.autosave_every is None or unsaved is None or unsaved.since is None:
+            return
+        if self.clock.monotonic() - unsaved.since < policy.autosave_every:
+            return
+        await asyncio.sleep(SETTLE)
+        activity = self.activity.for_path(path)
+        if (
+            activity is None
+            or activity.busy
+            or self.operations.execution_state(kernel_id) == "busy"
+            or session.busy
+            or session.state not in (State.RUNNING, State.READY)
+            or unsaved.saving
+        ):
+            return  # a cell runs (or an operation): the next cell's end tries again
+        self.log.debug("jupyter-pause: autosaving %s (class %s)", path, policy.name)
+        try:
+            await self.operations.checkpoint(path, autosave=True)
+        except (PauseError, OperationInProgress, PersistenceError) as e:
+            self.log.info("jupyter-pause: autosave of %s skipped: %s", path, e)
