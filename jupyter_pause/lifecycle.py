@@ -213,6 +213,7 @@ class Session:
         data["state"] = self.state.value
         data["live_state"] = self.live_state.value
         data["operation"] = self.operation.to_json() if self.operation else None
+        data["lost"] = _fields(self.lost) if self.lost else None
         return data
 
     @classmethod
