@@ -105,6 +105,19 @@ def test_a_blob_only_the_background_reader_reads_is_damaged(server_factory, tmp_
     assert f"restored its older copy from checkpoint {older}" in got.stderr, got.stderr
     assert "other was not restored" in got.stderr, got.stderr
 
+    # the kernel told the server: the resume's operation says it, and the status's lost
+    def told():
+        session = client.session_status(NB)
+        said = session["operation"]["messages"]
+        return any("big" in m for m in said) and any("other" in m for m in said) and session
+
+    session = wait_for(told, 30, what="the resume hearing of the damage")
+    said = session["operation"]["messages"]
+    assert session["operation"]["id"] == op["id"], session["operation"]
+    assert any(f"big was damaged in checkpoint {newer}" in m and older in m for m in said), said
+    assert any("other" in m and "no checkpoint has a copy that verifies" in m for m in said)
+    assert session["lost"]["names"] == {"other": ""}
+
     op = client.wait(client.pause(NB))
     assert op["outcome"] == "succeeded", op
     assert any("does not have other" in m for m in op["messages"]), op["messages"]

@@ -243,6 +243,9 @@ class LazyLoad:
         #: checkpoint whose copy verifies, or None; for objects whose bytes did not verify
         self.fallback = None
         self.on_lost = None  # main thread: ``on_lost(name)`` for an object not restored
+        #: main thread: ``on_damage(recovered, lost)`` once a settle has loaded objects from
+        #: older checkpoints (name -> checkpoint id) or found no sound copy (names)
+        self.on_damage = None
         self._files: dict[str, set[int]] = {}
         for i, (_path, rel, _pos) in self.where.items():
             self._files.setdefault(rel, set()).add(i)
@@ -425,6 +428,8 @@ class LazyLoad:
         from . import api
 
         newly_failed = []
+        recovered: dict[str, str] = {}
+        lost: list[str] = []
         with self._cv:
             states = {n: self._state(n) for n in self.pending()}
             torch_ready = self.torch_ready
@@ -464,22 +469,26 @@ class LazyLoad:
                 why = self.bad[bad[0]]
                 older = self._fall_back(name, why)
                 if older is not None and not self._rebound(name):
-                    self.ns[name] = older
+                    obj, recovered[name] = older
+                    self.ns[name] = obj
                     if tracked:
-                        api._TRACKED[name] = older
+                        api._TRACKED[name] = obj
                     self.assigned.append(name)
                     continue
                 self.failed[name] = f"its tensor data could not be restored: {why}"
                 if self.on_lost is not None:
                     self.on_lost(name)
+                lost.append(name)
                 newly_failed.append(name)
         if not self.outstanding():
             self.objects = {}  # the graph now lives in the namespace (or nowhere)
+        if (recovered or lost) and self.on_damage is not None:
+            self.on_damage(recovered, lost)
         return newly_failed
 
     def _fall_back(self, name: str, why: str):
-        """The object from the newest older checkpoint whose copy verifies, said in a note;
-        None where there is none."""
+        """(object, checkpoint id) from the newest older checkpoint whose copy verifies,
+        said in a note; None where there is none."""
         found = None
         if self.fallback is not None:
             try:
@@ -493,7 +502,7 @@ class LazyLoad:
             f"{name} was damaged in checkpoint {self.m.id} ({why}); restored its older copy "
             f"from checkpoint {checkpoint_id} instead"
         )
-        return obj
+        return obj, checkpoint_id
 
     def wait(self, names=None, show=None) -> None:
         """Block until ``names`` (default: all) are ready or failed, then settle.
