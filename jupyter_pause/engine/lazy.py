@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import gc
 import os
 import sys
@@ -246,6 +247,9 @@ class LazyLoad:
         #: main thread: ``on_damage(recovered, lost)`` once a settle has loaded objects from
         #: older checkpoints (name -> checkpoint id) or found no sound copy (names)
         self.on_damage = None
+        #: reader thread: ``on_damaged()`` once the reading is over and found bytes that do
+        #: not verify (the kernel then settles on its main thread at once, between cells)
+        self.on_damaged = None
         self._files: dict[str, set[int]] = {}
         for i, (_path, rel, _pos) in self.where.items():
             self._files.setdefault(rel, set()).add(i)
@@ -381,6 +385,8 @@ class LazyLoad:
             with self._cv:
                 self._finished = True
                 self._cv.notify_all()
+            if self.bad and not self._stop and self.on_damaged is not None:
+                self.on_damaged()
 
     def start(self) -> None:
         if not self.torch_ready:  # beside the reader: storages on the CPU need no torch
@@ -551,6 +557,9 @@ def begin(load: LazyLoad) -> None:
         with contextlib.suppress(ValueError):
             shell.events.unregister("pre_run_cell", before_cell)
         shell.events.register("pre_run_cell", before_cell)
+        loop = getattr(getattr(shell, "kernel", None), "io_loop", None)
+        if loop is not None:  # damage is settled (and told) when found, not at the next cell
+            load.on_damaged = functools.partial(loop.add_callback, _settle_damaged, load)
     load.start()
 
 
@@ -578,6 +587,16 @@ def wait(names=None) -> dict[str, str]:
     if not load.outstanding():
         _finish()
     return failed
+
+
+def _settle_damaged(load: LazyLoad) -> None:
+    """The kernel's event loop, between cells, once the reader found damage: fall back to
+    older copies or record the loss now (``on_damage`` tells the server), and leave the
+    warnings to the next cell."""
+    if _active is not load:
+        return  # replaced by another restore meanwhile
+    for name in load.settle():
+        load.notes.append(f"{name} was not restored: {load.failed[name]}")
 
 
 def _finish() -> None:
