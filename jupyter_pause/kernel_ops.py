@@ -7,10 +7,15 @@ on purpose: the checkpoint logic is the engine's, the lifecycle the server's.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import sys
+import threading
 import traceback
 from typing import Any
+
+from .magics import ServerLink, ServerLinkError
 
 # The nonce planted at pause, held only in this process's memory.  A kernel
 # that still knows it after a resume is the very process that was paused
@@ -79,17 +84,27 @@ def checkpoint(
 
 
 def restore(
-    notebook: str, dir: str | None, checkpoint_id: str | None = None, handoff: dict | None = None
+    notebook: str,
+    dir: str | None,
+    checkpoint_id: str | None = None,
+    handoff: dict | None = None,
+    operation: str | None = None,
 ):
     """Restore a checkpoint into this (fresh) kernel's namespace.
 
     Lazy unless ``$JUPYTER_PAUSE_RESTORE=eager``: returns once the graph and the small
     objects are back; large tensors follow in the background (engine/lazy.py), and a
     cell that uses one waits for it alone. ``handoff``: the server's memory holding the
-    checkpoint's large files (engine/handoff.py)."""
+    checkpoint's large files (engine/handoff.py). ``operation``: the server's resume;
+    objects the background load finds damaged are reported to it (:func:`_report_damage`).
+    """
+    from .engine import lazy
     from .engine.api import restore as engine_restore
 
     result = engine_restore(checkpoint_id, notebook=notebook, dir=dir, handoff=handoff)
+    load = lazy.active()
+    if operation and load is not None and result.loading:
+        load.on_damage = functools.partial(_report_damage, notebook, result.id, operation)
     return {
         **gpu_usage(),
         "id": result.id,
@@ -103,6 +118,32 @@ def restore(
         "loading": list(result.loading),  # lazy restore: still being read in the background
         "bytes_loading": result.bytes_loading,
     }
+
+
+def _report_damage(
+    notebook: str, checkpoint_id: str, operation: str, recovered: dict[str, str], lost: list[str]
+) -> None:
+    """Tell the server whose resume restored this kernel what its background load found
+    damaged: objects loaded from older checkpoints instead (name -> checkpoint id), and
+    objects no checkpoint has a sound copy of.  Best effort, on a thread: no cell waits
+    for the server, and a kernel without one keeps its note (printed before the cell)."""
+    try:
+        server = ServerLink.from_environment()
+    except ServerLinkError:
+        return  # not a kernel of a server with jupyter-pause
+    body = {
+        "path": notebook,
+        "checkpoint_id": checkpoint_id,
+        "operation_id": operation,
+        "recovered": recovered,
+        "lost": lost,
+    }
+
+    def send() -> None:
+        with contextlib.suppress(ServerLinkError):
+            server.post("sessions/restored", body)
+
+    threading.Thread(target=send, name="jp-restore-report", daemon=True).start()
 
 
 def warm_up() -> list[str]:

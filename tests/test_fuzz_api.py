@@ -133,7 +133,8 @@ def bodies(draw):
     kind = draw(st.sampled_from(["object", "value", "nested", "bytes"]))
     if kind == "object":
         body = {"path": draw(paths)}
-        for name in ("force", "after_cell", "checkpoint_id", "resume_at"):
+        fields = ("force", "after_cell", "checkpoint_id", "resume_at", "operation_id")
+        for name in (*fields, "recovered", "lost"):
             if draw(st.booleans()):
                 body[name] = draw(json_values)
         return json.dumps(body).encode()
@@ -147,7 +148,9 @@ def bodies(draw):
 # ------------------------------------------------------------------- properties
 
 
-@pytest.mark.parametrize("verb", ["pause", "resume", "checkpoint", "checkpointed", "postpone"])
+@pytest.mark.parametrize(
+    "verb", ["pause", "resume", "checkpoint", "checkpointed", "restored", "postpone"]
+)
 @SETTINGS
 @given(body=bodies())
 def test_posts_answer_every_body(server, verb, body):

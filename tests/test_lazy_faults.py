@@ -99,9 +99,25 @@ def test_a_blob_only_the_background_reader_reads_is_damaged(server_factory, tmp_
     op = client.wait(client.resume(NB))
     assert op["outcome"] == "succeeded", op  # the damage is not known yet: not read yet
     kernel_id = client.session_status(NB)["kernel_id"]
+
+    # once the background load found it, the kernel tells the server, no cell run: the
+    # resume's operation says what was recovered and what is lost, and the status's lost
+    def told():
+        session = client.session_status(NB)
+        said = session["operation"]["messages"]
+        return any("big" in m for m in said) and any("other" in m for m in said) and session
+
+    session = wait_for(told, 60, what="the resume hearing of the damage")
+    said = session["operation"]["messages"]
+    assert session["operation"]["id"] == op["id"], session["operation"]
+    assert any(f"big was damaged in checkpoint {newer}" in m and older in m for m in said), said
+    assert any("other" in m and "no checkpoint has a copy that verifies" in m for m in said)
+    assert session["lost"]["names"] == {"other": ""}
+
+    # and the notebook hears of it before its next cell
     got = client.execute(kernel_id, "print(float(big[-1]), 'other' in dir())")
     last = [x for x in got.stdout.replace("\r", "\n").splitlines() if x.strip()][-1]
-    assert got.ok and last.split() == ["4999999.0", "False"], got  # after "loading big…"
+    assert got.ok and last.split() == ["4999999.0", "False"], got
     assert f"restored its older copy from checkpoint {older}" in got.stderr, got.stderr
     assert "other was not restored" in got.stderr, got.stderr
 

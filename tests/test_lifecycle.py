@@ -17,6 +17,7 @@ from jupyter_pause.lifecycle import (
     OPERATION_STATES,
     TRANSITIONS,
     LiveState,
+    LostState,
     Operation,
     OperationInProgress,
     PersistenceError,
@@ -409,6 +410,7 @@ def test_a_session_s_json_is_its_fields_copied():
     session.operation = Operation(kind="pause", path="nb.ipynb", options={"force": True})
     session.operation.messages.append("Not saved: f (function)")
     session.last_checkpoint = {"id": "2026-12-01T08-00-00", "time": 1.0, "bytes": 3}
+    session.lost = LostState(why="damaged", names={"big": ""})
 
     data = session.to_json()
 
@@ -418,6 +420,8 @@ def test_a_session_s_json_is_its_fields_copied():
     data["operation"]["messages"].append("changed")
     data["operation"]["options"]["force"] = False
     data["schedule"]["at"] = 2.0
+    data["lost"]["names"]["big"] = "changed"
+    assert session.lost.names == {"big": ""}
     assert session.operation.messages == ["Not saved: f (function)"]
     assert session.operation.options == {"force": True} and session.schedule["at"] == 1.0
     assert Session.from_json(json.loads(json.dumps(session.to_json()))) == session

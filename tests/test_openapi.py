@@ -306,6 +306,13 @@ async def test_real_responses_match_the_spec(jp_fetch, jp_serverapp, notebook_pa
         "post", "/sessions/checkpointed", body={**nb, "checkpoint_id": checkpoint["id"]}
     )
     assert code == 200 and body["last_checkpoint"]["id"] == checkpoint["id"]
+    # a kernel's report of damage found after a resume: this notebook's last operation
+    # is no resume, so it is refused
+    damage = {"checkpoint_id": checkpoint["id"], "recovered": {}, "lost": ["big"]}
+    code, body = await call("post", "/sessions/restored", body={**nb, **damage, **operation})
+    assert code == 409, body
+    code, body = await call("post", "/sessions/restored", body={**nb, "lost": "big"})
+    assert code == 400, body
     code, verified = await call("get", "/checkpoints", params={**nb, "verify": "1"})
     assert verified["checkpoints"][0]["problem"] is None
 

@@ -1207,10 +1207,15 @@ def _older_copy(nbdir, newer: str, device_of_name, ns, name: str):
     older = ids[: ids.index(newer)] if newer in ids else [c for c in ids if c < newer]
     for cid in reversed(older):
         try:
+            imports = _BackgroundImports()
             with store.locked(nbdir, shared=True):
-                got = _read_verified(nbdir, cid, (name,), False, device_of_name, False, False)
+                got = _read_verified(
+                    nbdir, cid, (name,), False, device_of_name, False, False, imports=imports
+                )
         except CheckpointError:  # not there, damaged too, or not ours: an older one
             continue
+        finally:
+            imports.wait()  # nothing is unpickled while a module imports in the background
         by_record = {o.dump: n for n, o in got.manifest.objects.items()}
         loader = _Loader(got.buffers, got.damaged)
         objs, failures = _load_groups(got.pickle, got.manifest, got.to_load, loader, ns, by_record)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import gc
 import os
 import sys
@@ -243,6 +244,12 @@ class LazyLoad:
         #: checkpoint whose copy verifies, or None; for objects whose bytes did not verify
         self.fallback = None
         self.on_lost = None  # main thread: ``on_lost(name)`` for an object not restored
+        #: main thread: ``on_damage(recovered, lost)`` once a settle has loaded objects from
+        #: older checkpoints (name -> checkpoint id) or found no sound copy (names)
+        self.on_damage = None
+        #: reader thread: ``on_damaged()`` once the reading is over and found bytes that do
+        #: not verify (the kernel then settles on its main thread at once, between cells)
+        self.on_damaged = None
         self._files: dict[str, set[int]] = {}
         for i, (_path, rel, _pos) in self.where.items():
             self._files.setdefault(rel, set()).add(i)
@@ -378,6 +385,8 @@ class LazyLoad:
             with self._cv:
                 self._finished = True
                 self._cv.notify_all()
+            if self.bad and not self._stop and self.on_damaged is not None:
+                self.on_damaged()
 
     def start(self) -> None:
         if not self.torch_ready:  # beside the reader: storages on the CPU need no torch
@@ -425,6 +434,8 @@ class LazyLoad:
         from . import api
 
         newly_failed = []
+        recovered: dict[str, str] = {}
+        lost: list[str] = []
         with self._cv:
             states = {n: self._state(n) for n in self.pending()}
             torch_ready = self.torch_ready
@@ -464,22 +475,26 @@ class LazyLoad:
                 why = self.bad[bad[0]]
                 older = self._fall_back(name, why)
                 if older is not None and not self._rebound(name):
-                    self.ns[name] = older
+                    obj, recovered[name] = older
+                    self.ns[name] = obj
                     if tracked:
-                        api._TRACKED[name] = older
+                        api._TRACKED[name] = obj
                     self.assigned.append(name)
                     continue
                 self.failed[name] = f"its tensor data could not be restored: {why}"
                 if self.on_lost is not None:
                     self.on_lost(name)
+                lost.append(name)
                 newly_failed.append(name)
         if not self.outstanding():
             self.objects = {}  # the graph now lives in the namespace (or nowhere)
+        if (recovered or lost) and self.on_damage is not None:
+            self.on_damage(recovered, lost)
         return newly_failed
 
     def _fall_back(self, name: str, why: str):
-        """The object from the newest older checkpoint whose copy verifies, said in a note;
-        None where there is none."""
+        """(object, checkpoint id) from the newest older checkpoint whose copy verifies,
+        said in a note; None where there is none."""
         found = None
         if self.fallback is not None:
             try:
@@ -493,7 +508,7 @@ class LazyLoad:
             f"{name} was damaged in checkpoint {self.m.id} ({why}); restored its older copy "
             f"from checkpoint {checkpoint_id} instead"
         )
-        return obj
+        return obj, checkpoint_id
 
     def wait(self, names=None, show=None) -> None:
         """Block until ``names`` (default: all) are ready or failed, then settle.
@@ -542,6 +557,9 @@ def begin(load: LazyLoad) -> None:
         with contextlib.suppress(ValueError):
             shell.events.unregister("pre_run_cell", before_cell)
         shell.events.register("pre_run_cell", before_cell)
+        loop = getattr(getattr(shell, "kernel", None), "io_loop", None)
+        if loop is not None:  # damage is settled (and told) when found, not at the next cell
+            load.on_damaged = functools.partial(loop.add_callback, _settle_damaged, load)
     load.start()
 
 
@@ -569,6 +587,16 @@ def wait(names=None) -> dict[str, str]:
     if not load.outstanding():
         _finish()
     return failed
+
+
+def _settle_damaged(load: LazyLoad) -> None:
+    """The kernel's event loop, between cells, once the reader found damage: fall back to
+    older copies or record the loss now (``on_damage`` tells the server), and leave the
+    warnings to the next cell."""
+    if _active is not load:
+        return  # replaced by another restore meanwhile
+    for name in load.settle():
+        load.notes.append(f"{name} was not restored: {load.failed[name]}")
 
 
 def _finish() -> None:

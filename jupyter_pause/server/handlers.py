@@ -23,7 +23,7 @@ from ..engine.errors import CheckpointError, CheckpointNotFound, ForeignCheckpoi
 from ..lifecycle import OperationInProgress
 from ..schedule import ScheduleError, parse_resume_at
 from .explain import unsaveable, verify_listing
-from .manager import PauseError
+from .manager import PauseError, RestoreDamage
 
 NAMESPACE = "jupyter-pause/api"
 
@@ -244,6 +244,30 @@ class CheckpointedHandler(PauseHandler):
         self.write_json({"path": path, "last_checkpoint": checkpoint})
 
 
+class RestoredHandler(PauseHandler):
+    """A resumed kernel's background load found objects damaged after the resume ended."""
+
+    @tornado.web.authenticated
+    @translate_errors
+    async def post(self):
+        body = self.body()
+        path = await self.path_argument(body.get("path"))
+        recovered = body.get("recovered", {})
+        lost = body.get("lost", [])
+        if not all(isinstance(body.get(k), str) for k in ("checkpoint_id", "operation_id")):
+            raise PauseError("'checkpoint_id' and 'operation_id' must be strings")
+        if not isinstance(recovered, dict) or not all(
+            isinstance(v, str) for v in recovered.values()
+        ):
+            raise PauseError("'recovered' must map names to checkpoint ids")
+        if not isinstance(lost, list) or not all(isinstance(n, str) for n in lost):
+            raise PauseError("'lost' must be a list of names")
+        await self.manager.recovered.wait()
+        damage = RestoreDamage(body["operation_id"], body["checkpoint_id"], recovered, lost)
+        op = self.manager.record_restore_damage(path, damage)
+        self.write_json({"operation": op.to_json()})
+
+
 class UnsaveableHandler(PauseHandler):
     """What a pause would not save now: asked before a person pauses."""
 
@@ -386,6 +410,7 @@ ROUTES = [
     (rf"{NAMESPACE}/sessions/schedule", ScheduleHandler),
     (rf"{NAMESPACE}/sessions/checkpoint", CheckpointSessionHandler),
     (rf"{NAMESPACE}/sessions/checkpointed", CheckpointedHandler),
+    (rf"{NAMESPACE}/sessions/restored", RestoredHandler),
     (rf"{NAMESPACE}/sessions/unsaveable", UnsaveableHandler),
     (rf"{NAMESPACE}/operations/{_OPERATION_ID}", OperationHandler),
     (rf"{NAMESPACE}/checkpoints", CheckpointsHandler),

@@ -85,6 +85,19 @@ class PauseError(Exception):
         self.status = status
 
 
+@dataclasses.dataclass(frozen=True)
+class RestoreDamage:
+    """What a resumed kernel's background load found damaged in ``checkpoint_id`` after
+    the resume ``operation_id`` had finished (``POST sessions/restored``): objects loaded
+    from an older checkpoint's sound copy instead (name -> its checkpoint id), and objects
+    of which no checkpoint has a copy that verifies."""
+
+    operation_id: str
+    checkpoint_id: str
+    recovered: dict[str, str]
+    lost: list[str]
+
+
 class PauseManager:
     def __init__(
         self,
@@ -463,6 +476,45 @@ class PauseManager:
                 by="kernel",
             )
         return session.last_checkpoint
+
+    def record_restore_damage(self, path: str, damage: RestoreDamage) -> Operation:
+        """The kernel of the resume ``damage.operation_id`` found objects of its checkpoint
+        damaged after the resume finished: that operation's messages say which were loaded
+        from older checkpoints and which are lost (``lost``, as a pause says it).  Only the
+        notebook's current kernel, the one that resume restored, is heard."""
+        names = [*damage.recovered, *damage.lost]
+        if not all(n.isidentifier() for n in names):
+            raise PauseError("'recovered' and 'lost' must name variables")
+        ids = [damage.checkpoint_id, *damage.recovered.values()]
+        if not all(checkpoint_paths.is_checkpoint_id(c) for c in ids):
+            raise PauseError("the checkpoints must be checkpoint ids (like 2026-11-30T18-02-11)")
+        session = self.store.sessions.get(path)
+        op = session.operation if session is not None else None
+        if (
+            op is None
+            or op.kind != "resume"
+            or op.id != damage.operation_id
+            or session.state_checkpoint != damage.checkpoint_id
+        ):
+            raise PauseError(
+                f"{path!r} is not restored from checkpoint {damage.checkpoint_id!r} by resume "
+                f"{damage.operation_id!r} now: an operation has run since",
+                status=409,
+            )
+        for name, older in sorted(damage.recovered.items()):
+            op.messages.append(
+                f"{name} was damaged in checkpoint {damage.checkpoint_id}; loaded its copy "
+                f"from the older checkpoint {older}, which verifies"
+            )
+        if damage.lost:
+            why = f"damaged in checkpoint {damage.checkpoint_id}, found by the background load"
+            before = dict(session.lost.names) if session.lost else {}
+            self._note_lost(
+                session, op, {name: "" for name in damage.lost}, "the restored kernel", why=why
+            )
+            session.lost.names = {**before, **session.lost.names}
+        self._save()
+        return op
 
     async def delete_checkpoint(self, path: str, checkpoint_id: str) -> None:
         if not checkpoint_paths.is_checkpoint_id(checkpoint_id):
@@ -1468,6 +1520,7 @@ class PauseManager:
                     dir=self.checkpoint_dir,
                     checkpoint_id=checkpoint_id,
                     handoff=fill.token() if fill else None,
+                    operation=op.id,
                 )
             finally:
                 self._handed_over(fill)  # the kernel has taken what it takes

@@ -229,8 +229,11 @@ def test_a_blob_damaged_mid_way_fails_only_the_objects_that_use_it(ck, nbdir):
     ns = {}
     res = jp.restore(namespace=ns, lazy=True, **ck)
     assert "big" in res.loading  # the header is intact: found while reading
+    told = []  # what a resumed kernel tells its server (kernel_ops._report_damage)
+    lazy.active().on_damage = lambda recovered, lost: told.append((recovered, sorted(lost)))
     failed = lazy.wait()
     assert set(failed) == {"big", "rows"}  # rows are views of big
+    assert told == [({}, ["big", "rows"])]  # no older checkpoint has a copy
     assert "tensor" in failed["big"] and rel in failed["big"]
     assert "big" not in ns and "rows" not in ns
     assert same(ns["model"], src["model"]) and ns["n"] == 7
