@@ -3,6 +3,7 @@ SIGINT: Ctrl-C, JupyterHub's first stop signal) pauses every live notebook on it
 checkpoint within ``PauseApp.shutdown_grace``; what it cannot save is named; the next
 server shows the truth from its first status (real server processes and kernels)."""
 
+import contextlib
 import json
 import signal
 import threading
@@ -75,7 +76,7 @@ def test_a_signal_pauses_every_live_notebook_and_the_next_server_resumes_them(
     assert "NOT saved" not in server.log_tail(100_000)
 
     client = server.start()
-    for value, path in enumerate(NOTEBOOKS, start=1):
+    for path in NOTEBOOKS:
         session = client.session_status(path)  # the first status already tells
         assert session["state"] == "paused", session
         assert session["paused_by"] == "server-shutdown"
@@ -102,10 +103,8 @@ def test_a_kernel_busy_past_the_grace_is_named_and_the_next_server_says_it_faile
     busy = hold_state(client, NOTEBOOKS[1], 2)
 
     def long_cell():
-        try:
+        with contextlib.suppress(Exception):  # the server stops under it
             client.execute(busy, "import time\ntime.sleep(600)", timeout=300)
-        except Exception:  # noqa: BLE001 - the server stops under it
-            pass
 
     threading.Thread(target=long_cell, daemon=True).start()
     wait_for(
