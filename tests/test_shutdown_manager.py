@@ -122,3 +122,33 @@ async def test_start_up_says_at_once_that_a_kernel_vanished_with_the_server(tmp_
     while manager._tasks:
         await asyncio.gather(*list(manager._tasks), return_exceptions=True)
     assert with_checkpoint.state == State.READY
+
+
+class StoppingPlatform(FakeBackend):
+    """A platform whose release returns only once the server stops (a Kubernetes
+    pause waits for the pod to go; the pod's SIGTERM is this server stopping)."""
+
+    scope = "server"
+
+    async def release(self, sessions, shutdown_kernel):
+        self.releasing.set()
+        await asyncio.Event().wait()
+
+
+async def test_a_pause_whose_checkpoint_is_committed_is_not_waited_for_nor_named(tmp_path):
+    manager = make_manager(tmp_path)
+    manager.backend = StoppingPlatform()
+    manager.backend.releasing = asyncio.Event()
+    session = running(manager, "nb.ipynb", 3)
+    await manager.pause("nb.ipynb")
+    await asyncio.wait_for(manager.backend.releasing.wait(), 60)
+    assert session.state == State.PAUSING
+
+    report = await manager.save_all(grace=30, concurrency=1)
+
+    assert report.paused == ["nb.ipynb"] and report.not_saved == []
+    assert not manager.ledger.events(types=[EventType.NOT_SAVED])
+    await manager.close()  # the release is left to the platform; recovery settles it
+    assert session.last_checkpoint["id"] in [
+        c.id for c in engine.list_checkpoints(dir=manager.checkpoint_dir, notebook=session.path)
+    ]

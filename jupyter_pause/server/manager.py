@@ -1575,9 +1575,17 @@ class PauseManager:
         """Pause one notebook at shutdown; None once it is paused, else why not."""
         async with limit:
             session = self.store.get(path)
-            while session.busy and session.operation.id in self._running:
-                await asyncio.shield(self._running[session.operation.id])  # ours: let it end
-            if session.state == State.PAUSED:
+            # an operation of ours under way ends first, except a pause whose checkpoint
+            # is committed: only the platform's release is left (on Kubernetes it waits
+            # for the pod to go, which is this very stop), and the next start's recovery
+            # finds the checkpoint
+            while (
+                session.busy
+                and session.state != State.PAUSING
+                and session.operation.id in self._running
+            ):
+                await asyncio.shield(self._running[session.operation.id])
+            if session.state in (State.PAUSED, State.PAUSING):
                 return None
             try:
                 op = await self.pause(path, after_cell=True, reason=SHUTDOWN_REASON)
