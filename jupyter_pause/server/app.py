@@ -220,7 +220,6 @@ class PauseApp(ExtensionApp):
         self.handlers.extend(ROUTES)
 
     async def _startup(self):
-        self._stop_in_order_on_sigint()
         # first settle what a previous server left unfinished, so that no
         # notebook answers 409 for an operation nobody runs any more
         await self.manager.recover()
@@ -313,13 +312,14 @@ class PauseApp(ExtensionApp):
                 listener=self.manager.on_contents_action,
             )
 
-    def _stop_in_order_on_sigint(self):
-        """Without a terminal, Jupyter Server leaves SIGINT to Python, which ends the
-        process on the spot (KeyboardInterrupt): no extension is stopped, nothing is
-        saved.  Stop in order instead, as on SIGTERM (JupyterHub's single-user server
-        does the same); on a terminal, Jupyter's own confirmation stays."""
+    async def _start_jupyter_server_extension(self, serverapp):
+        """Once the server runs (as a process, not embedded in tests): without a
+        terminal, Jupyter Server leaves SIGINT to Python, which ends the process on
+        the spot (KeyboardInterrupt): no extension is stopped, nothing is saved.
+        Stop in order instead, as on SIGTERM (JupyterHub's single-user server does
+        the same); on a terminal, Jupyter's own confirmation stays."""
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            signal.signal(signal.SIGINT, self.serverapp._signal_stop)
+            signal.signal(signal.SIGINT, serverapp._signal_stop)
 
     async def stop_extension(self):
         # a second signal stops the server a second time: it waits for the same stop

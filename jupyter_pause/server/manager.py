@@ -1550,7 +1550,8 @@ class PauseManager:
         paused, not_saved = [], []
         for path, save in saves.items():
             if save.done():
-                error = save.result()
+                failure = save.exception()  # a bug: say so, and name the notebook
+                error = f"{type(failure).__name__}: {failure}" if failure else save.result()
                 if error is None:
                     paused.append(path)
                 else:
