@@ -6,6 +6,7 @@ server shows the truth from its first status (real server processes and kernels)
 import contextlib
 import json
 import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -36,9 +37,13 @@ def server_factory(tmp_path):
     }
     servers = []
 
-    def make(grace: float):
+    def make(grace: float, wrapper: tuple[str, ...] = ()):
         server = LocalServer(
-            root, tmp_path / "state", env=env, extra_args=[f"--PauseApp.shutdown_grace={grace}"]
+            root,
+            tmp_path / "state",
+            env=env,
+            extra_args=[f"--PauseApp.shutdown_grace={grace}"],
+            wrapper=list(wrapper),
         )
         servers.append(server)
         return server
@@ -62,12 +67,26 @@ def stop_with(server: LocalServer, signum: int, within: float) -> None:
     server.process.wait(within)  # TimeoutExpired: the server did not stop by then
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+#: runs the server as a shell runs a background job (`jupyter server &`, a hub started
+#: so): SIGINT ignored, which the exec'd server inherits
+IN_THE_BACKGROUND = (
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "os.execv(sys.argv[1], sys.argv[1:])",
+)
+
+
+@pytest.mark.parametrize(
+    "signum, wrapper",
+    [(signal.SIGTERM, ()), (signal.SIGINT, ()), (signal.SIGINT, IN_THE_BACKGROUND)],
+    ids=["SIGTERM", "SIGINT", "SIGINT-background"],
+)
 def test_a_signal_pauses_every_live_notebook_and_the_next_server_resumes_them(
-    server_factory, signum
+    server_factory, signum, wrapper
 ):
     grace = 30
-    server = server_factory(grace)
+    server = server_factory(grace, wrapper)
     client = server.start()
     for value, path in enumerate(NOTEBOOKS, start=1):
         hold_state(client, path, value)

@@ -315,10 +315,13 @@ class PauseApp(ExtensionApp):
     async def _start_jupyter_server_extension(self, serverapp):
         """Once the server runs (as a process, not embedded in tests): without a
         terminal, Jupyter Server leaves SIGINT to Python, which ends the process on
-        the spot (KeyboardInterrupt): no extension is stopped, nothing is saved.
-        Stop in order instead, as on SIGTERM (JupyterHub's single-user server does
-        the same); on a terminal, Jupyter's own confirmation stays."""
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        the spot (KeyboardInterrupt), or ignores it when the server was started in
+        the background (a hub started with `&` passes that on): either way no
+        extension is stopped and nothing is saved, though SIGINT is how JupyterHub
+        stops a server.  Stop in order instead, as on SIGTERM (JupyterHub's
+        single-user server does the same on a terminal); on a terminal, Jupyter's
+        own confirmation stays."""
+        if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, signal.SIG_IGN):
             signal.signal(signal.SIGINT, serverapp._signal_stop)
 
     async def stop_extension(self):
