@@ -369,8 +369,13 @@ class LocalServer:
             cmd.append("--allow-root")  # containers and CI often run as root
         self.log_path = self.state_dir / "server.log"
         log = open(self.log_path, "w")  # noqa: SIM115 - lives as long as the process
-        self.process = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.root_dir
+        self.process = subprocess.Popen(  # no terminal: SIGINT stops it as it would a service
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=self.root_dir,
         )
         info_file = runtime_dir / f"jpserver-{self.process.pid}.json"
         deadline = time.monotonic() + timeout

@@ -71,6 +71,7 @@ class EventType(str, Enum):
     AUTO_PAUSE_POSTPONED = "auto-pause-postponed"  # data: until
     # anything else that went wrong
     OPERATION_FAILED = "operation-failed"  # data: operation, error
+    NOT_SAVED = "not-saved"  # the server stopped before it was saved; data: why, error
     STATE_CHANGED = "state-changed"  # data: from, to
 
 

@@ -73,6 +73,10 @@ TRANSITIONS: dict[State, frozenset[State]] = {
 
 # The states each operation may start from (pause and checkpoint also need a
 # live kernel, resume a checkpoint: the manager checks those facts).
+#: the reason (``Operation.options``, the ledger, ``paused_by``) of the pauses a
+#: stopping server makes
+SHUTDOWN_REASON = "server-shutdown"
+
 OPERATION_STATES: dict[str, frozenset[State]] = {
     "pause": frozenset({State.RUNNING, State.READY, State.FAILED}),
     "checkpoint": frozenset({State.RUNNING, State.READY, State.FAILED}),

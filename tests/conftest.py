@@ -14,7 +14,9 @@ def jp_server_config(jp_server_config):
             "jpserver_extensions": {"jupyter_pause": True},
             "allow_unauthenticated_access": False,
         },
-        "PauseApp": {"backend": "local"},
+        # what a stopping server saves is tested with real server processes
+        # (test_shutdown.py); here every test's clean-up would checkpoint its notebooks
+        "PauseApp": {"backend": "local", "shutdown_grace": 0},
     }
 
 

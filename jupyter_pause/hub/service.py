@@ -558,8 +558,20 @@ class PauseService(Application):
         app.listen(url.port or 80, self.ip or url.hostname or "127.0.0.1")
         log.info("jupyter-pause-hub %s listening on %s", __version__, self.service_url)
         loop = IOLoop.current()
+        # The Hub stops its services with SIGINT, then SIGTERM.  Both are handled in
+        # the event loop, whatever this process inherited: a hub started in the
+        # background (`jupyterhub &`, a non-interactive shell) passes SIGINT on
+        # ignored, and a SIGTERM turned into SIGINT was then ignored too, so the
+        # Hub waited out its timeouts (61 s) before it killed the service.
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.asyncio_loop.add_signal_handler(signum, self.stop, signum)
         loop.add_callback(self.loop)
         loop.start()
+
+    def stop(self, signum: int) -> None:
+        """A stop signal: end at once (every record on disk is already durable)."""
+        log.info("jupyter-pause-hub: %s received, stopping", signal.Signals(signum).name)
+        IOLoop.current().stop()
 
 
 def main(argv=None) -> None:
@@ -568,8 +580,5 @@ def main(argv=None) -> None:
     )
     service = PauseService()
     service.initialize(argv)
-    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
-    try:
-        service.start_service()
-    except KeyboardInterrupt:  # the Hub stops its services with SIGINT or SIGTERM
-        log.info("jupyter-pause-hub: stopped")
+    service.start_service()
+    log.info("jupyter-pause-hub: stopped")

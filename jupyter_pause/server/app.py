@@ -8,8 +8,10 @@ handlers through ``self.settings``; handlers hold no state of their own.
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import os
+import signal
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -116,6 +118,22 @@ class PauseApp(ExtensionApp):
         most one per 2 GiB of available memory, at least one, i.e.
         max(1, min(CPUs, available memory / 2 GiB)); cgroup v2 limits (a pod's
         resources.limits) count.""",
+    )
+    shutdown_grace = Float(
+        25,
+        min=0,
+        config=True,
+        help="""Seconds a stopping server (SIGTERM, SIGINT, a reboot, a pod deleted or
+        preempted) spends pausing every live notebook on a checkpoint before it stops;
+        a running cell is waited for within it, never interrupted.  What is not saved
+        by then is named in the log and the ledger.  The default fits Kubernetes' 30 s
+        terminationGracePeriodSeconds with margin; 0: save nothing at shutdown.""",
+    )
+    shutdown_concurrency = Int(
+        4,
+        min=1,
+        config=True,
+        help="Notebooks a stopping server checkpoints at the same time.",
     )
     prediction_time_zone = Unicode(
         "",
@@ -334,21 +352,46 @@ class PauseApp(ExtensionApp):
                 listener=self.manager.on_contents_action,
             )
 
+    async def _start_jupyter_server_extension(self, serverapp):
+        """Once the server runs (as a process, not embedded in tests): without a
+        terminal, Jupyter Server leaves SIGINT to Python, which ends the process on
+        the spot (KeyboardInterrupt), or ignores it when the server was started in
+        the background (a hub started with `&` passes that on): either way no
+        extension is stopped and nothing is saved, though SIGINT is how JupyterHub
+        stops a server.  Stop in order instead, as on SIGTERM (JupyterHub's
+        single-user server does the same on a terminal); on a terminal, Jupyter's
+        own confirmation stays."""
+        if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, signal.SIG_IGN):
+            signal.signal(signal.SIGINT, serverapp._signal_stop)
+
     async def stop_extension(self):
+        # a second signal stops the server a second time: it waits for the same stop
+        if getattr(self, "_stop_task", None) is None:
+            self._stop_task = asyncio.ensure_future(self._stop())
+        await asyncio.shield(self._stop_task)
+
+    async def _stop(self):
+        """Called by Jupyter Server before it shuts kernels down: pause every live
+        notebook (within ``shutdown_grace``), then close."""
         if getattr(self, "metrics", None) is not None:
             REGISTRY.unregister(self.metrics)
             self.metrics = None
+        if getattr(self, "idle_watcher", None) is not None:
+            self.idle_watcher.stop()  # no new auto-pause while the server stops
+        if getattr(self, "autosaver", None) is not None:
+            await self.autosaver.close()  # nor a new autosave
         backend = getattr(self, "backend_instance", None)
         if backend is not None:
             await backend.stopping()
-        if getattr(self, "idle_watcher", None) is not None:
-            self.idle_watcher.stop()
-        if getattr(self, "autosaver", None) is not None:
-            await self.autosaver.close()
         if getattr(self, "scheduler", None) is not None:
             await self.scheduler.stop()
         manager = getattr(self, "manager", None)
         if manager is not None:
+            if self.shutdown_grace > 0:
+                try:
+                    await manager.save_all(self.shutdown_grace, self.shutdown_concurrency)
+                except Exception:  # the server must stop all the same
+                    self.log.exception("jupyter-pause: could not save the notebooks")
             await manager.close()
         ledger = getattr(self, "ledger", None)
         if ledger is not None:

@@ -15,15 +15,17 @@ from typing import Any
 
 from ..engine import store as checkpoint_store
 from ..engine.errors import CheckpointError
-from ..lifecycle import Session, State
+from ..lifecycle import SHUTDOWN_REASON, Session, State
 from .kernels import KernelCallError, call_in_kernel
 
 
 def paused_by(session: Session) -> str | None:
-    """``auto``, ``magic`` or ``user`` for a paused notebook, else None."""
+    """``auto``, ``magic``, ``user`` or ``server-shutdown`` for a paused notebook, else None."""
     op = session.operation
     if session.state != State.PAUSED or op is None or op.kind != "pause":
         return None
+    if op.options.get("reason") == SHUTDOWN_REASON:
+        return SHUTDOWN_REASON
     if op.options.get("auto"):
         return "auto"
     if op.options.get("after_cell"):

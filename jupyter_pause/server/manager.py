@@ -47,6 +47,7 @@ from ..lifecycle import (
     LEASE_INTERVAL,
     LEASE_TIMEOUT,
     OPERATION_STATES,
+    SHUTDOWN_REASON,
     InvalidTransition,
     LiveState,
     LostState,
@@ -96,6 +97,23 @@ class RestoreDamage:
     checkpoint_id: str
     recovered: dict[str, str]
     lost: list[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class NotSaved:
+    """A live notebook whose state a stopping server could not save."""
+
+    path: str
+    why: str  # "kernel busy" | "timeout" | "error"
+    detail: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ShutdownReport:
+    """What :meth:`PauseManager.save_all` did: the notebooks paused, those not saved."""
+
+    paused: list[str]
+    not_saved: list[NotSaved]
 
 
 class PauseManager:
@@ -917,6 +935,7 @@ class PauseManager:
                     await self._resolve(session, "the server stopped during it")
             for session in list(self.store.sessions.values()):
                 self._kernel_gone_with_server(session)
+            await self._kernels_gone()
             await self._in_thread(self._clean_dead_writers)
         finally:
             self.recovered.set()
@@ -946,6 +965,39 @@ class PauseManager:
         self._move(session, State.PAUSED, None, error=error)
         self._save()
         self.log.warning("jupyter-pause: %s: %s", session.path, error)
+
+    async def _kernels_gone(self) -> None:
+        """At start-up: a notebook the previous server left running, its kernel gone
+        with it (a SIGKILL, a crash, a shutdown that could not save it), says so at
+        once, ``failed`` with the checkpoints it can resume from, instead of
+        ``running`` without a kernel until the next reconcile."""
+        for session in list(self.store.sessions.values()):
+            if session.busy or not session.kernel_id or session.kernel_id in self.kernel_manager:
+                continue
+            self._record(EventType.KERNEL_STOPPED, session, None, stopped_by="server-stopped")
+            self.activity.unwatch(session.kernel_id)
+            session.kernel_id = None
+            if not session.state.has_kernel:
+                self._save()
+                continue
+            try:
+                ids = [c["id"] for c in await self.list_checkpoints(session.path)]
+            except PauseError:
+                ids = []
+            offer = (
+                f"resume to restore checkpoint {ids[0]}"
+                if ids
+                else "there is no checkpoint to resume from"
+            )
+            self._move(
+                session,
+                State.FAILED,
+                None,
+                error=(
+                    "the server stopped and this notebook's kernel with it, without a pause: "
+                    f"its state since the last checkpoint is lost; {offer}"
+                ),
+            )
 
     def _clean_dead_writers(self) -> None:
         """Remove temp folders of dead checkpoint writers in every notebook folder of
@@ -1063,7 +1115,12 @@ class PauseManager:
             if not await self._checkpoint(session, op, pause=True):
                 return
             group = [session]
-            if self.backend.scope == "server":
+            at_shutdown = op.options.get("reason") == SHUTDOWN_REASON
+            # the server stops: each notebook is paused on its own, and only its kernel
+            # is stopped (never the backend's release, which would stop the server or
+            # take the pod away a second time)
+            release = _release_at_shutdown if at_shutdown else self.backend.release
+            if self.backend.scope == "server" and not at_shutdown:
                 # the accelerator belongs to the pod: every notebook goes with it
                 others = await self._checkpoint_others(session, op)
                 if others is None:
@@ -1073,7 +1130,7 @@ class PauseManager:
                 self._move(member, State.PAUSING, op, "releasing the accelerator")
             kernel_ids = {m.path: m.kernel_id for m in group}
             try:
-                facts = dict(await self.backend.release(group, self._shutdown_kernel) or {})
+                facts = dict(await release(group, self._shutdown_kernel) or {})
             except Exception as e:
                 error = f"could not release the accelerator: {e}; the kernel keeps running"
                 for member in group:
@@ -1103,7 +1160,7 @@ class PauseManager:
                 for member in group:
                     await self._came_back_live(member, op)
             self._finish(session, op)
-            if session.state == State.PAUSED:
+            if session.state == State.PAUSED and not at_shutdown:
                 for listener in self.after_pause:
                     await listener(session)
         except Exception as e:  # a bug or an unexpected platform failure: say so
@@ -1700,6 +1757,108 @@ class PauseManager:
             if mine:
                 self._save()  # on the loop: the sessions must not change while serialised
 
+    async def save_all(self, grace: float, concurrency: int) -> ShutdownReport:
+        """The server stops: pause every live notebook on its checkpoint, as a user
+        pause would (``reason`` ``server-shutdown``), at most ``concurrency`` at once,
+        within ``grace`` seconds.  A running cell is waited for, never interrupted;
+        a notebook not saved by then is named in the log and the ledger
+        (``not-saved``: kernel busy, timeout, error), and its operation cancelled:
+        a running cell leaves the notebook ``failed`` at once, a checkpoint under
+        way is settled by the next start's recovery (was it committed?)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        try:
+            await asyncio.wait_for(self.recovered.wait(), grace)
+            live = await asyncio.wait_for(self.sync(), max(0.0, deadline - loop.time()))
+        except (TimeoutError, asyncio.TimeoutError):
+            live = {}
+        paths = [p for p in live if self.store.get(p).state != State.PAUSED]
+        if not paths:
+            return ShutdownReport([], [])
+        self.log.info(
+            "jupyter-pause: the server stops: saving %d notebook(s) within %g s (%s)",
+            len(paths),
+            grace,
+            ", ".join(paths),
+        )
+        limit = asyncio.Semaphore(concurrency)
+        saves = {path: asyncio.ensure_future(self._save_one(path, limit)) for path in paths}
+        await asyncio.wait(saves.values(), timeout=max(0.0, deadline - loop.time()))
+        paused, not_saved = [], []
+        for path, save in saves.items():
+            if save.done():
+                failure = save.exception()  # a bug: say so, and name the notebook
+                error = f"{type(failure).__name__}: {failure}" if failure else save.result()
+                if error is None:
+                    paused.append(path)
+                else:
+                    not_saved.append(NotSaved(path, "error", error))
+                continue
+            save.cancel()
+            not_saved.append(self._not_saved_in_time(path, grace))
+        for missed in not_saved:
+            session = self.store.get(missed.path)
+            self._record(
+                EventType.NOT_SAVED, session, session.operation, why=missed.why, error=missed.detail
+            )
+            self.log.warning(
+                "jupyter-pause: %s was NOT saved before the server stopped (%s): %s",
+                missed.path,
+                missed.why,
+                missed.detail,
+            )
+        return ShutdownReport(paused, not_saved)
+
+    async def _save_one(self, path: str, limit: asyncio.Semaphore) -> str | None:
+        """Pause one notebook at shutdown; None once it is paused, else why not."""
+        async with limit:
+            session = self.store.get(path)
+            # an operation of ours under way ends first, except a pause whose checkpoint
+            # is committed: only the platform's release is left (on Kubernetes it waits
+            # for the pod to go, which is this very stop), and the next start's recovery
+            # finds the checkpoint
+            while (
+                session.busy
+                and session.state != State.PAUSING
+                and session.operation.id in self._running
+            ):
+                await asyncio.shield(self._running[session.operation.id])
+            if session.state in (State.PAUSED, State.PAUSING):
+                return None
+            try:
+                op = await self.pause(path, after_cell=True, reason=SHUTDOWN_REASON)
+            except (PauseError, OperationInProgress) as e:
+                return str(e)
+            task = self._running.get(op.id)
+            if task is not None:
+                await asyncio.shield(task)  # cancelled only by the end of the grace
+            return None if op.outcome == "succeeded" else op.error or "the pause did not finish"
+
+    def _not_saved_in_time(self, path: str, grace: float) -> NotSaved:
+        """The grace is over: stop waiting for this notebook and say why, with the truth
+        in its session."""
+        session = self.store.get(path)
+        op = session.operation if session.busy else None
+        task = self._running.get(op.id) if op is not None else None
+        if task is not None:
+            task.cancel()
+        if op is None or session.state in (State.RUNNING, State.READY):
+            # still waiting for the running cell: nothing was written, nothing will be
+            why = "kernel busy"
+            detail = (
+                f"a cell was still running when the {grace:g} s shutdown grace ended; "
+                "the state since the last checkpoint is lost"
+            )
+            if op is not None:
+                self._move(session, State.FAILED, op, error=f"not saved: {detail}")
+                self._fail(session, op, f"not saved: {detail}")
+            return NotSaved(path, why, detail)
+        detail = (
+            f"its {op.kind} was still under way ({session.state.value}) when the {grace:g} s "
+            "shutdown grace ended; the next start settles it from what is on disk"
+        )
+        return NotSaved(path, "timeout", detail)
+
     async def close(self) -> None:
         self._closed = True
         if self._heartbeat is not None:
@@ -1730,6 +1889,16 @@ class PauseManager:
                 )
                 self._move(session, State.PAUSED, op, error=error)
                 self._fail(session, op, error)
+
+
+async def _release_at_shutdown(sessions: list[Session], shutdown_kernel) -> dict[str, Any]:
+    """The release of a pause at server shutdown, on every backend: the kernel stops
+    (as the server's own clean-up would stop it); the platform already stops the server."""
+    released_at = None
+    for session in sessions:
+        if session.kernel_id:
+            released_at = await shutdown_kernel(session.kernel_id)
+    return {"released_at": released_at, "reason": SHUTDOWN_REASON} if released_at else {}
 
 
 async def maybe_await(value):

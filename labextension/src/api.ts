@@ -107,7 +107,7 @@ export interface ISessionStatus {
   workload_class?: string | null;
   auto_pause?: IAutoPause | null;
   /** Who paused it: the idle policy, `%pause`, or a person (button, CLI). */
-  paused_by?: 'auto' | 'magic' | 'user' | null;
+  paused_by?: 'auto' | 'magic' | 'user' | 'server-shutdown' | null;
   policy?: IPolicy | null;
   /** A planned resume while paused: "paused · resumes at 08:45". */
   schedule?: IResumeSchedule | null;

@@ -109,6 +109,8 @@ export class PauseBanner extends Widget {
         : trans.__('Paused automatically at %1', at);
     } else if (session.paused_by === 'magic') {
       how = trans.__('Paused by %%pause at %1', at);
+    } else if (session.paused_by === 'server-shutdown') {
+      how = trans.__('Paused when the server stopped at %1', at);
     } else {
       how = trans.__('Paused at %1', at);
     }

@@ -16,6 +16,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from jupyter_pause.client import PauseClient, free_port
@@ -89,6 +91,9 @@ class Hub:
         self.servers_may_stop = servers_may_stop
         self.process: subprocess.Popen | None = None
         self.log_path = self.dir / "hub.log"
+        #: started as a shell starts a background job (`jupyterhub &`): SIGINT
+        #: ignored, and so in the services it starts
+        self.in_background = False
 
     # -- set-up --------------------------------------------------------------
 
@@ -223,6 +228,7 @@ c.JupyterHub.load_roles = {roles!r}
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            preexec_fn=ignore_sigint if self.in_background else None,
         )
 
         def up():
@@ -311,6 +317,20 @@ c.JupyterHub.load_roles = {roles!r}
             interval=0.1,
         )
         return time.monotonic()
+
+
+def ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def service_pid(hub: Hub) -> int:
+    """The jupyter-pause-hub process the hub started."""
+    [service] = [
+        child
+        for child in psutil.Process(hub.process.pid).children(recursive=True)
+        if any("jupyter-pause-hub" in part for part in child.cmdline())
+    ]
+    return service.pid
 
 
 def parsed(raw: bytes):

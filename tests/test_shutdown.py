@@ -1,0 +1,144 @@
+"""A server stopped by a signal (SIGTERM: systemctl stop, a pod deleted or preempted;
+SIGINT: Ctrl-C, JupyterHub's first stop signal) pauses every live notebook on its
+checkpoint within ``PauseApp.shutdown_grace``; what it cannot save is named; the next
+server shows the truth from its first status (real server processes and kernels)."""
+
+import contextlib
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from jupyter_pause.client import LocalServer
+
+from .helpers import wait_for
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ("one.ipynb", "two.ipynb")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def server_factory(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    nb = {"cells": [], "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+          "nbformat": 4, "nbformat_minor": 5}  # fmt: skip
+    for name in NOTEBOOKS:
+        (root / name).write_text(json.dumps(nb))
+    env = {
+        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+        "PYTHONPATH": str(REPO),
+    }
+    servers = []
+
+    def make(grace: float, wrapper: tuple[str, ...] = ()):
+        server = LocalServer(
+            root,
+            tmp_path / "state",
+            env=env,
+            extra_args=[f"--PauseApp.shutdown_grace={grace}"],
+            wrapper=list(wrapper),
+        )
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()
+
+
+def hold_state(client, path: str, value: int) -> str:
+    """The notebook's kernel holds a module's object, a function and a number."""
+    kernel_id = client.open_notebook(path)["kernel"]["id"]
+    code = f"import collections\ncounts = collections.Counter('abracadabra')\nn = {value}\n"
+    code += "def twice(x):\n    return 2 * x\n"
+    assert client.execute(kernel_id, code).ok
+    return kernel_id
+
+
+def stop_with(server: LocalServer, signum: int, within: float) -> None:
+    server.process.send_signal(signum)
+    server.process.wait(within)  # TimeoutExpired: the server did not stop by then
+
+
+#: runs the server as a shell runs a background job (`jupyter server &`, a hub started
+#: so): SIGINT ignored, which the exec'd server inherits
+IN_THE_BACKGROUND = (
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "os.execv(sys.argv[1], sys.argv[1:])",
+)
+
+
+@pytest.mark.parametrize(
+    "signum, wrapper",
+    [(signal.SIGTERM, ()), (signal.SIGINT, ()), (signal.SIGINT, IN_THE_BACKGROUND)],
+    ids=["SIGTERM", "SIGINT", "SIGINT-background"],
+)
+def test_a_signal_pauses_every_live_notebook_and_the_next_server_resumes_them(
+    server_factory, signum, wrapper
+):
+    grace = 30
+    server = server_factory(grace, wrapper)
+    client = server.start()
+    for value, path in enumerate(NOTEBOOKS, start=1):
+        hold_state(client, path, value)
+
+    stop_with(server, signum, within=grace + 15)
+    assert "NOT saved" not in server.log_tail(100_000)
+
+    client = server.start()
+    for path in NOTEBOOKS:
+        session = client.session_status(path)  # the first status already tells
+        assert session["state"] == "paused", session
+        assert session["paused_by"] == "server-shutdown"
+        assert session["kernel_id"] is None and session["last_checkpoint"]["id"]
+    events = client.events()
+    requested = [e for e in events if e["type"] == "pause-requested"]
+    assert sorted(e["path"] for e in requested) == sorted(NOTEBOOKS)
+    assert {e["data"]["reason"] for e in requested} == {"server-shutdown"}
+    assert not [e for e in events if e["type"] in ("not-saved", "operation-failed")]
+
+    for value, path in enumerate(NOTEBOOKS, start=1):
+        assert client.wait(client.resume(path))["outcome"] == "succeeded"
+        kernel_id = client.session_status(path)["kernel_id"]
+        assert client.evaluate(kernel_id, "print([twice(n), counts['a']])") == [2 * value, 5]
+
+
+def test_a_kernel_busy_past_the_grace_is_named_and_the_next_server_says_it_failed(
+    server_factory,
+):
+    grace = 5
+    server = server_factory(grace)
+    client = server.start()
+    hold_state(client, NOTEBOOKS[0], 1)
+    busy = hold_state(client, NOTEBOOKS[1], 2)
+
+    def long_cell():
+        with contextlib.suppress(Exception):  # the server stops under it
+            client.execute(busy, "import time\ntime.sleep(600)", timeout=300)
+
+    threading.Thread(target=long_cell, daemon=True).start()
+    wait_for(
+        lambda: client.session_status(NOTEBOOKS[1])["execution_state"] == "busy",
+        60,
+        "the long cell to run",
+    )
+    stop_with(server, signal.SIGTERM, within=grace + 60)
+    log = server.log_tail(100_000)
+    assert f"{NOTEBOOKS[1]} was NOT saved before the server stopped (kernel busy)" in log
+
+    client = server.start()
+    saved, lost = (client.session_status(path) for path in NOTEBOOKS)
+    assert saved["state"] == "paused" and saved["paused_by"] == "server-shutdown"
+    assert lost["state"] == "failed" and lost["kernel_id"] is None, lost
+    assert "not saved" in lost["error"]
+    [event] = [e for e in client.events() if e["type"] == "not-saved"]
+    assert event["path"] == NOTEBOOKS[1] and event["data"]["why"] == "kernel busy"
