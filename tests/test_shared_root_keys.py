@@ -35,7 +35,8 @@ def server(tmp_path: Path, name: str, shared: Path) -> LocalServer:
             "JUPYTER_CONFIG_DIR": str(tmp_path / name / "config"),
             "PYTHONPATH": str(REPO),
         },
-        extra_args=["--PauseApp.keep_checkpoints=1"],
+        # no pause at shutdown: A's own retention (keep=1) would expire the checkpoint
+        extra_args=["--PauseApp.keep_checkpoints=1", "--PauseApp.shutdown_grace=0"],
     )
 
 

@@ -1765,6 +1765,7 @@ class PauseManager:
         (``not-saved``: kernel busy, timeout, error), and its operation cancelled:
         a running cell leaves the notebook ``failed`` at once, a checkpoint under
         way is settled by the next start's recovery (was it committed?)."""
+        self._give_up_waiting()  # a resume not yet started starts nothing now
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
         try:
@@ -1889,6 +1890,9 @@ class PauseManager:
                 )
                 self._move(session, State.PAUSED, op, error=error)
                 self._fail(session, op, error)
+                task = self._running.get(op.id)
+                if task is not None:  # never admitted later, while the server stops
+                    task.cancel()
 
 
 async def _release_at_shutdown(sessions: list[Session], shutdown_kernel) -> dict[str, Any]:
