@@ -5,6 +5,7 @@ Loaded by a real server started in a subprocess
 """
 
 import asyncio
+import time
 from pathlib import Path
 
 from traitlets import Unicode
@@ -26,6 +27,9 @@ class GatedRelease(LocalBackend):
         return await super().release(sessions, shutdown_kernel)
 
 
+GATE_DEADLINE = 240  # seconds a gated resume waits for its test to open the gate
+
+
 class GatedAcquire(LocalBackend):
     """The local backend, but ``acquire`` (a resume under way, no kernel chosen
     yet) announces itself with ``<gate>/acquiring`` and goes on only once
@@ -35,6 +39,9 @@ class GatedAcquire(LocalBackend):
 
     async def acquire(self, session, report_waiting):
         Path(self.gate, "acquiring").touch()
+        deadline = time.monotonic() + GATE_DEADLINE
         while not Path(self.gate, "acquire").exists():
+            if time.monotonic() > deadline:  # a test that never opens it fails, not hangs
+                raise TimeoutError(f"{self.gate}/acquire never appeared")
             await asyncio.sleep(0.05)
         return await super().acquire(session, report_waiting)
