@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import stat
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from .helpers import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 NB = "nb.ipynb"
+MARKER = "step-"  # files the server is made to open once a step reported success
 SYSCALLS = "mkdir,mkdirat,rename,renameat,renameat2,link,linkat,open,openat,creat,fsync,fdatasync"
 
 pytestmark = pytest.mark.slow
@@ -32,29 +32,36 @@ pytestmark = pytest.mark.slow
 # ------------------------------------------------------------ reading the trace
 @dataclass
 class Call:
-    time: float
+    seq: int  # the line's place in the trace: the order strace saw the calls in
     name: str  # "create" (mkdir, O_CREAT open), "move" (rename, link) or "fsync"
     path: str
     line: str
 
 
-_LINE = re.compile(r"^(\d+) (\d+\.\d+) (\w+)\((.*)\) = (\d+)(?:<(.*)>)?$")
+_LINE = re.compile(r"^(\d+) +(\w+)\((.*)\) +=\s+(\d+)(?:<(.*)>)?$")
 _ARG = re.compile(r'(?:\w+<(?P<dir>[^>]*)>|AT_FDCWD<(?P<cwd>[^>]*)>|"(?P<path>[^"]*)")')
 
 
-def parse(trace: str) -> list[Call]:
+def parse(trace: str) -> tuple[list[Call], dict[str, int]]:
     """The calls that put a name into a folder, and the fsyncs (``strace -y``: each fd
-    comes with its path, ``-e status=successful``: only calls that did it)."""
-    calls = []
-    for line in trace.splitlines():
+    comes with its path, ``-e status=successful``: only calls that did it), in the
+    order strace saw them; and where in it the server first opened each marker file
+    (:func:`mark`).
+
+    Places in the trace, not its timestamps, say what came first: a step of the wall
+    clock (a fresh machine's first NTP sync) would reorder timestamps, never the
+    trace (a process stopped at a call cannot cause another's next call before
+    strace has written the first)."""
+    calls, markers = [], {}
+    for seq, line in enumerate(trace.splitlines()):
         m = _LINE.match(line)
         if not m:
             continue
-        _, t, name, args, _, fd_path = m.groups()
+        _, name, args, _, fd_path = m.groups()
         if name in ("fsync", "fdatasync"):
             fd = re.match(r"\d+<(.*)>$", args)
             if fd:
-                calls.append(Call(float(t), "fsync", os.path.normpath(fd[1]), line))
+                calls.append(Call(seq, "fsync", os.path.normpath(fd[1]), line))
             continue
         base, path = "", None
         for a in _ARG.finditer(args):  # the last (folder, name) pair is the new name
@@ -63,6 +70,8 @@ def parse(trace: str) -> list[Call]:
             else:
                 base = a["dir"] if a["dir"] is not None else a["cwd"]
         if name in ("open", "openat", "creat"):
+            if path and os.path.basename(path).startswith(MARKER):
+                markers.setdefault(os.path.basename(path)[len(MARKER) :], seq)
             if name != "creat" and "O_CREAT" not in args:
                 continue
             path = fd_path or path
@@ -72,39 +81,45 @@ def parse(trace: str) -> list[Call]:
         else:
             kind = "move"
         if path:
-            calls.append(Call(float(t), kind, os.path.normpath(path), line))
-    return sorted(calls, key=lambda c: c.time)  # -f: processes' lines interleave
+            calls.append(Call(seq, kind, os.path.normpath(path), line))
+    return calls, markers
 
 
-def violations(calls: list[Call], present: set[str], until: float) -> list[str]:
+def violations(calls: list[Call], present: set[str], until: int) -> list[str]:
     """What was made up to ``until`` and is among the names ``present`` then, but whose
     parent was not fsynced after it was made and before ``until``; and every rename or
     link to one of them not followed by an fsync of its parent before the same name was
     replaced again (or ``until``)."""
-    fsyncs: dict[str, list[float]] = {}
+    fsyncs: dict[str, list[int]] = {}
     for c in calls:
-        if c.name == "fsync" and c.time <= until:
-            fsyncs.setdefault(c.path, []).append(c.time)
+        if c.name == "fsync" and c.seq <= until:
+            fsyncs.setdefault(c.path, []).append(c.seq)
 
-    def synced(path: str, after: float, before: float) -> bool:
+    def synced(path: str, after: int, before: int) -> bool:
         return any(after < t <= before for t in fsyncs.get(os.path.dirname(path), ()))
 
     out = []
     made: dict[str, Call] = {}  # the call that made each name, as it is now
-    moves = [c for c in calls if c.name == "move" and c.time <= until and c.path in present]
+    moves = [c for c in calls if c.name == "move" and c.seq <= until and c.path in present]
     for c in calls:
-        if c.time > until or c.path not in present or c.name == "fsync":
+        if c.seq > until or c.path not in present or c.name == "fsync":
             continue
         if c.name == "move" or c.path not in made:  # a second O_CREAT open creates nothing
             made[c.path] = c
     for i, c in enumerate(moves):
-        again = next((n.time for n in moves[i + 1 :] if n.path == c.path), until)
-        if not synced(c.path, c.time, again):
+        again = next((n.seq for n in moves[i + 1 :] if n.path == c.path), until)
+        if not synced(c.path, c.seq, again):
             out.append(f"not fsynced in its folder: {c.line}")
     for path, c in sorted(made.items()):
-        if c.name == "create" and not synced(path, c.time, until):
+        if c.name == "create" and not synced(path, c.seq, until):
             out.append(f"not fsynced in its folder: {c.line}")
     return out
+
+
+def mark(server: LocalServer, client, step: str) -> None:
+    """Put a mark in the trace: the server opens ``step-<step>`` (a contents GET)."""
+    (server.root_dir / f"{MARKER}{step}").write_text(step)
+    client.request("GET", f"api/contents/{MARKER}{step}", content=1)
 
 
 def listing(folder: Path, skip=()) -> set[str]:
@@ -144,39 +159,43 @@ def server_in(tmp_path: Path, wrapper=()) -> LocalServer:
 @pytest.mark.skipif(not shutil.which("strace"), reason="needs strace (apt-get install strace)")
 def test_a_checkpoint_the_key_and_the_sessions_are_on_disk_before_success(tmp_path):
     trace = tmp_path / "trace"
-    strace = ["strace", "-D", "-f", "-q", "-ttt", "-y", "-e", "signal=none"]
+    strace = ["strace", "-D", "-f", "-q", "-y", "-e", "signal=none"]
     strace += ["-e", "status=successful", "-e", f"trace={SYSCALLS}", "-o", str(trace)]
     server = server_in(tmp_path, strace)
     state = server.state_dir
     own = ("runtime", "server.log")  # the test's and Jupyter's, not jupyter-pause's
-    seen = {}  # when each step reported success: what was there then
+    seen = {}  # once each step reported success: what was there then
     try:
         client = server.start()
-        seen["start"] = time.time(), listing(state, own)
+        mark(server, client, "start")
+        seen["start"] = listing(state, own)
         kernel_id = client.open_notebook(NB)["kernel"]["id"]
         client.evaluate(kernel_id, "import numpy as np\nx = np.arange(1000.0)\nprint(1)")
         assert client.wait(client.checkpoint(NB))["outcome"] == "succeeded"
-        seen["checkpoint"] = time.time(), listing(state, own)
+        mark(server, client, "checkpoint")
+        seen["checkpoint"] = listing(state, own)
         assert client.wait(client.pause(NB))["outcome"] == "succeeded"
-        seen["pause"] = time.time(), listing(state, own)
+        mark(server, client, "pause")
+        seen["pause"] = listing(state, own)
     finally:
         pid = server.process.pid
         server.stop()
     done = re.compile(rf"^{pid} .*\+\+\+ exited with", re.M)
     wait_for(lambda: done.search(trace.read_text()), 60, what="the end of the trace")
-    calls = parse(trace.read_text())
+    calls, markers = parse(trace.read_text())
+    assert set(markers) == set(seen), markers
 
     # a checkpoint into an empty root makes the root, the user's folder, the notebook's,
     # blobs/, the checkpoint, and the key; the pause rewrites sessions.json
-    checkpointed, there = seen["checkpoint"]
+    there = seen["checkpoint"]
     nbdir = paths.notebook_dir(server.checkpoint_dir, NB)
-    made = {c.path for c in calls if c.time <= checkpointed}
+    made = {c.path for c in calls if c.seq <= markers["checkpoint"]}
     for path in (server.checkpoint_dir, nbdir.parent, nbdir, nbdir / "blobs", state / "secret"):
         assert str(path) in made and str(path) in there, path
     sessions = str(state / "sessions.json")
     assert [c for c in calls if c.name == "move" and c.path == sessions]
 
-    found = {step: violations(calls, there, until) for step, (until, there) in seen.items()}
+    found = {step: violations(calls, there, markers[step]) for step, there in seen.items()}
     assert found == {step: [] for step in seen}, json.dumps(found, indent=1)
 
 

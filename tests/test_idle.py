@@ -98,7 +98,26 @@ async def test_an_idle_notebook_is_warned_then_paused(jp_fetch, jp_serverapp, jp
     assert all(w.workload_class == "gpu-interactive" for w in warnings)
 
 
+class HeldClock:
+    """This machine's clocks, the monotonic one held still until ``release()``:
+    a setup that a loaded machine makes slow is not idleness."""
+
+    def __init__(self):
+        self.held: float | None = time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic() if self.held is None else self.held
+
+    def release(self) -> None:
+        self.held = None
+
+
 async def test_a_busy_kernel_printing_nothing_is_never_paused(jp_fetch, jp_serverapp, jp_root_dir):
+    watcher = jp_serverapp.web_app.settings["jupyter_pause_idle"]
+    watcher.clock = clock = HeldClock()  # no idle time passes until the cell runs
     path = write_notebook(jp_root_dir, "busy.ipynb")
     kernel_id = await open_notebook(jp_fetch, jp_serverapp, path)
     client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
@@ -110,6 +129,7 @@ async def test_a_busy_kernel_printing_nothing_is_never_paused(jp_fetch, jp_serve
             "import time; time.sleep(THRESHOLD * 3)".replace("THRESHOLD", str(THRESHOLD))
         )
         await wait_for_state(jp_serverapp, kernel_id, "busy")
+        clock.release()
         await asyncio.sleep(THRESHOLD * 2)
         session = await session_status(jp_fetch, path)
         assert session["state"] == "running"
