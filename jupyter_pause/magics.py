@@ -183,11 +183,12 @@ class PauseMagics(Magics):
         """The hook that guards a lazy restore runs before a cell, so a cell that restores
         and then uses an object (``%restore`` / ``model(x)``) waits for it here."""
         from .engine import lazy
+        from .engine.changes import names_used
 
         raw = self.shell.history_manager.input_hist_raw
         cell = raw[-1] if raw else ""
         rest = "\n".join(ln for ln in cell.splitlines() if not ln.lstrip().startswith(("%", "!")))
-        names = lazy.names_used(rest, self.shell.user_ns)
+        names = names_used(rest, self.shell.user_ns)
         needed = None if names is None else [n for n in loading if n in names]
         if needed is None or needed:
             for name, why in lazy.wait(needed).items():
