@@ -19,6 +19,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from .protocol import user_skipped
 from .schedule import ScheduleError, parse_resume_at
 
 
@@ -80,7 +81,7 @@ class PauseMagics(Magics):
             )
         except (CheckpointError, ValueError) as e:
             raise _error(e) from None
-        real = {k: v for k, v in res.skipped.items() if not v.startswith(("module", "IPython"))}
+        real = user_skipped(res.skipped)
         if real and not args.quiet:
             for name, reason in real.items():
                 print(f"  skipped {name}: {reason}")

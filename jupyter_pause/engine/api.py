@@ -40,6 +40,7 @@ from typing import Any
 import xxhash
 
 from ..formatting import format_bytes, format_seconds
+from ..protocol import user_skipped
 from . import changes, memory, paths, pickling, records, rerun, rng, signing, store, tensors
 from . import handoff as handoff_mod
 from . import lazy as lazy_mod
@@ -74,8 +75,6 @@ __all__ = [
 ]
 
 RNG_RECORD = "__jupyter_pause_rng__"
-# skip reasons of names that a restore brings back anyway (no cell needs re-running)
-_NOT_LOST = ("module", "IPython")
 
 
 # ----------------------------------------------------------------- results
@@ -572,7 +571,7 @@ def _write_checkpoint(
     for name, e in entries.items():
         e.bytes = sum(storages[i].nbytes for i in e.storages)
         per_obj_bytes[name] = e.bytes
-    unsaved = [n for n, why in skipped.items() if n in ns and not why.startswith(_NOT_LOST)]
+    unsaved = [n for n in user_skipped(skipped) if n in ns]
     manifest = Manifest(
         id=txn.id,
         notebook=key_name,

@@ -58,6 +58,7 @@ from ..lifecycle import (
     SessionStore,
     State,
 )
+from ..protocol import CheckpointReply, RestoreReply, user_skipped
 from ..schedule import ResumeSchedule
 from .activity import ActivityMonitor
 from .capacity import ResumeGate, machine_limit
@@ -1277,7 +1278,7 @@ class PauseManager:
         nonce = uuid.uuid4().hex if pause else None
         try:
             km = self.kernel_manager.get_kernel(session.kernel_id)
-            result = await self.call(
+            reply = await self.call(
                 km,
                 "checkpoint",
                 timeout=self.kernel_call_timeout,
@@ -1289,6 +1290,7 @@ class PauseManager:
                 lost_from=session.lost.checkpoint if session.lost else None,
                 **autosave,
             )
+            result = CheckpointReply.from_json(reply)
         except KernelDied as e:
             await self._kernel_died(session, op, str(e), report=report)
             return False
@@ -1304,13 +1306,13 @@ class PauseManager:
                 self._fail(session, op, error)
             return False
         session.last_checkpoint = {
-            "id": result["id"],
+            "id": result.id,
             "time": time.time(),
-            "bytes": result["bytes"],
+            "bytes": result.bytes,
             **autosave,
         }
-        session.gpus = result.get("gpus")
-        session.state_checkpoint = result["id"]
+        session.gpus = result.gpus
+        session.state_checkpoint = result.id
         self._watch_for_death(session.kernel_id)
         if nonce:
             session.pause_nonce = nonce
@@ -1318,14 +1320,8 @@ class PauseManager:
         if refused:  # another user's folder in a shared root: not used, and the user told
             self.log.warning("jupyter-pause: %s", refused)
             op.messages.append(f"Not in the shared checkpoint folder: {refused}")
-        self._note_lost(session, op, result.get("lost") or {}, f"checkpoint {result['id']}")
-        # the user's own variables that could not be saved (IPython's internals,
-        # and modules, which are re-imported on restore, are no news)
-        skipped = {
-            k: v
-            for k, v in (result.get("skipped") or {}).items()
-            if not k.startswith("<") and not v.startswith("module")
-        }
+        self._note_lost(session, op, result.lost, f"checkpoint {result.id}")
+        skipped = user_skipped(result.skipped)
         if skipped:
             names = ", ".join(f"{k} ({v})" for k, v in sorted(skipped.items()))
             op.messages.append(f"Not saved: {names}")
@@ -1333,12 +1329,12 @@ class PauseManager:
             EventType.CHECKPOINT_FINISHED,
             session,
             op,
-            checkpoint_id=result["id"],
-            bytes=result["bytes"],
-            bytes_written=result["bytes_written"],
-            seconds=result["seconds"],
+            checkpoint_id=result.id,
+            bytes=result.bytes,
+            bytes_written=result.bytes_written,
+            seconds=result.seconds,
             skipped=sorted(skipped),
-            gpus=result.get("gpus"),
+            gpus=result.gpus,
             **autosave,
         )
         return True
@@ -1569,7 +1565,7 @@ class PauseManager:
             self._record(EventType.RESTORE_STARTED, session, op)
             km = self.kernel_manager.get_kernel(kernel_id)
             try:
-                result = await self.call(
+                reply = await self.call(
                     km,
                     "restore",
                     timeout=self.kernel_call_timeout,
@@ -1581,20 +1577,21 @@ class PauseManager:
                 )
             finally:
                 self._handed_over(fill)  # the kernel has taken what it takes
+            result = RestoreReply.from_json(reply)
             nonce = await self.call(km, "live_nonce", timeout=30)
             session.live_state = (
                 LiveState.RESTORED if nonce and nonce == session.pause_nonce else LiveState.FRESH
             )
             session.restored_from = "checkpoint"
-            session.state_checkpoint = result["id"]
+            session.state_checkpoint = result.id
             # the kernel passed over newer checkpoints that did not verify: say so
-            op.messages.extend(result.get("notes", []))
-            lost = checkpoint_store.lost_of(result.get("metadata") or {})
+            op.messages.extend(result.notes)
+            lost = checkpoint_store.lost_of(result.metadata)
             self._note_lost(
                 session,
                 op,
                 lost,
-                f"the restored checkpoint {result['id']}",
+                f"the restored checkpoint {result.id}",
                 why="the kernel that wrote it had lost them",
             )
             self._watch_for_death(kernel_id)
@@ -1603,10 +1600,10 @@ class PauseManager:
                 session,
                 op,
                 restored_from="checkpoint",
-                checkpoint_id=result["id"],
-                bytes=result["bytes"],
-                seconds=result["seconds"],
-                gpus=result.get("gpus"),
+                checkpoint_id=result.id,
+                bytes=result.bytes,
+                seconds=result.seconds,
+                gpus=result.gpus,
             )
             activity = self.activity.watch(kernel_id, path)
             activity.reset_clock()
