@@ -58,6 +58,7 @@ class Operations(Protocol):
     """What the watcher asks of the session manager: the only way it acts."""
 
     async def sync(self) -> Any: ...
+    async def jupyter_sessions(self) -> dict[str, dict]: ...
     async def pause(self, path: str, *, auto: bool = False) -> Any: ...
     async def checkpoint(self, path: str) -> Any: ...
     def execution_state(self, kernel_id: str | None) -> str | None: ...
@@ -272,12 +273,17 @@ class IdleWatcher:
         }
 
     async def report(self) -> dict[str, Any]:
-        """``GET activity``: per session and server-wide, with the reasons."""
-        await self.operations.sync()
+        """``GET activity``: per session and server-wide, with the reasons.
+
+        A read: it records and saves nothing.  Jupyter's kernel events and each
+        :meth:`check` bring the sessions in line with the kernels; until they have, a
+        session whose kernel is gone is left out, as is a kernel no session holds yet."""
+        live = await self.operations.jupyter_sessions()
         now = self.clock.monotonic()
         sessions = []
         for path, session in sorted(self.store.sessions.items()):
-            if not session.kernel_id:
+            kernel = (live.get(path) or {}).get("kernel") or {}
+            if not session.kernel_id or kernel.get("id") != session.kernel_id:
                 continue
             policy, source = await self.workload_class(session)
             verdict = self.verdict(session, policy, now)

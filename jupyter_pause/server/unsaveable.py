@@ -9,8 +9,8 @@ from .manager import PauseError
 
 async def unsaveable(manager, path: str) -> dict[str, str]:
     """What a pause of ``path`` would not save now ({name: why}), asked of its
-    kernel before a person pauses by hand."""
-    live = await manager.sync()
+    kernel before a person pauses by hand.  A read: the sessions are not touched."""
+    live = await manager.jupyter_sessions()
     if path not in live:
         raise PauseError(f"{path!r} has no running kernel", status=409)
     kernel_id = live[path]["kernel"]["id"]
