@@ -16,11 +16,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from traitlets import Float
 
-from .base import BackendError, PauseBackend
+from .base import BackendError, PauseBackend, ReleaseFacts
 
 if TYPE_CHECKING:
     from ..lifecycle import Session
@@ -73,12 +73,12 @@ class LocalBackend(PauseBackend):
     #: headroom for the CUDA context and allocator, per device
     cuda_overhead = 512 * 2**20
 
-    async def release(self, sessions: list[Session], shutdown_kernel: Callable) -> dict[str, Any]:
+    async def release(self, sessions: list[Session], shutdown_kernel: Callable) -> ReleaseFacts:
         released_at = None
         for session in sessions:
             if session.kernel_id:
                 released_at = await shutdown_kernel(session.kernel_id)
-        return {"released_at": released_at} if released_at else {}
+        return ReleaseFacts(released_at=released_at)
 
     async def acquire(self, session: Session, report_waiting: Callable[[str], None]) -> None:
         needed = self.bytes_needed(session)

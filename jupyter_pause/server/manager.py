@@ -36,6 +36,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from ..backends.base import ReleaseFacts
 from ..clock import SYSTEM, Clock, StampAges
 from ..engine import handoff
 from ..engine import paths as checkpoint_paths
@@ -1131,7 +1132,7 @@ class PauseManager:
                 self._move(member, State.PAUSING, op, "releasing the accelerator")
             kernel_ids = {m.path: m.kernel_id for m in group}
             try:
-                facts = dict(await release(group, self._shutdown_kernel) or {})
+                facts = await release(group, self._shutdown_kernel)
             except Exception as e:
                 error = f"could not release the accelerator: {e}; the kernel keeps running"
                 for member in group:
@@ -1139,9 +1140,7 @@ class PauseManager:
                     self._move(member, State.RUNNING if alive else State.FAILED, op, error=error)
                 self._fail(session, op, error)
                 return
-            restored_from = facts.pop("restored_from", None)
-            facts.pop("info", None)
-            released_at = facts.pop("released_at", None) or time.time()
+            released_at = facts.released_at or time.time()
             for member in group:
                 self._record(
                     EventType.ACCELERATOR_RELEASED,
@@ -1150,13 +1149,13 @@ class PauseManager:
                     time_=released_at,
                     kernel_id=kernel_ids[member.path],
                     gpus=member.gpus,
-                    **facts,
+                    **facts.details,
                 )
-                if restored_from != "snapshot":
+                if facts.restored_from != "snapshot":
                     member.kernel_id = None
                 self._move(member, State.PAUSED, op)
                 self._record(EventType.PAUSED, member, op)
-            if restored_from == "snapshot":
+            if facts.restored_from == "snapshot":
                 # This very process was snapshotted and has just been restored.
                 for member in group:
                     await self._came_back_live(member, op)
@@ -1892,14 +1891,16 @@ class PauseManager:
                     task.cancel()
 
 
-async def _release_at_shutdown(sessions: list[Session], shutdown_kernel) -> dict[str, Any]:
+async def _release_at_shutdown(sessions: list[Session], shutdown_kernel) -> ReleaseFacts:
     """The release of a pause at server shutdown, on every backend: the kernel stops
     (as the server's own clean-up would stop it); the platform already stops the server."""
     released_at = None
     for session in sessions:
         if session.kernel_id:
             released_at = await shutdown_kernel(session.kernel_id)
-    return {"released_at": released_at, "reason": SHUTDOWN_REASON} if released_at else {}
+    if released_at is None:
+        return ReleaseFacts()
+    return ReleaseFacts(released_at=released_at, details={"reason": SHUTDOWN_REASON})
 
 
 async def maybe_await(value):
