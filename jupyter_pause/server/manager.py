@@ -58,6 +58,7 @@ from ..lifecycle import (
     Session,
     SessionStore,
     State,
+    allowed_now,
 )
 from ..protocol import CheckpointReply, RestoreReply, user_skipped
 from ..schedule import ResumeSchedule
@@ -401,6 +402,7 @@ class PauseManager:
             # when the notebook's state was last saved (a pause, a checkpoint, an autosave)
             row["last_saved"] = (session.last_checkpoint or {}).get("time")
             row.update(await explain(session, self.workload_class))
+            row["can"] = allowed_now(session, has_kernel=path in live)
             if self.auto_pause_status is not None:
                 row["auto_pause"] = await self.auto_pause_status(session)
             sessions.append(row)
