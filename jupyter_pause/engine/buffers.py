@@ -42,13 +42,6 @@ def libc_madvise():
     return _madvise or None
 
 
-def _page_span(ptr: int, nbytes: int) -> tuple[int, int]:
-    """The whole pages of ``[ptr, ptr + nbytes)``, as ``madvise`` takes them (the partial
-    first and last pages are left out)."""
-    page = 4096
-    return (ptr + page - 1) // page * page, (ptr + nbytes) // page * page
-
-
 def page_span(ptr: int, nbytes: int) -> tuple[int, int]:
     """The whole pages of ``[ptr, ptr + nbytes)``, as ``madvise`` takes them (the partial
     first and last pages are left out)."""

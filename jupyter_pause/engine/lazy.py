@@ -188,7 +188,6 @@ class LazyLoad:
         self.failed: dict[str, str] = {}
         self.rebound: list[str] = []  # names the user bound anew while they loaded: theirs
         self.holding: dict[str, Any] = {}  # name -> what it held when the restore returned
-        self.reported: set[str] = set()
         self.notes: list[str] = []  # said once, by the hook or the next wait()
         self.torch_later = torch_later  # None: torch was imported before the restore
         self.handed = handed or {}  # storage -> the server's memory its buffer maps

@@ -130,7 +130,6 @@ class Storage:
     name: str = ""  # local name inside the owner ("fc.weight"); "" for the owner itself
     dtype: str = "uint8"  # dtype of the portable view, if any
     shape: list[int] | None = None  # shape of the portable view; None -> flat U8
-    rep: Any = None  # the first tensor seen on it (for the _version fast path)
     reps: list = field(default_factory=list)  # every tensor object seen on it
     skey: tuple = ()
     xxh3: str | None = None
@@ -281,7 +280,6 @@ class Collector:
                     data=u8,
                     owner=self.owner,
                     name=self.names.get(id(t), f"t{idx}"),
-                    rep=t,
                     reps=[t],
                     skey=skey,
                 )
@@ -343,7 +341,6 @@ class Collector:
                     data=flat,
                     owner=self.owner,
                     name=self.names.get(id(a), f"t{idx}"),
-                    rep=root,
                     skey=skey,
                 )
             )
@@ -524,7 +521,6 @@ def remember_restored(buf, made: list, digest: str) -> None:
         nbytes=nbytes,
         data=buf,
         owner="",
-        rep=made[0],
         reps=list(made),
         skey=(str(buf.device), buf.untyped_storage().data_ptr(), nbytes),
         xxh3=digest,
