@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from traitlets import Float
 
+from .. import nvml
 from .base import BackendError, PauseBackend, ReleaseFacts
 
 if TYPE_CHECKING:
@@ -34,28 +35,6 @@ def cuda_bytes_needed(manifest) -> dict[int, int]:
             index = int(storage.device.partition(":")[2] or 0)
             needed[index] = needed.get(index, 0) + storage.nbytes
     return needed
-
-
-def nvml_free_memory() -> dict[int, int] | None:
-    """Free bytes per GPU index, or None when NVML cannot tell (no driver,
-    no nvidia-ml-py): then nothing is waited for."""
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    try:
-        return {
-            i: pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).free
-            for i in range(pynvml.nvmlDeviceGetCount())
-        }
-    except Exception:
-        return None
-    finally:
-        pynvml.nvmlShutdown()
 
 
 class LocalBackend(PauseBackend):
@@ -121,4 +100,4 @@ class LocalBackend(PauseBackend):
         return cuda_bytes_needed(manifest)
 
     def free_memory(self) -> dict[int, int] | None:
-        return nvml_free_memory()
+        return nvml.free_memory()

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from tornado.ioloop import PeriodicCallback
 
+from .. import nvml
 from ..clock import SYSTEM, Clock, Instant
 from ..idle_policy import ActivityFacts, Verdict, WorkloadClass, judge, resolve_class
 from ..ledger import EventType
@@ -26,32 +27,6 @@ from .manager import PauseError, maybe_await
 
 def iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat() if ts else None
-
-
-def gpu_utilization(pid: int | None) -> float | None:
-    """Utilisation (%) of the GPUs the process uses, or None when NVML can't tell."""
-    if pid is None:
-        return None
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # no driver, no GPU
-        return None
-    try:
-        used = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            pids = {p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)}
-            if pid in pids:
-                used.append(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-        return max(used) if used else None
-    except Exception:
-        return None
-    finally:
-        pynvml.nvmlShutdown()
 
 
 class Operations(Protocol):
@@ -182,7 +157,7 @@ class IdleWatcher:
         endpoint is polled by every open tab and must stay cheap."""
         cached = self._gpu_cache.get(kernel_id)
         if cached is None or now - cached[0] >= self.interval:
-            cached = self._gpu_cache[kernel_id] = (now, gpu_utilization(pid))
+            cached = self._gpu_cache[kernel_id] = (now, nvml.utilization(pid))
         return cached[1]
 
     # -------------------------------------------------------------- acting
