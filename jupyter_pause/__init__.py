@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import importlib
 
-try:
-    from ._version import __version__
-except ImportError:  # a source checkout that was never built
-    __version__ = "0.0.0.dev0"
+from .version import __version__
 
 # name -> module that defines it; resolved on first attribute access (PEP 562).
 _LAZY = {

@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jupyter pause", description="Pause and resume notebooks; account for GPU time."
     )
-    from . import __version__
+    from .version import __version__
 
     parser.add_argument("--version", action="version", version=__version__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -16,6 +16,7 @@ import traceback
 from typing import Any
 
 from .magics import ServerLink, ServerLinkError
+from .protocol import CheckpointReply, RestoreReply, user_skipped
 
 # The nonce planted at pause, held only in this process's memory.  A kernel
 # that still knows it after a resume is the very process that was paused
@@ -71,16 +72,16 @@ def checkpoint(
     )
     if nonce:
         _live_nonce = nonce
-    return {
+    return CheckpointReply(
+        id=result.id,
+        bytes=result.bytes_total,
+        bytes_written=result.bytes_written,
+        seconds=result.seconds,
+        saved=list(result.saved),
+        skipped=dict(result.skipped),
+        lost=dict(result.lost),
         **gpu_usage(),
-        "id": result.id,
-        "bytes": result.bytes_total,
-        "bytes_written": result.bytes_written,
-        "seconds": result.seconds,
-        "saved": list(result.saved),
-        "skipped": dict(result.skipped),
-        "lost": dict(result.lost),
-    }
+    ).to_json()
 
 
 def restore(
@@ -105,19 +106,19 @@ def restore(
     load = lazy.active()
     if operation and load is not None and result.loading:
         load.on_damage = functools.partial(_report_damage, notebook, result.id, operation)
-    return {
+    return RestoreReply(
+        id=result.id,
+        restored=list(result.restored),
+        bytes=result.bytes_read,
+        seconds=result.seconds,
+        metadata=result.metadata,
+        failed=dict(result.failed),
+        notes=list(result.notes),
+        rerun=list(result.rerun),
+        loading=list(result.loading),
+        bytes_loading=result.bytes_loading,
         **gpu_usage(),
-        "id": result.id,
-        "restored": list(result.restored),
-        "bytes": result.bytes_read,
-        "seconds": result.seconds,
-        "metadata": result.metadata,
-        "failed": dict(result.failed),
-        "notes": list(result.notes),  # e.g. newer checkpoints passed over, and why
-        "rerun": list(result.rerun),  # cells that made the names it could not save
-        "loading": list(result.loading),  # lazy restore: still being read in the background
-        "bytes_loading": result.bytes_loading,
-    }
+    ).to_json()
 
 
 def _report_damage(
@@ -196,11 +197,7 @@ def unsaveable() -> dict[str, str]:
         reason = pickling.probe(obj, ns)
         if reason:
             skipped[name] = reason
-    return {
-        name: reason
-        for name, reason in skipped.items()
-        if not name.startswith("<") and not reason.startswith("module")
-    }
+    return user_skipped(skipped)
 
 
 def live_nonce() -> str | None:

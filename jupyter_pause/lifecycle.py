@@ -83,6 +83,21 @@ OPERATION_STATES: dict[str, frozenset[State]] = {
     "resume": frozenset({State.PAUSED, State.FAILED}),
 }
 
+
+def allowed_now(session: Session, *, has_kernel: bool) -> dict[str, bool]:
+    """Which operations may start on ``session`` now (``GET status``'s ``can``): none
+    runs, its state allows it (:data:`OPERATION_STATES`), and a pause or a checkpoint has
+    a kernel to save (``has_kernel``), a resume a checkpoint to restore."""
+    free = not session.busy
+    return {
+        "pause": free and has_kernel and session.state in OPERATION_STATES["pause"],
+        "resume": free
+        and bool(session.last_checkpoint)
+        and session.state in OPERATION_STATES["resume"],
+        "checkpoint": free and has_kernel and session.state in OPERATION_STATES["checkpoint"],
+    }
+
+
 #: Seconds between two heartbeats of a running operation, and how many missed
 #: heartbeats make its lease expire (then another server may resolve it).
 LEASE_INTERVAL = 10.0

@@ -19,6 +19,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from .protocol import user_skipped
 from .schedule import ScheduleError, parse_resume_at
 
 
@@ -80,7 +81,7 @@ class PauseMagics(Magics):
             )
         except (CheckpointError, ValueError) as e:
             raise _error(e) from None
-        real = {k: v for k, v in res.skipped.items() if not v.startswith(("module", "IPython"))}
+        real = user_skipped(res.skipped)
         if real and not args.quiet:
             for name, reason in real.items():
                 print(f"  skipped {name}: {reason}")
@@ -183,11 +184,12 @@ class PauseMagics(Magics):
         """The hook that guards a lazy restore runs before a cell, so a cell that restores
         and then uses an object (``%restore`` / ``model(x)``) waits for it here."""
         from .engine import lazy
+        from .engine.changes import names_used
 
         raw = self.shell.history_manager.input_hist_raw
         cell = raw[-1] if raw else ""
         rest = "\n".join(ln for ln in cell.splitlines() if not ln.lstrip().startswith(("%", "!")))
-        names = lazy.names_used(rest, self.shell.user_ns)
+        names = names_used(rest, self.shell.user_ns)
         needed = None if names is None else [n for n in loading if n in names]
         if needed is None or needed:
             for name, why in lazy.wait(needed).items():

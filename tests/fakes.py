@@ -12,7 +12,7 @@ import logging
 import time
 from pathlib import Path
 
-from jupyter_pause.backends.base import PauseBackend
+from jupyter_pause.backends.base import PauseBackend, ReleaseFacts
 from jupyter_pause.clock import SYSTEM
 from jupyter_pause.engine import api as engine
 from jupyter_pause.ledger import Ledger
@@ -137,7 +137,7 @@ class FakeBackend(PauseBackend):
         for session in sessions:
             if session.kernel_id:
                 await shutdown_kernel(session.kernel_id)
-        return {"released_at": time.time()}
+        return ReleaseFacts(released_at=time.time())
 
 
 def kernel_call(checkpoint_dir: Path):

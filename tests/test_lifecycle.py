@@ -425,3 +425,26 @@ def test_a_session_s_json_is_its_fields_copied():
     assert session.operation.messages == ["Not saved: f (function)"]
     assert session.operation.options == {"force": True} and session.schedule["at"] == 1.0
     assert Session.from_json(json.loads(json.dumps(session.to_json()))) == session
+
+
+@pytest.mark.parametrize("kind", ["pause", "checkpoint", "resume"])
+@pytest.mark.parametrize("kernel", [True, False])
+@pytest.mark.parametrize("state", list(State))
+async def test_status_says_which_operations_would_start(tmp_path, state, kernel, kind):
+    """``can`` in GET status (what the UI enables) is what the operation then does:
+    started exactly when it says so, in every state, with a kernel or without."""
+    manager = make_manager(tmp_path)
+    checkpoint_id = earlier_checkpoint(manager)
+    running = Operation(kind="pause", path=NB, owner="elsewhere:1:x") if state in BUSY else None
+    session = with_session(manager, state, kernel=kernel, operation=running)
+    session.last_checkpoint = {"id": checkpoint_id, "time": time.time(), "bytes": 1}
+    manager.recovered.set()
+
+    (row,) = (await manager.status())["sessions"]
+    try:
+        await start(manager, kind)
+        started = True
+    except (PauseError, OperationInProgress):
+        started = False
+    await settle(manager)
+    assert row["can"][kind] is started

@@ -15,11 +15,11 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setenv("JUPYTER_PAUSE_CHECKPOINT_DIR", str(tmp_path / "ck"))
     monkeypatch.setenv("JPY_SESSION_NAME", "work/demo.ipynb")
     monkeypatch.setenv("JUPYTER_PAUSE_PROGRESS_AFTER", "3600")
-    from jupyter_pause.engine import api
+    from jupyter_pause.engine import tracking
 
-    api._TRACKED.clear()
+    untrack_all(tracking)
     yield tmp_path
-    api._TRACKED.clear()
+    untrack_all(tracking)
 
 
 @pytest.fixture
@@ -234,3 +234,8 @@ def test_lazy_restore_in_a_real_kernel(kernel_env):
     finally:
         km.shutdown_kernel(now=True)
         kc.stop_channels()
+
+
+def untrack_all(tracking) -> None:
+    for name in tracking.tracked():
+        tracking.untrack(name)

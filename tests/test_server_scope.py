@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from jupyter_pause.backends.base import PauseBackend
+from jupyter_pause.backends.base import PauseBackend, ReleaseFacts
 
 from .helpers import api, execute, session_status, start_session, wait_for_state, wait_operation
 
@@ -25,7 +25,7 @@ class SnapshotLikeBackend(PauseBackend):
 
     async def release(self, sessions, shutdown_kernel):
         SnapshotLikeBackend.released.append(sorted(s.path for s in sessions))
-        return {"restored_from": "snapshot", "snapshot": "snap-1"}
+        return ReleaseFacts(restored_from="snapshot", details={"snapshot": "snap-1"})
 
 
 @pytest.fixture

@@ -40,6 +40,20 @@ class StartupReport:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ReleaseFacts:
+    """What :meth:`PauseBackend.release` did, for the pause's ``accelerator-released`` rows."""
+
+    #: when the accelerator was freed (a kernel's stop); None: when the release returned
+    released_at: float | None = None
+    #: "snapshot": this very process is the copy restored from the snapshot the release
+    #: took (its kernels are live), and ``came_back`` is what it found
+    restored_from: str | None = None
+    came_back: dict[str, Any] = field(default_factory=dict)
+    #: the platform's own facts, recorded as they are (``snapshot``, ``hub_answer``, ...)
+    details: dict[str, Any] = field(default_factory=dict)
+
+
 def schedule_summary(sessions) -> dict[str, Any] | None:
     """The earliest of the pausing notebooks' scheduled resumes, or None.
 
@@ -67,11 +81,11 @@ class PauseBackend(LoggingConfigurable):
         #: the server's ledger, for events only the platform sees (snapshots, capacity)
         self.ledger = ledger
 
-    async def release(self, sessions: list[Session], shutdown_kernel: Callable) -> dict[str, Any]:
+    async def release(self, sessions: list[Session], shutdown_kernel: Callable) -> ReleaseFacts:
         """Free the accelerator of ``sessions`` after their checkpoints are durable.
 
         ``shutdown_kernel(kernel_id)`` is an async callable provided by the
-        manager.  Returns facts for the ledger (e.g. ``{"snapshot": name}``).
+        manager.  Returns what happened, for the ledger.
         Raise :class:`BackendError` to leave everything running.
         """
         raise NotImplementedError

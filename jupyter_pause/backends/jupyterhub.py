@@ -48,7 +48,7 @@ from traitlets import Bool, Float, Unicode, default
 
 from ..engine import durable
 from ..ledger import EventType
-from .base import BackendError, PauseBackend, StartupReport, schedule_summary
+from .base import BackendError, PauseBackend, ReleaseFacts, StartupReport, schedule_summary
 
 #: environment variables the Hub gives every single-user server
 HUB_ENV = ("JUPYTERHUB_API_URL", "JUPYTERHUB_API_TOKEN", "JUPYTERHUB_USER")
@@ -181,7 +181,7 @@ class JupyterHubBackend(PauseBackend):
                 "nothing was stopped and every kernel keeps running"
             ) from None
 
-    async def release(self, sessions, shutdown_kernel) -> dict[str, Any]:
+    async def release(self, sessions, shutdown_kernel) -> ReleaseFacts:
         hub = self.hub()
         schedule = schedule_summary(sessions)
         if schedule is not None:
@@ -235,7 +235,7 @@ class JupyterHubBackend(PauseBackend):
             notebooks=notebooks,
         )
         self.log.info("jupyter-pause: the Hub is stopping %s (%s)", self.server, answer)
-        return {"server": self.server, "hub_answer": answer}
+        return ReleaseFacts(details={"server": self.server, "hub_answer": answer})
 
     @staticmethod
     def _shut_down_gracefully_on_sigint():

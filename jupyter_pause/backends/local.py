@@ -16,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from traitlets import Float
 
-from .base import BackendError, PauseBackend
+from .. import nvml
+from .base import BackendError, PauseBackend, ReleaseFacts
 
 if TYPE_CHECKING:
     from ..lifecycle import Session
@@ -34,28 +35,6 @@ def cuda_bytes_needed(manifest) -> dict[int, int]:
             index = int(storage.device.partition(":")[2] or 0)
             needed[index] = needed.get(index, 0) + storage.nbytes
     return needed
-
-
-def nvml_free_memory() -> dict[int, int] | None:
-    """Free bytes per GPU index, or None when NVML cannot tell (no driver,
-    no nvidia-ml-py): then nothing is waited for."""
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    try:
-        return {
-            i: pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).free
-            for i in range(pynvml.nvmlDeviceGetCount())
-        }
-    except Exception:
-        return None
-    finally:
-        pynvml.nvmlShutdown()
 
 
 class LocalBackend(PauseBackend):
@@ -73,12 +52,12 @@ class LocalBackend(PauseBackend):
     #: headroom for the CUDA context and allocator, per device
     cuda_overhead = 512 * 2**20
 
-    async def release(self, sessions: list[Session], shutdown_kernel: Callable) -> dict[str, Any]:
+    async def release(self, sessions: list[Session], shutdown_kernel: Callable) -> ReleaseFacts:
         released_at = None
         for session in sessions:
             if session.kernel_id:
                 released_at = await shutdown_kernel(session.kernel_id)
-        return {"released_at": released_at} if released_at else {}
+        return ReleaseFacts(released_at=released_at)
 
     async def acquire(self, session: Session, report_waiting: Callable[[str], None]) -> None:
         needed = self.bytes_needed(session)
@@ -121,4 +100,4 @@ class LocalBackend(PauseBackend):
         return cuda_bytes_needed(manifest)
 
     def free_memory(self) -> dict[int, int] | None:
-        return nvml_free_memory()
+        return nvml.free_memory()

@@ -26,7 +26,6 @@ import functools
 import gc
 import importlib
 import json
-import keyword
 import os
 import platform
 import sys
@@ -41,10 +40,12 @@ from typing import Any
 import xxhash
 
 from ..formatting import format_bytes, format_seconds
+from ..protocol import user_skipped
 from . import changes, memory, paths, pickling, records, rerun, rng, signing, store, tensors
 from . import handoff as handoff_mod
 from . import lazy as lazy_mod
 from . import namespace as ns_mod
+from .buffers import as_torch
 from .errors import (
     AutosaveRefused,
     CheckpointError,
@@ -59,6 +60,7 @@ from .errors import (
 from .manifest import PICKLE, GroupEntry, Manifest, ObjectEntry, PickleEntry
 from .progress import Progress
 from .store import CheckpointInfo
+from .tracking import track, tracked, untrack
 
 __all__ = [
     "CheckpointInfo",
@@ -73,30 +75,6 @@ __all__ = [
 ]
 
 RNG_RECORD = "__jupyter_pause_rng__"
-# skip reasons of names that a restore brings back anyway (no cell needs re-running)
-_NOT_LOST = ("module", "IPython")
-
-# ----------------------------------------------------------------- tracking
-_TRACKED: dict[str, Any] = {}
-
-
-def track(obj: Any, name: str) -> Any:
-    """Register ``obj`` under ``name``: it is always checkpointed, and a checkpoint fails
-    (leaving the previous one intact) if it cannot be saved. Returns ``obj``."""
-    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
-        raise ValueError(f"track() needs a valid Python identifier as name, got {name!r}")
-    _TRACKED[name] = obj
-    return obj
-
-
-def untrack(name: str) -> None:
-    """Forget a tracked object (no error if it was not tracked)."""
-    _TRACKED.pop(name, None)
-
-
-def tracked() -> dict[str, Any]:
-    """A copy of the tracked objects, name -> object."""
-    return dict(_TRACKED)
 
 
 # ----------------------------------------------------------------- results
@@ -201,7 +179,7 @@ def _versions() -> dict[str, Any]:
         "xxhash": getattr(xxhash, "VERSION", None),
     }
     try:
-        from .. import __version__
+        from ..version import __version__
 
         v["jupyter_pause"] = __version__
     except Exception:
@@ -318,12 +296,13 @@ def checkpoint(
     optional: dict[str, Any] = {}
     skipped: dict[str, str] = {}
     modules: dict[str, str] = {}
+    held = tracked()
     if names:
-        missing = [n for n in names if n not in _TRACKED and n not in ns]
+        missing = [n for n in names if n not in held and n not in ns]
         if missing:
-            raise UnknownName(missing, "the namespace or the tracked objects", [*ns, *_TRACKED])
+            raise UnknownName(missing, "the namespace or the tracked objects", [*ns, *held])
         for n in names:
-            obj = _TRACKED[n] if n in _TRACKED else ns[n]
+            obj = held[n] if n in held else ns[n]
             reason = ns_mod.quick_skip(n, obj, {})
             modname = ns_mod.module_name(obj) if isinstance(obj, types.ModuleType) else None
             if reason and modname is None:
@@ -333,12 +312,12 @@ def checkpoint(
                 continue
             required[n] = obj
     else:
-        required.update(_TRACKED)
+        required.update(held)
         cand, skipped, modules = ns_mod.select(ns, hidden)
         for n, obj in cand.items():
             if n not in required:
                 optional[n] = obj
-    tracked_names = set(_TRACKED) & set(required)
+    tracked_names = set(held) & set(required)
     memory.check()  # near its memory limit: refuse now, rather than be killed half way
 
     try:
@@ -405,7 +384,8 @@ def _lost_now(nbdir, lost_from: str | None, trust: bool, ns: dict) -> dict[str, 
         if m is not None:
             lost.update({n: m.id for n in m.objects})
             lost.update(store.lost_of(m.metadata))
-    return {n: h for n, h in sorted(lost.items()) if n not in ns and n not in _TRACKED}
+    held = tracked()
+    return {n: h for n, h in sorted(lost.items()) if n not in ns and n not in held}
 
 
 def _tracking(ns) -> bool:
@@ -591,7 +571,7 @@ def _write_checkpoint(
     for name, e in entries.items():
         e.bytes = sum(storages[i].nbytes for i in e.storages)
         per_obj_bytes[name] = e.bytes
-    unsaved = [n for n, why in skipped.items() if n in ns and not why.startswith(_NOT_LOST)]
+    unsaved = [n for n in user_skipped(skipped) if n in ns]
     manifest = Manifest(
         id=txn.id,
         notebook=key_name,
@@ -841,7 +821,7 @@ def restore(
             ns[n] = objs[m.objects[n].dump]
             restored.append(n)
             if m.objects[n].tracked:
-                _TRACKED[n] = ns[n]
+                track(ns[n], n)
     if not names:
         rerun.offer(m.rerun)  # jupyter_pause.rerun() may run these, when the user says so
     notes: list[str] = [
@@ -964,7 +944,7 @@ def _read_verified(
         # every header checked; the small objects' and the RNG state's tensors read now,
         # so damage there still makes a restore fall back to an older checkpoint; the
         # other buffers allocated, their bytes read later (engine/lazy.py)
-        # Without torch yet: CPU buffers are numpy arrays (tensors.as_torch later), GPU
+        # Without torch yet: CPU buffers are numpy arrays (buffers.as_torch later), GPU
         # buffers wait for torch, which is imported once this thread is done (lazy.py)
         later = _torch_later(m, data, set(needed), device_of) if defer_torch else None
         if defer_torch:
@@ -1100,7 +1080,7 @@ def _later_objects(m: Manifest, data, later: _TorchLater, loader, ns, by_record)
             if not built:
                 for i in storages:  # read into numpy arrays while torch was being imported
                     if m.storages[i].kind == "torch" and i in loader.buffers:
-                        loader.buffers[i] = tensors.as_torch(loader.buffers[i])
+                        loader.buffers[i] = as_torch(loader.buffers[i])
                 objs, failures = _load_groups(data, m, group, loader, ns, by_record)
                 for i in storages:
                     loader.remember_digest(m, i)

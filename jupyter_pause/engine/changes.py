@@ -14,7 +14,7 @@ It watches the kernel's user namespace through IPython's events:
 * ``pre_run_cell`` gives a visible cell's code.
 
 Of each piece of code it keeps every global name it mentions or binds (``x``, ``def f``,
-``import m as x``, ``except E as x``, ...) and, through :func:`lazy.names_used`, the globals
+``import m as x``, ``except E as x``, ...) and, through :func:`names_used`, the globals
 of the notebook functions and classes it names. Code whose names cannot be known (``exec``,
 ``eval``, ``globals()``, a magic other than ``%checkpoint``) marks everything changed.
 
@@ -29,9 +29,12 @@ import ast
 import contextlib
 import sys
 import threading
+import types
 from typing import Any
 
-from . import lazy
+# names that reach the namespace by other ways than by name: wait for everything
+_OPAQUE = {"globals", "vars", "locals", "eval", "exec", "get_ipython", "dir", "__import__"}
+_OPAQUE_MODULES = {"__main__"}  # its __dict__ is the user namespace (IPython's user_module)
 
 # our own magic: a cell holding only ``%checkpoint ...`` changes nothing
 _HARMLESS_MAGICS = {"checkpoint"}
@@ -172,10 +175,54 @@ def names_touched(code: str, shell=None) -> set[str] | None:
         elif isinstance(node, ast.MatchMapping) and node.rest:
             bound.add(node.rest)
     ns = getattr(shell, "user_ns", None) or {}
-    used = lazy.names_used(ast.unparse(tree), ns)
+    used = names_used(ast.unparse(tree), ns)
     if used is None:
         return None
     return used | bound
+
+
+# ----------------------------------------------------------------- names a cell uses
+def names_used(code: str, ns: dict) -> set[str] | None:
+    """Global names ``code`` may read, directly or through the functions and classes of
+    ``ns`` it names; None when that cannot be known (then wait for everything)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return None
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names.update(node.names)
+        elif (
+            isinstance(node, ast.Import)
+            and {a.name for a in node.names} & _OPAQUE_MODULES
+            or isinstance(node, ast.ImportFrom)
+            and node.module in _OPAQUE_MODULES
+        ):
+            return None
+    frontier = list(names)
+    while frontier:
+        value = ns.get(frontier.pop())
+        for more in _globals_of(value) - names:
+            names.add(more)
+            frontier.append(more)
+    return None if names & (_OPAQUE | _OPAQUE_MODULES) else names
+
+
+def _globals_of(value: Any) -> set[str]:
+    codes = []
+    if isinstance(value, (types.FunctionType, types.MethodType)):
+        codes.append(getattr(value, "__func__", value).__code__)
+    elif isinstance(value, type):
+        codes += [f.__code__ for f in vars(value).values() if isinstance(f, types.FunctionType)]
+    out: set[str] = set()
+    while codes:
+        c = codes.pop()
+        out.update(c.co_names)
+        codes += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    return out
 
 
 # ----------------------------------------------------------------- the tracker of this kernel

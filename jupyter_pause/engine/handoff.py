@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import store, tensors
-from .tensors import DATA_ALIGN
+from . import store
+from .buffers import DATA_ALIGN, as_torch, digest_of, page_span
 
 HANDOFF_MIN = 16 << 20  # smaller files: the kernel reads them itself (lazy.EAGER_BELOW)
 MAX_FILES = 64  # descriptors per resume: three each while filling
@@ -325,7 +325,7 @@ class Handed:
         file's pages, holding the bytes twice. The partial pages at either end stay
         (they may hold a neighbour's bytes)."""
         arr = view.numpy() if hasattr(view, "numpy") else view
-        start, end = tensors._page_span(arr.ctypes.data, arr.nbytes)
+        start, end = page_span(arr.ctypes.data, arr.nbytes)
         if end > start:
             _remap_anonymous(start, end - start)
 
@@ -372,7 +372,7 @@ def buffers_over(
             view = handed.view(pos, s.nbytes)
             if view is not None:
                 as_tensor = s.kind == "torch" and not as_numpy
-                out[i] = (handed, tensors.as_torch(view) if as_tensor else view)
+                out[i] = (handed, as_torch(view) if as_tensor else view)
     return out
 
 
@@ -380,7 +380,7 @@ def take(handed: Handed, buf, xxh3: str) -> bool:
     """Whether ``buf``, over handed memory, is complete, can no longer change, and matches
     its digest. If not, the memory under it becomes this process's own, zeroed, for the
     caller to read the file into."""
-    if handed.sealed() and tensors.digest_of(buf) == xxh3:
+    if handed.sealed() and digest_of(buf) == xxh3:
         return True
     handed.own(buf)
     return False

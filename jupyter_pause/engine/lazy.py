@@ -32,14 +32,13 @@ unpickled at restore time: they wait as :class:`Later` entries. Their CPU tensor
 bytes are read into numpy arrays meanwhile (small ones before the restore returns, as
 ever; no torch needed), while a second thread imports torch and then allocates any GPU
 buffers. Once torch is in and everything a group reaches is verified, the main thread
-wraps the arrays as tensors (``tensors.as_torch``), unpickles the group, re-imports
+wraps the arrays as tensors (``buffers.as_torch``), unpickles the group, re-imports
 ``torch`` aliases and applies torch's RNG state (before any cell that names ``torch``
 runs). Everything else, numpy arrays included, is back at once.
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import functools
 import gc
@@ -51,14 +50,13 @@ import types
 from typing import Any
 
 from ..formatting import format_bytes
+from .changes import names_used
 from .errors import CorruptCheckpoint
+from .tracking import track
 
 ENV_RESTORE = "JUPYTER_PAUSE_RESTORE"  # "eager" keeps the old all-at-once restore
 EAGER_BELOW = 16 << 20  # objects smaller than this are read before restore returns
 _WALK_LIMIT = 2_000_000  # objects visited per variable before assuming it needs everything
-# names that reach the namespace by other ways than by name: wait for everything
-_OPAQUE = {"globals", "vars", "locals", "eval", "exec", "get_ipython", "dir", "__import__"}
-_OPAQUE_MODULES = {"__main__"}  # its __dict__ is the user namespace (IPython's user_module)
 _ABSENT = object()  # what a name that was not bound held when the restore returned
 
 _active: LazyLoad | None = None
@@ -153,50 +151,6 @@ def stop_ids(ns: dict) -> set[int]:
     return stop
 
 
-# ----------------------------------------------------------------- names a cell uses
-def names_used(code: str, ns: dict) -> set[str] | None:
-    """Global names ``code`` may read, directly or through the functions and classes of
-    ``ns`` it names; None when that cannot be known (then wait for everything)."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
-        return None
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            names.add(node.id)
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            names.update(node.names)
-        elif (
-            isinstance(node, ast.Import)
-            and {a.name for a in node.names} & _OPAQUE_MODULES
-            or isinstance(node, ast.ImportFrom)
-            and node.module in _OPAQUE_MODULES
-        ):
-            return None
-    frontier = list(names)
-    while frontier:
-        value = ns.get(frontier.pop())
-        for more in _globals_of(value) - names:
-            names.add(more)
-            frontier.append(more)
-    return None if names & (_OPAQUE | _OPAQUE_MODULES) else names
-
-
-def _globals_of(value: Any) -> set[str]:
-    codes = []
-    if isinstance(value, (types.FunctionType, types.MethodType)):
-        codes.append(getattr(value, "__func__", value).__code__)
-    elif isinstance(value, type):
-        codes += [f.__code__ for f in vars(value).values() if isinstance(f, types.FunctionType)]
-    out: set[str] = set()
-    while codes:
-        c = codes.pop()
-        out.update(c.co_names)
-        codes += [k for k in c.co_consts if isinstance(k, types.CodeType)]
-    return out
-
-
 # ----------------------------------------------------------------- the background load
 class LazyLoad:
     """The storages still to read for one restore, and the objects waiting for them.
@@ -234,7 +188,6 @@ class LazyLoad:
         self.failed: dict[str, str] = {}
         self.rebound: list[str] = []  # names the user bound anew while they loaded: theirs
         self.holding: dict[str, Any] = {}  # name -> what it held when the restore returned
-        self.reported: set[str] = set()
         self.notes: list[str] = []  # said once, by the hook or the next wait()
         self.torch_later = torch_later  # None: torch was imported before the restore
         self.handed = handed or {}  # storage -> the server's memory its buffer maps
@@ -431,8 +384,6 @@ class LazyLoad:
     def settle(self) -> list[str]:
         """Main thread: assign every complete object; record (and return) new failures.
         Notes from ``on_torch`` (e.g. GPU generators not restored) go to ``notes``."""
-        from . import api
-
         newly_failed = []
         recovered: dict[str, str] = {}
         lost: list[str] = []
@@ -468,7 +419,7 @@ class LazyLoad:
                     continue
                 self.ns[name] = obj
                 if tracked:
-                    api._TRACKED[name] = obj
+                    track(obj, name)
                 self.assigned.append(name)
             elif state == "failed":
                 bad = sorted(i for i in needs if i in self.bad)
@@ -478,7 +429,7 @@ class LazyLoad:
                     obj, recovered[name] = older
                     self.ns[name] = obj
                     if tracked:
-                        api._TRACKED[name] = obj
+                        track(obj, name)
                     self.assigned.append(name)
                     continue
                 self.failed[name] = f"its tensor data could not be restored: {why}"

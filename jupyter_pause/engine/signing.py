@@ -159,11 +159,3 @@ class FileSigner:
 
     def hexdigest(self) -> str:
         return self._mac.hexdigest()
-
-
-def sign_file(path: Path, key: bytes | None = None, chunk: int = 1 << 22) -> str:
-    signer = FileSigner(key)
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            signer.update(block)
-    return signer.hexdigest()

@@ -45,7 +45,7 @@ from .errors import (
     UnsafeFolder,
     UntrustedCheckpoint,
 )
-from .manifest import BLOBS, MANIFEST, PICKLE, SIGNATURE, FileEntry, Manifest
+from .manifest import BLOBS, MANIFEST, SIGNATURE, FileEntry, Manifest
 
 TMP_PREFIX = ".tmp-"
 QUARANTINE = "quarantine"
@@ -959,7 +959,7 @@ class Transaction:
         self.staged.append(final_name)
         return f"{BLOBS}/{final_name}"
 
-    def commit(self, manifest: Manifest, pickle_file: str = PICKLE) -> Path:
+    def commit(self, manifest: Manifest) -> Path:
         key = signing.load_key()
         manifest.owner = manifest.owner or paths.owner()
         data = manifest.to_bytes()
@@ -991,7 +991,3 @@ class Transaction:
     def abort(self) -> None:
         if not self.done:
             shutil.rmtree(self.tmp, ignore_errors=True)
-
-
-def is_enospc(e: BaseException) -> bool:
-    return isinstance(e, OSError) and e.errno == errno.ENOSPC

@@ -36,7 +36,16 @@ from typing import Any
 
 import xxhash
 
-from . import paths
+from . import handoff, paths
+from .buffers import (
+    DATA_ALIGN,
+    HUGE_ADVICE_MIN,
+    MADV_NOHUGEPAGE,
+    MADV_POPULATE_WRITE,
+    advise_in_slices,
+    libc_madvise,
+    page_span,
+)
 from .errors import CorruptCheckpoint, DeviceUnavailable
 from .manifest import FileEntry, StorageEntry
 
@@ -44,7 +53,6 @@ CHUNK = 64 << 20  # bytes per device<->host staging step: bounds the extra memor
 CPU_CHUNK = 8 << 20  # bytes per write/hash step from host memory (cache-sized)
 SMALL_FILE = 1 << 20  # objects with less new data than this share one file
 FAST_PATH_MIN = 1 << 20  # below this, hashing is cheaper than being clever
-DATA_ALIGN = 64  # where a tensor file's storages start (as torch's CPU allocator aligns)
 
 TORCH_SAFE = {
     "float64": "F64",
@@ -122,7 +130,6 @@ class Storage:
     name: str = ""  # local name inside the owner ("fc.weight"); "" for the owner itself
     dtype: str = "uint8"  # dtype of the portable view, if any
     shape: list[int] | None = None  # shape of the portable view; None -> flat U8
-    rep: Any = None  # the first tensor seen on it (for the _version fast path)
     reps: list = field(default_factory=list)  # every tensor object seen on it
     skey: tuple = ()
     xxh3: str | None = None
@@ -273,7 +280,6 @@ class Collector:
                     data=u8,
                     owner=self.owner,
                     name=self.names.get(id(t), f"t{idx}"),
-                    rep=t,
                     reps=[t],
                     skey=skey,
                 )
@@ -335,7 +341,6 @@ class Collector:
                     data=flat,
                     owner=self.owner,
                     name=self.names.get(id(a), f"t{idx}"),
-                    rep=root,
                     skey=skey,
                 )
             )
@@ -516,7 +521,6 @@ def remember_restored(buf, made: list, digest: str) -> None:
         nbytes=nbytes,
         data=buf,
         owner="",
-        rep=made[0],
         reps=list(made),
         skey=(str(buf.device), buf.untyped_storage().data_ptr(), nbytes),
         xxh3=digest,
@@ -694,10 +698,10 @@ def read_storages(
     leaves the critical path and a cold restore runs at about the speed of the disk.
 
     ``as_numpy``: CPU buffers are numpy arrays whatever their kind, so that a process
-    still importing torch can read them (a lazy restore; :func:`as_torch` later).
+    still importing torch can read them (a lazy restore; :func:`buffers.as_torch` later).
     ``handed``: {file: handoff.Handed}, memory the server filled with some of the files;
     a storage over it that verifies is taken as it is, not read (engine/handoff.py)."""
-    from . import handoff, store
+    from . import store
 
     handed = handed or {}
     plan = plan_reads(nbdir, manifest, indices)
@@ -782,38 +786,7 @@ READ_CHUNK = CPU_CHUNK  # CPU reads: small enough that the hash finds the chunk 
 # 8 MiB chunks and 1.62 s in 256 MiB ones (medians of 5; 1.3 s alone): the hash then
 # reads each chunk back from memory, which costs far less.
 BACKGROUND_READ_CHUNK = 256 << 20
-_MADV_NOHUGEPAGE = 15
-_MADV_POPULATE_READ = 22  # Linux >= 5.14
-_MADV_POPULATE_WRITE = 23
-POPULATE_SLICE = 8 << 20  # bytes mapped per madvise call
-HUGE_ADVICE_MIN = 4 << 20  # numpy advises huge pages from this size on (and so do we not)
-_madvise: Any = None  # libc.madvise via ctypes; False once known to be unavailable
 _can_populate = True  # False once MADV_POPULATE_WRITE is refused (kernel older than 5.14)
-
-
-def _libc_madvise():
-    """``madvise(2)`` through ctypes (a ctypes call releases the GIL), or None."""
-    global _madvise
-    if _madvise is None:
-        _madvise = False
-        if sys.platform.startswith("linux"):
-            try:
-                import ctypes
-
-                libc = ctypes.CDLL(None, use_errno=True)
-                libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-                libc.madvise.restype = ctypes.c_int
-                _madvise = libc.madvise
-            except (OSError, AttributeError):
-                pass
-    return _madvise or None
-
-
-def _page_span(ptr: int, nbytes: int) -> tuple[int, int]:
-    """The whole pages of ``[ptr, ptr + nbytes)``, as ``madvise`` takes them (the partial
-    first and last pages are left out)."""
-    page = 4096
-    return (ptr + page - 1) // page * page, (ptr + nbytes) // page * page
 
 
 def _populate(ptr: int, nbytes: int) -> bool:
@@ -821,24 +794,12 @@ def _populate(ptr: int, nbytes: int) -> bool:
     of one page fault per 4 KiB. It never changes the memory's contents, so it may race
     with a reader filling the same range. False where the kernel or platform cannot."""
     global _can_populate
-    madvise = _libc_madvise()
+    madvise = libc_madvise()
     if madvise is None or not _can_populate:
         return False
-    if not _advise_in_slices(madvise, ptr, nbytes, _MADV_POPULATE_WRITE):
+    if not advise_in_slices(madvise, ptr, nbytes, MADV_POPULATE_WRITE):
         _can_populate = False  # EINVAL: kernel older than 5.14; touch pages from now on
         return False
-    return True
-
-
-def _advise_in_slices(madvise, ptr: int, nbytes: int, advice: int) -> bool:
-    """``madvise`` the whole pages of ``[ptr, ptr + nbytes)`` POPULATE_SLICE at a time:
-    populating holds the process's memory-map lock, and every allocation of the other
-    threads (a kernel's main thread running cells while a lazy restore reads) waits for
-    it. False once a call is refused."""
-    start, end = _page_span(ptr, nbytes)
-    for a in range(start, end, POPULATE_SLICE):
-        if madvise(a, min(POPULATE_SLICE, end - a), advice) != 0:
-            return False
     return True
 
 
@@ -848,10 +809,10 @@ def _small_pages(arr) -> None:
     took 2-3x longer on huge pages on the dev VM (a 2 GB read: 3.1-5.2 s against 1.3-1.6 s,
     nearly all of it system time), and torch, whose buffers the fresh-read limit uses,
     gives no such advice: a restored array is allocated as a restored tensor is."""
-    madvise = _libc_madvise()
+    madvise = libc_madvise()
     if madvise is not None and arr.nbytes >= HUGE_ADVICE_MIN:
-        start, end = _page_span(arr.ctypes.data, arr.nbytes)
-        madvise(start, end - start, _MADV_NOHUGEPAGE)
+        start, end = page_span(arr.ctypes.data, arr.nbytes)
+        madvise(start, end - start, MADV_NOHUGEPAGE)
 
 
 def _empty(kind: str, nbytes: int):
@@ -874,14 +835,6 @@ def empty_for(s, device: str, as_numpy: bool = False):
     import torch
 
     return torch.empty(s.nbytes, dtype=torch.uint8, device=device)
-
-
-def as_torch(buf):
-    """A CPU buffer read as a numpy array (``as_numpy``), as the torch tensor sharing its
-    memory; made once per storage, so that the tensors rebuilt on it share one storage."""
-    import torch
-
-    return buf if isinstance(buf, torch.Tensor) else torch.from_numpy(buf)
 
 
 def _map_pages(buf) -> None:
@@ -1024,21 +977,6 @@ def _read_one(f, pos: int, s, device: str, progress, buf=None, chunk: int | None
     if pinned:
         torch.cuda.synchronize(device)
     return buf, h.hexdigest()
-
-
-def digest_of(buf) -> str:
-    """The xxh3 digest of a flat CPU buffer (numpy array or tensor) already filled: the
-    memory a server handed over (engine/handoff.py). Its pages are mapped in one call
-    first, and hashed in large pieces, each of which lets other threads run."""
-    arr = buf.numpy() if hasattr(buf, "numpy") else buf
-    madvise = _libc_madvise()
-    if madvise is not None and arr.nbytes >= 1 << 16:  # best effort (Linux >= 5.14)
-        _advise_in_slices(madvise, arr.ctypes.data, arr.nbytes, _MADV_POPULATE_READ)
-    h = xxhash.xxh3_128()
-    mv = memoryview(arr)
-    for off in range(0, len(mv), BACKGROUND_READ_CHUNK):
-        h.update(mv[off : off + BACKGROUND_READ_CHUNK])
-    return h.hexdigest()
 
 
 def _pread_exact(fd: int, pos: int, view) -> None:

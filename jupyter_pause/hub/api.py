@@ -91,9 +91,6 @@ class HubAPI:
             url += "?" + urlencode(query)
         return await fetch_json(url, self.token, method, body, self.timeout)
 
-    async def whoami(self) -> dict[str, Any]:
-        return (await self.request("GET", "user"))[1]
-
     async def user(self, name: str, include_stopped_servers: bool = False) -> dict[str, Any]:
         """The user's model; its ``servers`` are the running ones, or all of them."""
         query = {"include_stopped_servers": "1"} if include_stopped_servers else {}

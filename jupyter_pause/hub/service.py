@@ -45,8 +45,8 @@ from tornado.ioloop import IOLoop
 from traitlets import Enum, Float, Int, Unicode, default
 from traitlets.config import Application
 
-from .. import __version__
 from ..engine import durable
+from ..version import __version__
 from .api import HubAPI, HubError, fetch_json
 from .policy import FALLBACKS, ScheduleRefused, decide, iso, retry_delay, schedule_problem
 

@@ -39,7 +39,6 @@ class KernelActivity:
     started: Instant = field(init=False)
     last_user_activity: Instant = field(init=False)
     last_cell_finished: float | None = None  # wall clock
-    cells_executed: int = 0
     running_cell: str | None = None  # parent msg_id of the user cell running now
     running_since: float | None = None  # monotonic clock
     stream: ZMQStream | None = None
@@ -128,7 +127,6 @@ class ActivityMonitor:
                 activity.running_since = None
                 activity.last_cell_finished = now.wall
                 activity.last_user_activity = now
-                activity.cells_executed += 1
                 self._emit(activity, "cell-finished", {"duration": duration})
             elif state == "busy" and parent.get("msg_type") == "comm_msg":
                 activity.last_user_activity = now

@@ -22,13 +22,13 @@ from prometheus_client import REGISTRY
 from tornado.ioloop import IOLoop
 from traitlets import Bool, Dict, Float, Int, Type, Unicode, default
 
-from .. import __version__
 from ..backends.base import PauseBackend
 from ..clock import SYSTEM
 from ..engine import durable, signing
 from ..idle_policy import load_classes
 from ..ledger import Ledger
 from ..lifecycle import SessionStore
+from ..version import __version__
 from .autosave import Autosaver
 from .capacity import ResumeGate, machine_limit
 from .explain import policy_summary

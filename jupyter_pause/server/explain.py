@@ -16,7 +16,6 @@ from typing import Any
 from ..engine import store as checkpoint_store
 from ..engine.errors import CheckpointError
 from ..lifecycle import SHUTDOWN_REASON, Session, State
-from .kernels import KernelCallError, call_in_kernel
 
 
 def paused_by(session: Session) -> str | None:
@@ -46,24 +45,6 @@ async def explain(session: Session, resolve_class=None) -> dict[str, Any]:
             "warn_before": workload_class.warn_before,
         }
     return {"paused_by": paused_by(session), "policy": policy}
-
-
-async def unsaveable(manager, path: str) -> dict[str, str]:
-    """What a pause of ``path`` would not save now ({name: why}), asked of its
-    kernel before a person pauses by hand."""
-    from .manager import PauseError
-
-    live = await manager.sync()
-    if path not in live:
-        raise PauseError(f"{path!r} has no running kernel", status=409)
-    kernel_id = live[path]["kernel"]["id"]
-    if manager.execution_state(kernel_id) == "busy":
-        raise PauseError(f"the kernel of {path!r} is busy running a cell", status=409)
-    try:
-        km = manager.kernel_manager.get_kernel(kernel_id)
-        return await call_in_kernel(km, "unsaveable", timeout=min(60, manager.kernel_call_timeout))
-    except (KernelCallError, KeyError) as e:
-        raise PauseError(f"could not ask the kernel of {path!r}: {e}", status=409) from e
 
 
 def _problem(checkpoint_dir, path: str, checkpoint_id: str) -> str | None:

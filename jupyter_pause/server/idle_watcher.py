@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from tornado.ioloop import PeriodicCallback
 
+from .. import nvml
 from ..clock import SYSTEM, Clock, Instant
 from ..idle_policy import ActivityFacts, Verdict, WorkloadClass, judge, resolve_class
 from ..ledger import EventType
@@ -28,36 +29,11 @@ def iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat() if ts else None
 
 
-def gpu_utilization(pid: int | None) -> float | None:
-    """Utilisation (%) of the GPUs the process uses, or None when NVML can't tell."""
-    if pid is None:
-        return None
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # no driver, no GPU
-        return None
-    try:
-        used = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            pids = {p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)}
-            if pid in pids:
-                used.append(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-        return max(used) if used else None
-    except Exception:
-        return None
-    finally:
-        pynvml.nvmlShutdown()
-
-
 class Operations(Protocol):
     """What the watcher asks of the session manager: the only way it acts."""
 
     async def sync(self) -> Any: ...
+    async def jupyter_sessions(self) -> dict[str, dict]: ...
     async def pause(self, path: str, *, auto: bool = False) -> Any: ...
     async def checkpoint(self, path: str) -> Any: ...
     def execution_state(self, kernel_id: str | None) -> str | None: ...
@@ -181,7 +157,7 @@ class IdleWatcher:
         endpoint is polled by every open tab and must stay cheap."""
         cached = self._gpu_cache.get(kernel_id)
         if cached is None or now - cached[0] >= self.interval:
-            cached = self._gpu_cache[kernel_id] = (now, gpu_utilization(pid))
+            cached = self._gpu_cache[kernel_id] = (now, nvml.utilization(pid))
         return cached[1]
 
     # -------------------------------------------------------------- acting
@@ -272,12 +248,17 @@ class IdleWatcher:
         }
 
     async def report(self) -> dict[str, Any]:
-        """``GET activity``: per session and server-wide, with the reasons."""
-        await self.operations.sync()
+        """``GET activity``: per session and server-wide, with the reasons.
+
+        A read: it records and saves nothing.  Jupyter's kernel events and each
+        :meth:`check` bring the sessions in line with the kernels; until they have, a
+        session whose kernel is gone is left out, as is a kernel no session holds yet."""
+        live = await self.operations.jupyter_sessions()
         now = self.clock.monotonic()
         sessions = []
         for path, session in sorted(self.store.sessions.items()):
-            if not session.kernel_id:
+            kernel = (live.get(path) or {}).get("kernel") or {}
+            if not session.kernel_id or kernel.get("id") != session.kernel_id:
                 continue
             policy, source = await self.workload_class(session)
             verdict = self.verdict(session, policy, now)

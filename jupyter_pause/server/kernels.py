@@ -21,7 +21,6 @@ from typing import Any
 from jupyter_server.services.kernels.kernelmanager import ServerKernelManager
 
 NOTEBOOK_ENV = "JUPYTER_PAUSE_NOTEBOOK"
-CHECKPOINT_DIR_ENV = "JUPYTER_PAUSE_CHECKPOINT_DIR"
 SERVER_URL_ENV = "JUPYTER_PAUSE_SERVER_URL"
 SERVER_TOKEN_ENV = "JUPYTER_PAUSE_SERVER_TOKEN"
 

@@ -36,6 +36,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from ..backends.base import ReleaseFacts
 from ..clock import SYSTEM, Clock, StampAges
 from ..engine import handoff
 from ..engine import paths as checkpoint_paths
@@ -57,7 +58,9 @@ from ..lifecycle import (
     Session,
     SessionStore,
     State,
+    allowed_now,
 )
+from ..protocol import CheckpointReply, RestoreReply, user_skipped
 from ..schedule import ResumeSchedule
 from .activity import ActivityMonitor
 from .capacity import ResumeGate, machine_limit
@@ -399,6 +402,7 @@ class PauseManager:
             # when the notebook's state was last saved (a pause, a checkpoint, an autosave)
             row["last_saved"] = (session.last_checkpoint or {}).get("time")
             row.update(await explain(session, self.workload_class))
+            row["can"] = allowed_now(session, has_kernel=path in live)
             if self.auto_pause_status is not None:
                 row["auto_pause"] = await self.auto_pause_status(session)
             sessions.append(row)
@@ -1130,7 +1134,7 @@ class PauseManager:
                 self._move(member, State.PAUSING, op, "releasing the accelerator")
             kernel_ids = {m.path: m.kernel_id for m in group}
             try:
-                facts = dict(await release(group, self._shutdown_kernel) or {})
+                facts = await release(group, self._shutdown_kernel)
             except Exception as e:
                 error = f"could not release the accelerator: {e}; the kernel keeps running"
                 for member in group:
@@ -1138,9 +1142,7 @@ class PauseManager:
                     self._move(member, State.RUNNING if alive else State.FAILED, op, error=error)
                 self._fail(session, op, error)
                 return
-            restored_from = facts.pop("restored_from", None)
-            facts.pop("info", None)
-            released_at = facts.pop("released_at", None) or time.time()
+            released_at = facts.released_at or time.time()
             for member in group:
                 self._record(
                     EventType.ACCELERATOR_RELEASED,
@@ -1149,13 +1151,13 @@ class PauseManager:
                     time_=released_at,
                     kernel_id=kernel_ids[member.path],
                     gpus=member.gpus,
-                    **facts,
+                    **facts.details,
                 )
-                if restored_from != "snapshot":
+                if facts.restored_from != "snapshot":
                     member.kernel_id = None
                 self._move(member, State.PAUSED, op)
                 self._record(EventType.PAUSED, member, op)
-            if restored_from == "snapshot":
+            if facts.restored_from == "snapshot":
                 # This very process was snapshotted and has just been restored.
                 for member in group:
                     await self._came_back_live(member, op)
@@ -1277,7 +1279,7 @@ class PauseManager:
         nonce = uuid.uuid4().hex if pause else None
         try:
             km = self.kernel_manager.get_kernel(session.kernel_id)
-            result = await self.call(
+            reply = await self.call(
                 km,
                 "checkpoint",
                 timeout=self.kernel_call_timeout,
@@ -1289,6 +1291,7 @@ class PauseManager:
                 lost_from=session.lost.checkpoint if session.lost else None,
                 **autosave,
             )
+            result = CheckpointReply.from_json(reply)
         except KernelDied as e:
             await self._kernel_died(session, op, str(e), report=report)
             return False
@@ -1304,13 +1307,13 @@ class PauseManager:
                 self._fail(session, op, error)
             return False
         session.last_checkpoint = {
-            "id": result["id"],
+            "id": result.id,
             "time": time.time(),
-            "bytes": result["bytes"],
+            "bytes": result.bytes,
             **autosave,
         }
-        session.gpus = result.get("gpus")
-        session.state_checkpoint = result["id"]
+        session.gpus = result.gpus
+        session.state_checkpoint = result.id
         self._watch_for_death(session.kernel_id)
         if nonce:
             session.pause_nonce = nonce
@@ -1318,14 +1321,8 @@ class PauseManager:
         if refused:  # another user's folder in a shared root: not used, and the user told
             self.log.warning("jupyter-pause: %s", refused)
             op.messages.append(f"Not in the shared checkpoint folder: {refused}")
-        self._note_lost(session, op, result.get("lost") or {}, f"checkpoint {result['id']}")
-        # the user's own variables that could not be saved (IPython's internals,
-        # and modules, which are re-imported on restore, are no news)
-        skipped = {
-            k: v
-            for k, v in (result.get("skipped") or {}).items()
-            if not k.startswith("<") and not v.startswith("module")
-        }
+        self._note_lost(session, op, result.lost, f"checkpoint {result.id}")
+        skipped = user_skipped(result.skipped)
         if skipped:
             names = ", ".join(f"{k} ({v})" for k, v in sorted(skipped.items()))
             op.messages.append(f"Not saved: {names}")
@@ -1333,12 +1330,12 @@ class PauseManager:
             EventType.CHECKPOINT_FINISHED,
             session,
             op,
-            checkpoint_id=result["id"],
-            bytes=result["bytes"],
-            bytes_written=result["bytes_written"],
-            seconds=result["seconds"],
+            checkpoint_id=result.id,
+            bytes=result.bytes,
+            bytes_written=result.bytes_written,
+            seconds=result.seconds,
             skipped=sorted(skipped),
-            gpus=result.get("gpus"),
+            gpus=result.gpus,
             **autosave,
         )
         return True
@@ -1569,7 +1566,7 @@ class PauseManager:
             self._record(EventType.RESTORE_STARTED, session, op)
             km = self.kernel_manager.get_kernel(kernel_id)
             try:
-                result = await self.call(
+                reply = await self.call(
                     km,
                     "restore",
                     timeout=self.kernel_call_timeout,
@@ -1581,20 +1578,21 @@ class PauseManager:
                 )
             finally:
                 self._handed_over(fill)  # the kernel has taken what it takes
+            result = RestoreReply.from_json(reply)
             nonce = await self.call(km, "live_nonce", timeout=30)
             session.live_state = (
                 LiveState.RESTORED if nonce and nonce == session.pause_nonce else LiveState.FRESH
             )
             session.restored_from = "checkpoint"
-            session.state_checkpoint = result["id"]
+            session.state_checkpoint = result.id
             # the kernel passed over newer checkpoints that did not verify: say so
-            op.messages.extend(result.get("notes", []))
-            lost = checkpoint_store.lost_of(result.get("metadata") or {})
+            op.messages.extend(result.notes)
+            lost = checkpoint_store.lost_of(result.metadata)
             self._note_lost(
                 session,
                 op,
                 lost,
-                f"the restored checkpoint {result['id']}",
+                f"the restored checkpoint {result.id}",
                 why="the kernel that wrote it had lost them",
             )
             self._watch_for_death(kernel_id)
@@ -1603,10 +1601,10 @@ class PauseManager:
                 session,
                 op,
                 restored_from="checkpoint",
-                checkpoint_id=result["id"],
-                bytes=result["bytes"],
-                seconds=result["seconds"],
-                gpus=result.get("gpus"),
+                checkpoint_id=result.id,
+                bytes=result.bytes,
+                seconds=result.seconds,
+                gpus=result.gpus,
             )
             activity = self.activity.watch(kernel_id, path)
             activity.reset_clock()
@@ -1895,14 +1893,16 @@ class PauseManager:
                     task.cancel()
 
 
-async def _release_at_shutdown(sessions: list[Session], shutdown_kernel) -> dict[str, Any]:
+async def _release_at_shutdown(sessions: list[Session], shutdown_kernel) -> ReleaseFacts:
     """The release of a pause at server shutdown, on every backend: the kernel stops
     (as the server's own clean-up would stop it); the platform already stops the server."""
     released_at = None
     for session in sessions:
         if session.kernel_id:
             released_at = await shutdown_kernel(session.kernel_id)
-    return {"released_at": released_at, "reason": SHUTDOWN_REASON} if released_at else {}
+    if released_at is None:
+        return ReleaseFacts()
+    return ReleaseFacts(released_at=released_at, details={"reason": SHUTDOWN_REASON})
 
 
 async def maybe_await(value):

@@ -30,7 +30,6 @@ from typing import Any
 from ..client import ClientError, PauseClient
 
 MARKER = "pause_probe_marker"
-OUTCOMES = ("restored", "fresh-with-checkpoint", "lost")
 
 
 @dataclass

@@ -21,8 +21,6 @@ import {
   ICheckpointSummary,
   IOperation,
   ISessionStatus,
-  PauseState,
-  RESUMABLE_STATES,
   postAPI,
   requestAPI
 } from './api';
@@ -35,8 +33,6 @@ import {
   unsavedNames
 } from './labels';
 import { PauseStatusModel } from './model';
-
-const PAUSABLE: PauseState[] = ['running', 'ready'];
 
 /** How long a page follows one operation before it gives up asking. */
 const FOLLOW_DEADLINE_MS = 60 * 60 * 1000;
@@ -94,28 +90,17 @@ export class PauseActions {
     return !session?.operation || session.operation.outcome !== 'running';
   }
 
+  /** What the server allows now (`can` in `GET status`): its lifecycle decides. */
   canPause(path: string | null | undefined): boolean {
-    const session = this.session(path);
-    return (
-      !!session &&
-      !!session.kernel_id &&
-      PAUSABLE.includes(session.state) &&
-      this.isIdle(path)
-    );
+    return !!this.session(path)?.can.pause;
   }
 
   canResume(path: string | null | undefined): boolean {
-    const session = this.session(path);
-    return (
-      !!session &&
-      RESUMABLE_STATES.includes(session.state) &&
-      !!session.last_checkpoint &&
-      this.isIdle(path)
-    );
+    return !!this.session(path)?.can.resume;
   }
 
   canCheckpoint(path: string | null | undefined): boolean {
-    return this.canPause(path);
+    return !!this.session(path)?.can.checkpoint;
   }
 
   /**

@@ -111,6 +111,15 @@ export interface ISessionStatus {
   policy?: IPolicy | null;
   /** A planned resume while paused: "paused · resumes at 08:45". */
   schedule?: IResumeSchedule | null;
+  /** What may start now, as the server decides it (the lifecycle's table). */
+  can: IAllowed;
+}
+
+/** The operations a notebook allows now (`can` in `GET status`). */
+export interface IAllowed {
+  pause: boolean;
+  resume: boolean;
+  checkpoint: boolean;
 }
 
 /** When a paused notebook resumes by itself (`PUT sessions/schedule`). */

@@ -9,6 +9,7 @@ import pytest
 from .conftest import (
     STATUS,
     STATUS_TEXT,
+    current_cells,
     jupyter_kernels_for,
     run_cell,
     session_of,
@@ -120,3 +121,31 @@ def test_the_poll_interval_setting_is_honoured_beyond_the_backoff_ceiling(lab, p
     )
     wait_status(page, "Pause: ")  # answered, although the next poll is two minutes away
     assert not [e for e in errors if "Poll interval" in e], errors
+
+
+def test_a_notebook_whose_kernel_died_offers_what_the_server_allows(shared_lab, page):
+    """Failed, with the fresh kernel Jupyter started in place of the one that died: the
+    server would checkpoint it (and resume from the last checkpoint), and the popover
+    offers exactly what the server says it allows (``can``), not a list of its own."""
+    lab = shared_lab
+    write_notebook(lab.root, "died.ipynb", ["w = 1", "import os\nos._exit(1)"])
+    page.goto(lab.lab_url("died.ipynb"))
+    wait_status(page, "Pause: Live")
+    run_cell(page, 0, None)
+    op = lab.api("POST", "jupyter-pause/api/sessions/checkpoint", {"path": "died.ipynb"})
+    assert lab.client.wait(op["operation"])["outcome"] == "succeeded"
+
+    current_cells(page).nth(1).locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")  # the kernel dies; Jupyter starts another
+    wait_status(page, "Pause: Failed")
+    session = session_of(lab, "died.ipynb")
+    assert session["kernel_id"] and session["live_state"] == "fresh"
+    assert session["can"] == {"pause": True, "resume": True, "checkpoint": True}
+    restarting = page.locator(".jp-Dialog", has_text="Kernel Restarting")
+    if restarting.count():
+        restarting.get_by_role("button", name="Ok").click()
+
+    page.locator(STATUS_TEXT).click()
+    popover = page.locator("[data-jp-pause='popover']")
+    popover.get_by_role("button", name="Save State Now").and_(page.locator(":enabled")).wait_for()
+    popover.get_by_role("button", name="Resume").and_(page.locator(":enabled")).wait_for()

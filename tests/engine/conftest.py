@@ -14,12 +14,12 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
     monkeypatch.delenv("JUPYTER_PAUSE_KEEP", raising=False)
     monkeypatch.setenv("JUPYTER_PAUSE_PROGRESS_AFTER", "3600")  # no bars unless a test asks
-    from jupyter_pause.engine import api, tensors
+    from jupyter_pause.engine import tensors, tracking
 
-    api._TRACKED.clear()
+    untrack_all(tracking)
     tensors._CACHE.clear()
     yield
-    api._TRACKED.clear()
+    untrack_all(tracking)
     tensors._CACHE.clear()
 
 
@@ -42,3 +42,8 @@ def main_ns(src: str = "") -> dict:
     if src:
         exec(src, ns)
     return ns
+
+
+def untrack_all(tracking) -> None:
+    for name in tracking.tracked():
+        tracking.untrack(name)

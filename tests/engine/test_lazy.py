@@ -16,6 +16,7 @@ import torch
 
 import jupyter_pause as jp
 from jupyter_pause.engine import lazy, store, tensors
+from jupyter_pause.engine.changes import names_used
 
 DEADLINE = 120
 
@@ -190,10 +191,10 @@ def test_the_waiting_line_is_shown_about_twice_a_second_not_per_storage(ck):
 def test_functions_called_by_a_cell_count_as_using_their_globals():
     ns = {}
     exec("def f():\n    return model.weight\nclass C:\n    def m(self):\n        return big", ns)
-    assert {"f", "model"} <= lazy.names_used("f()", ns)
-    assert "big" in lazy.names_used("C().m()", ns)
-    assert lazy.names_used("globals()['model']", ns) is None  # cannot tell: waits for all
-    assert lazy.names_used("x = (", ns) is None
+    assert {"f", "model"} <= names_used("f()", ns)
+    assert "big" in names_used("C().m()", ns)
+    assert names_used("globals()['model']", ns) is None  # cannot tell: waits for all
+    assert names_used("x = (", ns) is None
 
 
 def test_a_checkpoint_taken_while_loading_saves_the_full_objects(ck, gate, monkeypatch):

@@ -216,14 +216,14 @@ def test_list_shows_snapshots_and_checkpoints(make_cluster, sessions, shutdown_k
     rc, out = cli(cluster, "list", "--json", capsys=capsys)
     assert rc == 0
     data = json.loads(out)
-    assert [s["name"] for s in data["snapshots"]] == [facts["snapshot"]]
+    assert [s["name"] for s in data["snapshots"]] == [facts.details["snapshot"]]
     assert data["snapshots"][0]["workspace"] == "nb" and data["snapshots"][0]["ready"]
     assert {c["notebook"]: c["bytes"] for c in data["checkpoints"]} == {
         "train.ipynb": 6_300_000_000,
         "eval.ipynb": 1_000_000,
     }
     rc, out = cli(cluster, "list", capsys=capsys)
-    assert "6.3 GB" in out and "AllSnapshotsAvailable" in out and facts["snapshot"] in out
+    assert "6.3 GB" in out and "AllSnapshotsAvailable" in out and facts.details["snapshot"] in out
 
 
 def _age_snapshot(cluster, name, days):
@@ -235,7 +235,7 @@ def test_gc_deletes_expired_snapshots_before_policies(
 ):
     cluster = make_cluster()
     cluster.add_gke_notebook()
-    old = pause(cluster, sessions, shutdown_kernel)["snapshot"]
+    old = pause(cluster, sessions, shutdown_kernel).details["snapshot"]
     _age_snapshot(cluster, old, 10)
     # a second notebook paused just now: its snapshot is not expired
     # (another image: with an identical pod spec GKE would restore nb2-0 from nb's snapshot)
@@ -302,7 +302,7 @@ def test_gc_deletes_expired_snapshots_before_policies(
 
 def test_gc_dry_run_deletes_nothing(cluster, sessions, shutdown_kernel, capsys):
     cluster.add_gke_notebook()
-    snap = pause(cluster, sessions, shutdown_kernel)["snapshot"]
+    snap = pause(cluster, sessions, shutdown_kernel).details["snapshot"]
     _age_snapshot(cluster, snap, 30)
     rc, out = cli(cluster, "gc", "--older-than", "7d", "--dry-run", context="gc", capsys=capsys)
     assert rc == 0 and "would delete 1" in out

@@ -31,16 +31,16 @@ def test_pause_snapshots_then_scales_down(make_cluster, sessions, shutdown_kerne
 
     facts = asyncio.run(backend.release(sessions, shutdown_kernel))
 
-    snap = cluster.emu.get("PodSnapshot", NAMESPACE, facts["snapshot"])
+    snap = cluster.emu.get("PodSnapshot", NAMESPACE, facts.details["snapshot"])
     assert snap["metadata"]["labels"]["gke-pod-snapshot-triggered-by"] == "jupyter-pause-nb"
-    assert facts["trigger"] == "jupyter-pause-nb" and facts["statefulset"] == "nb"
-    assert "restored_from" not in facts
+    assert facts.details["trigger"] == "jupyter-pause-nb" and facts.details["statefulset"] == "nb"
+    assert facts.restored_from is None
     # the pod's owner is scaled down, so the GPU node can go
     assert cluster.emu.get("StatefulSet", NAMESPACE, "nb")["spec"]["replicas"] == 0
     cluster.wait_for(lambda: cluster.pod() is None, what="pod deleted")
     a = ann(cluster)
     assert a["jupyter-pause.io/state"] == "paused"
-    assert a["jupyter-pause.io/snapshot"] == facts["snapshot"]
+    assert a["jupyter-pause.io/snapshot"] == facts.details["snapshot"]
     assert a["jupyter-pause.io/replicas"] == "1"
     fingerprint = json.loads(a["jupyter-pause.io/fingerprint"])
     assert fingerprint["gpu_model"] == "Tesla T4"
@@ -136,8 +136,8 @@ def test_restored_copy_does_not_scale_down(make_cluster, sessions, shutdown_kern
     cluster.add_gke_notebook()
     ledger = Ledger()
     facts = asyncio.run(pod_backend(cluster, ledger).release(sessions, shutdown_kernel))
-    assert facts["restored_from"] == "snapshot"
-    assert facts["info"]["pod_restored"] is True
+    assert facts.restored_from == "snapshot"
+    assert facts.came_back["pod_restored"] is True
     assert cluster.emu.get("StatefulSet", NAMESPACE, "nb")["spec"]["replicas"] == 1
     pod = cluster.pod_ready()
     assert pod is not None and any(c["type"] == "PodRestored" for c in pod["status"]["conditions"])

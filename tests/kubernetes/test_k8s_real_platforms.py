@@ -143,7 +143,7 @@ def test_restored_copy_deletes_its_snapshot_only_after_pod_restored(
 
     cluster.emu.response_delay = on_request
     facts = asyncio.run(pod_backend(cluster).release(sessions, shutdown_kernel))
-    assert facts["restored_from"] == "snapshot"
+    assert facts.restored_from == "snapshot"
     assert seen and all(seen), "a snapshot was deleted before the pod reported PodRestored"
     assert ours(cluster) == [] or all(s["metadata"].get("deletionTimestamp") for s in ours(cluster))
 
@@ -342,9 +342,9 @@ def test_a_52_character_statefulset_name_fits_the_snapshot_label(
         **FAST,
     )
     facts = asyncio.run(backend.release(sessions, shutdown_kernel))
-    assert len(facts["trigger"]) <= 63
-    snap = cluster.emu.get("PodSnapshot", NAMESPACE, facts["snapshot"])
-    assert snap["metadata"]["labels"]["gke-pod-snapshot-triggered-by"] == facts["trigger"]
+    assert len(facts.details["trigger"]) <= 63
+    snap = cluster.emu.get("PodSnapshot", NAMESPACE, facts.details["snapshot"])
+    assert snap["metadata"]["labels"]["gke-pod-snapshot-triggered-by"] == facts.details["trigger"]
 
 
 def test_status_on_plain_gke_without_access_to_workspaces(cluster, capsys):
@@ -364,7 +364,7 @@ def test_api_errors_after_paused_true_are_not_a_failed_pause(cluster, sessions, 
 
     cluster.emu.fail_next(6, code=503, match=pod_read_after_pause)
     facts = asyncio.run(ws_backend(cluster, stop_timeout=60).release(sessions, shutdown_kernel))
-    assert facts["workspace"] == WORKSPACE
+    assert facts.details["workspace"] == WORKSPACE
     ann = cluster.emu.get("Workspace", NAMESPACE, WORKSPACE)["metadata"]["annotations"]
     assert ann["jupyter-pause.io/state"] == "paused"
 
@@ -380,7 +380,7 @@ def test_restored_copy_reloads_its_token(make_cluster, sessions, shutdown_kernel
 
     cluster.emu.fail_next(2, code=401, match=after_restore)
     facts = asyncio.run(pod_backend(cluster).release(sessions, shutdown_kernel))
-    assert facts["restored_from"] == "snapshot"
+    assert facts.restored_from == "snapshot"
     assert [r.code for r in cluster.emu.requests if r.code == 401] == [401, 401]
 
 

@@ -26,7 +26,7 @@ def test_pause_without_snapshot_addon(cluster, sessions, shutdown_kernel, capsys
     cluster.add_workspace()
     ledger = Ledger()
     facts = asyncio.run(ws_backend(cluster, ledger).release(sessions, shutdown_kernel))
-    assert facts["workspace"] == WORKSPACE and "snapshot" not in facts
+    assert facts.details["workspace"] == WORKSPACE and "snapshot" not in facts.details
     assert ws(cluster)["spec"]["paused"] is True
     cluster.wait_for(lambda: cluster.pod(cluster.workspace_pod()) is None, what="pod gone")
     cluster.wait_for(lambda: ws(cluster).get("status", {}).get("state") == "Paused", what="Paused")
@@ -61,8 +61,8 @@ def test_pause_and_resume_with_gke_snapshot_addon(make_cluster, sessions, shutdo
     ledger = Ledger()
     facts = asyncio.run(ws_backend(cluster, ledger).release(sessions, shutdown_kernel))
     # the add-on took the snapshot before letting spec.paused=true through
-    assert facts["snapshot"]
-    assert cluster.emu.get("PodSnapshot", NAMESPACE, facts["snapshot"])
+    assert facts.details["snapshot"]
+    assert cluster.emu.get("PodSnapshot", NAMESPACE, facts.details["snapshot"])
     assert ws(cluster)["spec"]["paused"] is True
     assert [e.type for e in ledger.events()] == [
         EventType.SNAPSHOT_REQUESTED,
@@ -74,7 +74,7 @@ def test_pause_and_resume_with_gke_snapshot_addon(make_cluster, sessions, shutdo
     rc, out = cli(cluster, "resume", WORKSPACE, capsys=capsys)
     assert rc == 0
     pod = cluster.wait_for(lambda: cluster.pod_ready(cluster.workspace_pod()), what="pod back")
-    assert pod["metadata"]["annotations"]["podsnapshot.gke.io/ps-name"] == facts["snapshot"]
+    assert pod["metadata"]["annotations"]["podsnapshot.gke.io/ps-name"] == facts.details["snapshot"]
     report = asyncio.run(ws_backend(cluster, ledger).startup())
     assert report.restored_from == "snapshot"
     assert ann(cluster)["jupyter-pause.io/state"] == "ready"
@@ -143,7 +143,7 @@ def test_restored_copy_of_a_workspace(make_cluster, sessions, shutdown_kernel):
     thread.join(10)
     assert "error" not in result, result.get("error")
     facts = result["facts"]
-    assert facts["restored_from"] == "snapshot" and facts["info"]["pod_restored"]
+    assert facts.restored_from == "snapshot" and facts.came_back["pod_restored"]
     assert ann(cluster)["jupyter-pause.io/restored-from"] == "snapshot"
 
 
@@ -164,4 +164,4 @@ def test_workspace_already_pausing_is_not_an_error(cluster, sessions, shutdown_k
 
     cluster.emu.response_delay = culler_pauses_first
     facts = asyncio.run(ws_backend(cluster).release(sessions, shutdown_kernel))
-    assert facts["workspace"] == WORKSPACE
+    assert facts.details["workspace"] == WORKSPACE

@@ -54,7 +54,7 @@ from typing import Any
 from traitlets import Float
 
 from ...ledger import EventType
-from ..base import BackendError, schedule_summary
+from ..base import BackendError, ReleaseFacts, schedule_summary
 from .client import Conflict, Forbidden, Invalid, KubeError, NotFound, retrying_until
 from .common import (
     A_SNAPSHOT,
@@ -141,7 +141,7 @@ class GkePodSnapshotBackend(KubeBackend):
 
     # -- pause --------------------------------------------------------------
 
-    async def release(self, sessions, shutdown_kernel) -> dict[str, Any]:
+    async def release(self, sessions, shutdown_kernel) -> ReleaseFacts:
         pod_name = self.own_pod_name()
         deadline = time.monotonic() + self.snapshot_timeout
         with retrying_until(deadline):
@@ -208,14 +208,16 @@ class GkePodSnapshotBackend(KubeBackend):
             gpus=gpus,
             gpu_model=fingerprint.get("gpu_model") or fingerprint.get("accelerator"),
         )
-        return {
-            "backend": self.name,
-            "snapshot": snapshot,
-            "trigger": trigger,
-            "statefulset": sts_name,
-            "pod": pod_name,
-            "snapshot_seconds": seconds,
-        }
+        return ReleaseFacts(
+            details={
+                "backend": self.name,
+                "snapshot": snapshot,
+                "trigger": trigger,
+                "statefulset": sts_name,
+                "pod": pod_name,
+                "snapshot_seconds": seconds,
+            }
+        )
 
     async def _create_trigger(self, trigger: str, pod_name: str, sts: dict) -> None:
         body = {
@@ -303,7 +305,7 @@ class GkePodSnapshotBackend(KubeBackend):
         if pod is not None:
             raise Restored(pod)
 
-    async def _fail(self, reason: str, trigger: str) -> dict[str, Any]:
+    async def _fail(self, reason: str, trigger: str) -> ReleaseFacts:
         """Clean up a pause that cannot finish; the pod keeps running."""
         self.record(EventType.SNAPSHOT_FAILED, error=reason, trigger=trigger)
         left = await self.delete_snapshots(trigger, self.cleanup_timeout)
@@ -337,18 +339,20 @@ class GkePodSnapshotBackend(KubeBackend):
 
     # -- coming back ------------------------------------------------------------
 
-    async def _restored(self, pod: dict) -> dict[str, Any]:
+    async def _restored(self, pod: dict) -> ReleaseFacts:
         """This process is the copy restored from the snapshot: do not stop anything."""
         self.client.reset()  # connections were cut by the snapshot
         info = await self.came_back(pod, restored=True)
         await self.after_came_back(info, pod, restored=True)
-        return {
-            "backend": self.name,
-            "restored_from": "snapshot",
-            "pod": pod["metadata"]["name"],
-            "snapshot": info.get("snapshot"),
-            "info": info,
-        }
+        return ReleaseFacts(
+            restored_from="snapshot",
+            came_back=info,
+            details={
+                "backend": self.name,
+                "pod": pod["metadata"]["name"],
+                "snapshot": info.get("snapshot"),
+            },
+        )
 
     async def after_came_back(self, info: dict[str, Any], pod: dict, *, restored: bool) -> None:
         """Delete every snapshot of this pod's trigger, whatever the state says.

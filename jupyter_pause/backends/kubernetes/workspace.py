@@ -51,7 +51,7 @@ from typing import Any
 from traitlets import Float, Unicode
 
 from ...ledger import EventType
-from ..base import BackendError, schedule_summary
+from ..base import BackendError, ReleaseFacts, schedule_summary
 from .client import Conflict, Invalid, KubeError, NotFound, retrying_until
 from .common import (
     A_FINGERPRINT,
@@ -139,7 +139,7 @@ class KubeflowWorkspaceBackend(KubeBackend):
     async def patch_owner(self, patch) -> dict:
         return await self.call("patch_workspace", await self.workspace(), patch)
 
-    async def release(self, sessions, shutdown_kernel) -> dict[str, Any]:
+    async def release(self, sessions, shutdown_kernel) -> ReleaseFacts:
         pod_name = self.own_pod_name()
         started = time.monotonic()
         deadline = started + self.stop_timeout
@@ -272,7 +272,7 @@ class KubeflowWorkspaceBackend(KubeBackend):
             f"({name}) before the next pause; see docs/kubernetes.md (recovery)."
         )
 
-    async def _stopping(self, ws_name, pod_name, snapshots, fingerprint, started) -> dict[str, Any]:
+    async def _stopping(self, ws_name, pod_name, snapshots, fingerprint, started) -> ReleaseFacts:
         facts: dict[str, Any] = {"backend": self.name, "workspace": ws_name, "pod": pod_name}
         try:
             ws = await self.get_owner()
@@ -297,7 +297,7 @@ class KubeflowWorkspaceBackend(KubeBackend):
             gpus=fingerprint.get("gpu_count") or fingerprint.get("gpus_visible"),
             gpu_model=fingerprint.get("gpu_model") or fingerprint.get("accelerator"),
         )
-        return facts
+        return ReleaseFacts(details=facts)
 
     async def record_unseen_pause(self, owner: dict, pod: dict, info: dict[str, Any]) -> None:
         """The add-on finished the pause while this process was frozen (postCheckpoint stop).
@@ -325,16 +325,18 @@ class KubeflowWorkspaceBackend(KubeBackend):
         )
         info["pause_recorded_later"] = True
 
-    async def _restored(self, pod: dict) -> dict[str, Any]:
+    async def _restored(self, pod: dict) -> ReleaseFacts:
         self.client.reset()
         info = await self.came_back(pod, restored=True)
-        return {
-            "backend": self.name,
-            "restored_from": "snapshot",
-            "pod": pod["metadata"]["name"],
-            "snapshot": info.get("snapshot"),
-            "info": info,
-        }
+        return ReleaseFacts(
+            restored_from="snapshot",
+            came_back=info,
+            details={
+                "backend": self.name,
+                "pod": pod["metadata"]["name"],
+                "snapshot": info.get("snapshot"),
+            },
+        )
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()

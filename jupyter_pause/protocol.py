@@ -1,0 +1,67 @@
+"""What a kernel answers the server: the replies of ``kernel_ops.checkpoint`` and
+``kernel_ops.restore``, and which names a checkpoint skipped a person is told about.
+
+The kernel builds a reply and sends it as JSON (:meth:`to_json`); the server reads it
+back (:meth:`from_json`), so both sides name the same fields.  Fields a kernel leaves
+out (an older one, or a test's stand-in) take their defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def user_skipped(skipped: dict[str, str]) -> dict[str, str]:
+    """The names of a checkpoint's ``skipped`` ({name: why it was not saved}) that are news
+    to a person: their own variables.  IPython's history and internals (one entry, named
+    ``<IPython history>``) and modules, which a restore imports again, are left out."""
+    return {
+        name: why
+        for name, why in skipped.items()
+        if not name.startswith("<") and not why.startswith(("module", "IPython"))
+    }
+
+
+class _Reply:
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]):
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
+class CheckpointReply(_Reply):
+    """A checkpoint the kernel wrote."""
+
+    id: str
+    bytes: int  # tensor bytes referenced + the pickle
+    seconds: float
+    bytes_written: int = 0
+    saved: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # name -> why it was not saved
+    lost: dict[str, str] = field(default_factory=dict)  # name -> the checkpoint that has it
+    gpus: int | None = None  # GPUs the kernel holds memory on (None: none in use)
+    gpu_model: str | None = None
+
+
+@dataclass(frozen=True)
+class RestoreReply(_Reply):
+    """A checkpoint the kernel restored (lazily: ``loading`` is still being read)."""
+
+    id: str
+    bytes: int
+    seconds: float
+    restored: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)  # the checkpoint's
+    failed: dict[str, str] = field(default_factory=dict)  # name -> why not restored
+    notes: list[str] = field(default_factory=list)  # e.g. newer checkpoints passed over, and why
+    rerun: list[dict[str, Any]] = field(default_factory=list)  # cells that made unsaved names
+    loading: list[str] = field(default_factory=list)
+    bytes_loading: int = 0
+    gpus: int | None = None
+    gpu_model: str | None = None

@@ -1,0 +1,23 @@
+"""What a pause of a notebook would not save now, asked of its kernel before a person
+pauses by hand (``GET sessions/unsaveable``)."""
+
+from __future__ import annotations
+
+from .kernels import KernelCallError, call_in_kernel
+from .manager import PauseError
+
+
+async def unsaveable(manager, path: str) -> dict[str, str]:
+    """What a pause of ``path`` would not save now ({name: why}), asked of its
+    kernel before a person pauses by hand.  A read: the sessions are not touched."""
+    live = await manager.jupyter_sessions()
+    if path not in live:
+        raise PauseError(f"{path!r} has no running kernel", status=409)
+    kernel_id = live[path]["kernel"]["id"]
+    if manager.execution_state(kernel_id) == "busy":
+        raise PauseError(f"the kernel of {path!r} is busy running a cell", status=409)
+    try:
+        km = manager.kernel_manager.get_kernel(kernel_id)
+        return await call_in_kernel(km, "unsaveable", timeout=min(60, manager.kernel_call_timeout))
+    except (KernelCallError, KeyError) as e:
+        raise PauseError(f"could not ask the kernel of {path!r}: {e}", status=409) from e
