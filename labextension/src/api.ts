@@ -111,6 +111,20 @@ export interface ISessionStatus {
   policy?: IPolicy | null;
   /** A planned resume while paused: "paused · resumes at 08:45". */
   schedule?: IResumeSchedule | null;
+  /**
+   * A saved state the notebook's kernel does not hold: the kernel died (Jupyter
+   * restarted it empty) or the server stopped under it. Resume restores it.
+   */
+  saved_state_unrestored?: ISavedStateUnrestored | null;
+}
+
+export interface ISavedStateUnrestored {
+  /** The checkpoint resume restores. */
+  checkpoint: string;
+  /** When it was saved, in seconds since the epoch. */
+  at: number;
+  /** How the kernel went: "the kernel died", "the server stopped". */
+  lost: string;
 }
 
 /** When a paused notebook resumes by itself (`PUT sessions/schedule`). */

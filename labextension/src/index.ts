@@ -7,13 +7,17 @@
  *   commands, toolbar buttons and Kernel menu items (`schema/plugin.json`);
  * - `jupyter-pause:kernel-guard` no kernel for a paused notebook, and a
  *   question before a cell runs in one;
- * - `jupyter-pause:banner` the banner in a paused or failed notebook;
+ * - `jupyter-pause:banner` the banner in a paused or failed notebook, or one
+ *   whose kernel lost its state while a saved state exists;
  * - `jupyter-pause:status-item` the status bar item and its popover;
  * - `jupyter-pause:auto-pause` auto-pause warnings and notices;
+ * - `jupyter-pause:connection-lost` on JupyterHub, "this server was paused"
+ *   instead of "server unavailable" when the server stopped for a pause;
  * - `jupyter-pause:snapshots` the "Saved state" side panel;
  * - `jupyter-pause:report` the GPU-time report.
  */
 import {
+  IConnectionLost,
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
@@ -27,6 +31,7 @@ import { Token } from '@lumino/coreutils';
 import { PauseActions } from './actions';
 import { AutoPauseNotices } from './autopause';
 import { PauseBanners } from './banner';
+import { pauseAwareConnectionLost } from './connectionlost';
 import { pauseIcon, resumeIcon, snapshotsIcon } from './icons';
 import { KernelGuard } from './kernelguard';
 import { PauseStatusModel } from './model';
@@ -255,6 +260,25 @@ const autoPausePlugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
+const connectionLostPlugin: JupyterFrontEndPlugin<IConnectionLost> = {
+  id: 'jupyter-pause:connection-lost',
+  description:
+    'On JupyterHub, a server that paused itself says so when its connection drops.',
+  autoStart: true,
+  provides: IConnectionLost,
+  requires: [IPauseStatusModel, JupyterFrontEnd.IPaths],
+  optional: [ITranslator],
+  activate: (
+    _app,
+    model: PauseStatusModel,
+    paths: JupyterFrontEnd.IPaths,
+    translator: ITranslator | null
+  ) => {
+    const trans = (translator ?? nullTranslator).load(DOMAIN);
+    return pauseAwareConnectionLost(model, paths, trans);
+  }
+};
+
 const snapshotsPlugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-pause:snapshots',
   description:
@@ -324,6 +348,7 @@ export default [
   rerunPlugin,
   statusPlugin,
   autoPausePlugin,
+  connectionLostPlugin,
   snapshotsPlugin,
   reportPlugin
 ];
