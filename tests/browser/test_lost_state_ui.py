@@ -91,13 +91,11 @@ def test_a_server_killed_under_a_live_notebook_offers_the_saved_state_after_its_
     banner.get_by_role("button", name="Resume from it").click()
     wait_status(page, "Pause: Resumed")
     banner.wait_for(state="hidden")
-    try:
-        assert "42" in run_cell(page, 1, "42")
-    except Exception:
-        page.screenshot(path="/tmp/i26-banner-fail.png")
-        print("DBG", session_of(lab, "stopped.ipynb"), lab.api("GET", "api/sessions"))
-        print("DBG", current_cells(page).nth(1).inner_text())
-        raise
+    # the state is back in the kernel the notebook holds (asked directly: a cell run
+    # here can be lost while JupyterLab holds two sessions for the notebook, which it
+    # sometimes makes when it reopens one after a server restart: issue #26, item 1)
+    kernel_id = session_of(lab, "stopped.ipynb")["kernel_id"]
+    assert lab.client.evaluate(kernel_id, "print(answer)") == 42
 
 
 def test_percent_pause_saves_the_notebook_file(lab, page):
