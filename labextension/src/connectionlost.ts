@@ -1,8 +1,9 @@
 /**
  * On JupyterHub a pause stops the whole server (the `jupyterhub` backend), so
  * the page loses its connection: JupyterLab would say "Server unavailable or
- * unreachable… restart?", as for a crash.  When the last status said this
- * server was pausing itself, say that instead (when, why) and offer to start
+ * unreachable… restart?", as for a crash.  When the last status or the
+ * server's own events (Jupyter's event bus) said it was pausing itself, say
+ * that instead (when, why) and offer to start
  * it: the Hub's spawn page, in this tab, so that no stale dialog stays on top
  * of the restarted page.  Any other lost connection is JupyterLab's to tell:
  * the Hub's restart question on a hub, else JupyterLab's default dialog.
@@ -14,6 +15,7 @@ import {
 } from '@jupyterlab/application';
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { URLExt } from '@jupyterlab/coreutils';
+import { Event } from '@jupyterlab/services';
 import { TranslationBundle } from '@jupyterlab/translation';
 
 import { IStatus, PauseState } from './api';
@@ -30,21 +32,39 @@ export interface ISelfPause {
   why: string;
 }
 
-/** Whether the last status said this server was pausing itself on JupyterHub. */
+/** The server's lifecycle events on Jupyter's event bus (server/app.py). */
+const EVENT_SCHEMA = 'https://events.jupyter.org/jupyter_pause/lifecycle/v1';
+
+/** A pause of this server, as its events told it (before its status could). */
+interface IPauseUnderWay {
+  path: string;
+  auto: boolean;
+}
+
+/**
+ * Whether this server was pausing itself on JupyterHub when its connection
+ * dropped: the last status showed a pause under way, or its events did (a
+ * small notebook's pause can end between two polls).
+ */
 export function selfPause(
   status: IStatus | null,
+  underWay: IPauseUnderWay | null,
   trans: TranslationBundle
 ): ISelfPause | null {
   if (status?.backend.name !== 'jupyterhub') {
     return null;
   }
   const session = status.sessions.find(
-    s => s.operation?.kind === 'pause' && PAUSING.includes(s.state)
+    s =>
+      (s.operation?.kind === 'pause' && PAUSING.includes(s.state)) ||
+      s.path === underWay?.path
   );
-  const options = session?.operation?.options;
-  if (!session || !options) {
+  if (!session) {
     return null;
   }
+  const options = PAUSING.includes(session.state)
+    ? (session.operation?.options ?? {})
+    : { auto: underWay?.auto };
   let why: string;
   if (options.auto) {
     const threshold = session.policy?.idle_threshold;
@@ -54,9 +74,30 @@ export function selfPause(
   } else if (options.after_cell) {
     why = trans.__('by %%pause');
   } else {
-    why = trans.__('paused by you');
+    why = trans.__('paused on request');
   }
   return { at: Date.now() / 1000, why };
+}
+
+/** Follow the server's events: a pause requested, and one that did not happen. */
+function followPauses(
+  events: Event.IManager,
+  onChange: (underWay: IPauseUnderWay | null) => void
+): void {
+  events.stream.connect((_, event) => {
+    if (event.schema_id !== EVENT_SCHEMA) {
+      return;
+    }
+    const data = (event.data ?? {}) as Record<string, unknown>;
+    if (event.type === 'pause-requested') {
+      onChange({ path: String(event.path), auto: data.auto === true });
+    } else if (
+      (event.type === 'operation-failed' && data.operation === 'pause') ||
+      (event.type === 'state-changed' && data.to === 'running')
+    ) {
+      onChange(null); // the pause did not happen: the kernels run on
+    }
+  });
 }
 
 /** The Hub's page that starts this very server (`/hub/spawn/USER[/NAME]`). */
@@ -75,15 +116,18 @@ export function spawnUrl(paths: JupyterFrontEnd.IPaths): string {
 
 export function pauseAwareConnectionLost(
   model: PauseStatusModel,
+  events: Event.IManager,
   paths: JupyterFrontEnd.IPaths,
   trans: TranslationBundle
 ): IConnectionLost {
   let showing = false;
   let dismissed = false;
   let paused: ISelfPause | null = null;
+  let underWay: IPauseUnderWay | null = null;
+  followPauses(events, pause => (underWay = pause));
   return async (manager, error, translator) => {
     // the first failure decides: later ones come after the status is stale
-    paused = paused ?? selfPause(model.status, trans);
+    paused = paused ?? selfPause(model.status, underWay, trans);
     if (!paused) {
       return paths.urls.hubPrefix
         ? askToRestart(paths, trans)

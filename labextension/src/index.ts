@@ -269,13 +269,14 @@ const connectionLostPlugin: JupyterFrontEndPlugin<IConnectionLost> = {
   requires: [IPauseStatusModel, JupyterFrontEnd.IPaths],
   optional: [ITranslator],
   activate: (
-    _app,
+    app: JupyterFrontEnd,
     model: PauseStatusModel,
     paths: JupyterFrontEnd.IPaths,
     translator: ITranslator | null
   ) => {
     const trans = (translator ?? nullTranslator).load(DOMAIN);
-    return pauseAwareConnectionLost(model, paths, trans);
+    const events = app.serviceManager.events;
+    return pauseAwareConnectionLost(model, events, paths, trans);
   }
 };
 
