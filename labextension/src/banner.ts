@@ -4,9 +4,10 @@
  * "Paused automatically at 12:31 after 30 min idle · saved state 1.9 GB ·
  * [Resume]".  The modal question is kept for the moment a cell is run.
  *
- * A running notebook whose kernel went without a pause (it died, the server
- * stopped) while a saved state exists says so too, until resumed or dismissed:
- * "Saved state from 14:17 · [Resume from it] · [Dismiss]".
+ * A notebook whose kernel lost its state without a pause (it died, the server
+ * stopped under it) while a checkpoint still has it says so instead, until
+ * resumed or dismissed: "Saved state from 14:17 · the kernel died (…) ·
+ * [Resume from it] · [Dismiss]".
  */
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { Widget } from '@lumino/widgets';
@@ -36,8 +37,12 @@ export class PauseBanner extends Widget {
     const trans = this._actions.trans;
     const state = session?.state;
     const unrestored = session?.saved_state_unrestored;
-    if (session && unrestored && !dismissed.has(dismissKey(session))) {
-      this._renderUnrestored(session, unrestored);
+    if (session && unrestored) {
+      if (dismissed.has(dismissKey(session))) {
+        this.hide();
+      } else {
+        this._renderUnrestored(session, unrestored);
+      }
       return;
     }
     if (!session || (state !== 'paused' && state !== 'failed')) {
@@ -95,12 +100,12 @@ export class PauseBanner extends Widget {
     const text = document.createElement('span');
     text.className = 'jp-PauseBanner-text';
     text.textContent = trans.__(
-      'Saved state from %1 · %2, and this kernel does not hold it',
+      'Saved state from %1 · %2',
       formatTime(unrestored.at),
-      unrestored.lost
+      shortReason(unrestored.lost)
     );
     const resume = this._button(trans.__('Resume from it'), () =>
-      this._actions.resume(this._panel)
+      this._actions.resume(this._panel, unrestored.checkpoint)
     );
     resume.disabled = !this._actions.isIdle(session.path);
     const dismiss = this._button(trans.__('Dismiss'), () => {

@@ -14,6 +14,7 @@ import pytest
 from ..helpers import wait_for
 from .conftest import (
     current_cells,
+    jupyter_kernels_for,
     run_cell,
     session_of,
     wait_resumed,
@@ -44,6 +45,13 @@ def restart_kernel_from_the_menu(page):
     page.locator(".jp-Dialog").get_by_role("button", name="Confirm Kernel Restart").click()
 
 
+def next_status(page):
+    """Wait for the page's next ``GET status`` answer (its poll): what it shows after
+    that is what it makes of the server's state now."""
+    with page.expect_response(lambda r: "jupyter-pause/api/status" in r.url, timeout=60_000):
+        pass
+
+
 def test_a_killed_kernel_offers_the_saved_state_and_a_restart_asked_for_does_not(lab, page):
     pid = open_with_state(lab, page, "killed.ipynb")
     banner = page.locator(BANNER)
@@ -51,13 +59,16 @@ def test_a_killed_kernel_offers_the_saved_state_and_a_restart_asked_for_does_not
     # Kernel > Restart: the user chose an empty kernel, nothing is offered
     restart_kernel_from_the_menu(page)
     run_cell(page, 0, "pid")  # the new kernel runs (and holds the state again)
-    assert session_of(lab, "killed.ipynb")["saved_state_unrestored"] is None
+    session = session_of(lab, "killed.ipynb")
+    assert session["saved_state_unrestored"] is None and session["state"] == "running"
+    next_status(page)
     assert not banner.is_visible()
     output = current_cells(page).nth(0).locator(".jp-OutputArea").inner_text()
     pid = int(output.split()[-1])
     op = lab.api("POST", "jupyter-pause/api/sessions/checkpoint", {"path": "killed.ipynb"})
     assert lab.client.wait(op["operation"])["outcome"] == "succeeded"
     saved = session_of(lab, "killed.ipynb")["last_checkpoint"]
+    kernel_id = session_of(lab, "killed.ipynb")["kernel_id"]
 
     # SIGKILL, as the OOM killer sends it: Jupyter restarts the kernel empty
     os.kill(pid, signal.SIGKILL)
@@ -66,13 +77,25 @@ def test_a_killed_kernel_offers_the_saved_state_and_a_restart_asked_for_does_not
     ).click(timeout=120_000)
     banner.get_by_text("Saved state from").wait_for(timeout=60_000)
     assert "the kernel died" in banner.inner_text()
-    assert session_of(lab, "killed.ipynb")["saved_state_unrestored"]["checkpoint"] == saved["id"]
-    assert banner.get_by_role("button", name="Dismiss").is_visible()
+    session = session_of(lab, "killed.ipynb")
+    assert session["state"] == "failed", session
+    assert session["saved_state_unrestored"]["checkpoint"] == saved["id"]
+
+    # dismissed, it stays away in this page; the notebook opened again offers it again
+    banner.get_by_role("button", name="Dismiss").click()
+    banner.wait_for(state="hidden")
+    next_status(page)
+    assert not banner.is_visible()
+    page.goto(lab.lab_url("killed.ipynb"))
+    banner.get_by_text("Saved state from").wait_for(timeout=60_000)
 
     banner.get_by_role("button", name="Resume from it").click()
     wait_status(page, "Pause: Resumed")  # "Live" before the resume began
     banner.wait_for(state="hidden")
+    # restored into the kernel Jupyter restarted for the notebook, which the tab follows
+    assert session_of(lab, "killed.ipynb")["kernel_id"] == kernel_id
     assert "42" in run_cell(page, 1, "42")
+    assert jupyter_kernels_for(lab, "killed.ipynb") == [kernel_id]
 
 
 def test_a_server_killed_under_a_live_notebook_offers_the_saved_state_after_its_restart(
@@ -88,14 +111,15 @@ def test_a_server_killed_under_a_live_notebook_offers_the_saved_state_after_its_
     banner = page.locator(BANNER)
     banner.get_by_text("Saved state from").wait_for(timeout=120_000)
     assert "the server stopped" in banner.inner_text()
+    assert jupyter_kernels_for(lab, "stopped.ipynb") == []  # never an empty kernel meanwhile
     banner.get_by_role("button", name="Resume from it").click()
     wait_status(page, "Pause: Resumed")
     banner.wait_for(state="hidden")
-    # the state is back in the kernel the notebook holds (asked directly: a cell run
-    # here can be lost while JupyterLab holds two sessions for the notebook, which it
-    # sometimes makes when it reopens one after a server restart: issue #26, item 1)
+    # the state is back in the notebook's one kernel, and the tab runs in it
     kernel_id = session_of(lab, "stopped.ipynb")["kernel_id"]
     assert lab.client.evaluate(kernel_id, "print(answer)") == 42
+    assert "42" in run_cell(page, 1, "42")
+    assert jupyter_kernels_for(lab, "stopped.ipynb") == [kernel_id]
 
 
 def test_percent_pause_saves_the_notebook_file(lab, page):
