@@ -5,8 +5,10 @@
  * server's own events (Jupyter's event bus) said it was pausing itself, say
  * that instead (when, why) and offer to start
  * it: the Hub's spawn page, in this tab, so that no stale dialog stays on top
- * of the restarted page.  Any other lost connection is JupyterLab's to tell:
- * the Hub's restart question on a hub, else JupyterLab's default dialog.
+ * of the restarted page, which then resumes the notebooks the pause stopped
+ * that it has open (:func:`resumeAfterStart`).  Any other lost connection is
+ * JupyterLab's to tell: the Hub's restart question on a hub, else JupyterLab's
+ * default dialog.
  */
 import {
   ConnectionLost,
@@ -18,6 +20,9 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { Event } from '@jupyterlab/services';
 import { TranslationBundle } from '@jupyterlab/translation';
 
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+
+import { PauseActions, surfaceErrors } from './actions';
 import { IStatus, PauseState } from './api';
 import { formatDuration, formatTime } from './labels';
 import { PauseStatusModel } from './model';
@@ -30,7 +35,18 @@ export interface ISelfPause {
   at: number;
   /** Why, in words: "idle 2 h", "%pause", "paused by you". */
   why: string;
+  /** The notebooks the pause stopped (every live one: the server stops). */
+  paths: string[];
 }
+
+/** The states of a notebook with a kernel, which a pause of the server stops. */
+const LIVE: readonly PauseState[] = ['running', 'ready', ...PAUSING];
+
+/**
+ * Where "Start and resume" leaves the notebooks to resume for the restarted page
+ * (this tab's session storage: the Hub's pages and the server share its origin).
+ */
+const RESUME_AFTER_START = 'jupyter-pause:resume-after-start';
 
 /** The server's lifecycle events on Jupyter's event bus (server/app.py). */
 const EVENT_SCHEMA = 'https://events.jupyter.org/jupyter_pause/lifecycle/v1';
@@ -76,7 +92,10 @@ export function selfPause(
   } else {
     why = trans.__('paused on request');
   }
-  return { at: Date.now() / 1000, why };
+  const paths = status.sessions
+    .filter(s => LIVE.includes(s.state) || s.path === underWay?.path)
+    .map(s => s.path);
+  return { at: Date.now() / 1000, why, paths };
 }
 
 /** Follow the server's events: a pause requested, and one that did not happen. */
@@ -100,18 +119,21 @@ function followPauses(
   });
 }
 
-/** The Hub's page that starts this very server (`/hub/spawn/USER[/NAME]`). */
-export function spawnUrl(paths: JupyterFrontEnd.IPaths): string {
+/**
+ * The Hub's page that starts this very server (`/hub/spawn/USER[/NAME]`);
+ * with `next`, the page of this server it then opens.
+ */
+export function spawnUrl(paths: JupyterFrontEnd.IPaths, next?: string): string {
   const urls = paths.urls;
-  return (
+  const spawn =
     (urls.hubHost ?? '') +
     URLExt.join(
       urls.hubPrefix ?? '/hub/',
       'spawn',
       urls.hubUser ?? '',
       urls.hubServerName ?? ''
-    )
-  );
+    );
+  return next ? spawn + URLExt.objectToQueryString({ next }) : spawn;
 }
 
 export function pauseAwareConnectionLost(
@@ -151,7 +173,11 @@ export function pauseAwareConnectionLost(
         ]
       });
       if (answer.button.accept) {
-        window.location.href = spawnUrl(paths);
+        window.sessionStorage.setItem(
+          RESUME_AFTER_START,
+          JSON.stringify(paused.paths)
+        );
+        window.location.href = spawnUrl(paths, window.location.pathname);
       } else {
         dismissed = true;
       }
@@ -190,4 +216,43 @@ async function askToRestart(
   } finally {
     asking = false;
   }
+}
+
+/**
+ * The page that "Start and resume" opened: resume the notebooks the pause
+ * stopped that are open here, once the restarted server says they are paused
+ * (with `resume_on_start` it resumes them itself, and nothing is left to do).
+ */
+export async function resumeAfterStart(
+  actions: PauseActions,
+  notebooks: INotebookTracker,
+  restored: Promise<void>
+): Promise<void> {
+  const remembered = window.sessionStorage.getItem(RESUME_AFTER_START);
+  if (remembered === null) {
+    return;
+  }
+  window.sessionStorage.removeItem(RESUME_AFTER_START);
+  let paths: string[];
+  try {
+    paths = JSON.parse(remembered);
+  } catch {
+    return;
+  }
+  await restored; // the workspace's notebooks are open
+  const resume = async (panel: NotebookPanel) => {
+    await panel.context.ready;
+    const session = await actions.model.fetchSession(panel.context.path);
+    if (session?.state === 'paused') {
+      await actions.resume(panel);
+    }
+  };
+  notebooks.forEach(panel => {
+    if (paths.includes(panel.context.path)) {
+      surfaceErrors(
+        resume(panel),
+        actions.trans.__('Resuming %1 failed', panel.context.path)
+      );
+    }
+  });
 }

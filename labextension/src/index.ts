@@ -13,6 +13,8 @@
  * - `jupyter-pause:auto-pause` auto-pause warnings and notices;
  * - `jupyter-pause:connection-lost` on JupyterHub, "this server was paused"
  *   instead of "server unavailable" when the server stopped for a pause;
+ * - `jupyter-pause:resume-after-start` its "Start and resume": the restarted
+ *   page resumes the notebooks the pause stopped;
  * - `jupyter-pause:snapshots` the "Saved state" side panel;
  * - `jupyter-pause:report` the GPU-time report.
  */
@@ -31,7 +33,7 @@ import { Token } from '@lumino/coreutils';
 import { PauseActions } from './actions';
 import { AutoPauseNotices } from './autopause';
 import { PauseBanners } from './banner';
-import { pauseAwareConnectionLost } from './connectionlost';
+import { pauseAwareConnectionLost, resumeAfterStart } from './connectionlost';
 import { pauseIcon, resumeIcon, snapshotsIcon } from './icons';
 import { KernelGuard } from './kernelguard';
 import { PauseStatusModel } from './model';
@@ -280,6 +282,21 @@ const connectionLostPlugin: JupyterFrontEndPlugin<IConnectionLost> = {
   }
 };
 
+const resumeAfterStartPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-pause:resume-after-start',
+  description:
+    'On JupyterHub, "Start and resume" resumes the notebooks the pause stopped.',
+  autoStart: true,
+  requires: [IPauseActions, INotebookTracker],
+  activate: (
+    app: JupyterFrontEnd,
+    actions: PauseActions,
+    notebooks: INotebookTracker
+  ) => {
+    void resumeAfterStart(actions, notebooks, app.restored);
+  }
+};
+
 const snapshotsPlugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-pause:snapshots',
   description:
@@ -350,6 +367,7 @@ export default [
   statusPlugin,
   autoPausePlugin,
   connectionLostPlugin,
+  resumeAfterStartPlugin,
   snapshotsPlugin,
   reportPlugin
 ];
