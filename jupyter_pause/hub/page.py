@@ -177,7 +177,10 @@ class PausedHandler(ServiceHandler):
             raise web.HTTPError(
                 400, reason="the body must be JSON with 'at' (epoch seconds) and 'reason'"
             ) from None
-        self.service.paused_itself(user, name, at, reason)
+        try:
+            self.service.paused_itself(user, name, at, reason)
+        except ValueError as e:
+            raise web.HTTPError(400, reason=str(e)) from None
         self.set_status(204)
         self.finish()
 

@@ -358,8 +358,13 @@ class PauseService(Application):
 
     def paused_itself(self, user: str, name: str, at: float, reason: str) -> None:
         """A server told us it paused itself (its idle policy, ``%pause``, its
-        user), the Hub stopping it: the page says ``paused``, with its reason."""
+        user), the Hub stopping it: the page says ``paused``, with its reason.
+        ``at`` must be a date, from a day ago to a minute ahead (clocks differ):
+        ValueError otherwise, as every admin sees it."""
         now = time.time()
+        problem = schedule_problem(at, now, ahead=60)
+        if problem:
+            raise ValueError(problem)
         self.records.update(
             f"{user}/{name}",
             state="paused",

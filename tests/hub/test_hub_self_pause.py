@@ -52,3 +52,27 @@ def test_a_server_that_paused_itself_is_paused_on_the_admin_page_with_its_reason
     assert code == 200
     assert "<td class='paused'>paused</td>" in page
     assert "paused automatically: idle at " in page
+
+
+def test_a_pause_is_reported_only_by_its_owner_and_with_a_date(hub_factory):
+    hub = hub_factory(service={"timeout": 3600, "check_interval": 60})
+    hub.start()
+    for user in ("alice", "bob"):
+        hub.add_user(user)
+    code, token = hub.api(
+        "POST", "users/alice/tokens", {"scopes": ["access:services!service=jupyter-pause"]}
+    )
+    assert code == 201, token
+    report = {"at": time.time(), "reason": "paused by its user"}
+    url = f"{hub.service_url}api/pauses"
+    code, body = hub.request("PUT", f"{url}/bob/", report, token=token["token"])
+    assert code == 403, body  # alice may not say bob's server paused
+    for at in (float("nan"), 1e300, time.time() + 3600):
+        code, body = hub.request("PUT", f"{url}/alice/", {"at": at}, token=token["token"])
+        assert code == 400 and "'at' must be epoch seconds between" in body["message"], body
+    code, body = hub.request("PUT", f"{url}/alice/", {"reason": "x"}, token=token["token"])
+    assert code == 400, body
+    code, _ = hub.request("PUT", f"{url}/alice/", report, token=token["token"])
+    assert code == 204
+    row = service_row(hub, "alice")
+    assert row["state"] == "paused" and row["reason"] == "paused by its user", row
