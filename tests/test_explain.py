@@ -50,6 +50,11 @@ def test_a_lost_kernels_saved_state_is_offered_where_resume_can_restore_it():
     session.state = State.FAILED
     session.operation = Operation(kind="resume", path="n.ipynb")
     assert saved_state_unrestored(session) is None
+    # resuming it failed: the failed resume's banner offers the checkpoints that verify
+    session.operation.outcome = "failed"
+    assert saved_state_unrestored(session) is None
+    session.operation = Operation(kind="checkpoint", path="n.ipynb", outcome="failed")
+    assert saved_state_unrestored(session)["checkpoint"] == "2026-12-01T09-30-00-2"
     # a checkpoint of the new kernel recorded the loss: nothing left to offer
     session.operation = None
     session.lost = LostState(why="the kernel died", names={"x": saved["id"]})

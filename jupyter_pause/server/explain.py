@@ -39,9 +39,13 @@ def saved_state_unrestored(session: Session) -> dict[str, Any] | None:
     died, or the server stopped under it) and a checkpoint still has the state it
     held (:attr:`Session.lost`): the notebook offers that saved state back, and
     resume restores it.  None after a restart or shutdown someone asked for, once
-    a resume restored it, and once a checkpoint of the new kernel recorded the loss."""
-    lost = session.lost
+    a resume restored it, once a checkpoint of the new kernel recorded the loss,
+    and once resuming it failed (the failed resume's own offer, of the checkpoints
+    that verify, takes over)."""
+    lost, op = session.lost, session.operation
     if lost is None or lost.checkpoint is None or session.busy:
+        return None
+    if op is not None and op.kind == "resume" and op.outcome == "failed":
         return None
     if session.state not in OPERATION_STATES["resume"]:
         return None
