@@ -4,8 +4,9 @@ GET checkpoints?verify=1 says which saved states can be resumed from."""
 from pathlib import Path
 
 from jupyter_pause.engine import store as checkpoint_store
-from jupyter_pause.lifecycle import Operation, Session, State
-from jupyter_pause.server.explain import paused_by
+from jupyter_pause.engine.paths import id_time
+from jupyter_pause.lifecycle import LostState, Operation, Session, State
+from jupyter_pause.server.explain import paused_by, saved_state_unrestored
 
 from .helpers import api, execute, operate, session_status, start_session, wait_for_state
 
@@ -25,6 +26,39 @@ def test_who_paused_a_notebook():
     running = paused_session(auto=True)
     running.state = State.RUNNING
     assert paused_by(running) is None
+
+
+def test_a_lost_kernels_saved_state_is_offered_where_resume_can_restore_it():
+    saved = {"id": "2026-12-02T14-17-05", "time": 1796221025.5, "bytes": 10}
+    session = Session(path="n.ipynb", state=State.FAILED, last_checkpoint=saved)
+    assert saved_state_unrestored(session) is None  # failed, nothing lost: no offer
+    session.lost = LostState(why="the kernel died (it is gone)", checkpoint=saved["id"])
+    assert saved_state_unrestored(session) == {
+        "checkpoint": saved["id"],
+        "at": saved["time"],
+        "lost": "the kernel died (it is gone)",
+    }
+    session.state = State.PAUSED  # re-paused on it at start-up
+    assert saved_state_unrestored(session)["checkpoint"] == saved["id"]
+    # an older checkpoint than the last one: its time is read from its id
+    session.lost.checkpoint = "2026-12-01T09-30-00-2"
+    assert saved_state_unrestored(session)["at"] == id_time("2026-12-01T09-30-00")
+    assert id_time("2026-12-01T09-30-00") == 1796117400.0
+    # a kernel that runs (a new one, started on purpose), or a resume under way
+    session.state = State.RUNNING
+    assert saved_state_unrestored(session) is None
+    session.state = State.FAILED
+    session.operation = Operation(kind="resume", path="n.ipynb")
+    assert saved_state_unrestored(session) is None
+    # resuming it failed: the failed resume's banner offers the checkpoints that verify
+    session.operation.outcome = "failed"
+    assert saved_state_unrestored(session) is None
+    session.operation = Operation(kind="checkpoint", path="n.ipynb", outcome="failed")
+    assert saved_state_unrestored(session)["checkpoint"] == "2026-12-01T09-30-00-2"
+    # a checkpoint of the new kernel recorded the loss: nothing left to offer
+    session.operation = None
+    session.lost = LostState(why="the kernel died", names={"x": saved["id"]})
+    assert saved_state_unrestored(session) is None
 
 
 async def test_status_names_who_paused_and_the_policy(jp_fetch, jp_serverapp, notebook_path):

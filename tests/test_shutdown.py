@@ -120,6 +120,8 @@ def test_a_kernel_busy_past_the_grace_is_named_and_the_next_server_says_it_faile
     client = server.start()
     hold_state(client, NOTEBOOKS[0], 1)
     busy = hold_state(client, NOTEBOOKS[1], 2)
+    assert client.wait(client.checkpoint(NOTEBOOKS[1]))["outcome"] == "succeeded"
+    busy_saved = client.session_status(NOTEBOOKS[1])["last_checkpoint"]["id"]
 
     def long_cell():
         with contextlib.suppress(Exception):  # the server stops under it
@@ -140,5 +142,7 @@ def test_a_kernel_busy_past_the_grace_is_named_and_the_next_server_says_it_faile
     assert saved["state"] == "paused" and saved["paused_by"] == "server-shutdown"
     assert lost["state"] == "failed" and lost["kernel_id"] is None, lost
     assert "not saved" in lost["error"]
+    # the state its checkpoint has is offered back
+    assert lost["saved_state_unrestored"]["checkpoint"] == busy_saved, lost
     [event] = [e for e in client.events() if e["type"] == "not-saved"]
     assert event["path"] == NOTEBOOKS[1] and event["data"]["why"] == "kernel busy"

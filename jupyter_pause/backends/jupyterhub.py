@@ -60,6 +60,19 @@ def running_under_hub(environ=None) -> bool:
     return all(environ.get(name) for name in HUB_ENV)
 
 
+def pause_reason(sessions) -> str:
+    """Why the server pauses, from the pause operation that asked for it."""
+    ops = [s.operation for s in sessions if s.operation and s.operation.kind == "pause"]
+    options = ops[0].options if ops else {}
+    if options.get("auto"):
+        why = "paused automatically: idle"
+    elif options.get("after_cell"):
+        why = "paused by %pause"
+    else:
+        why = "paused by its user"
+    return f"{why} ({options['reason']})" if options.get("reason") else why
+
+
 class JupyterHubBackend(PauseBackend):
     """Pause by having the Hub stop the whole single-user server."""
 
@@ -235,7 +248,24 @@ class JupyterHubBackend(PauseBackend):
             notebooks=notebooks,
         )
         self.log.info("jupyter-pause: the Hub is stopping %s (%s)", self.server, answer)
+        await self.tell_service(pause_reason(sessions), requested)
         return ReleaseFacts(details={"server": self.server, "hub_answer": answer})
+
+    async def tell_service(self, reason: str, at: float) -> None:
+        """Tell the ``jupyter-pause-hub`` service that this server paused itself,
+        when and why, so that its admin page says ``paused`` and not ``stopped``
+        (``PUT api/pauses/{user}/{server}``).  Best effort, once the Hub has
+        committed to the stop: the pause never waits long on it."""
+        from ..hub.api import HubError, fetch_json
+
+        if not self.service_url:
+            return
+        url = f"{self.service_url.rstrip('/')}/api/pauses/{self.user}/{self.server_name}"
+        body = {"at": at, "reason": reason}
+        try:
+            await fetch_json(url, os.environ.get("JUPYTERHUB_API_TOKEN", ""), "PUT", body, 5)
+        except (HubError, OSError, TimeoutError) as e:
+            self.log.warning("jupyter-pause: the hub service was not told of the pause: %s", e)
 
     @staticmethod
     def _shut_down_gracefully_on_sigint():

@@ -28,6 +28,7 @@ import pwd
 import re
 import stat
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import xxhash
@@ -201,6 +202,12 @@ def id_sort_key(checkpoint_id: str) -> tuple[str, int]:
         return (checkpoint_id, 0)
     base = checkpoint_id[:19]
     return (base, int(m.group(1) or 1))
+
+
+def id_time(checkpoint_id: str) -> float:
+    """When a checkpoint was taken, from its id (UTC to the second), in epoch seconds."""
+    taken = datetime.strptime(checkpoint_id[:19], "%Y-%m-%dT%H-%M-%S")
+    return taken.replace(tzinfo=timezone.utc).timestamp()
 
 
 def check_id(checkpoint_id: str) -> str:

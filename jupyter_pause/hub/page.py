@@ -47,6 +47,13 @@ class ServiceHandler(HubOAuthenticated, web.RequestHandler):
         if not await self.is_admin():
             raise web.HTTPError(403, reason="only the Hub's admins may see and act on servers")
 
+    async def check_owner(self, user: str) -> None:
+        me = self.current_user or {}
+        if (
+            me.get("kind", "user") != "user" or me.get("name") != user
+        ) and not await self.is_admin():
+            raise web.HTTPError(403, reason=f"only {user} or an admin may schedule {user}'s server")
+
     async def servers(self) -> list[dict]:
         try:
             return await self.service.servers()
@@ -127,13 +134,6 @@ class ScheduleHandler(ServiceHandler):
     their own servers, an admin anyone's.
     """
 
-    async def check_owner(self, user: str) -> None:
-        me = self.current_user or {}
-        if (
-            me.get("kind", "user") != "user" or me.get("name") != user
-        ) and not await self.is_admin():
-            raise web.HTTPError(403, reason=f"only {user} or an admin may schedule {user}'s server")
-
     @web.authenticated
     async def put(self, user: str, name: str):
         await self.check_owner(user)
@@ -155,6 +155,32 @@ class ScheduleHandler(ServiceHandler):
     async def delete(self, user: str, name: str):
         await self.check_owner(user)
         self.service.cancel_schedule(user, name)
+        self.set_status(204)
+        self.finish()
+
+    def write_error(self, status_code, **kwargs):
+        self.write_json({"message": self._reason, "status": status_code}, status=status_code)
+
+
+class PausedHandler(ServiceHandler):
+    """``PUT api/pauses/{user}/{server}``: a server that pauses itself says so
+    (its own token, as for a schedule), with when and why, before it stops."""
+
+    @web.authenticated
+    async def put(self, user: str, name: str):
+        await self.check_owner(user)
+        try:
+            body = json.loads(self.request.body or b"{}")
+            at = float(body["at"])
+            reason = str(body.get("reason") or "paused itself")[:200]
+        except (ValueError, KeyError, TypeError):
+            raise web.HTTPError(
+                400, reason="the body must be JSON with 'at' (epoch seconds) and 'reason'"
+            ) from None
+        try:
+            self.service.paused_itself(user, name, at, reason)
+        except ValueError as e:
+            raise web.HTTPError(400, reason=str(e)) from None
         self.set_status(204)
         self.finish()
 
@@ -186,6 +212,8 @@ class AdminPage(ServiceHandler):
             else:
                 button = ""
             note = s.get("error") or s.get("decision") or ""
+            if s["state"] == "paused" and s.get("reason"):
+                note = f"{s['reason']} at {when(s['paused_at'])}"
             if s.get("resumes_at") and s["state"] != "running":
                 note = f"resumes at {when(s['resumes_at'])}"
             rows.append(

@@ -356,6 +356,25 @@ class PauseService(Application):
         )
         return code
 
+    def paused_itself(self, user: str, name: str, at: float, reason: str) -> None:
+        """A server told us it paused itself (its idle policy, ``%pause``, its
+        user), the Hub stopping it: the page says ``paused``, with its reason.
+        ``at`` must be a date, from a day ago to a minute ahead (clocks differ):
+        ValueError otherwise, as every admin sees it."""
+        now = time.time()
+        problem = schedule_problem(at, now, ahead=60)
+        if problem:
+            raise ValueError(problem)
+        self.records.update(
+            f"{user}/{name}",
+            state="paused",
+            requested=min(at, now),
+            stopped=now,
+            reason=reason,
+            by="self",
+            error=None,
+        )
+
     def cancel_schedule(self, user: str, name: str) -> None:
         key = f"{user}/{name}"
         if key in self.records.servers:  # never a record for a server it never saw
@@ -501,6 +520,7 @@ class PauseService(Application):
             "jupyter_pause": record.get("jupyter_pause"),
             "released_hours_this_week": self.released_hours(record, state, now),
             "paused_at": record.get("stopped") if state == "paused" else None,
+            "reason": record.get("reason") if state == "paused" else None,
             "pause_seconds": record.get("pause_seconds"),
             "decision": record.get("decision"),
             "resumes_at": (record.get("schedule") or {}).get("at"),
@@ -527,6 +547,7 @@ class PauseService(Application):
         from .page import (
             AdminPage,
             MetricsHandler,
+            PausedHandler,
             ScheduleHandler,
             ServerActionHandler,
             ServersHandler,
@@ -544,6 +565,7 @@ class PauseService(Application):
                     ServerActionHandler,
                 ),
                 (url_path_join(prefix, r"api/schedules/([^/]+)/([^/]*)"), ScheduleHandler),
+                (url_path_join(prefix, r"api/pauses/([^/]+)/([^/]*)"), PausedHandler),
             ],
             service=self,
             page_url=prefix,

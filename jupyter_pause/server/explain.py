@@ -15,7 +15,8 @@ from typing import Any
 
 from ..engine import store as checkpoint_store
 from ..engine.errors import CheckpointError
-from ..lifecycle import SHUTDOWN_REASON, Session, State
+from ..engine.paths import id_time
+from ..lifecycle import OPERATION_STATES, SHUTDOWN_REASON, Session, State
 
 
 def paused_by(session: Session) -> str | None:
@@ -32,9 +33,30 @@ def paused_by(session: Session) -> str | None:
     return "user"
 
 
+def saved_state_unrestored(session: Session) -> dict[str, Any] | None:
+    """``{checkpoint, at, lost}`` when the notebook's kernel went without a pause (it
+    died, or the server stopped under it) and a checkpoint still has the state it
+    held (:attr:`Session.lost`): the notebook offers that saved state back, and
+    resume restores it.  None after a restart or shutdown someone asked for, once
+    a resume restored it, once a checkpoint of the new kernel recorded the loss,
+    and once resuming it failed (the failed resume's own offer, of the checkpoints
+    that verify, takes over)."""
+    lost, op = session.lost, session.operation
+    if lost is None or lost.checkpoint is None or session.busy:
+        return None
+    if op is not None and op.kind == "resume" and op.outcome == "failed":
+        return None
+    if session.state not in OPERATION_STATES["resume"]:
+        return None
+    saved = session.last_checkpoint or {}
+    at = saved["time"] if saved.get("id") == lost.checkpoint else id_time(lost.checkpoint)
+    return {"checkpoint": lost.checkpoint, "at": at, "lost": lost.why}
+
+
 async def explain(session: Session, resolve_class=None) -> dict[str, Any]:
-    """The ``paused_by`` and ``policy`` fields of a session in ``GET status``;
-    ``resolve_class`` is the idle watcher's, when auto-pause is on."""
+    """The ``paused_by``, ``policy`` and ``saved_state_unrestored`` fields of a
+    session in ``GET status``; ``resolve_class`` is the idle watcher's, when
+    auto-pause is on."""
     policy = None
     if resolve_class is not None:
         workload_class, _ = await resolve_class(session)
@@ -44,7 +66,11 @@ async def explain(session: Session, resolve_class=None) -> dict[str, Any]:
             "action": workload_class.action,
             "warn_before": workload_class.warn_before,
         }
-    return {"paused_by": paused_by(session), "policy": policy}
+    return {
+        "paused_by": paused_by(session),
+        "policy": policy,
+        "saved_state_unrestored": saved_state_unrestored(session),
+    }
 
 
 def _problem(checkpoint_dir, path: str, checkpoint_id: str) -> str | None:

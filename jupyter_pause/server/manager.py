@@ -78,6 +78,8 @@ BUSY_GRACE = 2.0
 #: seconds before its time a snapshot-restored pod still counts as brought back by its
 #: schedule (a CronJob's minute); earlier, the user resumed it by hand
 SCHEDULE_SLACK = 60.0
+#: why a notebook's state is lost when its kernel stopped with the server, no pause
+SERVER_STOPPED_UNDER_IT = "the server stopped under the kernel, without a pause"
 _TEMPORARY_PATH = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
@@ -961,6 +963,7 @@ class PauseManager:
         session.kernel_id = None
         session.live_state = LiveState.UNKNOWN
         session.resumed_ahead = None
+        session.lost = LostState(why=SERVER_STOPPED_UNDER_IT, checkpoint=holder)
         error = (
             "the server stopped and the kernel with it (anything not saved since is lost); "
             f"the notebook is paused on checkpoint {holder}, where its state came from: "
@@ -984,6 +987,10 @@ class PauseManager:
             if not session.state.has_kernel:
                 self._save()
                 continue
+            if session.state_checkpoint:  # a checkpoint still has the state it held
+                session.lost = LostState(
+                    why=SERVER_STOPPED_UNDER_IT, checkpoint=session.state_checkpoint
+                )
             try:
                 ids = [c["id"] for c in await self.list_checkpoints(session.path)]
             except PauseError:
@@ -1849,6 +1856,10 @@ class PauseManager:
                 "the state since the last checkpoint is lost"
             )
             if op is not None:
+                if session.state_checkpoint:  # a checkpoint still has the state it held
+                    session.lost = LostState(
+                        why=SERVER_STOPPED_UNDER_IT, checkpoint=session.state_checkpoint
+                    )
                 self._move(session, State.FAILED, op, error=f"not saved: {detail}")
                 self._fail(session, op, f"not saved: {detail}")
             return NotSaved(path, why, detail)

@@ -113,6 +113,11 @@ export interface ISessionStatus {
   schedule?: IResumeSchedule | null;
   /** What may start now, as the server decides it (the lifecycle's table). */
   can: IAllowed;
+  /**
+   * A saved state the notebook's kernel does not hold: the kernel died (Jupyter
+   * restarted it empty) or the server stopped under it. Resume restores it.
+   */
+  saved_state_unrestored?: ISavedStateUnrestored | null;
 }
 
 /** The operations a notebook allows now (`can` in `GET status`). */
@@ -120,6 +125,15 @@ export interface IAllowed {
   pause: boolean;
   resume: boolean;
   checkpoint: boolean;
+}
+
+export interface ISavedStateUnrestored {
+  /** The checkpoint resume restores. */
+  checkpoint: string;
+  /** When it was saved, in seconds since the epoch. */
+  at: number;
+  /** How the kernel went: "the kernel died", "the server stopped". */
+  lost: string;
 }
 
 /** When a paused notebook resumes by itself (`PUT sessions/schedule`). */

@@ -1,6 +1,7 @@
 /**
  * Auto-pause, made visible: a warning that counts down live with a "Keep
- * running" button, the notebook file saved before the kernel goes, and a
+ * running" button (also in a notebook just resumed), the notebook file saved
+ * before the kernel goes in any pause this page did not start, and a
  * notice that stays after it happened, saying why.  Also reports errors of
  * operations this page did not start (an auto-pause whose checkpoint
  * failed, a `%pause`), and withdraws them once the notebook recovers.
@@ -37,13 +38,17 @@ export class AutoPauseNotices {
       if (session.state === 'running' || session.state === 'ready') {
         this._actions.dismissErrors(session.path);
       }
-      const autoOp = session.operation?.options?.auto === true;
+      const op = session.operation;
+      const othersPause =
+        op?.kind === 'pause' && !this._actions.ownOperations.has(op.id);
       if (
-        autoOp &&
-        session.state === 'checkpointing' &&
-        before !== 'checkpointing'
+        othersPause &&
+        session.state !== before &&
+        (session.state === 'checkpointing' || session.state === 'paused')
       ) {
-        // the kernel goes next: the file must not
+        // a pause this page did not start (auto, %pause, the CLI, another
+        // tab): the kernel goes, the file must not; saved again once paused
+        // if edited meanwhile
         surfaceErrors(
           this._save(session.path),
           trans.__('Saving %1 failed', session.path)
@@ -66,7 +71,8 @@ export class AutoPauseNotices {
     const warned = new Set<string>();
     for (const session of sessions) {
       const auto = session.auto_pause;
-      if (!auto?.warning || session.state !== 'running') {
+      const live = session.state === 'running' || session.state === 'ready';
+      if (!auto?.warning || !live) {
         continue;
       }
       const path = session.path;

@@ -3,12 +3,17 @@
  * whenever the notebook is seen in that state (not once per page load):
  * "Paused automatically at 12:31 after 30 min idle · saved state 1.9 GB ·
  * [Resume]".  The modal question is kept for the moment a cell is run.
+ *
+ * A notebook whose kernel lost its state without a pause (it died, the server
+ * stopped under it) while a checkpoint still has it says so instead, until
+ * resumed or dismissed: "Saved state from 14:17 · the kernel died (…) ·
+ * [Resume from it] · [Dismiss]".
  */
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { Widget } from '@lumino/widgets';
 
 import { PauseActions, showDetails, surfaceErrors } from './actions';
-import { ISessionStatus, prewarm } from './api';
+import { ISavedStateUnrestored, ISessionStatus, prewarm } from './api';
 import { formatBytes, formatDuration, formatTime, shortReason } from './labels';
 
 export class PauseBanner extends Widget {
@@ -31,6 +36,15 @@ export class PauseBanner extends Widget {
   render(session: ISessionStatus | null): void {
     const trans = this._actions.trans;
     const state = session?.state;
+    const unrestored = session?.saved_state_unrestored;
+    if (session && unrestored) {
+      if (dismissed.has(dismissKey(session))) {
+        this.hide();
+      } else {
+        this._renderUnrestored(session, unrestored);
+      }
+      return;
+    }
     if (!session || (state !== 'paused' && state !== 'failed')) {
       this.hide();
       return;
@@ -74,6 +88,31 @@ export class PauseBanner extends Widget {
       button.disabled = busy;
     }
     this.node.replaceChildren(text, ...buttons);
+    this.show();
+  }
+
+  private _renderUnrestored(
+    session: ISessionStatus,
+    unrestored: ISavedStateUnrestored
+  ): void {
+    const trans = this._actions.trans;
+    this.node.dataset.state = 'unrestored';
+    const text = document.createElement('span');
+    text.className = 'jp-PauseBanner-text';
+    text.textContent = trans.__(
+      'Saved state from %1 · %2',
+      formatTime(unrestored.at),
+      shortReason(unrestored.lost)
+    );
+    const resume = this._button(trans.__('Resume from it'), () =>
+      this._actions.resume(this._panel, unrestored.checkpoint)
+    );
+    resume.disabled = !this._actions.isIdle(session.path);
+    const dismiss = this._button(trans.__('Dismiss'), () => {
+      dismissed.add(dismissKey(session));
+      this.hide();
+    });
+    this.node.replaceChildren(text, resume, dismiss);
     this.show();
   }
 
@@ -137,6 +176,16 @@ export class PauseBanner extends Widget {
     button.onclick = () => surfaceErrors(Promise.resolve().then(act), label);
     return button;
   }
+}
+
+/**
+ * Saved states the user dismissed in this page (notebook and checkpoint): the
+ * banner is not shown again for them until the page is reloaded.
+ */
+const dismissed = new Set<string>();
+
+function dismissKey(session: ISessionStatus): string {
+  return `${session.path}\n${session.saved_state_unrestored?.checkpoint}`;
 }
 
 /** One banner per open notebook, kept in step with the status model. */

@@ -7,13 +7,19 @@
  *   commands, toolbar buttons and Kernel menu items (`schema/plugin.json`);
  * - `jupyter-pause:kernel-guard` no kernel for a paused notebook, and a
  *   question before a cell runs in one;
- * - `jupyter-pause:banner` the banner in a paused or failed notebook;
+ * - `jupyter-pause:banner` the banner in a paused or failed notebook, or one
+ *   whose kernel lost its state while a saved state exists;
  * - `jupyter-pause:status-item` the status bar item and its popover;
  * - `jupyter-pause:auto-pause` auto-pause warnings and notices;
+ * - `jupyter-pause:connection-lost` on JupyterHub, "this server was paused"
+ *   instead of "server unavailable" when the server stopped for a pause;
+ * - `jupyter-pause:resume-after-start` its "Start and resume": the restarted
+ *   page resumes the notebooks the pause stopped;
  * - `jupyter-pause:snapshots` the "Saved state" side panel;
  * - `jupyter-pause:report` the GPU-time report.
  */
 import {
+  IConnectionLost,
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
@@ -27,6 +33,7 @@ import { Token } from '@lumino/coreutils';
 import { PauseActions } from './actions';
 import { AutoPauseNotices } from './autopause';
 import { PauseBanners } from './banner';
+import { pauseAwareConnectionLost, resumeAfterStart } from './connectionlost';
 import { pauseIcon, resumeIcon, snapshotsIcon } from './icons';
 import { KernelGuard } from './kernelguard';
 import { PauseStatusModel } from './model';
@@ -255,6 +262,41 @@ const autoPausePlugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
+const connectionLostPlugin: JupyterFrontEndPlugin<IConnectionLost> = {
+  id: 'jupyter-pause:connection-lost',
+  description:
+    'On JupyterHub, a server that paused itself says so when its connection drops.',
+  autoStart: true,
+  provides: IConnectionLost,
+  requires: [IPauseStatusModel, JupyterFrontEnd.IPaths],
+  optional: [ITranslator],
+  activate: (
+    app: JupyterFrontEnd,
+    model: PauseStatusModel,
+    paths: JupyterFrontEnd.IPaths,
+    translator: ITranslator | null
+  ) => {
+    const trans = (translator ?? nullTranslator).load(DOMAIN);
+    const events = app.serviceManager.events;
+    return pauseAwareConnectionLost(model, events, paths, trans);
+  }
+};
+
+const resumeAfterStartPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-pause:resume-after-start',
+  description:
+    'On JupyterHub, "Start and resume" resumes the notebooks the pause stopped.',
+  autoStart: true,
+  requires: [IPauseActions, INotebookTracker],
+  activate: (
+    app: JupyterFrontEnd,
+    actions: PauseActions,
+    notebooks: INotebookTracker
+  ) => {
+    void resumeAfterStart(actions, notebooks, app.restored);
+  }
+};
+
 const snapshotsPlugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-pause:snapshots',
   description:
@@ -324,6 +366,8 @@ export default [
   rerunPlugin,
   statusPlugin,
   autoPausePlugin,
+  connectionLostPlugin,
+  resumeAfterStartPlugin,
   snapshotsPlugin,
   reportPlugin
 ];

@@ -129,6 +129,7 @@ export class KernelGuard {
       return start();
     }
     const failed = session.state === 'failed';
+    const unrestored = session.saved_state_unrestored;
     const body = document.createElement('div');
     body.className = 'jp-PauseRunDialog';
     const size = session.last_checkpoint
@@ -137,30 +138,38 @@ export class KernelGuard {
           formatBytes(session.last_checkpoint.bytes)
         )
       : '';
-    body.textContent = failed
+    body.textContent = unrestored
       ? trans.__(
-          'Resuming this notebook failed: %1. Resume from a saved state, or run this cell in an empty kernel (your variables will not be there).',
-          shortReason(session.error ?? '')
+          'The kernel of this notebook lost its state without a pause (%1). Its saved state from %2 comes back with Resume. In an empty kernel, this cell would run without your variables.',
+          shortReason(unrestored.lost),
+          formatTime(unrestored.at)
         )
-      : trans.__(
-          'This notebook was paused at %1.%2 In an empty kernel, this cell would run without your variables.',
-          formatTime(session.since),
-          size
-        );
+      : failed
+        ? trans.__(
+            'Resuming this notebook failed: %1. Resume from a saved state, or run this cell in an empty kernel (your variables will not be there).',
+            shortReason(session.error ?? '')
+          )
+        : trans.__(
+            'This notebook was paused at %1.%2 In an empty kernel, this cell would run without your variables.',
+            formatTime(session.since),
+            size
+          );
     const empty = Dialog.warnButton({
       label: trans.__('Run in an empty kernel')
     });
     const resume = Dialog.okButton({ label: trans.__('Resume, then run') });
     const answer = await showDialog({
-      title: failed
-        ? trans.__('This notebook could not be resumed')
-        : trans.__('This notebook is paused'),
+      title: unrestored
+        ? trans.__('This notebook lost its kernel')
+        : failed
+          ? trans.__('This notebook could not be resumed')
+          : trans.__('This notebook is paused'),
       body: body.textContent,
       buttons: [Dialog.cancelButton(), empty, resume],
       defaultButton: 2
     });
     if (answer.button.label === resume.label) {
-      await actions.resume(panel);
+      await actions.resume(panel, unrestored?.checkpoint);
       return false; // the cell runs if the notebook now has its kernel
     }
     if (answer.button.label === empty.label) {
