@@ -1,0 +1,221 @@
+"""What became of the node a pause let go of, on the emulated cluster (fake clock).
+
+The cluster runs a GPU node pool under the emulated cluster autoscaler
+(``k8s_emulator/nodes.py``) on a clock the test moves.  A notebook pauses
+(the real ``GkePodSnapshotBackend.release``), ``jupyter pause follow-nodes``
+looks at its node every minute of the cluster's clock (``follow_round``, as the
+platform's node-follower principal, RBAC enforced), the notebook is resumed
+(``start_resume``, as ``jupyter pause resume``) and the server that comes back
+(``startup``) writes the capacity outcome into its ledger.  Each outcome is
+checked against the emulator's own bookkeeping (``NodeBook``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from conftest import FAST, NAMESPACE, Clock, NodePool, Scenario
+
+from jupyter_pause.backends.kubernetes.client import KubeClient
+from jupyter_pause.backends.kubernetes.follow import follow_round
+from jupyter_pause.backends.kubernetes.podsnapshot import GkePodSnapshotBackend
+from jupyter_pause.backends.kubernetes.resume import start_resume
+from jupyter_pause.ledger import EventType, Ledger
+
+MONDAY = 1_767_571_200.0  # 2026-01-05 00:00 UTC
+MINUTE = 60.0
+
+
+class Notebook:
+    """One user's notebook server on plain GKE, driven as the server and the CLI would."""
+
+    def __init__(self, cluster, namespace: str, name: str = "nb"):
+        self.cluster, self.namespace, self.name = cluster, namespace, name
+        self.ledger = Ledger(":memory:", user=namespace)
+        self.cluster.add_gke_notebook(name=name, namespace=namespace)
+
+    def client(self, context: str = "admin") -> KubeClient:
+        return KubeClient(
+            kubeconfig=self.cluster.kubeconfig, context=context, namespace=self.namespace
+        )
+
+    def backend(self) -> GkePodSnapshotBackend:
+        return GkePodSnapshotBackend(
+            ledger=self.ledger,
+            client=self.client(),
+            pod_name=f"{self.name}-0",
+            clock=self.cluster.clock,
+            snapshot_timeout=10.0,
+            **FAST,
+        )
+
+    @property
+    def node(self) -> str | None:
+        pod = self.cluster.pod(f"{self.name}-0", self.namespace)
+        return (pod or {}).get("spec", {}).get("nodeName")
+
+    def pause(self, sessions, shutdown_kernel) -> dict:
+        facts = asyncio.run(self.backend().release(sessions, shutdown_kernel))
+        self.cluster.wait_for(
+            lambda: self.cluster.pod(f"{self.name}-0", self.namespace) is None, what="pod gone"
+        )
+        self.cluster.ctl.settle()
+        # what the manager records for its notebook (server/manager.py, pause)
+        self.ledger.record(
+            EventType.ACCELERATOR_RELEASED,
+            path="work.ipynb",
+            time_=self.cluster.clock.time(),
+            gpus=1,
+            **{k: v for k, v in facts.items() if k == "node"},
+        )
+        return facts
+
+    def resume(self) -> None:
+        op = {"id": uuid.uuid4().hex[:12], "started": "now", "by": "test"}
+        start_resume(self.client(), self.name, op, kind="statefulset")
+
+    def came_back(self) -> dict:
+        """The new pod is up: the new server's start-up, then the manager's resume records."""
+        pod = self.cluster.wait_for(
+            lambda: self.cluster.pod_ready(f"{self.name}-0", self.namespace), what="pod ready"
+        )
+        report = asyncio.run(self.backend().startup())
+        scheduled = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+        from jupyter_pause.backends.kubernetes.common import parse_time
+
+        self.ledger.record(
+            EventType.CAPACITY_ACQUIRED,
+            path="work.ipynb",
+            time_=parse_time(scheduled["lastTransitionTime"]),
+        )
+        return report.info
+
+    def spans(self) -> list[dict]:
+        return [e.data for e in self.ledger.events(types=[EventType.CAPACITY_OUTCOME])]
+
+
+def follow(cluster, namespaces, minutes: int = 1, step: float = MINUTE) -> None:
+    """``jupyter pause follow-nodes`` rounds, one per ``step`` of the cluster's clock."""
+    for _ in range(minutes):
+        cluster.advance(step)
+        for ns in namespaces:
+            client = KubeClient(
+                kubeconfig=cluster.kubeconfig, context="node-follower", namespace=ns
+            )
+            for result in follow_round(client, cluster.clock.time(), step):
+                assert not result.error, result
+
+
+@pytest.fixture
+def pool_cluster(make_cluster):
+    def make(**pool) -> object:
+        scenario = Scenario(node_pool=NodePool(**pool))
+        return make_cluster(scenario, clock=Clock(MONDAY))
+
+    return make
+
+
+def one_span(spans, outcome):
+    found = [s for s in spans if s["outcome"] == outcome]
+    assert len(found) == 1, spans
+    return found[0]
+
+
+def test_scaled_down_after_the_unneeded_time(pool_cluster, sessions, shutdown_kernel):
+    cluster = pool_cluster(gpus_per_node=1)
+    cluster.nodes.add_node()
+    nb = Notebook(cluster, NAMESPACE)
+    node = nb.node
+    nb.pause(sessions, shutdown_kernel)
+    released = cluster.clock.time()
+    follow(cluster, [NAMESPACE], minutes=9)
+    assert cluster.emu.find("Node", None, node) is not None  # not yet: 10 min unneeded
+    follow(cluster, [NAMESPACE], minutes=3)
+    assert cluster.emu.find("Node", None, node) is None
+    # what the real autoscaler leaves behind: events on the node and on its status
+    reasons = {
+        (e["involvedObject"]["kind"], e["reason"], e["message"])
+        for e in cluster.emu.list("Event", "default") + cluster.emu.list("Event", "kube-system")
+    }
+    assert ("Node", "ScaleDown", "marked the node as toBeDeleted/unschedulable") in reasons
+    assert ("ConfigMap", "ScaleDown", f"Scale-down: removing empty node {node}") in reasons
+    follow(cluster, [NAMESPACE], minutes=30, step=2 * MINUTE)
+    nb.resume()
+    cluster.ctl.settle()
+    info = nb.came_back()
+    assert nb.node != node  # a new node came up for it
+    spans = nb.spans()
+    deleted = cluster.nodes.book.nodes[node][0].end
+    idle, down = one_span(spans, "idle"), one_span(spans, "scaled-down")
+    assert idle["start"] == released and idle["end"] == down["start"] == deleted
+    assert down["node"] == node and down["accelerator"] == "nvidia-tesla-t4"
+    assert deleted - released >= 600
+    assert info["capacity_outcome"] == spans
+    # the annotations are gone with the pause
+    assert "jupyter-pause.io/node-follow" not in cluster.state()
+
+
+def test_reused_by_another_namespace(pool_cluster, sessions, shutdown_kernel):
+    cluster = pool_cluster(gpus_per_node=1, max_nodes=2)
+    cluster.nodes.add_node()
+    nb = Notebook(cluster, NAMESPACE)
+    node = nb.node
+    nb.pause(sessions, shutdown_kernel)
+    follow(cluster, [NAMESPACE], minutes=5)
+    cluster.add_workload("bob", "train", gpus=1, workload_class="training")
+    took = cluster.nodes.book.allocations[-1]
+    assert took.node == node and took.namespace == "bob"
+    follow(cluster, [NAMESPACE], minutes=30)
+    nb.resume()  # the node is busy: the autoscaler adds one
+    cluster.ctl.settle()
+    nb.came_back()
+    reused = one_span(nb.spans(), "reused")
+    assert reused["by_namespace"] == "bob" and reused["by_class"] == "training"
+    # a change is seen at most one look late
+    assert took.start <= reused["start"] <= took.start + MINUTE
+    assert reused["share"] == 1.0
+
+
+def test_idle_node_that_stays_up(pool_cluster, sessions, shutdown_kernel):
+    # the pool's minimum size keeps the node: the GPU is free and the bill runs
+    cluster = pool_cluster(gpus_per_node=1, min_nodes=1)
+    cluster.nodes.add_node()
+    nb = Notebook(cluster, NAMESPACE)
+    nb.pause(sessions, shutdown_kernel)
+    follow(cluster, [NAMESPACE], minutes=40)
+    nb.resume()
+    cluster.ctl.settle()
+    nb.came_back()
+    spans = nb.spans()
+    assert [s["outcome"] for s in spans] == ["idle"], spans
+    assert spans[0]["end"] - spans[0]["start"] == pytest.approx(40 * MINUTE, abs=MINUTE)
+
+
+def test_kept_up_by_a_pod_that_cannot_move(pool_cluster, sessions, shutdown_kernel):
+    cluster = pool_cluster(gpus_per_node=1)
+    cluster.nodes.add_node()
+    nb = Notebook(cluster, NAMESPACE)
+    node = nb.node
+    # a bare pod (no controller): the autoscaler cannot move it, so the node stays
+    cluster.add_workload("monitoring", "exporter", gpus=0, controller=None)
+    nb.pause(sessions, shutdown_kernel)
+    follow(cluster, [NAMESPACE], minutes=30)
+    assert cluster.emu.find("Node", None, node) is not None
+    nb.resume()
+    cluster.ctl.settle()
+    nb.came_back()
+    assert [s["outcome"] for s in nb.spans()] == ["kept-up"]
+
+
+def test_nobody_followed_means_unknown(pool_cluster, sessions, shutdown_kernel):
+    cluster = pool_cluster(gpus_per_node=1, min_nodes=1)
+    cluster.nodes.add_node()
+    nb = Notebook(cluster, NAMESPACE)
+    nb.pause(sessions, shutdown_kernel)
+    cluster.advance(3600)
+    nb.resume()
+    cluster.ctl.settle()
+    info = nb.came_back()
+    assert nb.spans() == [] and info["capacity_outcome"] == []
