@@ -44,13 +44,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ...capacity import IDLE, KEPT_UP, REUSED, SCALED_DOWN, CapacitySpan
+
 GPU = "nvidia.com/gpu"
 ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
 TO_BE_DELETED = "ToBeDeletedByClusterAutoscaler"
 CLASS_LABEL = "jupyter-pause.io/workload-class"
 MIRROR = "kubernetes.io/config.mirror"
-
-OUTCOMES = ("reused", "scaled-down", "idle", "kept-up")
 
 
 @dataclass(frozen=True)
@@ -114,42 +114,6 @@ class Part:
     workload_class: str = ""
 
 
-@dataclass
-class CapacitySpan:
-    """From ``start`` to ``end``, ``gpus`` of the released accelerators had ``outcome``."""
-
-    outcome: str
-    start: float
-    end: float
-    gpus: float
-    share: float  # gpus / the accelerators released (what the report multiplies by)
-    node: str
-    accelerator: str = ""
-    by_namespace: str = ""  # reused: the namespace of the pod that took the GPU
-    by_class: str = ""  # reused: its workload class (:func:`workload_class`)
-
-    @property
-    def seconds(self) -> float:
-        return max(0.0, self.end - self.start)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> CapacitySpan:
-        return cls(
-            outcome=str(data["outcome"]),
-            start=float(data["start"]),
-            end=float(data["end"]),
-            gpus=float(data.get("gpus") or 0),
-            share=float(data.get("share") or 0),
-            node=str(data.get("node") or ""),
-            accelerator=str(data.get("accelerator") or ""),
-            by_namespace=str(data.get("by_namespace") or ""),
-            by_class=str(data.get("by_class") or ""),
-        )
-
-
 def others(released: ReleasedNode, look: NodeLook) -> list[OtherPod]:
     """The pods on the node, but the paused one (which may still be leaving)."""
     return [
@@ -166,7 +130,7 @@ def classify(released: ReleasedNode, look: NodeLook, baseline: int) -> list[Part
     GPUs other pods held at the first look)."""
     g = released.gpus
     if not look.exists or look.to_be_deleted_at is not None:
-        return [Part("scaled-down", g)]
+        return [Part(SCALED_DOWN, g)]
     reused = max(0, min(g, other_gpus(released, look) - baseline))
     parts: list[Part] = []
     # the newest GPU pods took the released GPUs
@@ -174,12 +138,12 @@ def classify(released: ReleasedNode, look: NodeLook, baseline: int) -> list[Part
         if reused <= 0:
             break
         n = min(reused, p.gpus)
-        parts.append(Part("reused", n, p.namespace, p.workload_class))
+        parts.append(Part(REUSED, n, p.namespace, p.workload_class))
         reused -= n
     free = g - sum(part.gpus for part in parts)
     if free > 0:
         keepers = [p for p in others(released, look) if not p.daemon]
-        parts.append(Part("kept-up" if keepers else "idle", free))
+        parts.append(Part(KEPT_UP if keepers else IDLE, free))
     return _merge(parts)
 
 
@@ -207,7 +171,7 @@ class NodeFollow:
         """Take one look into account (looks come in time order)."""
         if self.last_look is not None and look.time <= self.last_look:
             return
-        if self.open and self.open[0].outcome == "scaled-down":
+        if self.open and self.open[0].outcome == SCALED_DOWN:
             self.last_look = look.time  # a deleted node does not come back
             self._extend(look.time)
             return
@@ -225,7 +189,7 @@ class NodeFollow:
             floor = start = look.time
         else:
             start = look.time
-        if parts[0].outcome == "scaled-down":
+        if parts[0].outcome == SCALED_DOWN:
             # dated by the autoscaler's taint when a look saw it, else by this look
             tainted = look.to_be_deleted_at
             start = look.time if tainted is None else min(max(floor, tainted), look.time)
