@@ -35,6 +35,9 @@ class Notebook:
         self.cluster, self.namespace, self.name = cluster, namespace, name
         self.ledger = Ledger(":memory:", user=namespace)
         self.cluster.add_gke_notebook(name=name, namespace=namespace)
+        self.ledger.record(
+            EventType.KERNEL_STARTED, path="work.ipynb", time_=cluster.clock.time(), gpus=1
+        )
 
     def client(self, context: str = "admin") -> KubeClient:
         return KubeClient(
@@ -219,3 +222,59 @@ def test_nobody_followed_means_unknown(pool_cluster, sessions, shutdown_kernel):
     cluster.ctl.settle()
     info = nb.came_back()
     assert nb.spans() == [] and info["capacity_outcome"] == []
+
+
+def test_three_users_on_one_node_two_pause(pool_cluster, sessions, shutdown_kernel):
+    """alice and bob pause, carol keeps working: the node stays up; a training job
+    from another namespace takes one freed GPU for two hours."""
+    cluster = pool_cluster(gpus_per_node=3, max_nodes=1)
+    node = cluster.nodes.add_node()["metadata"]["name"]
+    users = {ns: Notebook(cluster, ns) for ns in ("alice", "bob", "carol")}
+    assert {nb.node for nb in users.values()} == {node}
+    everyone = list(users)
+    alice, bob = users["alice"], users["bob"]
+    t0 = cluster.clock.time()
+    quarter = 15 * MINUTE
+    alice.pause(sessions, shutdown_kernel)
+    follow(cluster, everyone, minutes=4, step=quarter)
+    bob.pause(sessions, shutdown_kernel)
+    follow(cluster, everyone, minutes=4, step=quarter)
+    cluster.add_workload("ml", "train", gpus=1, workload_class="training")
+    follow(cluster, everyone, minutes=8, step=quarter)
+    cluster.remove_workload("ml", "train")
+    follow(cluster, everyone, minutes=8, step=quarter)
+    alice.resume()
+    bob.resume()
+    cluster.ctl.settle()
+    for nb in (alice, bob):
+        nb.came_back()
+        assert nb.node == node
+    back = cluster.clock.time()
+    assert cluster.emu.find("Node", None, node) is not None  # carol kept it up
+
+    def hours(nb, outcome):
+        return sum(s["end"] - s["start"] for s in nb.spans() if s["outcome"] == outcome) / 3600
+
+    # alice: the two others held the node; the job took a GPU bob's pause freed
+    assert hours(alice, "kept-up") == pytest.approx((back - t0) / 3600, abs=1 / 60)
+    assert hours(alice, "reused") == hours(alice, "idle") == hours(alice, "scaled-down") == 0
+    assert hours(bob, "reused") == pytest.approx(2, abs=1 / 60)
+    assert hours(bob, "kept-up") == pytest.approx(3, abs=1 / 60)
+    assert {s["by_namespace"] for s in bob.spans() if s["outcome"] == "reused"} == {"ml"}
+    # the emulator's own book: the job's GPU-hours on the node while bob was paused
+    job = [a for a in cluster.nodes.book.allocations if a.namespace == "ml"]
+    assert sum(a.end - a.start for a in job) / 3600 == pytest.approx(
+        hours(bob, "reused"), abs=1 / 60
+    )
+    # the report over the three servers' ledgers
+    from jupyter_pause.report.build import build_report
+
+    events = [e for nb in users.values() for e in nb.ledger.events()]
+    report = build_report(events, since=t0, until=back, now=back).to_json()
+    by_user = {g["key"]: g["capacity"] for g in report["by_user"]}
+    assert by_user["alice"]["kept_up"] == pytest.approx(6, abs=1 / 60)
+    assert by_user["bob"]["reused"] == pytest.approx(2, abs=1 / 60)
+    # node-hours: the node stayed up for both pauses, never removed
+    assert by_user["alice"]["node_hours_up"] == pytest.approx(6, abs=1 / 60)
+    assert by_user["bob"]["node_hours_up"] == pytest.approx(5, abs=1 / 60)
+    assert report["totals"]["capacity"]["node_hours_removed"] == 0
