@@ -165,10 +165,19 @@ class Cluster:
 
     # -- time and nodes --
     def advance(self, seconds: float) -> float:
-        """Move the cluster's (fake) clock and let the controllers act on it."""
-        now = self.clock.advance(seconds)
+        """Move the cluster's (fake) clock and let the controllers act on it, stopping
+        at each moment the autoscaler acts on its own (as its 10 s scan would)."""
+        target = self.clock.time() + seconds
+        pool = self.ctl.node_pool
+        while pool is not None:
+            due = pool.next_deadline()
+            if due is None or due >= target:
+                break
+            self.clock.advance(due - self.clock.time())
+            self.ctl.settle()
+        self.clock.advance(target - self.clock.time())
         self.ctl.settle()
-        return now
+        return target
 
     @property
     def nodes(self):

@@ -16,10 +16,12 @@ Modelled on what the real components do, as read in their sources:
   ``scale_up_seconds`` later on the cluster's clock.  At ``max_nodes``:
   ``NotTriggerScaleUp`` ("max node group size reached").
 * **Scale-down** (cluster-autoscaler ``core/scaledown``; FAQ "What types of pods
-  can prevent CA from removing a node?"): a node is *unneeded* when every pod
-  on it other than DaemonSet and mirror pods could move elsewhere (owned by a
-  controller, not ``cluster-autoscaler.kubernetes.io/safe-to-evict: "false"``,
-  and another node has room for it) -- in particular when none is left.  While
+  can prevent CA from removing a node?"): a node is *unneeded* when its
+  utilization is under ``--scale-down-gpu-utilization-threshold`` (0.5: GPUs
+  requested by pods other than DaemonSet and mirror pods over allocatable) and
+  every such pod could move elsewhere (owned by a controller, not
+  ``cluster-autoscaler.kubernetes.io/safe-to-evict: "false"``, and another node
+  has room for it) -- in particular when none is left.  While
   unneeded it carries the soft taint ``DeletionCandidateOfClusterAutoscaler=<unix
   time>:PreferNoSchedule``; after ``scale_down_unneeded_time`` (10 min, the
   autoscaler's default) it is tainted ``ToBeDeletedByClusterAutoscaler=<unix
@@ -69,6 +71,7 @@ class NodePool:
     max_nodes: int = 4
     scale_up_seconds: float = 0.0  # on the cluster's clock
     scale_down_unneeded_time: float = 600.0  # --scale-down-unneeded-time
+    scale_down_utilization_threshold: float = 0.5  # --scale-down-gpu-utilization-threshold
 
 
 def pod_gpus(pod: dict) -> int:
@@ -333,6 +336,14 @@ class NodePoolController:
         )
         self.provisioning.append(self.now + self.pool.scale_up_seconds)
 
+    def next_deadline(self) -> float | None:
+        """The next moment the autoscaler acts on its own (a node joins, or has been
+        unneeded long enough), so that a test moving the clock stops there."""
+        due = [*self.provisioning]
+        due += [t + self.pool.scale_down_unneeded_time for t in self.unneeded_since.values()]
+        later = [t for t in due if t > self.now]
+        return min(later) if later else None
+
     # -- every tick
     def reconcile(self) -> None:
         now = self.now
@@ -370,9 +381,13 @@ class NodePoolController:
             self._finish_scale_down(node, pods)
             return
         disabled = (node["metadata"].get("annotations") or {}).get(SCALE_DOWN_DISABLED) == "true"
+        allocatable = int((node.get("status") or {}).get("allocatable", {}).get(GPU, 0))
+        used = sum(pod_gpus(p) for p in pods)
+        utilization = used / allocatable if allocatable else 0.0
         unneeded = (
             not disabled
             and len(self.nodes()) > self.pool.min_nodes
+            and utilization < self.pool.scale_down_utilization_threshold
             and all(self._movable(p, name) for p in pods)
         )
         if not unneeded:

@@ -278,3 +278,125 @@ def test_three_users_on_one_node_two_pause(pool_cluster, sessions, shutdown_kern
     assert by_user["alice"]["node_hours_up"] == pytest.approx(6, abs=1 / 60)
     assert by_user["bob"]["node_hours_up"] == pytest.approx(5, abs=1 / 60)
     assert report["totals"]["capacity"]["node_hours_removed"] == 0
+
+
+def test_a_simulated_week_agrees_with_the_emulators_node_book(
+    pool_cluster, sessions, shutdown_kernel, capsys
+):
+    """Three users, a week of workdays on 1-GPU nodes under the autoscaler, a training
+    job some nights, a monitoring pod pinning one node: the ledger's released
+    accelerator-hours, by outcome, within 1 % of the emulator's own bookkeeping."""
+    from jupyter_pause.report.build import build_report
+
+    cluster = pool_cluster(gpus_per_node=1, max_nodes=4, scale_up_seconds=120)
+    for _ in range(3):
+        cluster.nodes.add_node()
+    users = {ns: Notebook(cluster, ns) for ns in ("alice", "bob", "carol")}
+    t0 = cluster.clock.time()
+    # the monitoring pod lands on the first node and can never move: it keeps it up
+    cluster.add_workload("monitoring", "exporter", gpus=0, controller=None)
+    hour, day = 3600.0, 86400.0
+    script: list[tuple[float, str, str]] = []
+    for d in range(5):
+        for i, ns in enumerate(users):
+            script.append((t0 + d * day + (17 + i) * hour, "pause", ns))
+            # back the next workday (Friday's pause lasts the weekend)
+            script.append((t0 + (d + 1 if d < 4 else 7) * day + (8 + i) * hour, "resume", ns))
+    for d in (1, 3):  # a training job on Tuesday and Thursday nights
+        script.append((t0 + d * day + 21 * hour, "job", "start"))
+        script.append((t0 + d * day + 27 * hour, "job", "stop"))
+    script.sort()
+    end = t0 + 7 * day  # the report's week; the simulation runs on to Monday's resumes
+    resuming: set[str] = set()
+    windows: list[tuple[str, str, float, float]] = []  # ns, node, released, reacquired
+    released: dict[str, tuple[str, float]] = {}
+
+    def round_() -> None:
+        for ns in users:
+            client = KubeClient(
+                kubeconfig=cluster.kubeconfig, context="node-follower", namespace=ns
+            )
+            for result in follow_round(client, cluster.clock.time(), hour):
+                assert not result.error, result
+        for ns in list(resuming):
+            nb = users[ns]
+            if cluster.pod_ready(f"{nb.name}-0", ns):
+                nb.came_back()
+                resuming.discard(ns)
+                node, at = released.pop(ns)
+                acquired = nb.ledger.events(types=[EventType.CAPACITY_ACQUIRED], path="work.ipynb")
+                windows.append((ns, node, at, acquired[-1].time))
+
+    last = script[-1][0] + hour
+    for when, action, who in [*script, (last, "end", "")]:
+        # a look every 7 minutes for the 15 minutes after each change (the
+        # autoscaler acts 10 minutes after a node empties, a scale-up takes 2),
+        # then hourly: a scale-down is seen up to 7 minutes late
+        while cluster.clock.time() < when:
+            step = min(when - cluster.clock.time(), hour)
+            recent = [t for t, _, _ in script if t <= cluster.clock.time() < t + 15 * MINUTE]
+            if recent:
+                step = min(step, 7 * MINUTE)
+            cluster.advance(step)
+            round_()
+        if action == "pause":
+            nb = users[who]
+            node = nb.node
+            nb.pause(sessions, shutdown_kernel)
+            released[who] = (node, cluster.clock.time())
+        elif action == "resume":
+            users[who].resume()
+            resuming.add(who)
+            cluster.ctl.settle()
+        elif action == "job" and who == "start":
+            cluster.add_workload("ml", "train", gpus=1, workload_class="training")
+        elif action == "job":
+            cluster.remove_workload("ml", "train")
+        round_()
+    assert not released and not resuming
+
+    # the emulator's book, over the same windows (within the report's week)
+    book = cluster.nodes.book
+    expected = {"released": 0.0, "reused": 0.0, "scaled_down": 0.0, "up_and_free": 0.0}
+    for _ns, node, a, b in windows:
+        b = min(b, end)
+        up = book.node_up(node, a, b, end)
+        taken = sum(x1 - x0 for x0, x1, _g, _n in book.gpu_seconds(node, a, b, end))
+        expected["released"] += b - a
+        expected["scaled_down"] += (b - a) - up
+        expected["reused"] += taken
+        expected["up_and_free"] += up - taken
+    expected = {k: v / hour for k, v in expected.items()}
+
+    events = [e for nb in users.values() for e in nb.ledger.events()]
+    report = build_report(events, since=t0, until=end, now=end).to_json()
+    cap = report["totals"]["capacity"]
+    got = {
+        "released": cap["released"],
+        "reused": cap["reused"],
+        "scaled_down": cap["scaled_down"],
+        "up_and_free": cap["idle"] + cap["kept_up"],
+    }
+    tolerance = 0.01 * expected["released"]
+    for key in expected:
+        assert abs(got[key] - expected[key]) <= tolerance, (key, got, expected)
+    assert cap["unknown"] <= tolerance
+    assert all(cap[k] > 0 for k in ("reused", "scaled_down", "kept_up")), cap
+    # the week's table, for the record (pytest -s shows it)
+    share = report["totals"]["always_on_share"]
+    with capsys.disabled():
+        print("\nweek on the emulator (accelerator-hours)")
+        print(f"{'':12}{'ledger':>10}{'emulator':>10}")
+        for key in expected:
+            print(f"{key:12}{got[key]:10.2f}{expected[key]:10.2f}")
+        for key in ("idle", "kept_up", "unknown", "node_hours_up", "node_hours_removed"):
+            print(f"{key:12}{cap[key]:10.2f}")
+        print(f"always-on {report['totals']['gpu_hours']['always_on']:.1f} h, allocated "
+              f"{report['totals']['gpu_hours']['allocated']:.1f} h; shares: "
+              + ", ".join(f"{k} {v:.1%}" for k, v in share.items() if v is not None))  # fmt: skip
+        for g in report["by_user"]:
+            c = g["capacity"]
+            print(f"  {g['key']:6} released {c['released']:6.2f} reused {c['reused']:5.2f} "
+                  f"scaled-down {c['scaled_down']:6.2f} idle {c['idle']:5.2f} "
+                  f"kept-up {c['kept_up']:6.2f} node-h up {c['node_hours_up']:6.2f} "
+                  f"removed {c['node_hours_removed']:6.2f}")  # fmt: skip
