@@ -61,6 +61,11 @@ def test_a_week_split_by_node_outcome_and_the_always_on_share():
     assert pauses[0]["nodes"] == "n1" and pauses[0]["reacquired"] == T0 + 33 * H
     text = report.to_text()
     assert "What pausing did to the bill" in text and "scaled down" in text
+    from jupyter_pause.report.html import render_html
+
+    page = render_html(report)
+    assert "What pausing did to the bill" in page and "data-table='bill'" in page
+    assert "scaled down 15.83 h, idle 0.17 h" in page  # the first night's pause row
 
 
 def test_no_spans_is_node_outcome_unknown_never_a_guess():

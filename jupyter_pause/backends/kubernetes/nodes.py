@@ -230,9 +230,11 @@ class NodeFollow:
         """The spans up to ``until`` (the accelerator was acquired again).
 
         The last look's state is carried at most one interval past it: beyond
-        that nothing was seen.
+        that nothing was seen.  A deleted node is the exception: it stays deleted.
         """
-        if self.last_look is not None:
+        if self.open and self.open[0].outcome == SCALED_DOWN:
+            self._close(until)
+        elif self.last_look is not None:
             self._close(min(until, self.last_look + self.interval))
         return [
             CapacitySpan(**{**s.to_json(), "end": min(s.end, until)})
