@@ -36,7 +36,9 @@ release are the *baseline*; whatever they hold beyond it took released GPUs, at
 most as many as were released, newest pods first.  When several pauses free
 GPUs on one node, each counts against its own baseline, so a newcomer counts
 for the later pause first and nothing is counted twice; a newcomer that only
-takes the place of other work that left is not counted as reuse.
+takes the place of other work that left is not counted as reuse, and one that
+could have used a GPU already free before the pause is (on one-GPU nodes
+neither can happen).
 """
 
 from __future__ import annotations
