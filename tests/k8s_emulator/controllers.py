@@ -10,7 +10,9 @@ One background thread reconciles every ``tick`` seconds:
   unless ``capacity == "unavailable"`` (then ``PodScheduled=False
   Unschedulable``, ``FailedScheduling``, and ``TriggeredScaleUp`` or
   ``NotTriggerScaleUp``/``FailedScaleUp``), until ``capacity_after`` seconds;
-  then Running and Ready; graceful deletion completes.
+  then Running and Ready; graceful deletion completes.  With
+  ``Scenario.node_pool`` pods are bound to Node objects instead, and the
+  autoscaler scales the pool up and down (``nodes.py``), on the cluster's clock.
 * **GKE pod snapshots**: a ``PodSnapshotManualTrigger`` for a pod selected by
   a manual ``PodSnapshotPolicy`` produces a ``PodSnapshot`` (UUID name,
   ``gke-pod-snapshot-triggered-by`` label) ``AwaitingCheckpoint`` then

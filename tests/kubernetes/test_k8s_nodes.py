@@ -400,3 +400,48 @@ def test_a_simulated_week_agrees_with_the_emulators_node_book(
                   f"scaled-down {c['scaled_down']:6.2f} idle {c['idle']:5.2f} "
                   f"kept-up {c['kept_up']:6.2f} node-h up {c['node_hours_up']:6.2f} "
                   f"removed {c['node_hours_removed']:6.2f}")  # fmt: skip
+
+
+def test_kubeflow_workspace_node_followed_and_recorded(pool_cluster, sessions, shutdown_kernel):
+    from conftest import WORKSPACE, ws_backend
+
+    cluster = pool_cluster(gpus_per_node=1)
+    cluster.nodes.add_node()
+    cluster.add_workspace()
+    pod = cluster.pod_ready(cluster.workspace_pod())
+    node = pod["spec"]["nodeName"]
+    ledger = Ledger(":memory:", user=NAMESPACE)
+    asyncio.run(ws_backend(cluster, ledger, clock=cluster.clock).release(sessions, shutdown_kernel))
+    cluster.wait_for(lambda: cluster.pod(cluster.workspace_pod()) is None, what="pod gone")
+    ws = cluster.emu.get("Workspace", NAMESPACE, WORKSPACE)
+    assert node in ws["metadata"]["annotations"]["jupyter-pause.io/node"]
+    follow(cluster, [NAMESPACE], minutes=20)
+    assert cluster.emu.find("Node", None, node) is None
+    start_resume(
+        KubeClient(kubeconfig=cluster.kubeconfig, context="user", namespace=NAMESPACE),
+        WORKSPACE,
+        {"id": "r1", "started": "now", "by": "test"},
+        kind="workspace",
+    )
+    cluster.ctl.settle()
+    cluster.wait_for(lambda: cluster.pod_ready(cluster.workspace_pod()), what="back")
+    asyncio.run(ws_backend(cluster, ledger, clock=cluster.clock).startup())
+    spans = [e.data for e in ledger.events(types=[EventType.CAPACITY_OUTCOME])]
+    assert [s["outcome"] for s in spans] == ["idle", "scaled-down"]
+    assert spans[1]["start"] == cluster.nodes.book.nodes[node][0].end
+
+
+def test_emulated_nodes_field_selectors_and_cordon(pool_cluster):
+    from jupyter_pause.backends.kubernetes.client import KubeError
+
+    cluster = pool_cluster(gpus_per_node=1, max_nodes=2)
+    first = cluster.nodes.add_node()["metadata"]["name"]
+    cluster.emu.mutate("Node", None, first, lambda n: n["spec"].update(unschedulable=True))
+    pod = cluster.add_workload("bob", "train", gpus=1)
+    assert pod["spec"]["nodeName"] != first  # cordoned: a new node was added for it
+    client = KubeClient(kubeconfig=cluster.kubeconfig, context="admin", namespace="default")
+    on_node = client.list_pods_on_node(pod["spec"]["nodeName"])
+    assert [p["metadata"]["name"] for p in on_node] == ["train-0"]
+    assert client.list_pods_on_node(first) == []
+    with pytest.raises(KubeError, match="field label not supported"):
+        client._call(client.core.list_pod_for_all_namespaces, field_selector="spec.image=x")
