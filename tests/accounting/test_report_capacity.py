@@ -14,6 +14,7 @@ import pytest
 from jupyter_pause.capacity import CapacitySpan
 from jupyter_pause.ledger import EventType, Ledger
 from jupyter_pause.report.build import build_report
+from jupyter_pause.report.html import render_html
 
 H = 3600.0
 T0 = 1_767_571_200.0  # Monday 00:00 UTC
@@ -61,8 +62,6 @@ def test_a_week_split_by_node_outcome_and_the_always_on_share():
     assert pauses[0]["nodes"] == "n1" and pauses[0]["reacquired"] == T0 + 33 * H
     text = report.to_text()
     assert "What pausing did to the bill" in text and "scaled down" in text
-    from jupyter_pause.report.html import render_html
-
     page = render_html(report)
     assert "What pausing did to the bill" in page and "data-table='bill'" in page
     assert "scaled down 15.83 h, idle 0.17 h" in page  # the first night's pause row

@@ -16,13 +16,15 @@ import asyncio
 import uuid
 
 import pytest
-from conftest import FAST, NAMESPACE, Clock, NodePool, Scenario
+from conftest import FAST, NAMESPACE, WORKSPACE, Clock, NodePool, Scenario, ws_backend
 
-from jupyter_pause.backends.kubernetes.client import KubeClient
+from jupyter_pause.backends.kubernetes.client import KubeClient, KubeError
+from jupyter_pause.backends.kubernetes.common import parse_time
 from jupyter_pause.backends.kubernetes.follow import follow_round
 from jupyter_pause.backends.kubernetes.podsnapshot import GkePodSnapshotBackend
 from jupyter_pause.backends.kubernetes.resume import start_resume
 from jupyter_pause.ledger import EventType, Ledger
+from jupyter_pause.report.build import build_report
 
 MONDAY = 1_767_571_200.0  # 2026-01-05 00:00 UTC
 MINUTE = 60.0
@@ -86,8 +88,6 @@ class Notebook:
         )
         report = asyncio.run(self.backend().startup())
         scheduled = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
-        from jupyter_pause.backends.kubernetes.common import parse_time
-
         self.ledger.record(
             EventType.CAPACITY_ACQUIRED,
             path="work.ipynb",
@@ -267,8 +267,6 @@ def test_three_users_on_one_node_two_pause(pool_cluster, sessions, shutdown_kern
         hours(bob, "reused"), abs=1 / 60
     )
     # the report over the three servers' ledgers
-    from jupyter_pause.report.build import build_report
-
     events = [e for nb in users.values() for e in nb.ledger.events()]
     report = build_report(events, since=t0, until=back, now=back).to_json()
     by_user = {g["key"]: g["capacity"] for g in report["by_user"]}
@@ -286,8 +284,6 @@ def test_a_simulated_week_agrees_with_the_emulators_node_book(
     """Three users, a week of workdays on 1-GPU nodes under the autoscaler, a training
     job some nights, a monitoring pod pinning one node: the ledger's released
     accelerator-hours, by outcome, within 1 % of the emulator's own bookkeeping."""
-    from jupyter_pause.report.build import build_report
-
     cluster = pool_cluster(gpus_per_node=1, max_nodes=4, scale_up_seconds=120)
     for _ in range(3):
         cluster.nodes.add_node()
@@ -403,8 +399,6 @@ def test_a_simulated_week_agrees_with_the_emulators_node_book(
 
 
 def test_kubeflow_workspace_node_followed_and_recorded(pool_cluster, sessions, shutdown_kernel):
-    from conftest import WORKSPACE, ws_backend
-
     cluster = pool_cluster(gpus_per_node=1)
     cluster.nodes.add_node()
     cluster.add_workspace()
@@ -432,8 +426,6 @@ def test_kubeflow_workspace_node_followed_and_recorded(pool_cluster, sessions, s
 
 
 def test_emulated_nodes_field_selectors_and_cordon(pool_cluster):
-    from jupyter_pause.backends.kubernetes.client import KubeError
-
     cluster = pool_cluster(gpus_per_node=1, max_nodes=2)
     first = cluster.nodes.add_node()["metadata"]["name"]
     cluster.emu.mutate("Node", None, first, lambda n: n["spec"].update(unschedulable=True))
