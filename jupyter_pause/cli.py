@@ -36,6 +36,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "jupyter_pause.commands.kube",
         "resume the workspaces whose scheduled time has come (run it as a CronJob)",
     ),
+    "follow-nodes": (
+        "jupyter_pause.commands.kube",
+        "follow the nodes paused workspaces let go of: reused, scaled down, idle or kept up "
+        "(the platform's identity; docs/accounting.md)",
+    ),
     "abort": ("jupyter_pause.commands.kube", "abort a hung pause snapshot from outside the pod"),
     "list": ("jupyter_pause.commands.where", "list saved state (checkpoints) and snapshots"),
     "gc": ("jupyter_pause.commands.kube", "delete expired snapshots and checkpoints"),

@@ -48,7 +48,11 @@ class EventType(str, Enum):
     SNAPSHOT_FAILED = "snapshot-failed"  # data: error
     SNAPSHOT_DELETED = "snapshot-deleted"  # data: name, bytes
     WORKSPACE_STOPPED = "workspace-stopped"  # the pod / workspace is gone
-    ACCELERATOR_RELEASED = "accelerator-released"  # data: gpus, gpu_model
+    ACCELERATOR_RELEASED = "accelerator-released"  # data: gpus, gpu_model; Kubernetes: node
+    # what became of the released node (server-wide, Kubernetes); time = the span's start;
+    # data: backends/kubernetes/nodes.py CapacitySpan (outcome reused|scaled-down|idle|kept-up,
+    # start, end, gpus, share, node, accelerator, by_namespace, by_class)
+    CAPACITY_OUTCOME = "capacity-outcome"
     PAUSED = "paused"
     # resume
     RESUME_REQUESTED = "resume-requested"

@@ -77,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
             help="when: 08:45, tomorrow 08:45, monday 08:45, in 2h, or ISO 8601",
         )
         parser.add_argument("--cancel", action="store_true", help="cancel the scheduled resume")
-    elif name == "scheduler":
+    elif name in ("scheduler", "follow-nodes"):
         parser.add_argument(
             "--once", action="store_true", help="one round, then exit (for a CronJob)"
         )
@@ -150,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
             return cmd_schedule(client, args)
         if args.command == "scheduler":
             return cmd_scheduler(client, args)
+        if args.command == "follow-nodes":
+            return cmd_follow_nodes(client, args)
     except BackendError as e:
         print(f"jupyter pause {args.command}: {e}", file=sys.stderr)
         return 1
@@ -398,6 +400,19 @@ def cmd_scheduler(client, args) -> int:
             if result["outcome"] != "waiting":
                 print(json.dumps(result) if args.json else
                       f"{result['workspace']}: scheduled resume {result['outcome']}", flush=True)  # fmt: skip
+        if args.once:
+            return 0
+        time.sleep(args.interval)
+
+
+def cmd_follow_nodes(client, args) -> int:
+    from ..backends.kubernetes.follow import follow_round
+
+    while True:
+        for result in follow_round(client, time.time(), args.interval):
+            print(json.dumps(result.to_json()) if args.json else
+                  f"{result.workspace}: node {result.node} "
+                  f"{result.outcome or 'not followed: ' + result.error}", flush=True)  # fmt: skip
         if args.once:
             return 0
         time.sleep(args.interval)

@@ -84,6 +84,7 @@ Timeline states: ``running``, ``pausing``, ``restoring`` (allocated),
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
@@ -94,6 +95,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from ..capacity import IDLE, KEPT_UP, REUSED, SCALED_DOWN, CapacitySpan
 from ..formatting import format_bytes, format_time, text_table
 from ..ledger import EventType, Ledger, LedgerEvent
 from .ahead import ahead_text, any_ahead, resume_ahead
@@ -153,6 +155,91 @@ def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
     return max(0.0, min(a1, b1) - max(a0, b0))
 
 
+# --------------------------------------------------------------------------- capacity
+
+
+@dataclass
+class CapacitySplit:
+    """Accelerator-seconds released by pausing, split by what became of the node.
+
+    ``unknown`` is released time no ``CAPACITY_OUTCOME`` span covers (a backend
+    that cannot see nodes, or nobody followed the node).  Node-seconds are per
+    node, not per GPU: ``node_up`` while the node stayed up after the release
+    (reused, idle or kept up), ``node_removed`` after it was scaled down.
+    """
+
+    released: float = 0.0
+    reused: float = 0.0
+    scaled_down: float = 0.0
+    idle: float = 0.0
+    kept_up: float = 0.0
+    node_up: float = 0.0
+    node_removed: float = 0.0
+    nodes: tuple[str, ...] = ()
+    reused_by: tuple[str, ...] = ()  # "namespace/workload class" of who took the GPU
+
+    @property
+    def unknown(self) -> float:
+        return max(0.0, self.released - self.reused - self.scaled_down - self.idle - self.kept_up)
+
+    def add(self, outcome: str, seconds: float) -> None:
+        field_ = {REUSED: "reused", SCALED_DOWN: "scaled_down", IDLE: "idle", KEPT_UP: "kept_up"}
+        name = field_.get(outcome)
+        if name:
+            setattr(self, name, getattr(self, name) + seconds)
+
+    def hours_json(self) -> dict[str, float]:
+        h = 3600.0
+        return {
+            "released": self.released / h,
+            "reused": self.reused / h,
+            "scaled_down": self.scaled_down / h,
+            "idle": self.idle / h,
+            "kept_up": self.kept_up / h,
+            "unknown": self.unknown / h,
+            "node_hours_up": self.node_up / h,
+            "node_hours_removed": self.node_removed / h,
+        }
+
+    def pause_json(self) -> dict[str, Any]:
+        hours = self.hours_json()
+        return {
+            **{f"{k}_h" if not k.startswith("node_") else k: v for k, v in hours.items()},
+            "nodes": ",".join(self.nodes),
+            "reused_by": ",".join(self.reused_by),
+        }
+
+
+def split_released(
+    windows: Iterable[tuple[float, float, float]], spans: list[CapacitySpan]
+) -> CapacitySplit:
+    """Split released ``windows`` (start, end, gpus) by the ``spans`` that overlap them."""
+    out = CapacitySplit()
+    up: dict[str, list[tuple[float, float]]] = {}
+    down: dict[str, list[tuple[float, float]]] = {}
+    nodes: list[str] = []
+    reused_by: list[str] = []
+    for a, b, gpus in windows:
+        if b <= a:
+            continue
+        out.released += (b - a) * gpus
+        for span in spans:
+            lo, hi = max(a, span.start), min(b, span.end)
+            if hi <= lo:
+                continue
+            out.add(span.outcome, (hi - lo) * gpus * span.share)
+            (down if span.outcome == SCALED_DOWN else up).setdefault(span.node, []).append((lo, hi))
+            if span.node not in nodes:
+                nodes.append(span.node)
+            who = f"{span.by_namespace}/{span.by_class}"
+            if span.outcome == REUSED and who not in reused_by:
+                reused_by.append(who)
+    out.node_up = sum(b - a for iv in up.values() for a, b in merge_intervals(iv))
+    out.node_removed = sum(b - a for iv in down.values() for a, b in merge_intervals(iv))
+    out.nodes, out.reused_by = tuple(nodes), tuple(reused_by)
+    return out
+
+
 # --------------------------------------------------------------------------- records
 
 
@@ -191,6 +278,8 @@ class PauseRecord:
     gpus: int = 1
     interrupted: bool = False
     lost: list[str] = field(default_factory=list)  # variables the pause's checkpoint skipped
+    reacquired: float | None = None  # the accelerator held again (CAPACITY_ACQUIRED …)
+    capacity: CapacitySplit | None = None  # what the release did to the bill (in the period)
 
     @property
     def pause_latency_s(self) -> float | None:
@@ -241,6 +330,8 @@ class PauseRecord:
             "interrupted": self.interrupted,
             "gpus": self.gpus,
             "lost": self.lost,
+            "reacquired": self.reacquired,
+            **(self.capacity or CapacitySplit()).pause_json(),
         }
 
 
@@ -329,9 +420,11 @@ def _apply(s: SessionRecord, ev: LedgerEvent) -> None:
         elif st in RELEASED_STATES:
             s.move("restoring", t)
             _close_wait(cur, t)
+            _reacquired(cur, t)
     elif T == EventType.CAPACITY_ACQUIRED:
         if st in RELEASED_STATES:
             s.move("restoring", t)
+            _reacquired(cur, t)
         _close_wait(cur, t)
     elif T == EventType.WAITING_FOR_CAPACITY:
         if st in RELEASED_STATES:
@@ -348,6 +441,8 @@ def _apply(s: SessionRecord, ev: LedgerEvent) -> None:
         _close_wait(cur, t)
         if cur is not None and cur.resume_requested is not None and cur.runnable is None:
             cur.runnable = t
+        if st in RELEASED_STATES:
+            _reacquired(cur, t)
         if st in (*RELEASED_STATES, "restoring", "stopped"):
             s.move("running", t)
     elif T == EventType.PAUSE_REQUESTED:
@@ -401,6 +496,11 @@ def _apply(s: SessionRecord, ev: LedgerEvent) -> None:
         s.deletions.append((t, T.value, int(d.get("bytes", 0) or 0)))
 
 
+def _reacquired(cur: PauseRecord | None, t: float) -> None:
+    if cur is not None and cur.released is not None and cur.reacquired is None:
+        cur.reacquired = t
+
+
 def _close_wait(cur: PauseRecord | None, t: float) -> None:
     if cur is not None and cur.waiting_since is not None:
         cur.capacity_wait_s += max(0.0, t - cur.waiting_since)
@@ -427,10 +527,17 @@ class _Clipped:
     storage_snapshot: int = 0
     timeline: list[Segment] = field(default_factory=list)
     active_intervals: list[tuple[float, float]] = field(default_factory=list)
+    spans: list[CapacitySpan] = field(default_factory=list)  # the server's node outcomes
 
 
-def _clip(s: SessionRecord, since: float, until: float, interruption_s: float) -> _Clipped:
-    c = _Clipped(s, since, until)
+def _clip(
+    s: SessionRecord,
+    since: float,
+    until: float,
+    interruption_s: float,
+    spans: list[CapacitySpan] | None = None,
+) -> _Clipped:
+    c = _Clipped(s, since, until, spans=list(spans or []))
     for seg in s.segments:
         a, b = max(seg.start, since), min(seg.end, until)
         if b <= a:
@@ -467,6 +574,11 @@ def _clip(s: SessionRecord, since: float, until: float, interruption_s: float) -
             and p.resume_requested is not None
             and p.resume_requested - p.requested <= interruption_s
         )
+        if p.released is not None:
+            end = until if p.reacquired is None else min(p.reacquired, until)
+            p.capacity = split_released(
+                [(max(p.released, since), end, p.gpus)], [x for x in c.spans if x.start < end]
+            )
         c.pauses.append(p)
     deleted_before = [t for t, _, _ in s.deletions if t < until]
     last_del = max(deleted_before) if deleted_before else None
@@ -508,6 +620,12 @@ def _group(key: str, items: list[_Clipped]) -> dict[str, Any]:
     cw["share_of_resume"] = total_wait_in_resumed / total_resume if total_resume > 0 else None
     cb = stats(cp_bytes)
     cb["total_written"] = sum(cp_bytes)
+    capacity = _capacity(items)
+    always_on = sum(c.always_on for c in items)
+
+    def share(seconds: float) -> float | None:
+        return seconds / always_on if always_on > 0 else None
+
     return {
         "key": key,
         "sessions": len(items),
@@ -518,6 +636,16 @@ def _group(key: str, items: list[_Clipped]) -> dict[str, Any]:
             "released": sum(c.released for c in items) / h,
             "always_on": sum(c.always_on for c in items) / h,
             "stopped": sum(c.stopped for c in items) / h,
+        },
+        "capacity": capacity.hours_json(),
+        "always_on_share": {
+            "allocated": share(allocated),
+            "active": share(active),
+            "released": share(capacity.released),
+            "bill_reduced": share(capacity.scaled_down),
+            "reused": share(capacity.reused),
+            "no_saving": share(capacity.idle + capacity.kept_up),
+            "unknown": share(capacity.unknown),
         },
         "pauses": {
             "count": len(real),
@@ -543,6 +671,30 @@ def _group(key: str, items: list[_Clipped]) -> dict[str, Any]:
         "snapshot_bytes": stats(sn_bytes),
         "storage_bytes_now": sum(c.storage_checkpoint + c.storage_snapshot for c in items),
     }
+
+
+def _capacity(items: list[_Clipped]) -> CapacitySplit:
+    """The released time of ``items`` split by outcome; a node counted once per user."""
+    total = CapacitySplit()
+    by_user: dict[str, tuple[list[tuple[float, float, float]], list[CapacitySpan]]] = {}
+    for c in items:
+        windows, spans = by_user.setdefault(c.session.user, ([], c.spans))
+        windows += [
+            (seg.start, seg.end, seg.gpus) for seg in c.timeline if seg.state in RELEASED_STATES
+        ]
+    for windows, spans in by_user.values():
+        part = split_released(windows, spans)
+        for name in ("released", "reused", "scaled_down", "idle", "kept_up"):
+            setattr(total, name, getattr(total, name) + getattr(part, name))
+        # the node-hours of one server's node, however many of its notebooks were paused
+        nodes = split_released([(a, b, 1.0) for a, b in _union(windows)], spans)
+        total.node_up += nodes.node_up
+        total.node_removed += nodes.node_removed
+    return total
+
+
+def _union(windows: list[tuple[float, float, float]]) -> list[tuple[float, float]]:
+    return merge_intervals((a, b) for a, b, _ in windows)
 
 
 def _in(t: float, c: _Clipped) -> bool:
@@ -644,6 +796,13 @@ class Report:
         "resume_median_s",
         "resume_p95_s",
         "capacity_wait_total_s",
+        "released_reused_h",
+        "released_scaled_down_h",
+        "released_idle_h",
+        "released_kept_up_h",
+        "released_unknown_h",
+        "node_hours_up",
+        "node_hours_removed",
         "restores_snapshot",
         "restores_checkpoint",
         "restores_failed",
@@ -675,6 +834,13 @@ class Report:
                     "resume_median_s": _r(g["resume_latency_s"]["median"]),
                     "resume_p95_s": _r(g["resume_latency_s"]["p95"]),
                     "capacity_wait_total_s": _r(g["capacity_wait_s"]["total"]),
+                    "released_reused_h": round(g["capacity"]["reused"], 4),
+                    "released_scaled_down_h": round(g["capacity"]["scaled_down"], 4),
+                    "released_idle_h": round(g["capacity"]["idle"], 4),
+                    "released_kept_up_h": round(g["capacity"]["kept_up"], 4),
+                    "released_unknown_h": round(g["capacity"]["unknown"], 4),
+                    "node_hours_up": round(g["capacity"]["node_hours_up"], 4),
+                    "node_hours_removed": round(g["capacity"]["node_hours_removed"], 4),
                     "restores_snapshot": g["restores"]["snapshot"],
                     "restores_checkpoint": g["restores"]["checkpoint"],
                     "restores_failed": g["restores"]["failed"],
@@ -739,6 +905,7 @@ class Report:
                 ]
             )
         lines += text_table(head, rows, right=range(2, 9))
+        lines += ["", *bill_text(data)]
         t = data["totals"]
         lines += ["", "Latency (seconds)"]
         lrows = []
@@ -776,6 +943,69 @@ class Report:
         if any_ahead(data.get("resume_ahead")):
             lines += ["", *ahead_text(data["resume_ahead"])]
         return "\n".join(lines) + "\n"
+
+
+def bill_text(data: dict[str, Any]) -> list[str]:
+    """What the pauses did to the bill: the released hours by node outcome, per user."""
+    lines = [
+        "What pausing did to the bill (accelerator-hours released, by what became of the node)"
+    ]
+    head = [
+        "scope",
+        "key",
+        "released",
+        "reused",
+        "scaled down",
+        "idle",
+        "kept up",
+        "unknown",
+        "node-h up",
+        "node-h removed",
+    ]
+    rows = []
+    for scope, g in scoped_groups(data):
+        if scope not in ("total", "user"):
+            continue
+        cap = g["capacity"]
+        rows.append(
+            [
+                scope,
+                g["key"],
+                *(
+                    f"{cap[k]:.2f}"
+                    for k in (
+                        "released",
+                        "reused",
+                        "scaled_down",
+                        "idle",
+                        "kept_up",
+                        "unknown",
+                        "node_hours_up",
+                        "node_hours_removed",
+                    )
+                ),
+            ]
+        )
+    lines += text_table(head, rows, right=range(2, 10))
+    t = data["totals"]
+    share, on = t["always_on_share"], t["gpu_hours"]["always_on"]
+    if share["allocated"] is not None:
+        lines.append(
+            f"always-on {on:.1f} h: allocated {_pct(share['allocated'])}, released "
+            f"{_pct(share['released'])}; of the always-on hours the bill was reduced by "
+            f"{_pct(share['bill_reduced'])} (nodes scaled down), other work reused "
+            f"{_pct(share['reused'])}, no saving on {_pct(share['no_saving'])} (idle or kept up), "
+            f"node outcome unknown for {_pct(share['unknown'])}"
+        )
+    if t["capacity"]["released"] > 0 and t["capacity"]["unknown"] >= t["capacity"]["released"]:
+        lines.append(
+            "node outcome unknown: this backend cannot see nodes (or nobody followed them)"
+        )
+    return lines
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0%}"
 
 
 def _r(v: float | None) -> float | None:
@@ -821,8 +1051,13 @@ def build_report(
             if e.type == EventType.CELL_EXECUTED:
                 since = min(since, e.time - float((e.data or {}).get("duration", 0) or 0))
     sessions: dict[tuple[str, str], SessionRecord] = {}
+    spans: dict[str, list[CapacitySpan]] = {}
     for ev in events:
         if not ev.path:
+            if ev.type == EventType.CAPACITY_OUTCOME:
+                # an unreadable span is skipped: its time stays "unknown"
+                with contextlib.suppress(KeyError, TypeError, ValueError):
+                    spans.setdefault(ev.user, []).append(CapacitySpan.from_json(ev.data or {}))
             continue  # server-wide events
         key = (ev.user, ev.path)
         s = sessions.get(key)
@@ -832,7 +1067,7 @@ def build_report(
     clipped = []
     for s in sessions.values():
         s.close(until)
-        c = _clip(s, since, until, interruption_minutes * 60.0)
+        c = _clip(s, since, until, interruption_minutes * 60.0, spans.get(s.user))
         if c.timeline or c.pauses:
             clipped.append(c)
     return Report(

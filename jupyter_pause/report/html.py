@@ -63,6 +63,15 @@ DEFINITIONS = [
         "again); waiting saved is the resume time the user did not wait.",
     ),
     (
+        "what pausing did to the bill",
+        "Released accelerator-hours split by what became of the node the pause let go of: "
+        "reused (another pod took the GPU: capacity to other work, the bill unchanged), "
+        "scaled down (the node was deleted: the bill stopped), idle (the node stayed up with "
+        "the GPU free: nothing saved), kept up (other pods kept the node up while the GPU was "
+        "free), unknown (the platform cannot see nodes, or nobody followed the node: never "
+        "guessed). Node-hours count each node once: up after the release, or removed.",
+    ),
+    (
         "not restored",
         "Variables the pause's checkpoint could not save: a resume brings the rest back "
         "without them.",
@@ -148,6 +157,9 @@ def render_html(
     parts.append("<h2 id='groups'>Per notebook, user and workload class</h2>")
     parts.append(_groups_table(data))
 
+    parts.append("<h2 id='bill'>What pausing did to the bill</h2>")
+    parts.append(_bill_table(data))
+
     r = t["restores"]
     cb, sb = t["checkpoint_bytes"], t["snapshot_bytes"]
     parts.append("<h2 id='restores'>Restores and storage</h2><ul>")
@@ -230,13 +242,63 @@ def _groups_table(data: dict[str, Any]) -> str:
     return "<table class='groups'>" + head + "".join(rows) + "</table>"
 
 
+BILL_COLUMNS = (
+    ("released", "released h"),
+    ("reused", "reused by others h"),
+    ("scaled_down", "scaled down h (bill reduced)"),
+    ("idle", "idle h (no saving)"),
+    ("kept_up", "kept up h"),
+    ("unknown", "node outcome unknown h"),
+    ("node_hours_up", "node-h up"),
+    ("node_hours_removed", "node-h removed"),
+)
+
+
+def _bill_table(data: dict[str, Any]) -> str:
+    head = "<tr><th>scope</th><th>key</th>" + "".join(f"<th>{t}</th>" for _, t in BILL_COLUMNS)
+    rows = []
+    for scope, g in scoped_groups(data):
+        if scope not in ("total", "user"):
+            continue
+        cap = g["capacity"]
+        cells = "".join(f"<td>{_h(cap[k])}</td>" for k, _ in BILL_COLUMNS)
+        rows.append(f"<tr><td>{scope}</td><td>{esc(g['key'])}</td>{cells}</tr>")
+    share = data["totals"]["always_on_share"]
+    line = ""
+    if share["allocated"] is not None:
+        pct = {k: "–" if v is None else f"{v:.0%}" for k, v in share.items()}
+        line = (
+            f"<p>Of the always-on hours ({_h(data['totals']['gpu_hours']['always_on'])}): "
+            f"allocated {pct['allocated']}, released {pct['released']}; the bill was reduced "
+            f"for {pct['bill_reduced']}, other work reused {pct['reused']}, no saving on "
+            f"{pct['no_saving']}, node outcome unknown for {pct['unknown']}.</p>"
+        )
+    return "<table data-table='bill'>" + head + "".join(rows) + "</table>" + line
+
+
+def _outcome(x: dict[str, Any]) -> str:
+    """A pause's node outcome in words: the outcomes it had, largest first."""
+    parts = [
+        (x.get(f"{key}_h") or 0.0, label)
+        for key, label in (
+            ("reused", "reused"),
+            ("scaled_down", "scaled down"),
+            ("idle", "idle"),
+            ("kept_up", "kept up"),
+            ("unknown", "unknown"),
+        )
+    ]
+    shown = [f"{label} {_h(h)} h" for h, label in sorted(parts, reverse=True) if h > 0]
+    return ", ".join(shown) or "–"
+
+
 def _pauses_table(pauses: list[dict[str, Any]]) -> str:
     if not pauses:
         return "<p class='muted'>No pauses in this period.</p>"
     head = (
         "<tr><th>notebook</th><th>requested</th><th>auto</th><th>pause s</th><th>resume s</th>"
         "<th>capacity wait s</th><th>restored from</th><th>checkpoint</th><th>not restored</th>"
-        "<th>interrupted</th></tr>"
+        "<th>interrupted</th><th>node outcome</th></tr>"
     )
     rows = []
     for x in pauses:
@@ -249,7 +311,7 @@ def _pauses_table(pauses: list[dict[str, Any]]) -> str:
             f"<td>{_f(x['resume_latency_s'])}</td><td>{_f(x['capacity_wait_s'])}</td>"
             f"<td>{esc(x['restore_outcome'] or '–')}</td><td>{esc(format_bytes(x['checkpoint_bytes']))}</td>"
             f"<td class='{'lost' if lost else ''}'>{esc(lost)}</td>"
-            f"<td>{'yes' if x['interrupted'] else ''}</td></tr>"
+            f"<td>{'yes' if x['interrupted'] else ''}</td><td>{esc(_outcome(x))}</td></tr>"
         )
     return "<table class='pauses'>" + head + "".join(rows) + "</table>"
 

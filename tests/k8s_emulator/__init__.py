@@ -13,11 +13,15 @@ from pathlib import Path
 import yaml
 
 from .controllers import WS_LABEL, Controllers, Scenario
-from .server import KubeEmulator, Request, rbac_allows
+from .nodes import NodeBook, NodePool
+from .server import Clock, KubeEmulator, Request, rbac_allows, use_clock
 
 __all__ = [
+    "Clock",
     "Cluster",
     "Controllers",
+    "NodeBook",
+    "NodePool",
     "KubeEmulator",
     "Request",
     "NOTEBOOK_SA",
@@ -40,11 +44,17 @@ WORKSPACE_KIND = "jupyterlab-resumable"
 #: emulated Workspace controller makes for the kind's ``clusterRoles``
 WORKSPACE_SA = f"system:serviceaccount:{NAMESPACE}:ws-{WORKSPACE}"
 
-# principal -> (manifest under deploy/, Role name)
+# principal -> (manifest under deploy/, Role name or names)
 PRINCIPALS = {
     "sa-pod-snapshot": ("gke-pod-snapshot/rbac.yaml", f"jupyter-pause-{NOTEBOOK}"),
     "user": ("rbac/cli.yaml", "jupyter-pause-user"),
     "gc": ("rbac/cli.yaml", "jupyter-pause-gc"),
+    # the emulator's RBAC is not scoped by namespace: the ClusterRole's and the
+    # namespace Role's rules together are what this principal may do
+    "node-follower": (
+        "rbac/node-follower.yaml",
+        ("jupyter-pause-node-follower", "jupyter-pause-node-follower-state"),
+    ),
 }
 VARIABLES = {
     "NAMESPACE": NAMESPACE,
@@ -53,6 +63,7 @@ VARIABLES = {
     "SERVICE_ACCOUNT": "notebook",
     "USER_NAME": "alice@example.com",
     "GC_USER": "platform@example.com",
+    "FOLLOWER": "node-follower@example.com",
 }
 #: the notebook pod's ServiceAccount as the API server names it (the kit's ${SERVICE_ACCOUNT})
 NOTEBOOK_SA = f"system:serviceaccount:{NAMESPACE}:{VARIABLES['SERVICE_ACCOUNT']}"
@@ -75,14 +86,25 @@ def workspace_clusterrole() -> dict:
 def role_rules(principal: str) -> list[dict]:
     if principal == WORKSPACE_SA:
         return workspace_clusterrole()["rules"]
-    manifest, role = PRINCIPALS[principal]
-    return load_roles(manifest)[role]
+    manifest, roles = PRINCIPALS[principal]
+    loaded = load_roles(manifest)
+    if isinstance(roles, str):
+        return loaded[roles]
+    return [rule for role in roles for rule in loaded[role]]
 
 
 class Cluster:
     """An emulated cluster with the objects of a user's namespace."""
 
-    def __init__(self, tmp_path: Path, scenario: Scenario | None = None, enforce_rbac: bool = True):
+    def __init__(
+        self,
+        tmp_path: Path,
+        scenario: Scenario | None = None,
+        enforce_rbac: bool = True,
+        clock: Clock | None = None,
+    ):
+        self.clock = clock or Clock()
+        use_clock(self.clock)
         self.emu = KubeEmulator().start()
         self.ctl = Controllers(self.emu, scenario).start()
         self.scenario = self.ctl.scenario
@@ -139,6 +161,100 @@ class Cluster:
     def stop(self) -> None:
         self.ctl.stop()
         self.emu.stop()
+        use_clock(Clock())
+
+    # -- time and nodes --
+    def advance(self, seconds: float) -> float:
+        """Move the cluster's (fake) clock and let the controllers act on it, stopping
+        at each moment the autoscaler acts on its own (as its 10 s scan would)."""
+        target = self.clock.time() + seconds
+        pool = self.ctl.node_pool
+        while pool is not None:
+            due = pool.next_deadline()
+            if due is None or due >= target:
+                break
+            self.clock.advance(due - self.clock.time())
+            self.ctl.settle()
+        self.clock.advance(target - self.clock.time())
+        self.ctl.settle()
+        return target
+
+    @property
+    def nodes(self):
+        """The node pool's controller (``Scenario.node_pool``): its nodes and its book."""
+        assert self.ctl.node_pool is not None, "the scenario has no node_pool"
+        return self.ctl.node_pool
+
+    def add_workload(
+        self,
+        namespace: str,
+        name: str,
+        gpus: int = 0,
+        controller: str | None = "StatefulSet",
+        workload_class: str = "",
+        node_selector: dict | None = None,
+        safe_to_evict: bool = True,
+    ) -> dict:
+        """Someone else's pod: a StatefulSet's (its pod ``<name>-0``), or a bare pod
+        (``controller=None``: the autoscaler cannot move it)."""
+        labels = {"app": name}
+        if workload_class:
+            labels["jupyter-pause.io/workload-class"] = workload_class
+        annotations = (
+            {} if safe_to_evict else {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
+        )
+        resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+        spec = {
+            "containers": [{"name": "main", "image": "busybox", "resources": resources}],
+            "nodeSelector": dict(node_selector or {}),
+        }
+        if controller is None:
+            self.emu.create(
+                "Pod",
+                namespace,
+                {
+                    "metadata": {"name": name, "labels": labels, "annotations": annotations},
+                    "spec": spec,
+                },
+            )
+            pod_name = name
+        else:
+            self.emu.create(
+                "StatefulSet",
+                namespace,
+                {
+                    "metadata": {"name": name},
+                    "spec": {
+                        "replicas": 1,
+                        "serviceName": name,
+                        "selector": {"matchLabels": {"app": name}},
+                        "template": {
+                            "metadata": {"labels": labels, "annotations": annotations},
+                            "spec": spec,
+                        },
+                    },
+                },
+            )
+            pod_name = f"{name}-0"
+        return self.wait_for(
+            lambda: (
+                (self.emu.find("Pod", namespace, pod_name) or {}).get("spec", {}).get("nodeName")
+                and self.emu.find("Pod", namespace, pod_name)
+            ),
+            what=f"pod {namespace}/{pod_name} bound",
+        )
+
+    def remove_workload(self, namespace: str, name: str) -> None:
+        """Delete a workload added by :meth:`add_workload` and wait until its pod is gone."""
+        res = self.emu.resource("StatefulSet")
+        if self.emu.find("StatefulSet", namespace, name):
+            self.emu.store.delete(res, namespace, name)
+            pod = f"{name}-0"
+        else:
+            pod = name
+            self.emu.store.delete(self.emu.resource("Pod"), namespace, name, graceful=True)
+        self.wait_for(lambda: self.emu.find("Pod", namespace, pod) is None, what=f"{pod} gone")
+        self.ctl.settle()
 
     # -- waiting --
     def wait_for(self, predicate, timeout: float = 60.0, what: str = "condition"):
@@ -163,11 +279,11 @@ class Cluster:
             lambda c: c["metadata"].setdefault("annotations", {}).update(annotations),
         )
 
-    def pod(self, name: str | None = None) -> dict | None:
-        return self.emu.find("Pod", NAMESPACE, name or f"{NOTEBOOK}-0")
+    def pod(self, name: str | None = None, namespace: str = NAMESPACE) -> dict | None:
+        return self.emu.find("Pod", namespace, name or f"{NOTEBOOK}-0")
 
-    def pod_ready(self, name: str | None = None) -> dict | None:
-        pod = self.pod(name)
+    def pod_ready(self, name: str | None = None, namespace: str = NAMESPACE) -> dict | None:
+        pod = self.pod(name, namespace)
         if pod and not pod["metadata"].get("deletionTimestamp"):
             for c in pod["status"].get("conditions") or []:
                 if c["type"] == "Ready" and c["status"] == "True":
@@ -181,6 +297,7 @@ class Cluster:
         image: str = "us-docker.pkg.dev/p/notebooks/torch:2.6",
         accelerator: str = "nvidia-tesla-t4",
         policy: bool = True,
+        namespace: str = NAMESPACE,
     ) -> dict:
         """A gVisor StatefulSet running the server, matched by a manual PodSnapshotPolicy."""
         if policy and not self.emu.find("PodSnapshotStorageConfig", None, "notebooks-storage"):
@@ -192,10 +309,10 @@ class Cluster:
                     "spec": {"snapshotStorageConfig": {"gcs": {"bucket": "snapshots"}}},
                 },
             )
-        if policy and not self.emu.find("PodSnapshotPolicy", NAMESPACE, "notebooks"):
+        if policy and not self.emu.find("PodSnapshotPolicy", namespace, "notebooks"):
             self.emu.create(
                 "PodSnapshotPolicy",
-                NAMESPACE,
+                namespace,
                 {
                     "metadata": {"name": "notebooks"},
                     "spec": {
@@ -209,7 +326,7 @@ class Cluster:
         # the state ConfigMap of the deploy kit (deploy/gke-pod-snapshot/state.yaml)
         self.emu.create(
             "ConfigMap",
-            NAMESPACE,
+            namespace,
             {
                 "metadata": {
                     "name": f"jupyter-pause-{name}",
@@ -222,7 +339,7 @@ class Cluster:
         )
         sts = self.emu.create(
             "StatefulSet",
-            NAMESPACE,
+            namespace,
             {
                 "metadata": {"name": name},
                 "spec": {
@@ -247,7 +364,9 @@ class Cluster:
                 },
             },
         )
-        self.wait_for(lambda: self.pod_ready(f"{name}-0"), what=f"pod {name}-0 ready")
+        self.wait_for(
+            lambda: self.pod_ready(f"{name}-0", namespace), what=f"pod {namespace}/{name}-0 ready"
+        )
         return sts
 
     def add_workspace_kind(self, addon: bool = False, cluster_roles=("jupyter-pause-workspace",)):

@@ -10,7 +10,9 @@ One background thread reconciles every ``tick`` seconds:
   unless ``capacity == "unavailable"`` (then ``PodScheduled=False
   Unschedulable``, ``FailedScheduling``, and ``TriggeredScaleUp`` or
   ``NotTriggerScaleUp``/``FailedScaleUp``), until ``capacity_after`` seconds;
-  then Running and Ready; graceful deletion completes.
+  then Running and Ready; graceful deletion completes.  With
+  ``Scenario.node_pool`` pods are bound to Node objects instead, and the
+  autoscaler scales the pool up and down (``nodes.py``), on the cluster's clock.
 * **GKE pod snapshots**: a ``PodSnapshotManualTrigger`` for a pod selected by
   a manual ``PodSnapshotPolicy`` produces a ``PodSnapshot`` (UUID name,
   ``gke-pod-snapshot-triggered-by`` label) ``AwaitingCheckpoint`` then
@@ -62,6 +64,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from . import server
+from .nodes import NodePool, NodePoolController
 from .server import ApiError, KubeEmulator, match_selector_obj, now_iso
 
 #: kinds whose ownerReferences the garbage collector follows
@@ -99,6 +103,9 @@ class Scenario:
     workspace_addon: bool = False
     restore_in_place: bool = False
     restored_condition_delay: float = 0.0  # PodRestored comes this long after Ready (lazy restore)
+    #: GPU nodes under the cluster autoscaler (nodes.py); None: every pod lands on
+    #: ``gke-gpu-pool-node-1``, a node without an object
+    node_pool: NodePool | None = None
 
 
 def _hash_spec(spec: dict) -> str:
@@ -158,6 +165,13 @@ class Controllers:
         self.snap_created_at: dict[str, float] = {}
         self.restored_pods: list[str] = []
         self.errors: list[str] = []
+        self.node_pool = (
+            NodePoolController(emu, self.scenario.node_pool, self.event)
+            if self.scenario.node_pool is not None
+            else None
+        )
+        self.passes = 0  # reconcile passes completed (settle() waits on it)
+        self._passes = threading.Condition()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="k8s-controllers", daemon=True)
         emu.admission.append(self._admission)
@@ -176,7 +190,17 @@ class Controllers:
                 self.reconcile()
             except Exception as e:  # keep going; tests look at .errors
                 self.errors.append(repr(e))
+            with self._passes:
+                self.passes += 1
+                self._passes.notify_all()
             time.sleep(self.tick)
+
+    def settle(self, passes: int = 3, timeout: float = 30.0) -> None:
+        """Wait until ``passes`` more reconcile passes have run (after the clock moved)."""
+        with self._passes:
+            target = self.passes + passes
+            if not self._passes.wait_for(lambda: self.passes >= target, timeout=timeout):
+                raise AssertionError("the emulated controllers did not reconcile in time")
 
     # -- helpers --
     def event(
@@ -292,6 +316,8 @@ class Controllers:
         self.workspaces()
         self.statefulsets()
         self.pods()
+        if self.node_pool is not None:
+            self.node_pool.reconcile()
         self.triggers()
         self.snapshots()
         self.garbage_collect()
@@ -447,7 +473,7 @@ class Controllers:
                 "podTemplatePod": (
                     {"name": pod["metadata"]["name"], "serviceAccountName": sa} if pod else {}
                 ),
-                "pauseTime": int(time.time()) if state == "Paused" else 0,
+                "pauseTime": int(server.CLOCK.time()) if state == "Paused" else 0,
             }
             current = ws.get("status") or {}
             if any(
@@ -694,6 +720,10 @@ class Controllers:
                 blocked = sc.capacity == "unavailable" and (
                     sc.capacity_after is None or waited < sc.capacity_after
                 )
+                if not blocked and self.node_pool is not None:
+                    if self.node_pool.schedule(pod):
+                        self.pod_born[uid] = time.monotonic()
+                    continue
                 if blocked:
                     msg = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
                     if not scheduled or scheduled.get("reason") != "Unschedulable":

@@ -52,8 +52,47 @@ from urllib.parse import parse_qs, urlparse
 from .admission import AdmissionRequest, NotModelled, admit
 
 
+class Clock:
+    """The emulated cluster's wall clock: the real one, or one a test moves by hand.
+
+    Every timestamp the emulator writes (creation, conditions, events, taints,
+    ``pauseTime``) and every wait the node pool and the autoscaler count comes
+    from it, so a test can live through a week in seconds (:meth:`advance`).
+    The scripted delays of pods and snapshots stay on the real clock: they are
+    the machinery, not the time being accounted.
+    """
+
+    def __init__(self, start: float | None = None):
+        self._now = start
+        self._lock = threading.Lock()
+
+    @property
+    def fake(self) -> bool:
+        return self._now is not None
+
+    def time(self) -> float:
+        with self._lock:
+            return time.time() if self._now is None else self._now
+
+    def advance(self, seconds: float) -> float:
+        with self._lock:
+            if self._now is None:
+                raise RuntimeError("the real clock cannot be advanced")
+            self._now += seconds
+            return self._now
+
+
+#: the clock of the emulator running now (one per test; :class:`Cluster` sets it)
+CLOCK = Clock()
+
+
+def use_clock(clock: Clock) -> None:
+    global CLOCK
+    CLOCK = clock
+
+
 def now_iso(t: float | None = None) -> str:
-    t = time.time() if t is None else t
+    t = CLOCK.time() if t is None else t
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
@@ -81,6 +120,7 @@ RESOURCES = [
     Resource("", "v1", "events", "Event", status_subresource=False),
     Resource("", "v1", "configmaps", "ConfigMap", status_subresource=False),
     Resource("", "v1", "serviceaccounts", "ServiceAccount", status_subresource=False),
+    Resource("", "v1", "nodes", "Node", namespaced=False),
     Resource("apps", "v1", "statefulsets", "StatefulSet"),
     Resource(RBAC_GROUP, "v1", "roles", "Role", status_subresource=False),
     Resource(RBAC_GROUP, "v1", "rolebindings", "RoleBinding", status_subresource=False),
@@ -124,6 +164,36 @@ LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 LABEL_NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 #: the only field selectors a custom resource supports (without declared selectableFields)
 CUSTOM_FIELDS = ("metadata.name", "metadata.namespace")
+#: the field selectors kube-apiserver supports on these built-in kinds
+#: (pkg/registry/core/{pod,node,event}/strategy.go ``ToSelectableFields``)
+BUILTIN_FIELDS = {
+    "Pod": (
+        *CUSTOM_FIELDS,
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "spec.hostNetwork",
+        "status.phase",
+        "status.podIP",
+        "status.nominatedNodeName",
+    ),
+    "Node": ("metadata.name", "spec.unschedulable"),
+    "Event": (
+        *CUSTOM_FIELDS,
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    ),
+}
 
 
 class ApiError(Exception):
@@ -416,10 +486,11 @@ class Store:
     def list(
         self, res: Resource, ns: str | None, label_selector=None, field_selector=None
     ) -> list[dict]:
-        if res.custom and field_selector:
+        allowed = CUSTOM_FIELDS if res.custom else BUILTIN_FIELDS.get(res.kind)
+        if allowed and field_selector:
             for req in _split_selector(field_selector):
                 fieldname = re.split(r"\s*(?:==|!=|=)", req, maxsplit=1)[0].strip()
-                if fieldname not in CUSTOM_FIELDS:
+                if fieldname not in allowed:
                     raise ApiError(400, "BadRequest", f'field label not supported: "{fieldname}"')
         with self.cond:
             out = []
@@ -724,7 +795,7 @@ class KubeEmulator:
         res = BY_KIND[kind]
         with self.store.cond:
             obj = self.store.objects[(self.store.key(res), ns if res.namespaced else None, name)]
-            obj["metadata"]["creationTimestamp"] = now_iso(time.time() - seconds)
+            obj["metadata"]["creationTimestamp"] = now_iso(CLOCK.time() - seconds)
             (obj.get("status") or {}).pop("lastAccessTime", None)
 
 

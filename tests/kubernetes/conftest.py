@@ -15,7 +15,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from k8s_emulator import NAMESPACE, NOTEBOOK, WORKSPACE, Cluster, Scenario  # noqa: E402, F401
+from k8s_emulator import (  # noqa: E402, F401
+    NAMESPACE,
+    NOTEBOOK,
+    WORKSPACE,
+    Clock,
+    Cluster,
+    NodePool,
+    Scenario,
+)
 
 SESSION_REQUESTS: list = []
 

@@ -38,8 +38,18 @@ def used(requests, principal: str) -> set[tuple[str, str, str]]:
 def tour(cluster, sessions, shutdown_kernel, capsys):
     # -- gke-pod-snapshot: pause, resume, restore, a failed pause, clean-up
     cluster.add_gke_notebook()
+    cluster.emu.create(  # the node the pod ran on (the scenario has no node pool)
+        "Node",
+        None,
+        {
+            "metadata": {"name": cluster.pod()["spec"]["nodeName"]},
+            "status": {"allocatable": {"nvidia.com/gpu": "1"}},
+        },
+    )
     asyncio.run(pod_backend(cluster).release(sessions, shutdown_kernel))
     cluster.wait_for(lambda: cluster.pod() is None, what="pod gone")
+    # -- the platform's node follower: the node and its pods, the state's annotation
+    assert cli(cluster, "follow-nodes", "--once", context="node-follower", capsys=capsys)[0] == 0
     assert cli(cluster, "status", capsys=capsys)[0] == 0
     assert cli(cluster, "list", capsys=capsys)[0] == 0
     assert cli(cluster, "resume", "nb", capsys=capsys)[0] == 0
@@ -80,6 +90,8 @@ def tour(cluster, sessions, shutdown_kernel, capsys):
     # -- kubeflow-workspace: pause, status, resume, startup; then with the add-on
     cluster.add_workspace()
     asyncio.run(ws_backend(cluster).release(sessions, shutdown_kernel))
+    rc, out = cli(cluster, "follow-nodes", "--once", context="node-follower", capsys=capsys)
+    assert rc == 0 and f"{WORKSPACE}: node " in out, out
     assert cli(cluster, "status", WORKSPACE, capsys=capsys)[0] == 0
     assert cli(cluster, "resume", WORKSPACE, capsys=capsys)[0] == 0
     cluster.wait_for(lambda: cluster.pod_ready(cluster.workspace_pod()), what="workspace back")

@@ -319,6 +319,16 @@ class KubeClient:
             self.core.list_namespaced_event, self.namespace, field_selector=selector
         ).get("items", [])
 
+    def get_node(self, name: str) -> dict:
+        """A node (cluster-scoped): the node follower's ClusterRole (deploy/rbac/node-follower.yaml)."""
+        return self._call(self.core.read_node, name)
+
+    def list_pods_on_node(self, node: str) -> list[dict]:
+        """Every pod bound to ``node``, in any namespace (field selector ``spec.nodeName``)."""
+        return self._call(
+            self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node}"
+        ).get("items", [])
+
     def get_configmap(self, name: str) -> dict:
         return self._call(self.core.read_namespaced_config_map, name, self.namespace)
 

@@ -27,6 +27,12 @@ account, volumes), so the server only gets the StatefulSet and patches its
     ``true`` once the pausing process itself recorded the end of its pause; a
     come-back without it records the end (the platform finished the pause
     while the process was frozen)
+``jupyter-pause.io/node``
+    JSON :class:`.nodes.ReleasedNode`: the node the pause let go of, its GPUs
+``jupyter-pause.io/node-follow``
+    JSON :class:`.nodes.NodeFollow`: what became of that node so far, written
+    by ``jupyter pause follow-nodes`` (:mod:`.follow`); the come-back records
+    it in the ledger (``CAPACITY_OUTCOME``) and removes both
 """
 
 from __future__ import annotations
@@ -40,10 +46,12 @@ from typing import Any
 
 from traitlets import Bool, Float, Unicode
 
+from ...clock import SYSTEM, Clock
 from ...ledger import EventType
 from ..base import BackendError, PauseBackend, StartupReport
 from . import compat
 from .client import KubeClient, KubeError, NotFound, own_pod, retrying_until
+from .nodes import NodeFollow, ReleasedNode, pod_gpus
 
 PREFIX = "jupyter-pause.io/"
 A_STATE = PREFIX + "state"
@@ -60,6 +68,8 @@ A_RESTORED_FROM = PREFIX + "restored-from"
 A_RESUMED_AT = PREFIX + "resumed-at"
 A_PAUSE_RECORDED = PREFIX + "pause-recorded"
 A_RESUME_AT = PREFIX + "resume-at"  # a scheduled resume: {at, kind, by, set_at}
+A_NODE = PREFIX + "node"
+A_NODE_FOLLOW = PREFIX + "node-follow"
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 #: on the state ConfigMap: the StatefulSet it describes
@@ -242,6 +252,27 @@ def capacity_events(pod: dict, events: list[dict]) -> dict[str, Any] | None:
     }
 
 
+def released_node(pod: dict, fingerprint: dict[str, Any], at: float) -> ReleasedNode | None:
+    """What a pause leaves behind on its node (None: the pod was bound to none)."""
+    node = (pod.get("spec") or {}).get("nodeName")
+    if not node:
+        return None
+    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    return ReleasedNode(
+        node=node,
+        gpus=pod_gpus(pod) or int(fingerprint.get("gpu_count") or 1),
+        namespace=str((pod.get("metadata") or {}).get("namespace") or ""),
+        pod=str((pod.get("metadata") or {}).get("name") or ""),
+        released_at=at,
+        accelerator=str(
+            fingerprint.get("accelerator")
+            or selector.get("cloud.google.com/gke-accelerator")
+            or fingerprint.get("gpu_model")
+            or ""
+        ),
+    )
+
+
 class Restored(Exception):
     """Raised inside a wait loop: this process is the copy restored from the snapshot."""
 
@@ -292,9 +323,13 @@ class KubeBackend(PauseBackend):
         "without waiting for the user (reported in StartupReport.info['auto_resume'])",
     ).tag(config=True)
 
-    def __init__(self, ledger=None, client: KubeClient | None = None, **kwargs):
+    def __init__(
+        self, ledger=None, client: KubeClient | None = None, clock: Clock = SYSTEM, **kwargs
+    ):
         super().__init__(ledger=ledger, **kwargs)
         self._client = client
+        #: the wall clock of the node bookkeeping (when the pod let go of its node)
+        self.clock = clock
 
     # -- plumbing ----------------------------------------------------------
 
@@ -438,12 +473,14 @@ class KubeBackend(PauseBackend):
                 pod=pod_name,
             )
         scheduled = condition(pod, "PodScheduled")
+        acquired = parse_time((scheduled or {}).get("lastTransitionTime")) or None
         self.record(
             EventType.CAPACITY_ACQUIRED,
-            time_=(parse_time((scheduled or {}).get("lastTransitionTime")) or None),
+            time_=acquired,
             pod=pod_name,
             node=(pod.get("spec") or {}).get("nodeName"),
         )
+        self.record_capacity_outcome(owner, acquired or self.clock.time(), info)
         path = "snapshot" if restored else "checkpoint"
         if not restored:
             info["cold_start_reason"] = self.cold_start_reason(owner, pod)
@@ -465,8 +502,38 @@ class KubeBackend(PauseBackend):
             resumed_at=now_iso(),
             resume_operation=None,
             pause_recorded=None,
+            node=None,
+            node_follow=None,
         )
         return info
+
+    def record_capacity_outcome(self, owner: dict, acquired: float, info: dict[str, Any]) -> None:
+        """Write what became of the released node into the ledger, up to ``acquired``.
+
+        The looks were taken from outside while the pod was gone (:mod:`.follow`);
+        time they did not cover stays out of the ledger: the report counts it
+        as "node outcome unknown".
+        """
+        released = json_annotation(owner, A_NODE)
+        data = json_annotation(owner, A_NODE_FOLLOW)
+        if not isinstance(released, dict):
+            return
+        if not isinstance(data, dict):
+            info["capacity_outcome"] = []
+            self.log.info(
+                "jupyter-pause: nobody followed node %s while paused (run `jupyter pause "
+                "follow-nodes`): its outcome is unknown",
+                released.get("node"),
+            )
+            return
+        try:
+            spans = NodeFollow.from_json(data).finish(acquired)
+        except (KeyError, TypeError, ValueError):
+            self.log.warning("jupyter-pause: unreadable %s; outcome unknown", A_NODE_FOLLOW)
+            return
+        for span in spans:
+            self.record(EventType.CAPACITY_OUTCOME, time_=span.start, **span.to_json())
+        info["capacity_outcome"] = [s.to_json() for s in spans]
 
     async def record_unseen_pause(self, owner: dict, pod: dict, info: dict[str, Any]) -> None:
         """Record the end of a pause this process did not live to see (backend-specific)."""

@@ -68,6 +68,7 @@ from .common import (
     condition_true,
     now_iso,
     owner_statefulset,
+    released_node,
     snapshot_created,
     state_configmap,
     trigger_name_for,
@@ -186,8 +187,14 @@ class GkePodSnapshotBackend(KubeBackend):
                 # The restored copy also sees the snapshot Ready: check who we are.
                 await self._check_restored(start_uid, pod_name)
                 seconds = round(time.monotonic() - started, 3)
+                left = released_node(pod, fingerprint, self.clock.time())
                 await self.annotate(
-                    state="paused", message=None, snapshot=snapshot, pause_recorded="true"
+                    state="paused",
+                    message=None,
+                    snapshot=snapshot,
+                    pause_recorded="true",
+                    node=left.to_json() if left else None,
+                    node_follow=None,
                 )
                 try:
                     await self.call("scale_statefulset", sts_name, 0)
@@ -216,6 +223,7 @@ class GkePodSnapshotBackend(KubeBackend):
                 "statefulset": sts_name,
                 "pod": pod_name,
                 "snapshot_seconds": seconds,
+                "node": left.node if left else None,
             }
         )
 

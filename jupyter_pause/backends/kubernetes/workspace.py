@@ -70,6 +70,7 @@ from .common import (
     condition,
     json_annotation,
     now_iso,
+    released_node,
 )
 
 #: the pod annotation the add-on sets on a pod it restores from a snapshot
@@ -155,8 +156,11 @@ class KubeflowWorkspaceBackend(KubeBackend):
             fingerprint["image_config"] = options["imageConfig"]
         if options.get("podConfig"):
             fingerprint["pod_config"] = options["podConfig"]
+        left = released_node(pod, fingerprint, self.clock.time())
         with retrying_until(deadline):
             await self.annotate(
+                node=left.to_json() if left else None,
+                node_follow=None,
                 state="snapshotting" if snapshots else "paused",
                 message="taking the pod snapshot" if snapshots else None,
                 backend=self.name,
@@ -200,9 +204,11 @@ class KubeflowWorkspaceBackend(KubeBackend):
                     if current is not None and current["metadata"].get("uid") != start_uid:
                         return await self._restored(current)
                     if current is None or current["metadata"].get("deletionTimestamp"):
-                        return await self._stopping(
+                        facts = await self._stopping(
                             ws_name, pod_name, snapshots, fingerprint, started
                         )
+                        facts.details["node"] = left.node if left else None
+                        return facts
                     if snapshots:
                         await self._check_addon_trigger(ws_name)
                 unseen = None
