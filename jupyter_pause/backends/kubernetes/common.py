@@ -27,6 +27,11 @@ account, volumes), so the server only gets the StatefulSet and patches its
     ``true`` once the pausing process itself recorded the end of its pause; a
     come-back without it records the end (the platform finished the pause
     while the process was frozen)
+``jupyter-pause.io/fleet``
+    JSON ``{"rows": [...]}``: the server's ledger rolled up per notebook
+    (``report/fleet.py``), rewritten periodically, after each pause and at the
+    server's stop, so that ``jupyter pause report --fleet`` reads it from the
+    API while the workspace is paused; at most :data:`MAX_FLEET_BYTES`
 """
 
 from __future__ import annotations
@@ -60,6 +65,9 @@ A_RESTORED_FROM = PREFIX + "restored-from"
 A_RESUMED_AT = PREFIX + "resumed-at"
 A_PAUSE_RECORDED = PREFIX + "pause-recorded"
 A_RESUME_AT = PREFIX + "resume-at"  # a scheduled resume: {at, kind, by, set_at}
+A_FLEET = PREFIX + "fleet"  # the ledger rolled up per notebook: {rows: [...]}
+#: the fleet annotation's size at most (all of an object's annotations: 256 KiB)
+MAX_FLEET_BYTES = 128 * 1024
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 #: on the state ConfigMap: the StatefulSet it describes
@@ -111,6 +119,10 @@ def addon_trigger_name(workspace: str) -> str:
 def state_configmap(statefulset: str) -> str:
     """The ConfigMap holding the pause state of a notebook StatefulSet (plain GKE)."""
     return f"jupyter-pause-{statefulset}"
+
+
+def fleet_annotation(rows: list[dict[str, Any]]) -> str:
+    return json.dumps({"rows": rows}, separators=(",", ":"))
 
 
 def now_iso(t: float | None = None) -> str:
@@ -367,6 +379,23 @@ class KubeBackend(PauseBackend):
             else:
                 ann[full] = json.dumps(value, separators=(",", ":"), default=str)
         await self.patch_owner({"metadata": {"annotations": ann}})
+
+    async def publish_fleet(self, rows) -> str | None:
+        """The rows as the ``fleet`` annotation of the state object, where the CLI
+        reads them without starting the workspace.  The largest rows (by
+        accelerator-hours) come first; what does not fit is left out, and logged."""
+        ordered = sorted(rows, key=lambda r: -(r.allocated_s + r.released_s))
+        kept = [r.to_json() for r in ordered]
+        while kept and len(fleet_annotation(kept)) > MAX_FLEET_BYTES:
+            kept.pop()
+        if len(kept) < len(rows):
+            self.log.warning(
+                "jupyter-pause: %d of %d notebooks' fleet rows do not fit the annotation",
+                len(rows) - len(kept),
+                len(rows),
+            )
+        await self.patch_owner({"metadata": {"annotations": {A_FLEET: fleet_annotation(kept)}}})
+        return A_FLEET
 
     async def fingerprint(self, pod: dict) -> dict[str, Any]:
         return await asyncio.to_thread(compat.collect, pod)
