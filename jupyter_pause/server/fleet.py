@@ -98,8 +98,14 @@ class FleetPublisher:
             try:
                 rows = await asyncio.to_thread(self.rows)
                 where = await asyncio.wait_for(self.backend.publish_fleet(rows), self.timeout)
-            except (BackendError, TimeoutError) as e:
+            except BackendError as e:
                 self.log.warning("jupyter-pause: the fleet's rows were not handed over: %s", e)
+                return None
+            except TimeoutError:
+                self.log.warning(
+                    "jupyter-pause: the fleet's rows were not handed over: no answer within %g s",
+                    self.timeout,
+                )
                 return None
             except Exception:  # the fleet must never break the server
                 self.log.warning(

@@ -45,6 +45,7 @@ PRINCIPALS = {
     "sa-pod-snapshot": ("gke-pod-snapshot/rbac.yaml", f"jupyter-pause-{NOTEBOOK}"),
     "user": ("rbac/cli.yaml", "jupyter-pause-user"),
     "gc": ("rbac/cli.yaml", "jupyter-pause-gc"),
+    "fleet": ("rbac/cli.yaml", "jupyter-pause-fleet"),
 }
 VARIABLES = {
     "NAMESPACE": NAMESPACE,
@@ -53,6 +54,7 @@ VARIABLES = {
     "SERVICE_ACCOUNT": "notebook",
     "USER_NAME": "alice@example.com",
     "GC_USER": "platform@example.com",
+    "FLEET_USER": "platform@example.com",
 }
 #: the notebook pod's ServiceAccount as the API server names it (the kit's ${SERVICE_ACCOUNT})
 NOTEBOOK_SA = f"system:serviceaccount:{NAMESPACE}:{VARIABLES['SERVICE_ACCOUNT']}"

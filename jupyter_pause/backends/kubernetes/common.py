@@ -385,9 +385,14 @@ class KubeBackend(PauseBackend):
         reads them without starting the workspace.  The largest rows (by
         accelerator-hours) come first; what does not fit is left out, and logged."""
         ordered = sorted(rows, key=lambda r: -(r.allocated_s + r.released_s))
-        kept = [r.to_json() for r in ordered]
-        while kept and len(fleet_annotation(kept)) > MAX_FLEET_BYTES:
-            kept.pop()
+        kept: list[dict[str, Any]] = []
+        size = len(fleet_annotation([]))
+        for row in ordered:
+            data = row.to_json()
+            size += len(json.dumps(data, separators=(",", ":"))) + 1  # and a comma
+            if size > MAX_FLEET_BYTES:
+                break
+            kept.append(data)
         if len(kept) < len(rows):
             self.log.warning(
                 "jupyter-pause: %d of %d notebooks' fleet rows do not fit the annotation",
