@@ -20,8 +20,9 @@ from .conftest import BIN, Hub
 pytestmark = pytest.mark.slow
 
 USERS = ("alice", "bob", "carol")
-#: hand the rows over every second while the servers run (default 300 s)
-CONFIG = {"PauseApp": {"fleet_interval": 1}}
+#: carol's server hands its rows over every second while it runs (default 300 s);
+#: alice's and bob's only after a pause and as they stop
+CONFIG = {user: {"PauseApp": {"fleet_interval": 1 if user == "carol" else 0}} for user in USERS}
 #: where the test saves the fleet page as chromium shows it
 SCREENSHOT = os.environ.get("JUPYTER_PAUSE_FLEET_SCREENSHOT", "")
 
@@ -40,7 +41,7 @@ def fleet_hub(tmp_path_factory):
     carol's runs; each ran a cell first."""
     hub = Hub(tmp_path_factory.mktemp("fleet"), service={"timeout": 3600, "check_interval": 1})
     for user in USERS:
-        hub.configure_user(user, CONFIG)
+        hub.configure_user(user, CONFIG[user])
         hub.add_notebook(user)
     try:
         hub.start()
