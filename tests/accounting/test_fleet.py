@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
+import stat
 from dataclasses import replace
 
 import pytest
@@ -177,6 +179,23 @@ def test_the_store_is_bounded_and_refuses_malformed_bodies(tmp_path):
         with pytest.raises(RowError):
             store.put("u", "", body)
     assert len(FleetStore(tmp_path / "fleet.json", max_rows=3).rows) == 3
+
+
+def test_the_store_is_written_atomically_and_durably(tmp_path, monkeypatch):
+    """The file's data and the folder's new entry reach the disk (fsync) before
+    ``put`` returns; nothing else is left in the folder."""
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(stat.S_IFMT(os.fstat(fd).st_mode))
+        real_fsync(fd)
+
+    store = FleetStore(tmp_path / "fleet.json")
+    monkeypatch.setattr(os, "fsync", fsync)
+    store.put("alice", "", {"rows": [row().to_json()]})
+    assert synced == [stat.S_IFREG, stat.S_IFDIR]
+    assert [p.name for p in tmp_path.iterdir()] == ["fleet.json"]
 
 
 def test_a_damaged_store_is_kept_aside_and_said(tmp_path):
