@@ -65,25 +65,34 @@ class FleetPublisher:
         self.log = log or logging.getLogger("jupyter_pause")
         self.clock = clock
         self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._soon: asyncio.TimerHandle | None = None
+        self._after: set[asyncio.Task] = set()  # hand-overs after a pause, under way
         self._lock = asyncio.Lock()  # one hand-over at a time, in order
         self.published = 0  # hand-overs taken (for the log and the tests)
 
     def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self.ledger.listeners.append(self._on_event)
         if self.interval > 0:
-            self._task = asyncio.ensure_future(self._loop())
+            self._task = asyncio.ensure_future(self._every_interval())
 
     def _on_event(self, event: LedgerEvent) -> None:
-        if event.type == EventType.PAUSED and self._soon is None:
-            loop = asyncio.get_running_loop()
-            self._soon = loop.call_later(AFTER_PAUSE, self._after_pause)
+        """A ledger listener: it may be called from any thread, and never raises."""
+        if event.type == EventType.PAUSED and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._paused)
+
+    def _paused(self) -> None:
+        if self._soon is None and self._loop is not None:
+            self._soon = self._loop.call_later(AFTER_PAUSE, self._after_pause)
 
     def _after_pause(self) -> None:
         self._soon = None
-        asyncio.ensure_future(self.publish())
+        task = asyncio.ensure_future(self.publish())
+        self._after.add(task)
+        task.add_done_callback(self._after.discard)
 
-    async def _loop(self) -> None:
+    async def _every_interval(self) -> None:
         while True:
             await self.publish()
             await asyncio.sleep(self.interval)
@@ -121,6 +130,7 @@ class FleetPublisher:
         """Stop, then hand the rows over a last time (the server stops)."""
         if self._on_event in self.ledger.listeners:
             self.ledger.listeners.remove(self._on_event)
+        self._loop = None
         if self._soon is not None:
             self._soon.cancel()
             self._soon = None

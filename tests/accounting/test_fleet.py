@@ -264,6 +264,22 @@ def test_the_server_hands_over_at_start_after_a_pause_and_at_its_stop():
     asyncio.run(scenario())
 
 
+def test_a_pause_recorded_in_another_thread_is_handed_over_too():
+    async def scenario():
+        ledger = ledger_of(alice_events())
+        backend = Collecting()
+        publisher = FleetPublisher(ledger=ledger, backend=backend, interval=0)
+        publisher.start()
+        await asyncio.to_thread(ledger.record, E.PAUSED, path="a.ipynb")  # never raises
+        deadline = asyncio.get_running_loop().time() + 10
+        while not backend.handed and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        assert len(backend.handed) == 1
+        await publisher.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_failed_hand_over_is_logged_and_never_raises(caplog):
     async def scenario():
         publisher = FleetPublisher(
