@@ -24,7 +24,7 @@ from html import escape
 from typing import Any
 
 from ..formatting import format_bytes, format_time, text_table
-from .build import RELEASED_STATES, STATES, Report, stats
+from .build import ALLOCATED_STATES, RELEASED_STATES, STATES, Report, stats
 
 #: resume latencies a row keeps (its notebook's latest ones)
 MAX_LATENCIES = 32
@@ -82,6 +82,21 @@ class FleetRow:
             return self
         extra = (now - self.as_of) * self.gpus
         return replace(self, as_of=now, released_s=self.released_s + extra)
+
+    def paused_from(self, t: float) -> FleetRow:
+        """The row of a notebook whose whole server (a pod) is paused now, since ``t``,
+        by a pause it could not hand over (a snapshot freezes the process inside it):
+        allocated as it was until ``t`` (or its ``as_of``, if later), released from then."""
+        if self.state not in ALLOCATED_STATES:
+            return self
+        held = max(0.0, t - self.as_of) * self.gpus
+        return replace(
+            self,
+            as_of=max(t, self.as_of),
+            state="paused",
+            allocated_s=self.allocated_s + held,
+            pauses=self.pauses + 1,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -370,7 +385,8 @@ class Fleet:
             "accelerator-hours since each ledger began",
             "",
         ]
-        lines += text_table(head, [self.cells(s, g) for s, g in groups], right=range(2, 12))
+        right = [i for i in range(2, len(head)) if head[i] != "capacity outcome"]
+        lines += text_table(head, [self.cells(s, g) for s, g in groups], right=right)
         lines += [f"problem: {p}" for p in self.problems]
         return "\n".join(lines) + "\n"
 

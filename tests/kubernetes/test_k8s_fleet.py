@@ -13,7 +13,12 @@ import pytest
 from conftest import NAMESPACE, NOTEBOOK, WORKSPACE, pod_backend, ws_backend
 
 from jupyter_pause import cli as cli_mod
-from jupyter_pause.backends.kubernetes.common import A_FLEET, MAX_FLEET_BYTES
+from jupyter_pause.backends.kubernetes.common import (
+    A_FLEET,
+    A_PAUSED_AT,
+    MAX_FLEET_BYTES,
+    parse_time,
+)
 from jupyter_pause.ledger import EventType as E
 from jupyter_pause.ledger import Ledger
 from jupyter_pause.report.fleet import FleetRow
@@ -89,6 +94,31 @@ def test_the_fleet_is_read_from_paused_workspaces_without_starting_them(
     assert rc == 0 and "alice" in text and "bob" in text and "unknown" in text, text
 
 
+def test_a_workspace_paused_after_its_last_hand_over_counts_paused_from_its_pause(
+    cluster, sessions, shutdown_kernel, capsys
+):
+    """A snapshot freezes the process inside its pause: its last rows are from before
+    it (the notebook running); the state annotation says since when it is paused."""
+    cluster.add_gke_notebook()
+    ledger = Ledger(user="alice")
+    ledger.record(E.KERNEL_STARTED, path="train.ipynb", time_=time.time() - H, gpus=2)
+    backend = pod_backend(cluster)
+    assert publish(backend, ledger) == A_FLEET  # periodically, while it runs
+    asyncio.run(backend.release(sessions, shutdown_kernel))
+    cluster.wait_for(lambda: cluster.pod() is None, what="the notebook's pod gone")
+    paused_at = parse_time(cluster.state()[A_PAUSED_AT])
+
+    rc, out = fleet_cli(cluster, capsys, "--format", "json")
+    assert rc == 0, out
+    fleet = json.loads(out)
+    (row,) = fleet["rows"]
+    assert row["state"] == "paused" and row["pauses"] == 1
+    assert fleet["totals"]["paused"] == 1
+    # held until the pause, released (2 GPUs) from then until now
+    assert row["allocated_s"] == approx(2 * (paused_at - (time.time() - H)), rel=0.01)
+    assert 0 <= row["released_s"] <= 2 * (fleet["now"] - paused_at) + 1e-6
+
+
 def test_a_resent_row_counts_once_and_a_damaged_annotation_is_said(cluster, capsys):
     cluster.add_gke_notebook()
     ledger = worked_then_paused("alice", "train.ipynb", time.time() - 2 * H)
@@ -123,5 +153,5 @@ def test_the_annotation_keeps_within_its_bound_largest_rows_first(cluster, caplo
     assert kept >= 3000 - len(rows) - 1 + 10  # the notebooks that held the most were kept
 
 
-def approx(value):
-    return pytest.approx(value, rel=1e-3)
+def approx(value, rel=1e-3):
+    return pytest.approx(value, rel=rel)

@@ -16,19 +16,29 @@ from dataclasses import replace
 
 from ...report.fleet import FleetRow, RowError
 from .client import Forbidden, KubeClient, KubeError, NotFound
-from .common import A_FLEET, STATEFULSET_LABEL, annotations
+from .common import A_FLEET, A_PAUSED_AT, A_STATE, STATEFULSET_LABEL, annotations, parse_time
+
+#: the workspace states in which its accelerator is released (the pod is gone)
+RELEASED = ("paused", "resuming")
 
 
 def rows_of(obj: dict, server: str) -> list[FleetRow]:
-    """The rows in ``obj``'s fleet annotation, as the rows of ``server``."""
-    raw = annotations(obj).get(A_FLEET)
+    """The rows in ``obj``'s fleet annotation, as the rows of ``server``.
+
+    A workspace paused since ``paused-at`` (its own state annotation) whose rows
+    were handed over before that (a snapshot freezes the process inside its
+    pause: it hands nothing over until it is restored) counts them paused from
+    then on (:meth:`FleetRow.paused_from`)."""
+    ann = annotations(obj)
+    raw = ann.get(A_FLEET)
     if not raw:
         return []
     try:
-        rows = json.loads(raw)["rows"]
-        return [replace(FleetRow.from_json(r), server=server) for r in rows]
+        rows = [replace(FleetRow.from_json(r), server=server) for r in json.loads(raw)["rows"]]
     except (ValueError, KeyError, TypeError) as e:
         raise RowError(f"{server}: its {A_FLEET} annotation is malformed ({e})") from None
+    paused_at = parse_time(ann.get(A_PAUSED_AT)) if ann.get(A_STATE) in RELEASED else None
+    return [r.paused_from(paused_at) for r in rows] if paused_at else rows
 
 
 def read_fleet(client: KubeClient) -> tuple[list[FleetRow], list[str]]:
