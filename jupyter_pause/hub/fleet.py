@@ -65,6 +65,16 @@ class FleetStore:
         merge_rows(kept, rows)
         return kept
 
+    def put_body(self, user: str, server: str, body: bytes) -> int:
+        """:meth:`put` of a request's body; :class:`RowError` when it is not such JSON."""
+        try:
+            payload = json.loads(body or b"null")
+        except ValueError as e:
+            raise RowError(f"the body is not JSON: {e}") from None
+        except RecursionError:
+            raise RowError("the body is nested too deeply") from None
+        return self.put(user, server, payload)
+
     def put(self, user: str, server: str, payload: Any) -> int:
         """Take a server's rows (``{"rows": [...]}``); the number that were newer.
         :class:`RowError` (nothing taken) when one is malformed or there are too many."""

@@ -19,7 +19,7 @@ from jupyterhub.services.auth import HubOAuthenticated
 from prometheus_client import CONTENT_TYPE_LATEST
 from tornado import web
 
-from ..report.fleet import FLEET_CSS
+from ..report.fleet import FLEET_CSS, RowError
 from .api import HubError
 from .metrics import exposition
 from .policy import ScheduleRefused, iso
@@ -239,8 +239,8 @@ class FleetHandler(ServiceHandler):
         if len(self.request.body) > 4096 * fleet.max_rows:
             raise web.HTTPError(413, reason=f"too large: at most {fleet.max_rows} rows")
         try:
-            taken = fleet.put(user, name, json.loads(self.request.body or b"null"))
-        except ValueError as e:  # not JSON, or a malformed row (RowError)
+            taken = fleet.put_body(user, name, self.request.body)
+        except RowError as e:
             raise web.HTTPError(400, reason=str(e)) from None
         self.write_json({"user": user, "server": name, "taken": taken})
 

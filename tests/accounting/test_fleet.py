@@ -178,6 +178,9 @@ def test_the_store_is_bounded_and_refuses_malformed_bodies(tmp_path):
     for body in (None, [], {"rows": "x"}, {"rows": [{"user": "u"}]}):
         with pytest.raises(RowError):
             store.put("u", "", body)
+    for raw in (b"", b"{", b"[" * 100_000 + b"]" * 100_000, b'{"rows": NaN}'):
+        with pytest.raises(RowError):
+            store.put_body("u", "", raw)
     assert len(FleetStore(tmp_path / "fleet.json", max_rows=3).rows) == 3
 
 
