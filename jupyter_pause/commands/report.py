@@ -100,6 +100,7 @@ def load_fleet(args: argparse.Namespace, now: float):
     from ..report.fleet import FleetRow, build_fleet
 
     if args.kubernetes:
+        from ..backends.base import BackendError
         from ..backends.kubernetes.client import KubeClient
         from ..backends.kubernetes.fleet import read_fleet
 
@@ -111,7 +112,10 @@ def load_fleet(args: argparse.Namespace, now: float):
                 namespace=namespace,
                 use_in_cluster=False if (args.kubeconfig or args.context) else None,
             )
-            found, trouble = read_fleet(client)
+            try:
+                found, trouble = read_fleet(client)
+            except BackendError as e:  # no cluster, no credentials
+                raise SystemExit(f"jupyter pause report --fleet: {e}") from None
             rows += found
             problems += trouble
             sources.append(f"namespace {client.namespace}")
