@@ -43,7 +43,8 @@ c.Spawner.environment = {"JUPYTER_PAUSE_HUB_URL": "http://127.0.0.1:10101/servic
 
 # Servers stop themselves at the end of a pause: add delete:servers!server to
 # the default 'server' role (keep its two default scopes).  A pause with a
-# scheduled resume hands the time to the service first: access:services!service=jupyter-pause.
+# scheduled resume hands the time to the service first, and every server hands
+# it its ledger rolled up (the fleet): access:services!service=jupyter-pause.
 c.JupyterHub.load_roles = [
     # a token never has more than its owner: users need the access their servers use
     {"name": "user", "scopes": ["self", "access:services!service=jupyter-pause"]},

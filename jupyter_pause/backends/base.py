@@ -13,6 +13,11 @@ questions:
 
 and may listen to one event, ``stopping``: the server is shutting down
 (the platform may be stopping it as the last step of a pause).
+
+A backend whose platform has a place outside the server for the fleet's
+figures (the hub service, a workspace's state object) takes the server's
+rolled-up ledger rows in ``publish_fleet``, so that a stopped server is still
+counted (``jupyter pause report --fleet``).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from traitlets.config import LoggingConfigurable
 
 if TYPE_CHECKING:
     from ..lifecycle import Session
+    from ..report.fleet import FleetRow
 
 
 class BackendError(Exception):
@@ -101,6 +107,13 @@ class PauseBackend(LoggingConfigurable):
     async def stopping(self) -> None:
         """Called once when the server shuts down, before its kernels are stopped
         and before the manager and the ledger close.  The default needs nothing."""
+
+    async def publish_fleet(self, rows: list[FleetRow]) -> str | None:
+        """Hand this server's rolled-up ledger rows (one per notebook, each
+        replacing its older self) to where the fleet is read; return where, or
+        None where the platform keeps no fleet (the default).  Raise
+        :class:`BackendError` when that place did not take them."""
+        return None
 
     def describe(self) -> dict[str, Any]:
         """Backend facts for ``GET status``."""

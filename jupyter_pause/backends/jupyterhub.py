@@ -326,5 +326,27 @@ class JupyterHubBackend(PauseBackend):
         )
         return StartupReport(detail=detail, info=info)
 
+    # -- the fleet ---------------------------------------------------------------
+
+    async def publish_fleet(self, rows) -> str | None:
+        """``PUT api/fleet/{user}/{server}`` at the service, with the server's token:
+        the service keeps the rows, so the fleet counts this server while it is stopped."""
+        from urllib.parse import quote
+
+        from ..hub.api import HubError, fetch_json
+
+        if not self.service_url:
+            return None  # no jupyter-pause-hub service: no fleet on this hub
+        url = (
+            f"{self.service_url.rstrip('/')}/api/fleet/"
+            f"{quote(self.user, safe='')}/{quote(self.server_name, safe='')}"
+        )
+        token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
+        try:
+            await fetch_json(url, token, "PUT", {"rows": [r.to_json() for r in rows]})
+        except HubError as e:
+            raise BackendError(f"the jupyter-pause-hub service did not take them ({e})") from None
+        return url
+
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "scope": self.scope, "server": self.server}

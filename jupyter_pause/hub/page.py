@@ -12,12 +12,14 @@ include it).
 from __future__ import annotations
 
 import json
+import time
 from html import escape
 
 from jupyterhub.services.auth import HubOAuthenticated
 from prometheus_client import CONTENT_TYPE_LATEST
 from tornado import web
 
+from ..report.fleet import FLEET_CSS, RowError
 from .api import HubError
 from .metrics import exposition
 from .policy import ScheduleRefused, iso
@@ -42,6 +44,13 @@ class ServiceHandler(HubOAuthenticated, web.RequestHandler):
             return bool((await self.service.hub.user(me.get("name", ""))).get("admin"))
         except HubError:
             return False
+
+    async def check_owner(self, user: str, what: str = "schedule") -> None:
+        me = self.current_user or {}
+        if (
+            me.get("kind", "user") != "user" or me.get("name") != user
+        ) and not await self.is_admin():
+            raise web.HTTPError(403, reason=f"only {user} or an admin may {what} {user}'s server")
 
     async def require_admin(self) -> None:
         if not await self.is_admin():
@@ -78,7 +87,7 @@ class MetricsHandler(ServiceHandler):
     async def get(self):
         await self.require_admin()
         self.set_header("Content-Type", CONTENT_TYPE_LATEST)
-        self.finish(exposition(await self.servers()))
+        self.finish(exposition(await self.servers(), self.service.fleet.fleet(time.time())))
 
 
 class ServerActionHandler(ServiceHandler):
@@ -250,4 +259,54 @@ class AdminPage(ServiceHandler):
             f"<form method='post' action='{action}'>"
             f"<input type='hidden' name='_xsrf' value='{escape(xsrf)}'>"
             f"<button type='submit'>{escape(label)}</button></form>"
+        )
+
+
+class FleetHandler(ServiceHandler):
+    """``PUT api/fleet/{user}/{server}``: a server hands over its ledger rolled up
+    (its own token, with ``access:services!service=jupyter-pause``; a user only
+    their own, an admin anyone's).  ``GET api/fleet``: the fleet as JSON (admins)."""
+
+    @web.authenticated
+    async def put(self, user: str, name: str):
+        await self.check_owner(user, "report the fleet rows of")
+        fleet = self.service.fleet
+        if len(self.request.body) > 4096 * fleet.max_rows:
+            raise web.HTTPError(413, reason=f"too large: at most {fleet.max_rows} rows")
+        try:
+            taken = fleet.put_body(user, name, self.request.body)
+        except RowError as e:
+            raise web.HTTPError(400, reason=str(e)) from None
+        self.write_json({"user": user, "server": name, "taken": taken})
+
+    @web.authenticated
+    async def get(self):
+        await self.require_admin()
+        self.write_json(self.service.fleet.fleet(time.time()).to_json())
+
+    def write_error(self, status_code, **kwargs):
+        self.write_json({"message": self._reason, "status": status_code}, status=status_code)
+
+
+class FleetPage(ServiceHandler):
+    """``GET fleet``: every user's notebooks, per user and per workload class."""
+
+    @web.authenticated
+    async def get(self):
+        await self.require_admin()
+        fleet = self.service.fleet.fleet(time.time())
+        total = fleet.total
+        self.set_header("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
+        self.finish(
+            "<!doctype html><html><head><meta charset='utf-8'><title>jupyter-pause fleet</title>"
+            f"<style>{FLEET_CSS}</style></head><body>"
+            "<h1>Fleet: accelerator time of every notebook</h1>"
+            f"{''.join(f'<p class=problem>{escape(p)}</p>' for p in fleet.problems)}"
+            f"<p>{total.servers} servers, {total.notebooks} notebooks, {total.paused} of them "
+            f"paused now, as each server last handed its ledger over (at the latest when it "
+            "stopped). Accelerator-hours since each server's ledger began; a paused "
+            "notebook's release counts until now. Capacity outcome: what became of the "
+            "released time (unknown where the platform cannot see nodes). "
+            "<a href='.'>Servers</a></p>"
+            f"{fleet.to_html_table()}</body></html>"
         )

@@ -16,6 +16,11 @@ hours released by pausing this week (from each server's report), and a
 Pause / Start button per server.  ``api/servers`` serves the same as JSON,
 and ``metrics`` as Prometheus metrics (``hub/metrics.py``).
 
+It also holds the fleet (``hub/fleet.py``): each server hands over its ledger
+rolled up per notebook (``PUT api/fleet/{user}/{server}``), so ``fleet`` (a
+page), ``api/fleet`` (``jupyter pause report --fleet --hub``) and the metrics
+count every user's notebooks, also while their servers are stopped.
+
 A paused server with a scheduled resume (``%pause --resume-at``, the Pause
 dialog) hands the schedule over before it stops (``PUT api/schedules/{user}/{server}``);
 at that time the service starts the server, and the server resumes its
@@ -48,6 +53,7 @@ from traitlets.config import Application
 from ..engine import durable
 from ..version import __version__
 from .api import HubAPI, HubError, fetch_json
+from .fleet import FleetStore
 from .policy import FALLBACKS, ScheduleRefused, decide, iso, retry_delay, schedule_problem
 
 log = logging.getLogger("jupyter_pause.hub")
@@ -170,9 +176,14 @@ class PauseService(Application):
     start_retry_max_delay = Float(
         3600.0, help="seconds between two tries of a refused scheduled start, at most"
     ).tag(config=True)
-    data_dir = Unicode(help="where pauses.json is kept; default: the working directory").tag(
-        config=True
-    )
+    data_dir = Unicode(
+        help="where pauses.json and fleet.json are kept; default: the working directory"
+    ).tag(config=True)
+    max_fleet_rows = Int(
+        20000,
+        help="notebooks the fleet keeps (one row each, all servers together); beyond, the "
+        "rows handed over longest ago are dropped",
+    ).tag(config=True)
     service_url = Unicode(help="where to listen; default: $JUPYTERHUB_SERVICE_URL").tag(config=True)
     ip = Unicode(
         "",
@@ -192,6 +203,7 @@ class PauseService(Application):
         "start-tries": "PauseService.start_tries",
         "start-retry-delay": "PauseService.start_retry_delay",
         "start-retry-max-delay": "PauseService.start_retry_max_delay",
+        "max-fleet-rows": "PauseService.max_fleet_rows",
         "url": "PauseService.service_url",
         "ip": "PauseService.ip",
     }
@@ -209,6 +221,7 @@ class PauseService(Application):
         self.hub = HubAPI.from_environment()
         self.token = self.hub.token
         self.records = Records(Path(self.data_dir) / "pauses.json")
+        self.fleet = FleetStore(Path(self.data_dir) / "fleet.json", self.max_fleet_rows)
         self._pausing: dict[str, asyncio.Task] = {}
 
     # -- one server ------------------------------------------------------------
@@ -484,7 +497,7 @@ class PauseService(Application):
 
     def problems(self) -> list[str]:
         """What the admins must know about the service itself (a damaged pauses.json)."""
-        return [self.records.problem] if self.records.problem else []
+        return [p for p in (self.records.problem, self.fleet.problem) if p]
 
     async def servers(self) -> list[dict[str, Any]]:
         """Every user's servers for the admin page: the Hub's view joined with ours.
@@ -546,6 +559,8 @@ class PauseService(Application):
 
         from .page import (
             AdminPage,
+            FleetHandler,
+            FleetPage,
             MetricsHandler,
             PausedHandler,
             ScheduleHandler,
@@ -566,6 +581,9 @@ class PauseService(Application):
                 ),
                 (url_path_join(prefix, r"api/schedules/([^/]+)/([^/]*)"), ScheduleHandler),
                 (url_path_join(prefix, r"api/pauses/([^/]+)/([^/]*)"), PausedHandler),
+                (url_path_join(prefix, "fleet"), FleetPage),
+                (url_path_join(prefix, "api/fleet"), FleetHandler),
+                (url_path_join(prefix, r"api/fleet/([^/]+)/([^/]*)"), FleetHandler),
             ],
             service=self,
             page_url=prefix,

@@ -102,6 +102,7 @@ from .ahead import ahead_text, any_ahead, resume_ahead
 
 ALLOCATED_STATES = ("running", "pausing", "restoring")
 RELEASED_STATES = ("paused", "resuming", "waiting-for-capacity")
+STATES = (*ALLOCATED_STATES, *RELEASED_STATES, "stopped")
 
 # Deletion events are not in the ledger's closed set yet; honour them once they are.
 _DELETED = tuple(

@@ -32,6 +32,7 @@ from ..version import __version__
 from .autosave import Autosaver
 from .capacity import ResumeGate, machine_limit
 from .explain import policy_summary
+from .fleet import FleetPublisher
 from .handlers import ROUTES
 from .idle_watcher import IdleWatcher
 from .manager import PauseManager
@@ -149,6 +150,15 @@ class PauseApp(ExtensionApp):
         Prometheus metrics (a tighter scrape interval reuses it).""",
     )
 
+    fleet_interval = Float(
+        300,
+        config=True,
+        help="""Seconds between two hand-overs of this server's ledger, rolled up per
+        notebook, to where the fleet is read (the jupyter-pause-hub service, a
+        Kubernetes workspace's state object; `jupyter pause report --fleet`).  Rows are
+        also handed over after each pause and when the server stops.  0: only then.""",
+    )
+
     @default("state_dir")
     def _default_state_dir(self):
         return os.path.join(jupyter_data_dir(), "pause")
@@ -189,6 +199,14 @@ class PauseApp(ExtensionApp):
         )
         self._watch_kernel_starts()
         self._register_metrics(clock)
+        self.fleet = FleetPublisher(
+            ledger=self.ledger,
+            backend=self.backend_instance,
+            storage=lambda: self.manager.measure_storage(list(self.manager.store.sessions)),
+            interval=self.fleet_interval,
+            log=self.log,
+            clock=clock,
+        )
         self.scheduler = ResumeScheduler(
             manager=self.manager,
             ledger=self.ledger,
@@ -275,6 +293,7 @@ class PauseApp(ExtensionApp):
             self.log.info("jupyter-pause: auto-pause off (c.PauseApp.auto_pause = False)")
         report = await self.backend_instance.startup()
         await self.manager.came_back(report)
+        self.fleet.start()
         self.log.info(
             "jupyter-pause %s: backend %s%s",
             __version__,
@@ -392,6 +411,8 @@ class PauseApp(ExtensionApp):
                     await manager.save_all(self.shutdown_grace, self.shutdown_concurrency)
                 except Exception:  # the server must stop all the same
                     self.log.exception("jupyter-pause: could not save the notebooks")
+            if getattr(self, "fleet", None) is not None:
+                await self.fleet.close()  # last: the pauses and saves just recorded
             await manager.close()
         ledger = getattr(self, "ledger", None)
         if ledger is not None:

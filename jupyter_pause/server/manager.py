@@ -173,6 +173,9 @@ class PauseManager:
         self._resolving: set[str] = set()  # abandoned operations being settled now
         self._first_cell_pending: set[str] = set()
         self._death_watched: set[str] = set()  # kernels whose restarter tells us of a death
+        #: kernels a server-scope pause handed to the platform with the server (the
+        #: Hub or Kubernetes stops them with it): paused notebooks do not adopt them
+        self._released_kernels: set[str] = set()
         #: ``async (session) -> dict | None``: the auto_pause field of a status row
         #: (the idle watcher provides it when auto-pause is on)
         self.auto_pause_status = None
@@ -250,9 +253,12 @@ class PauseManager:
         ``stopped_at`` is when a kernel that is gone stopped, if known.
         """
         live = await self.jupyter_sessions()
-        for path, model in live.items():
+        for path, model in list(live.items()):
             session = self.store.get(path)
             kernel = model["kernel"]
+            if kernel["id"] in self._released_kernels:
+                del live[path]  # paused: it goes with the server, it is nobody's new kernel
+                continue
             if session.kernel_id != kernel["id"] and not session.busy:
                 # A kernel we did not start: the user started one by hand, or
                 # JupyterLab started one when a paused notebook was reopened.
@@ -1161,6 +1167,12 @@ class PauseManager:
                     **facts.details,
                 )
                 if facts.restored_from != "snapshot":
+                    if (
+                        kernel_ids[member.path]
+                        and self.backend.scope == "server"
+                        and not at_shutdown
+                    ):
+                        self._released_kernels.add(kernel_ids[member.path])
                     member.kernel_id = None
                 self._move(member, State.PAUSED, op)
                 self._record(EventType.PAUSED, member, op)

@@ -16,10 +16,29 @@ from jupyter_pause.hub.metrics import FleetMetrics
 from jupyter_pause.ledger import Ledger
 from jupyter_pause.lifecycle import SessionStore, State
 from jupyter_pause.report.build import build_report
+from jupyter_pause.report.fleet import FleetRow, build_fleet
 from jupyter_pause.server.metrics import PauseMetrics
 
 from ..fakes import FakeClock
 from .test_accounting_report import DAY2, alice_events, at, bob_events
+
+#: one notebook of the fleet, paused when its server handed it over (at 2.0)
+FLEET_ROW = FleetRow(
+    user="alice",
+    server="",
+    path="a.ipynb",
+    workload_class="gpu",
+    as_of=2.0,
+    state="paused",
+    gpus=2,
+    allocated_s=100.0,
+    active_s=40.0,
+    released_s=10.0,
+    pauses=1,
+    resumes=1,
+    resume_latencies_s=(3.0,),
+    storage_bytes=5000,
+)
 
 DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "jupyter-pause.json"
 
@@ -181,8 +200,9 @@ def test_every_dashboard_panel_asks_only_for_exported_metrics(clock):
     metrics = PauseMetrics(ledger_with(alice_events()), SessionStore(None), clock=clock)
     row = {"user": "alice", "server": "", "state": "paused", "paused_at": 1.0}
     row |= {"resumes_at": 2.0, "released_hours_this_week": 0.5}
+    fleet = build_fleet([FLEET_ROW], 3.0)
     exported = {name for name, _ in scrape(metrics)} | {
-        name for name, _ in scrape(FleetMetrics([row]))
+        name for name, _ in scrape(FleetMetrics([row], fleet))
     }
     exprs = dashboard_exprs()
     assert len(exprs) >= 8
@@ -194,3 +214,18 @@ def test_every_dashboard_panel_asks_only_for_exported_metrics(clock):
     asked = {re.sub(r"_(bucket|count|sum)$", "", n) for e in exprs for n in metric_names(e)}
     families = {re.sub(r"_(bucket|count|sum)$", "", n) for n in exported}
     assert families <= asked, families - asked
+
+
+def test_the_hub_serves_the_fleets_totals_per_user_and_class():
+    other = FleetRow(**{**FLEET_ROW.__dict__, "path": "b.ipynb", "state": "running", "resumes": 0})
+    fleet = build_fleet([FLEET_ROW, other], 3.0)  # the paused one released 2 GPUs x 1 s more
+    values = scrape(FleetMetrics([], fleet))
+    group = (("user", "alice"), ("workload_class", "gpu"))
+    hub = "jupyter_pause_hub_fleet_"
+    assert values[(hub + "accelerator_allocated_seconds_total", group)] == 200.0
+    assert values[(hub + "accelerator_active_seconds_total", group)] == 80.0
+    assert values[(hub + "accelerator_released_seconds_total", group)] == 22.0
+    assert values[(hub + "resumes_total", group)] == 1
+    assert values[(hub + "storage_bytes", group)] == 10000
+    assert values[(hub + "notebooks", (("paused", "true"), *group))] == 1
+    assert values[(hub + "notebooks", (("paused", "false"), *group))] == 1

@@ -15,6 +15,7 @@ import pytest
 
 from jupyter_pause.client import free_port
 from jupyter_pause.hub.api import HubAPI
+from jupyter_pause.hub.fleet import FleetStore
 from jupyter_pause.hub.policy import ScheduleRefused, retry_delay, schedule_problem
 from jupyter_pause.hub.service import PauseService, Records
 
@@ -42,6 +43,7 @@ def service(tmp_path, **settings) -> PauseService:
     """The service with its records, and a Hub that never answers (nothing listens)."""
     app = PauseService(data_dir=str(tmp_path), **settings)
     app.records = Records(tmp_path / "pauses.json")
+    app.fleet = FleetStore(tmp_path / "fleet.json")
     app.hub = HubAPI(f"http://127.0.0.1:{free_port()}/hub/api/", "token", timeout=5)
     app._pausing = {}
     return app

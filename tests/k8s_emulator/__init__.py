@@ -55,6 +55,7 @@ PRINCIPALS = {
         "rbac/node-follower.yaml",
         ("jupyter-pause-node-follower", "jupyter-pause-node-follower-state"),
     ),
+    "fleet": ("rbac/cli.yaml", "jupyter-pause-fleet"),
 }
 VARIABLES = {
     "NAMESPACE": NAMESPACE,
@@ -64,6 +65,7 @@ VARIABLES = {
     "USER_NAME": "alice@example.com",
     "GC_USER": "platform@example.com",
     "FOLLOWER": "node-follower@example.com",
+    "FLEET_USER": "platform@example.com",
 }
 #: the notebook pod's ServiceAccount as the API server names it (the kit's ${SERVICE_ACCOUNT})
 NOTEBOOK_SA = f"system:serviceaccount:{NAMESPACE}:{VARIABLES['SERVICE_ACCOUNT']}"

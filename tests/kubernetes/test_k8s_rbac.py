@@ -16,6 +16,7 @@ from conftest import NAMESPACE, SESSION_REQUESTS, WORKSPACE, cli, pod_backend, w
 from k8s_emulator import PRINCIPALS, WORKSPACE_SA, role_rules
 
 from jupyter_pause.backends.base import BackendError
+from jupyter_pause.cli import main as cli_main
 
 
 def granted(principal: str) -> set[tuple[str, str, str]]:
@@ -116,6 +117,9 @@ def tour(cluster, sessions, shutdown_kernel, capsys):
         what="add-on pod",
     )
     asyncio.run(ws_backend(cluster).release(sessions, shutdown_kernel))
+    # -- the platform team's fleet report: it lists, and starts nothing
+    fleet = ["report", "--fleet", "--kubernetes", "--kubeconfig", cluster.kubeconfig]
+    assert cli_main([*fleet, "--context", "fleet"]) == 0
 
 
 def test_roles_grant_exactly_the_verbs_used(cluster, sessions, shutdown_kernel, capsys):

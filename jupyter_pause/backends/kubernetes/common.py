@@ -33,6 +33,11 @@ account, volumes), so the server only gets the StatefulSet and patches its
     JSON :class:`.nodes.NodeFollow`: what became of that node so far, written
     by ``jupyter pause follow-nodes`` (:mod:`.follow`); the come-back records
     it in the ledger (``CAPACITY_OUTCOME``) and removes both
+``jupyter-pause.io/fleet``
+    JSON ``{"rows": [...]}``: the server's ledger rolled up per notebook
+    (``report/fleet.py``), rewritten periodically, after each pause and at the
+    server's stop, so that ``jupyter pause report --fleet`` reads it from the
+    API while the workspace is paused; at most :data:`MAX_FLEET_BYTES`
 """
 
 from __future__ import annotations
@@ -70,6 +75,9 @@ A_PAUSE_RECORDED = PREFIX + "pause-recorded"
 A_RESUME_AT = PREFIX + "resume-at"  # a scheduled resume: {at, kind, by, set_at}
 A_NODE = PREFIX + "node"
 A_NODE_FOLLOW = PREFIX + "node-follow"
+A_FLEET = PREFIX + "fleet"  # the ledger rolled up per notebook: {rows: [...]}
+#: the fleet annotation's size at most (all of an object's annotations: 256 KiB)
+MAX_FLEET_BYTES = 128 * 1024
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 #: on the state ConfigMap: the StatefulSet it describes
@@ -121,6 +129,10 @@ def addon_trigger_name(workspace: str) -> str:
 def state_configmap(statefulset: str) -> str:
     """The ConfigMap holding the pause state of a notebook StatefulSet (plain GKE)."""
     return f"jupyter-pause-{statefulset}"
+
+
+def fleet_annotation(rows: list[dict[str, Any]]) -> str:
+    return json.dumps({"rows": rows}, separators=(",", ":"))
 
 
 def now_iso(t: float | None = None) -> str:
@@ -402,6 +414,28 @@ class KubeBackend(PauseBackend):
             else:
                 ann[full] = json.dumps(value, separators=(",", ":"), default=str)
         await self.patch_owner({"metadata": {"annotations": ann}})
+
+    async def publish_fleet(self, rows) -> str | None:
+        """The rows as the ``fleet`` annotation of the state object, where the CLI
+        reads them without starting the workspace.  The largest rows (by
+        accelerator-hours) come first; what does not fit is left out, and logged."""
+        ordered = sorted(rows, key=lambda r: -(r.allocated_s + r.released_s))
+        kept: list[dict[str, Any]] = []
+        size = len(fleet_annotation([]))
+        for row in ordered:
+            data = row.to_json()
+            size += len(json.dumps(data, separators=(",", ":"))) + 1  # and a comma
+            if size > MAX_FLEET_BYTES:
+                break
+            kept.append(data)
+        if len(kept) < len(rows):
+            self.log.warning(
+                "jupyter-pause: %d of %d notebooks' fleet rows do not fit the annotation",
+                len(rows) - len(kept),
+                len(rows),
+            )
+        await self.patch_owner({"metadata": {"annotations": {A_FLEET: fleet_annotation(kept)}}})
+        return A_FLEET
 
     async def fingerprint(self, pod: dict) -> dict[str, Any]:
         return await asyncio.to_thread(compat.collect, pod)
