@@ -201,7 +201,6 @@ class Bundle:
     mine: bool  # signed with this user's key, and verified with it
     notebook: bytes
     pickle: bytes
-    _manifest_sig: bytes
 
     def refusal(self) -> BundleRefused:
         """Why a bundle signed with another key is not imported without ``--trust``."""
@@ -287,16 +286,7 @@ def read(z: zipfile.ZipFile, path, key: bytes) -> Bundle:
     ):
         raise _refuse(path, "it names your key but does not verify with it: it was altered "
                       "after it was signed", "tampered")  # fmt: skip
-    return Bundle(
-        Path(path),
-        header,
-        _sha256(raw_header),
-        m,
-        mine,
-        files[NOTEBOOK],
-        pickle,
-        files[CHECKPOINT_FILES[1]],
-    )
+    return Bundle(Path(path), header, _sha256(raw_header), m, mine, files[NOTEBOOK], pickle)
 
 
 # ---------------------------------------------------------------- import
