@@ -18,7 +18,6 @@ import importlib.metadata
 import importlib.util
 import platform
 import sys
-from typing import Any
 
 from ..backends.kubernetes import compat
 from ..engine import bundle
@@ -99,21 +98,22 @@ def _import(args) -> int:
     return 0
 
 
-def here(m: Manifest) -> dict[str, Any]:
-    """This environment, as :func:`bundle.environment_notes` compares it: the Python that
-    runs the command, torch and CUDA from package metadata, the GPU from ``nvidia-smi``
-    (``$JUPYTER_PAUSE_FINGERPRINT`` overrides, as for snapshots: compat.py), and each
-    package the checkpoint needs. Nothing is imported."""
-    env: dict[str, Any] = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        **compat.collect(),
-    }
-    env["packages"] = {
-        top: env.get("torch") if top == "torch" else _installed(top)
-        for top in bundle.needed_packages(m)
-    }
-    return env
+def here(m: Manifest) -> bundle.Environment:
+    """This environment: the Python that runs the command, torch and CUDA from package
+    metadata, the GPU from ``nvidia-smi`` (``$JUPYTER_PAUSE_FINGERPRINT`` overrides, as
+    for snapshots: compat.py), and each package the checkpoint needs. Nothing is imported."""
+    found = compat.collect()
+    torch = found.get("torch")
+    return bundle.Environment(
+        python=platform.python_version(),
+        platform=platform.platform(),
+        torch=torch,
+        cuda=found.get("cuda"),
+        gpu_model=found.get("gpu_model"),
+        packages={
+            top: torch if top == "torch" else _installed(top) for top in bundle.needed_packages(m)
+        },
+    )
 
 
 def _installed(top: str) -> str | None:

@@ -228,7 +228,7 @@ def _small(z: zipfile.ZipFile, path, name: str) -> bytes:
     return z.read(name)
 
 
-def read(z: zipfile.ZipFile, path, key: bytes) -> Bundle:
+def read(z: zipfile.ZipFile, path, key: bytes | None) -> Bundle:
     """Check a bundle's names, header, hashes and signer; raise :class:`BundleRefused`
     (before anything is written or unpickled) for anything wrong. Blobs are checked as
     they are copied (:func:`import_bundle`)."""
@@ -276,7 +276,7 @@ def read(z: zipfile.ZipFile, path, key: bytes) -> Bundle:
     for rel, entry in m.files.items():
         if not _BLOB.fullmatch(rel) or rel not in names or z.getinfo(rel).file_size != entry.bytes:
             raise _refuse(path, f"its checkpoint needs {rel}, which the bundle lacks or truncated")
-    mine = sig.key_id == signing.key_id(key)
+    mine = key is not None and sig.key_id == signing.key_id(key)
     signers = {sig.key_id, header_sig.key_id, header.origin.key_id}
     if mine and not (
         len(signers) == 1
@@ -284,8 +284,8 @@ def read(z: zipfile.ZipFile, path, key: bytes) -> Bundle:
         and signing.verify(raw_header, header_sig.hmac, key)
         and signing.verify(pickle, m.pickle.hmac, key)
     ):
-        raise _refuse(path, "it names your key but does not verify with it: it was altered "
-                      "after it was signed", "tampered")  # fmt: skip
+        why = "it names your key but does not verify with it: it was altered after it was signed"
+        raise _refuse(path, why, "tampered")
     return Bundle(Path(path), header, _sha256(raw_header), m, mine, files[NOTEBOOK], pickle)
 
 
@@ -323,10 +323,10 @@ def import_bundle(
     """Bring a bundle into this user's checkpoint store as the newest checkpoint of
     notebook ``to`` (default: the notebook's path where it was exported), and write the
     notebook file below ``root`` unless an identical one is there. Raises
-    :class:`BundleRefused` before anything is written: a damaged or altered bundle, an
+    :class:`BundleRefused` before anything is committed: a damaged or altered bundle, an
     entry outside the bundle's names, a different notebook file in the way, or one
     signed with another key without ``trust``. Nothing is unpickled."""
-    key = signing.load_key()  # a new user's key is made here: the import is signed with it
+    key = signing.load_key(create=False)
     try:
         z = zipfile.ZipFile(path)
     except (OSError, zipfile.BadZipFile) as e:
@@ -335,6 +335,7 @@ def import_bundle(
         b = read(z, path, key)
         if not b.mine and not trust:
             raise b.refusal()
+        key = key or signing.load_key()  # a new user's: the import is signed with it
         notebook = str(PurePosixPath(to or b.header.notebook))
         target = notebook_target(root, notebook, path)
         present = target.is_file() and target.read_bytes() == b.notebook
@@ -350,9 +351,16 @@ def import_bundle(
         makedirs(target.parent, mode=0o755)
         write_file(target, b.notebook, replace=False)
     return Imported(
-        m.id, notebook, target, not present, b.header.origin, b.digest, not b.mine, m,
-        b.header.environment,
-    )  # fmt: skip
+        checkpoint=m.id,
+        notebook=notebook,
+        notebook_file=target,
+        notebook_written=not present,
+        origin=b.header.origin,
+        digest=b.digest,
+        trusted=not b.mine,
+        manifest=m,
+        environment=b.header.environment,
+    )
 
 
 def _import_checkpoint(z: zipfile.ZipFile, b: Bundle, dir, notebook: str, key: bytes) -> Manifest:
@@ -443,13 +451,26 @@ def _minor(version: Any) -> tuple[str, ...]:
     return tuple(str(version).split("+")[0].split(".")[:2])
 
 
-def environment_notes(m: Manifest, here: dict[str, Any]) -> list[EnvNote]:
-    """How ``here`` differs from the environment ``m`` was made in, and whether each
-    difference matters for restoring it (pure).
+@dataclass(frozen=True)
+class Environment:
+    """Where a bundle is imported: what :func:`environment_notes` compares."""
 
-    ``here``: ``python``, ``torch``, ``cuda``, ``gpu_model`` (None: no GPU),
-    ``platform``, and ``packages``: top-level package -> version ("" when unknown),
-    None when it is not installed, for :func:`needed_packages`."""
+    python: str
+    platform: str = ""
+    torch: str | None = None
+    cuda: str | None = None
+    gpu_model: str | None = None  # None: no GPU
+    #: each of :func:`needed_packages` -> its version ("" when unknown), None when missing
+    packages: dict[str, str | None] = dataclasses.field(default_factory=dict)
+
+
+PYTHON_MINOR = "functions and classes defined in cells are saved as bytecode, which "
+PYTHON_MINOR += "another Python minor version cannot run"
+
+
+def environment_notes(m: Manifest, here: Environment) -> list[EnvNote]:
+    """How ``here`` differs from the environment ``m`` was made in, and whether each
+    difference matters for restoring it (pure)."""
     env = m.versions
     out: list[EnvNote] = []
     on_gpu = sum(s.nbytes for s in m.storages if s.device.startswith("cuda"))
@@ -457,42 +478,44 @@ def environment_notes(m: Manifest, here: dict[str, Any]) -> list[EnvNote]:
     def note(what, then, now, matters, why):
         out.append(EnvNote(what, str(then), str(now), matters, why))
 
-    py, py_here = env.get("python"), here.get("python")
-    if py and py_here and py != py_here:
-        if _minor(py) != _minor(py_here):
-            note("python", py, py_here, True, "functions and classes defined in cells are "
-                 "saved as bytecode, which another Python minor version cannot run")  # fmt: skip
+    python = env.get("python")
+    if python and python != here.python:
+        if _minor(python) != _minor(here.python):
+            note("python", python, here.python, True, PYTHON_MINOR)
         else:
-            note("python", py, py_here, False, "only the patch release differs")
+            note("python", python, here.python, False, "only the patch release differs")
     gpus = [g for g in env.get("gpu") or [] if isinstance(g, str)]
-    gpu_here = here.get("gpu_model")
-    if on_gpu and not gpu_here:
-        note("gpu", ", ".join(gpus) or "a GPU", "none", True, f"the checkpoint holds "
-             f"{on_gpu} bytes of CUDA tensors; restore them with %restore --device cpu")  # fmt: skip
-    elif gpus and gpu_here and gpu_here not in gpus:
-        note("gpu", ", ".join(gpus), gpu_here, bool(on_gpu), "another GPU model: its memory "
-             "and the dtypes it runs fast differ" if on_gpu else "its tensors are all on the CPU")  # fmt: skip
-    cuda, cuda_here = env.get("cuda"), here.get("cuda")
-    if cuda and cuda_here and cuda != cuda_here:
-        gpu_work = bool(on_gpu and gpu_here)
-        note("cuda", cuda, cuda_here, gpu_work, "another CUDA: kernels and numerics of "
-             "its GPU tensors may differ" if gpu_work else "no tensor of it goes to a GPU here")  # fmt: skip
-    installed = here.get("packages") or {}
+    if on_gpu and not here.gpu_model:
+        why = f"it holds {on_gpu} bytes of CUDA tensors: restore with %restore --device cpu"
+        note("gpu", ", ".join(gpus) or "a GPU", "none", True, why)
+    elif gpus and here.gpu_model and here.gpu_model not in gpus:
+        if on_gpu:
+            why = "another GPU model: its memory and the dtypes it runs fast differ"
+        else:
+            why = "its tensors are all on the CPU"
+        note("gpu", ", ".join(gpus), here.gpu_model, bool(on_gpu), why)
+    cuda = env.get("cuda")
+    if cuda and here.cuda and cuda != here.cuda:
+        if on_gpu and here.gpu_model:
+            note("cuda", cuda, here.cuda, True, "the numerics of its GPU tensors may differ")
+        else:
+            note("cuda", cuda, here.cuda, False, "none of its tensors goes to a GPU here")
     recorded = {**(env.get("packages") or {}), "torch": env.get("torch")}
     for top in needed_packages(m):
-        if top not in installed:
+        if top not in here.packages:
             continue
-        then, now = recorded.get(top) or env.get(top), installed[top]
+        then, now = recorded.get(top) or env.get(top), here.packages[top]
         if now is None:
-            note(f"package {top}", then or "installed", "missing", True, "the checkpoint's "
-                 "objects need it: install it, or those objects are not restored")  # fmt: skip
+            why = "its objects need it: install it, or they are not restored"
+            note(f"package {top}", then or "installed", "missing", True, why)
         elif then and now and then != now:
             if _minor(then) != _minor(now):
-                note(f"package {top}", then, now, True, "another minor version: its objects "
-                     "may not load, or behave differently")  # fmt: skip
+                why = "another minor version: its objects may not load, or behave differently"
+                note(f"package {top}", then, now, True, why)
             else:
                 note(f"package {top}", then, now, False, "only the patch release differs")
-    plat, plat_here = env.get("platform"), here.get("platform")
-    if plat and plat_here and plat != plat_here:
-        note("platform", plat, plat_here, False, "the checkpoint's format does not depend on it")
+    platform = env.get("platform")
+    if platform and here.platform and platform != here.platform:
+        why = "the checkpoint's format does not depend on it"
+        note("platform", platform, here.platform, False, why)
     return out

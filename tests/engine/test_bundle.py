@@ -7,6 +7,7 @@ anything reaches the store."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import zipfile
@@ -103,6 +104,7 @@ def test_another_persons_bundle_is_refused_until_trusted(exported, tmp_path, mon
     for shown in (alice["key_id"], "alice", alice["host"], alice["time"], "--trust", "sha256:"):
         assert shown in str(e)
     assert not (home / NB).exists() and not paths.notebook_dir(None, NB).exists()
+    assert not signing.key_path().exists()  # a refused import writes nothing, not even a key
 
     done = bundle.import_bundle(path, trust=True)
     assert done.trusted and done.origin.user == "alice" and done.notebook_file == home / NB
@@ -252,8 +254,14 @@ THEN = {"python": "3.11.7", "torch": "2.5.1+cu124", "cuda": "12.4", "gpu": ["NVI
 
 
 def test_which_environment_differences_matter():
-    here = {"python": "3.12.1", "torch": "2.6.0", "cuda": "12.6", "gpu_model": "NVIDIA L4",
-            "platform": "Linux-b", "packages": {"numpy": "1.26.5", "pandas": None, "torch": "2.6.0"}}  # fmt: skip
+    here = bundle.Environment(
+        python="3.12.1",
+        platform="Linux-b",
+        torch="2.6.0",
+        cuda="12.6",
+        gpu_model="NVIDIA L4",
+        packages={"numpy": "1.26.5", "pandas": None, "torch": "2.6.0"},
+    )
     notes = {n.what: n for n in bundle.environment_notes(manifest(THEN, ["cuda:0"]), here)}
     assert {w for w, n in notes.items() if n.matters} == {
         "python",
@@ -266,12 +274,17 @@ def test_which_environment_differences_matter():
     assert "bytecode" in notes["python"].why and "missing" in str(notes["package pandas"])
 
     # the same minor versions, tensors on the CPU: nothing that matters
-    same = {**here, "python": "3.11.9", "torch": "2.5.0", "packages": {"numpy": "1.26.4", "pandas": "2.2.1", "torch": "2.5.0"}}  # fmt: skip
+    same = dataclasses.replace(
+        here,
+        python="3.11.9",
+        torch="2.5.0",
+        packages={"numpy": "1.26.4", "pandas": "2.2.1", "torch": "2.5.0"},
+    )
     notes = bundle.environment_notes(manifest(THEN, ["cpu"]), same)
     assert notes and not [n for n in notes if n.matters], notes
     assert {n.what for n in notes} >= {"python", "gpu", "cuda", "package torch"}
 
     # CUDA tensors and no GPU here
-    none = {**same, "gpu_model": None}
+    none = dataclasses.replace(same, gpu_model=None)
     gpu = [n for n in bundle.environment_notes(manifest(THEN, ["cuda:0"]), none) if n.matters]
     assert [n.what for n in gpu] == ["gpu"] and "--device cpu" in gpu[0].why
