@@ -19,7 +19,6 @@ import importlib.util
 import platform
 import sys
 
-from ..backends.kubernetes import compat
 from ..engine import bundle
 from ..engine.errors import CheckpointError
 from ..engine.manifest import Manifest
@@ -72,8 +71,8 @@ def _import(args) -> int:
     done = bundle.import_bundle(args.file, args.dir, to=args.to, trust=args.trust)
     o = done.origin
     print(
-        f"imported checkpoint {done.manifest.metadata[bundle.IMPORTED]['checkpoint']} "
-        f"({o}) as checkpoint {done.checkpoint} of {done.notebook}"
+        f"imported checkpoint {done.exported} ({o}) as checkpoint {done.checkpoint} "
+        f"of {done.notebook}"
     )
     if done.trusted:
         print(
@@ -86,14 +85,11 @@ def _import(args) -> int:
         else f"{done.notebook_file} already holds this notebook"
     )
     notes = bundle.environment_notes(done.manifest, here(done.manifest))
-    matters = [n for n in notes if n.matters]
+    print(f"environment, against this Python ({sys.executable}):")
     if not notes:
-        print("environment: the same as the checkpoint's in all that a restore depends on")
-    for n in matters:
-        print(f"  matters: {n}")
-    for n in notes:
-        if not n.matters:
-            print(f"  does not matter: {n}")
+        print("  the same as the checkpoint's in all that a restore depends on")
+    for n in sorted(notes, key=lambda n: not n.matters):
+        print(f"  {'matters' if n.matters else 'does not matter'}: {n}")
     print(f"open {done.notebook} and run %restore to bring its state back")
     return 0
 
@@ -102,6 +98,8 @@ def here(m: Manifest) -> bundle.Environment:
     """This environment: the Python that runs the command, torch and CUDA from package
     metadata, the GPU from ``nvidia-smi`` (``$JUPYTER_PAUSE_FINGERPRINT`` overrides, as
     for snapshots: compat.py), and each package the checkpoint needs. Nothing is imported."""
+    from ..backends.kubernetes import compat
+
     found = compat.collect()
     torch = found.get("torch")
     return bundle.Environment(

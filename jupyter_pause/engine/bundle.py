@@ -293,6 +293,7 @@ def read(z: zipfile.ZipFile, path, key: bytes | None) -> Bundle:
 @dataclass(frozen=True)
 class Imported:
     checkpoint: str  # its id in this user's store
+    exported: str  # its id where it was exported
     notebook: str  # the notebook it was imported as (its key, a path below the root)
     notebook_file: Path
     notebook_written: bool  # False: an identical file was there already
@@ -352,6 +353,7 @@ def import_bundle(
         write_file(target, b.notebook, replace=False)
     return Imported(
         checkpoint=m.id,
+        exported=b.header.checkpoint,
         notebook=notebook,
         notebook_file=target,
         notebook_written=not present,
