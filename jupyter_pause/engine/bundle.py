@@ -243,6 +243,10 @@ def read(z: zipfile.ZipFile, path, key: bytes | None) -> Bundle:
             )
     if len(set(names)) != len(names):
         raise _refuse(path, "it holds an entry twice", "unsafe-entry")
+    for info in z.infolist():  # stored, so that no entry reads larger than the file
+        if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
+            why = f"its {info.filename} is compressed or encrypted, which no bundle is"
+            raise _refuse(path, why, "unsafe-entry")
     missing = [n for n in (HEADER, HEADER_SIG, *HASHED) if n not in names]
     if missing:
         raise _refuse(

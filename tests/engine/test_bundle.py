@@ -200,6 +200,20 @@ def test_entries_outside_the_bundle_are_refused(exported, tmp_path, monkeypatch,
     assert not paths.notebook_dir(None, NB).exists() and not (home / NB).exists()
 
 
+def test_a_compressed_entry_is_refused(exported, tmp_path, monkeypatch):
+    """A deflated entry may inflate to any size (a zip bomb): bundles are stored."""
+    path, _ = exported
+    bad = tmp_path / "bomb.bundle"
+    with zipfile.ZipFile(path) as z, zipfile.ZipFile(bad, "w", zipfile.ZIP_DEFLATED) as out:
+        for info in z.infolist():
+            out.writestr(info.filename, z.read(info))
+    become(monkeypatch, tmp_path, "bob")
+    with pytest.raises(errors.BundleRefused, match="compressed or encrypted") as refused:
+        bundle.import_bundle(bad, trust=True)
+    assert refused.value.kind == "unsafe-entry"
+    assert not paths.notebook_dir(None, NB).exists()
+
+
 def test_a_notebook_path_outside_the_folder_needs_to(tmp_path, monkeypatch):
     home = become(monkeypatch, tmp_path, "alice")
     (home / "nb.ipynb").write_text(NOTEBOOK)
