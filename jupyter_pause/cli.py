@@ -53,6 +53,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "list the server extension's settings (c.PauseApp...) with their help",
     ),
     "verify": ("jupyter_pause.commands.verify", "scrub checkpoints: which ones fully restore"),
+    "export": (
+        "jupyter_pause.commands.bundle",
+        "write a checkpoint, its notebook and its environment into one file (a bundle)",
+    ),
+    "import": (
+        "jupyter_pause.commands.bundle",
+        "bring a bundle into this user's checkpoints (--trust: one signed with another key)",
+    ),
     "delete": (
         "jupyter_pause.commands.delete",
         "delete checkpoints (--force-foreign: also ones not signed with this user's key)",

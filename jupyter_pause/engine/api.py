@@ -33,6 +33,7 @@ import threading
 import time
 import types
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -172,7 +173,10 @@ class _HashingWriter:
         return n
 
 
-def _versions() -> dict[str, Any]:
+def _versions(used: Iterable[str] = ()) -> dict[str, Any]:
+    """The environment a checkpoint is made in: Python, torch, CUDA, the GPUs, and the
+    version of each package ``used`` names (modules and types the checkpoint needs),
+    so that an import elsewhere can say which differences matter (engine/bundle.py)."""
     v: dict[str, Any] = {
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -199,7 +203,24 @@ def _versions() -> dict[str, Any]:
                 v["gpu"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         except Exception:
             pass
+    v["packages"] = _packages(used)
     return v
+
+
+def _packages(used: Iterable[str]) -> dict[str, str | None]:
+    """Top-level package -> its ``__version__`` (None where it has none), for the
+    modules named in ``used`` (``numpy.linalg``, ``pkg:attr``, a type's
+    ``sklearn.linear_model.LogisticRegression``) that are not the standard library's."""
+    out: dict[str, str | None] = {}
+    for name in used:
+        top = name.partition(":")[0].partition(".")[0]
+        if top in out or top in sys.stdlib_module_names or top in ("", "__main__", "builtins"):
+            continue
+        module = sys.modules.get(top)
+        if module is not None:
+            version = getattr(module, "__version__", None)
+            out[top] = version if isinstance(version, str) else None
+    return dict(sorted(out.items()))
 
 
 def _type_name(obj) -> str:
@@ -577,7 +598,7 @@ def _write_checkpoint(
         notebook=key_name,
         created=datetime.now(timezone.utc).isoformat(),
         pickle=pickle_entry,
-        versions=_versions(),
+        versions=_versions([*modules.values(), *(e.type for e in entries.values())]),
         files=files,
         storages=[tensors.storage_entry(s) for s in storages],
         objects=entries,

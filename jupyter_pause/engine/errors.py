@@ -228,3 +228,18 @@ class NotEnoughMemory(CheckpointError):
             "no longer need) or raise the limit. Nothing was written; the kernel and its "
             "variables are as they were."
         )
+
+
+class BundleRefused(CheckpointError):
+    """``jupyter pause import`` will not bring this bundle in; nothing was written.
+
+    ``kind`` says why: ``not-a-bundle``, ``unsafe-entry`` (a name that is absolute, has
+    ``..`` or is not one a bundle holds), ``damaged`` (a file does not match its hash),
+    ``tampered`` (signed with this user's key, altered since), ``other-key`` (signed with
+    another key: ``--trust`` accepts it), ``notebook-exists``."""
+
+    def __init__(self, path: str, reason: str, kind: str):
+        self.path = path
+        self.reason = reason
+        self.kind = kind
+        super().__init__(f"refusing to import {path}: {reason}. Nothing was imported.")
