@@ -228,3 +228,18 @@ class NotEnoughMemory(CheckpointError):
             "no longer need) or raise the limit. Nothing was written; the kernel and its "
             "variables are as they were."
         )
+
+
+class RemoteStoreError(CheckpointError):
+    """The bucket behind the checkpoint folder could not be reached, read or written
+    (engine/remote.py): credentials, a missing bucket, the store down, its quota."""
+
+    def __init__(self, url: str, action: str, detail: str):
+        self.url = url
+        self.action = action
+        self.detail = detail
+        super().__init__(
+            f"could not {action} in the checkpoint store {url}: {detail}. A checkpoint "
+            "that is not in the bucket is kept in the local cache; try again once the "
+            "store answers."
+        )

@@ -126,7 +126,7 @@ class PauseManager:
         store: SessionStore,
         ledger: Ledger,
         backend,
-        checkpoint_dir: str | None,
+        checkpoint_dir: str | checkpoint_paths.Bucket | None,
         keep_checkpoints: int,
         kernel_call_timeout: float,
         idle_wait_timeout: float,
@@ -188,7 +188,7 @@ class PauseManager:
         every kernel at start (as environment variables the engine reads):
         where checkpoints live and how many are kept."""
         return {
-            checkpoint_paths.ENV_DIR: str(checkpoint_paths.checkpoint_root(self.checkpoint_dir)),
+            **checkpoint_paths.kernel_env(self.checkpoint_dir),
             checkpoint_paths.ENV_KEEP: str(self.keep_checkpoints),
         }
 
