@@ -125,6 +125,7 @@ class Seaweed:
             f"-s3.port.grpc={free_port()}",
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
+            "-s3.autoCreateBucket=false",  # a missing bucket is an error, as on AWS
             f"-s3.config={self.config}",
             f"-iam.port={p['iam']}",
             f"-debug.port={p['debug']}",
@@ -175,6 +176,10 @@ class Seaweed:
             try:
                 urllib.request.urlopen(req, timeout=5).close()
                 return
+            except urllib.error.HTTPError as e:
+                if e.code == 409:  # there already (a store started again on its folder)
+                    return
+                raise
             except OSError:
                 if time.monotonic() > deadline:
                     raise
@@ -190,8 +195,8 @@ class Seaweed:
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # its data is flushed per write
                 self.kill()
 
 

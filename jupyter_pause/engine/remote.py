@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -57,7 +58,7 @@ def open_store(bucket: paths.Bucket):
             bucket.url, "open", "obstore is not installed: pip install 'jupyter-pause[objectstore]'"
         ) from e
     options = {"timeout": "120s", "connect_timeout": "10s"}
-    retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=30)}
+    retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=10)}
     if bucket.scheme == "s3":
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         config = {}
@@ -83,17 +84,32 @@ def open_store(bucket: paths.Bucket):
 
 
 def describe(e: BaseException) -> str:
-    """The first line of an obstore error, and what to check."""
+    """What went wrong, in a line, and what to check: the S3 error code when the
+    server sent one (``<Code>NoSuchBucket</Code>``), else the first line of the error."""
     import obstore.exceptions as oe
 
-    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    if isinstance(e, oe.PermissionDeniedError | oe.UnauthenticatedError):
-        return f"access denied ({text}): check the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, GOOGLE_APPLICATION_CREDENTIALS)"
-    if "NoSuchBucket" in text or "bucket" in text.lower() and "not" in text.lower():
-        return f"the bucket does not exist ({text})"
-    if "QuotaExceeded" in text or "EntityTooLarge" in text or "InsufficientStorage" in text:
-        return f"the bucket is out of space or quota ({text})"
-    return text
+    full = str(e)
+    line = full.strip().splitlines()[0] if full.strip() else type(e).__name__
+    code = re.search(r"<Code>([A-Za-z]+)</Code>", full)
+    code = code.group(1) if code else ""
+    status = re.search(r"status code: (\d{3})", full)
+    status = status.group(1) if status else ""
+    if code == "NoSuchBucket" or "bucket does not exist" in full.lower():
+        return "the bucket does not exist: create it, or correct the URL"
+    if code in ("QuotaExceeded", "EntityTooLarge", "InsufficientStorage", "StorageFull"):
+        return f"the bucket is out of space or quota ({code})"
+    if (
+        isinstance(e, oe.PermissionDeniedError | oe.UnauthenticatedError)
+        or code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied")
+        or status in ("401", "403")
+    ):
+        return (
+            f"access denied ({code or status or line}): check the credentials "
+            "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or GOOGLE_APPLICATION_CREDENTIALS)"
+        )
+    if "connect" in full.lower() or "connection" in full.lower():
+        return f"the store does not answer ({line})"
+    return line
 
 
 class Remote:
@@ -262,20 +278,21 @@ def leftovers(
     listing: dict[str, Listed],
     referenced: set[str],
     grace: timedelta = SWEEP_GRACE,
+    blob_grace: timedelta | None = None,
     now: datetime | None = None,
 ) -> list[str]:
-    """What no committed checkpoint needs and is older than ``grace``: files of
-    checkpoints without a signature, blobs that ``referenced`` (the blobs of every
-    committed manifest) does not name, anything else stray."""
+    """What no committed checkpoint needs: files of checkpoints without a signature and
+    anything stray, older than ``grace``; blobs that ``referenced`` (the blobs of every
+    manifest the caller knows) does not name, older than ``blob_grace`` (default:
+    ``grace``; 0 for the notebook's own writer, which holds its lock)."""
     now = now or datetime.now(timezone.utc)
+    blob_grace = grace if blob_grace is None else blob_grace
     ids = set(committed(listing))
     out = []
     for name, meta in listing.items():
         head = name.split("/", 1)[0]
-        if head in ids:
+        if head in ids or name in referenced:
             continue
-        if head == BLOBS and name in referenced:
-            continue
-        if now - meta.modified >= grace:
+        if now - meta.modified >= (blob_grace if head == BLOBS else grace):
             out.append(name)
     return out

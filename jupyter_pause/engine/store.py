@@ -28,7 +28,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -1070,21 +1070,22 @@ def push(dir, nbdir: Path, progress=None, grace=remote.SWEEP_GRACE) -> list[str]
     for cid in sorted(in_bucket - here):
         mirror.delete([f"{cid}/{SIGNATURE}"])  # uncommitted first: never half a checkpoint
         mirror.delete([n for n in listing if n.startswith(f"{cid}/") and not n.endswith(SIGNATURE)])
-    sweep(dir, nbdir, grace)
+    # this writer holds the notebook's lock: a blob no manifest here names is garbage now
+    sweep(dir, nbdir, grace, blob_grace=timedelta(0))
     return uploaded
 
 
-def sweep(dir, nbdir: Path, grace=remote.SWEEP_GRACE) -> list[str]:
-    """Delete from the bucket what no committed checkpoint needs and is older than
-    ``grace``: files of checkpoints never committed, blobs no manifest references.
-    Returns the names deleted."""
+def sweep(dir, nbdir: Path, grace=remote.SWEEP_GRACE, blob_grace=None) -> list[str]:
+    """Delete from the bucket what no committed checkpoint needs: files of checkpoints
+    never committed (older than ``grace``), blobs no manifest here references (older
+    than ``blob_grace``, default ``grace``).  Returns the names deleted."""
     mirror = _remote(dir, nbdir)
     if mirror is None:
         return []
     refs = referenced_files(nbdir)
     if refs is None:  # a manifest here is unreadable: prove nothing unused
         return []
-    doomed = remote.leftovers(mirror.listing(), refs, grace)
+    doomed = remote.leftovers(mirror.listing(), refs, grace, blob_grace)
     mirror.delete(doomed)
     return doomed
 

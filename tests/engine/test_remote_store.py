@@ -1,0 +1,262 @@
+"""Checkpoints in a bucket (engine/remote.py) against a real SeaweedFS on 127.0.0.1:
+URLs, the round trip through a fresh cache, dedup, retention, delete, the sweep,
+corruption, credentials, a missing bucket and a store killed in the middle of an upload."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import obstore
+import pytest
+import torch
+
+from jupyter_pause.engine import api, errors, paths, remote, store
+from tests.objectstores import Seaweed
+
+NB = "work/demo.ipynb"
+
+
+@pytest.fixture
+def url(bucket):
+    return f"s3://{bucket}/ck"
+
+
+def client(url):
+    return remote.open_store(paths.parse_bucket(url))
+
+
+def keys(url) -> list[str]:
+    return sorted(m["path"] for batch in obstore.list(client(url)) for m in batch)
+
+
+def mirror(url) -> remote.Remote:
+    b = paths.parse_bucket(url)
+    nbdir = paths.notebook_dir(b, NB)
+    return remote.Remote(b, f"{nbdir.parent.name}/{nbdir.name}")
+
+
+def new_cache(tmp_path, monkeypatch, name: str) -> Path:
+    """Another machine: an empty cache (the user's key came along)."""
+    cache = tmp_path / name
+    monkeypatch.setenv(paths.ENV_CACHE, str(cache))
+    return cache
+
+
+def state(n: int = 1) -> dict:
+    return {
+        "__name__": "__main__",
+        "model": torch.nn.Linear(256, 256 * n),
+        "table": np.arange(300_000, dtype=np.float64) * n,
+        "step": n,
+    }
+
+
+# ------------------------------------------------------------------ URLs
+@pytest.mark.parametrize(
+    "text",
+    ["s3:/bucket/ck", "http://example.com/ck", "s3://ab/ck", "s3://Bucket/ck", "gs://b/../x"],
+)
+def test_a_url_that_is_not_a_store_is_refused_not_taken_as_a_folder(text, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="checkpoint directory|bucket name|prefix"):
+        api.checkpoint(dir=text, notebook=NB, namespace=state(), progress=False)
+    monkeypatch.setenv(paths.ENV_DIR, text)
+    with pytest.raises(ValueError):
+        api.checkpoint(notebook=NB, namespace=state(), progress=False)
+    assert list(tmp_path.iterdir()) == []  # no folder named "s3:" or "http:"
+
+
+def test_bucket_urls_parse_and_cache_privately(monkeypatch, tmp_path):
+    monkeypatch.delenv(paths.ENV_CACHE, raising=False)
+    b = paths.location("s3://my-bucket//a/b/")
+    assert (b.scheme, b.bucket, b.prefix, b.url) == ("s3", "my-bucket", "a/b", "s3://my-bucket/a/b")
+    assert b.cache.parent == paths.pause_data_dir() / "checkpoint-cache"
+    monkeypatch.setenv(paths.ENV_DIR, "gs://other-bucket")
+    assert paths.bucket_of().url == "gs://other-bucket"
+    monkeypatch.setenv(paths.ENV_CACHE, str(tmp_path / "c"))
+    assert paths.checkpoint_root() == tmp_path / "c"
+    assert paths.kernel_env() == {
+        paths.ENV_DIR: "gs://other-bucket",
+        paths.ENV_CACHE: str(tmp_path / "c"),
+    }
+    assert paths.bucket_of(str(tmp_path)) is None
+
+
+# ------------------------------------------------------------------ round trip
+@pytest.mark.parametrize("lazy", [False, True])
+def test_fresh_cache_restores_from_the_bucket(url, tmp_path, monkeypatch, lazy):
+    new_cache(tmp_path, monkeypatch, "node-a")
+    ns = state()
+    r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    assert r.store == url and r.bytes_uploaded >= r.bytes_written > 1_000_000
+    assert any(k.endswith(f"{r.id}/manifest.sig") for k in keys(url))
+
+    new_cache(tmp_path, monkeypatch, "node-b")
+    out = {"__name__": "__main__"}
+    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=lazy)
+    api.lazy_mod.wait()
+    assert rr.id == r.id and rr.bytes_downloaded > 1_000_000
+    assert any("downloaded from " + url in n for n in rr.notes)
+    assert torch.equal(out["model"].weight, ns["model"].weight)
+    assert np.array_equal(out["table"], ns["table"]) and out["step"] == 1
+    assert [c.id for c in store.list_checkpoints(url, NB)] == [r.id]
+
+
+def test_a_re_pause_after_a_small_change_uploads_under_a_megabyte(url, tmp_path, monkeypatch):
+    new_cache(tmp_path, monkeypatch, "c")
+    ns = state()
+    first = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    ns["step"] = 2
+    second = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    assert first.bytes_uploaded > 2_000_000
+    assert 0 < second.bytes_uploaded < 1_000_000
+
+
+# ------------------------------------------------------------------ retention, delete, sweep
+def referenced_in_bucket(url) -> tuple[list[str], list[str]]:
+    listing = mirror(url).listing()
+    return remote.committed(listing), sorted(n for n in listing if n.startswith("blobs/"))
+
+
+def test_retention_and_delete_free_only_unshared_blobs(url, tmp_path, monkeypatch):
+    new_cache(tmp_path, monkeypatch, "c")
+    shared = np.arange(400_000, dtype=np.float64)
+    ids = []
+    for n in range(3):
+        ns = {"__name__": "__main__", "shared": shared, "own": np.full(300_000, float(n))}
+        ids.append(api.checkpoint(dir=url, notebook=NB, namespace=ns, keep=2, progress=False).id)
+    nbdir = paths.notebook_dir(url, NB)
+
+    def files(*cids):
+        return sorted(set().union(*(store.read_manifest(nbdir, c).files for c in cids)))
+
+    committed, blobs = referenced_in_bucket(url)
+    assert committed == ids[1:]  # the same keep policy as on disk
+    assert blobs == files(*ids[1:])  # the first one's own blobs are gone
+    shared_blob = sorted(set(files(ids[1])) & set(files(ids[2])))
+    assert shared_blob
+    store.delete_checkpoint(url, NB, ids[1])
+    committed, blobs = referenced_in_bucket(url)
+    assert committed == ids[2:] and blobs == files(ids[2])
+    assert set(shared_blob) <= set(blobs)  # still used by the newest
+    # another machine sees the same
+    new_cache(tmp_path, monkeypatch, "d")
+    assert [c.id for c in store.list_checkpoints(url, NB)] == ids[2:]
+
+
+def test_the_sweep_removes_what_crashed_uploads_left(url, tmp_path, monkeypatch):
+    new_cache(tmp_path, monkeypatch, "c")
+    r = api.checkpoint(dir=url, notebook=NB, namespace=state(), progress=False)
+    m = mirror(url)
+    stray = ["2030-01-01T00-00-00/objects.pkl", "2030-01-01T00-00-00/manifest.json"]
+    stray += ["blobs/0123456789abcdef0123456789abcdef.safetensors"]
+    for name in stray:
+        obstore.put(m.store, m.key(name), b"left by a crash")
+    nbdir = paths.notebook_dir(url, NB)
+    assert store.sweep(url, nbdir) == []  # young: maybe an upload under way (another node)
+    assert sorted(store.sweep(url, nbdir, grace=timedelta(0))) == sorted(stray)
+    committed, _ = referenced_in_bucket(url)
+    assert committed == [r.id]
+    new_cache(tmp_path, monkeypatch, "d")
+    out = {"__name__": "__main__"}
+    api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+    assert out["step"] == 1
+
+
+# ------------------------------------------------------------------ faults
+def test_a_corrupted_object_is_detected_and_the_older_checkpoint_restored(
+    url, tmp_path, monkeypatch
+):
+    new_cache(tmp_path, monkeypatch, "c")
+    old = api.checkpoint(dir=url, notebook=NB, namespace=state(1), progress=False)
+    new = api.checkpoint(dir=url, notebook=NB, namespace=state(2), progress=False)
+    nbdir = paths.notebook_dir(url, NB)
+    m = store.read_manifest(nbdir, new.id)
+    own = sorted(set(m.files) - set(store.read_manifest(nbdir, old.id).files))
+    victim = max(own, key=lambda rel: m.files[rel].bytes)
+    data = bytearray((nbdir / victim).read_bytes())
+    data[-100] ^= 0xFF  # same size: only a hash can tell
+    obstore.put(mirror(url).store, mirror(url).key(victim), bytes(data))
+
+    new_cache(tmp_path, monkeypatch, "d")
+    out = {"__name__": "__main__"}
+    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+    assert rr.id == old.id and new.id in rr.passed_over
+    assert "corrupt" in rr.passed_over[new.id]
+    assert out["step"] == 1
+    assert victim not in mirror(url).listing()  # removed from the bucket ...
+    again = api.checkpoint(dir=url, notebook=NB, namespace=state(2), progress=False)
+    assert victim in mirror(url).listing()  # ... and uploaded again by the next pause
+    new_cache(tmp_path, monkeypatch, "e")
+    out = {"__name__": "__main__"}
+    assert api.restore(dir=url, notebook=NB, namespace=out, progress=False).id == again.id
+
+
+def test_wrong_credentials_are_named_and_a_retry_completes(url, tmp_path, monkeypatch):
+    new_cache(tmp_path, monkeypatch, "c")
+    good = os.environ["AWS_SECRET_ACCESS_KEY"]
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    with pytest.raises(errors.RemoteStoreError, match="access denied.*credentials"):
+        api.checkpoint(dir=url, notebook=NB, namespace=state(), progress=False)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", good)
+    assert keys(url) == []
+    r = api.checkpoint(dir=url, notebook=NB, namespace=state(), progress=False)
+    committed, _ = referenced_in_bucket(url)
+    assert committed == [r.id]
+
+
+def test_a_missing_bucket_is_named(seaweed, tmp_path, monkeypatch):
+    for k, v in seaweed.env().items():
+        monkeypatch.setenv(k, v)
+    new_cache(tmp_path, monkeypatch, "c")
+    with pytest.raises(errors.RemoteStoreError, match="does not exist|NoSuchBucket"):
+        api.checkpoint(dir="s3://no-such-bucket/ck", notebook=NB, namespace=state(), progress=False)
+
+
+def test_store_killed_mid_upload_then_back_a_retry_completes_and_nothing_is_orphaned(
+    tmp_path, monkeypatch
+):
+    server = Seaweed(tmp_path / "weed")
+    server.start()
+    try:
+        server.create_bucket("killed")
+        for k, v in server.env().items():
+            monkeypatch.setenv(k, v)
+        url = "s3://killed/ck"
+        new_cache(tmp_path, monkeypatch, "c")
+        sent = []
+        read = remote._Counting.read
+
+        def read_then_kill(self, n=-1):
+            data = read(self, n)
+            sent.append(len(data))
+            if sum(sent) > 20 << 20:
+                server.kill()
+            return data
+
+        monkeypatch.setattr(remote._Counting, "read", read_then_kill)
+        ns = {"__name__": "__main__", "big": np.ones(8_000_000)}  # 64 MB: multipart
+        with pytest.raises(errors.RemoteStoreError):
+            api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+        monkeypatch.setattr(remote._Counting, "read", read)
+        nbdir = paths.notebook_dir(url, NB)
+        assert len(store.checkpoint_ids(nbdir)) == 1  # kept locally
+        server.start()  # the same data folder
+        r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+        store.sweep(url, nbdir, grace=timedelta(0))
+        committed, blobs = referenced_in_bucket(url)
+        assert committed == [*store.checkpoint_ids(nbdir)][-len(committed) :]
+        assert r.id in committed
+        refs = store.referenced_files(nbdir)
+        assert set(blobs) <= refs  # no orphan
+        shutil.rmtree(tmp_path / "c")
+        new_cache(tmp_path, monkeypatch, "d")
+        out = {"__name__": "__main__"}
+        api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+        assert np.array_equal(out["big"], ns["big"])
+    finally:
+        server.stop()
