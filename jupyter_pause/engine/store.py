@@ -453,17 +453,11 @@ def files_to_read(
     ``checkpoint_id``, or the newest that is signed and complete; its tensor files
     smallest first, each named by the signed manifest and under ``blobs/`` (nothing else
     is followed). None where there is none. What reads ahead (:func:`prefetch`,
-    engine/handoff.py) reads only these.  With a bucket behind the folder, the
-    checkpoint is first downloaded into it (:func:`fetch`)."""
+    engine/handoff.py) reads only these.  With a bucket behind the folder, a checkpoint
+    not in the cache yet is not complete here: the restore downloads it (:func:`fetch`)
+    and says so."""
     nbdir = paths.notebook_dir(dir, notebook)
     try:
-        if paths.bucket_of(dir) is not None:
-            pull(dir, nbdir)
-            if checkpoint_id is None:
-                ids = [cid for cid, _m in _signed(nbdir)]
-                checkpoint_id = ids[-1] if ids else None
-            if checkpoint_id is not None:
-                fetch(dir, nbdir, checkpoint_id)
         if checkpoint_id is None:
             newest = _newest_complete(nbdir, _load_key_for_listing()[0])
             if newest is None:

@@ -143,6 +143,13 @@ class PauseManager:
         self.ledger = ledger
         self.backend = backend
         self.checkpoint_dir = checkpoint_dir
+        #: as a kernel call names it (JSON): a bucket by its URL, the kernel's cache being
+        #: in its environment (kernel_settings)
+        self.kernel_checkpoint_dir = (
+            checkpoint_dir.url
+            if isinstance(checkpoint_dir, checkpoint_paths.Bucket)
+            else checkpoint_dir
+        )
         self.keep_checkpoints = keep_checkpoints
         self.kernel_call_timeout = kernel_call_timeout
         self.idle_wait_timeout = idle_wait_timeout
@@ -1282,7 +1289,7 @@ class PauseManager:
                 "checkpoint",
                 timeout=self.kernel_call_timeout,
                 notebook=session.path,
-                dir=self.checkpoint_dir,
+                dir=self.kernel_checkpoint_dir,
                 nonce=nonce,
                 keep=self.keep_checkpoints,
                 operation=op.id,
@@ -1574,7 +1581,7 @@ class PauseManager:
                     "restore",
                     timeout=self.kernel_call_timeout,
                     notebook=path,
-                    dir=self.checkpoint_dir,
+                    dir=self.kernel_checkpoint_dir,
                     checkpoint_id=checkpoint_id,
                     handoff=fill.token() if fill else None,
                     operation=op.id,
