@@ -244,6 +244,20 @@ class Remote:
             raise self._fail(action, e) from e
 
 
+def folders(bucket: paths.Bucket, rel: str) -> list[str]:
+    """The names of the folders directly under ``rel`` in the bucket (a user's notebook
+    folders)."""
+    import obstore
+
+    store = open_store(bucket)
+    base = "/".join(p for p in (bucket.prefix, rel) if p)
+    try:
+        found = obstore.list_with_delimiter(store, prefix=base + "/")
+    except Exception as e:
+        raise RemoteStoreError(bucket.url, "list", describe(e)) from e
+    return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in found["common_prefixes"])
+
+
 def _is_obstore(e: BaseException) -> bool:
     return type(e).__module__.startswith("obstore")
 

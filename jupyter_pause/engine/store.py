@@ -984,11 +984,23 @@ def pull(dir, nbdir: Path) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def fetch(dir, nbdir: Path, checkpoint_id: str, progress=None) -> int:
+def notebook_folders(dir=None) -> list[Path]:
+    """This user's notebook folders: those in the folder, and with a bucket behind it,
+    those in the bucket too (a machine that never saw them has no folder yet)."""
+    root = paths.user_root(dir)
+    found = {p.name for p in root.iterdir() if p.is_dir()} if root.is_dir() else set()
+    bucket = paths.bucket_of(dir)
+    if bucket is not None:
+        found |= set(remote.folders(bucket, root.name))
+    return [root / name for name in sorted(found)]
+
+
+def fetch(dir, nbdir: Path, checkpoint_id: str, progress=None, repair: bool = True) -> int:
     """Download the tensor files of one checkpoint that the folder lacks (parallel ranged
     reads), each hashed whole before it is used: one that does not match its signed
     manifest is quarantined here and deleted from the bucket (a later pause uploads it
-    anew) and raises :class:`CorruptCheckpoint`.  Returns the bytes downloaded; 0
+    anew) and raises :class:`CorruptCheckpoint`; with ``repair=False`` (a scrub, which
+    only reads) it is left for the caller to find.  Returns the bytes downloaded; 0
     without a bucket."""
     mirror = _remote(dir, nbdir)
     if mirror is None:
@@ -1010,6 +1022,8 @@ def fetch(dir, nbdir: Path, checkpoint_id: str, progress=None) -> int:
         if progress is not None:
             progress.add_total(sum(size for _, size, _ in todo))
         mirror.download(todo, progress.update if progress is not None else None)
+        if not repair:
+            return sum(size for _, size, _ in todo)
         bad = [rel for rel, _, path in todo if check_blob(path, m.files[rel], full=True)]
         for rel in bad:
             quarantine(nbdir, rel, f"downloaded from {mirror.bucket.url}, hash mismatch")

@@ -260,3 +260,113 @@ def test_store_killed_mid_upload_then_back_a_retry_completes_and_nothing_is_orph
         assert np.array_equal(out["big"], ns["big"])
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------------ verify and gc on a bucket
+def test_verify_and_gc_work_on_a_bucket(url, tmp_path, monkeypatch, capsys):
+    import json
+
+    from jupyter_pause import cli
+    from jupyter_pause.commands.kube import gc_checkpoints
+
+    new_cache(tmp_path, monkeypatch, "c")
+    ids = [
+        api.checkpoint(dir=url, notebook=NB, namespace=state(n), keep=5, progress=False).id
+        for n in (1, 2, 3)
+    ]
+    new_cache(tmp_path, monkeypatch, "fresh")  # a machine that has seen none of them
+    capsys.readouterr()
+    assert cli.main(["verify", "--dir", url, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [nb["restorable"] for nb in report["notebooks"]] == [ids]
+
+    nbdir = paths.notebook_dir(url, NB)
+    own = set(store.read_manifest(nbdir, ids[0]).files) - set(
+        store.read_manifest(nbdir, ids[1]).files
+    )
+    victim = sorted(own)[0]
+    obstore.put(mirror(url).store, mirror(url).key(victim), b"overwritten")
+    new_cache(tmp_path, monkeypatch, "fresh2")
+    assert cli.main(["verify", "--dir", url, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    statuses = {c["id"]: c["status"] for c in report["notebooks"][0]["checkpoints"]}
+    assert statuses == {ids[0]: "damaged", ids[1]: "ok", ids[2]: "ok"}
+
+    new_cache(tmp_path, monkeypatch, "admin")
+    out = gc_checkpoints(url, older_than=0)
+    assert not out["errors"] and len(out["deleted"]) == 2
+    committed, blobs = referenced_in_bucket(url)
+    assert committed == ids[2:]
+    assert blobs == sorted(store.read_manifest(nbdir, ids[2]).files)  # nothing orphaned
+
+
+# ------------------------------------------------------------------ random cycles
+class Crash(BaseException):
+    """The writer dies in the middle of an upload (what reached the bucket stays)."""
+
+
+def test_random_pause_resume_delete_crash_cycles_leave_no_orphan(url, tmp_path, monkeypatch):
+    import random
+
+    from jupyter_pause.engine.manifest import MANIFEST, Manifest
+
+    rng = random.Random(28)
+    real_upload = remote.Remote.upload
+    crash_after = [None]
+
+    def upload(self, files, progress=None):
+        files = list(files)
+        if crash_after[0] is not None and crash_after[0] < len(files):
+            real_upload(self, files[: crash_after[0]], progress)
+            raise Crash()
+        real_upload(self, files, progress)
+
+    monkeypatch.setattr(remote.Remote, "upload", upload)
+    new_cache(tmp_path, monkeypatch, "node-0")
+    ns = state()
+    counts = {"pause": 0, "resume": 0, "delete": 0, "crash": 0}
+    for cycle in range(100):
+        op = rng.choices(["pause", "resume", "delete", "crash"], [4, 2, 1, 2])[0]
+        counts[op] += 1
+        if op in ("pause", "crash"):
+            ns["step"] = cycle
+            if rng.random() < 0.3:
+                ns["table"] = np.full(100_000, float(cycle))
+            crash_after[0] = rng.randrange(0, 4) if op == "crash" else None
+            try:
+                api.checkpoint(dir=url, notebook=NB, namespace=ns, keep=3, progress=False)
+            except Crash:
+                if rng.random() < 0.5:  # the node died too: its cache is gone
+                    new_cache(tmp_path, monkeypatch, f"node-{cycle}")
+            crash_after[0] = None
+        elif op == "resume":
+            new_cache(tmp_path, monkeypatch, f"node-{cycle}")  # somewhere else
+            if store.list_checkpoints(url, NB):
+                out = {"__name__": "__main__"}
+                api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+                ns = out
+        else:
+            ids = [c.id for c in store.list_checkpoints(url, NB)]
+            if ids:
+                store.delete_checkpoint(url, NB, rng.choice(ids))
+    assert min(counts.values()) > 5, counts
+
+    # an hour later, the sweeper (grace 0 here) finds what crashes left
+    new_cache(tmp_path, monkeypatch, "admin")
+    nbdir = paths.notebook_dir(url, NB)
+    store.pull(url, nbdir)
+    store.sweep(url, nbdir, grace=timedelta(0))
+    listing = mirror(url).listing()
+    ids = remote.committed(listing)
+    needed = set()
+    for cid in ids:
+        m = mirror(url)
+        data = obstore.get(m.store, m.key(f"{cid}/{MANIFEST}")).bytes()
+        needed |= set(Manifest.from_bytes(bytes(data)).files)
+        needed |= {f"{cid}/{n}" for n in (MANIFEST, remote.SIGNATURE, "objects.pkl")}
+    orphans = sorted(set(listing) - needed)
+    assert orphans == []
+    assert needed <= set(listing)  # and every committed checkpoint is whole
+    for cid in ids:
+        out = {"__name__": "__main__"}
+        assert api.restore(cid, dir=url, notebook=NB, namespace=out, progress=False).id == cid
