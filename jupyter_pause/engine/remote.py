@@ -38,6 +38,7 @@ from .manifest import BLOBS, SIGNATURE
 
 PART = 16 << 20  # bytes per multipart part and per ranged GET
 PARALLEL = 16  # requests in flight
+FILES_AT_ONCE = 4  # files uploaded at once, each in PARALLEL // 2 parts at a time
 SWEEP_GRACE = timedelta(hours=1)  # leftovers younger than this may be an upload under way
 
 
@@ -144,21 +145,20 @@ class Remote:
 
     # --------------------------------------------------------------- up
     def upload(self, files: Iterable[tuple[str, Path]], progress=None) -> None:
-        """Upload files (name relative to the notebook folder, local path), in parallel,
-        each large one in parallel parts; ``progress(n)`` hears each chunk sent."""
+        """Upload files (name relative to the notebook folder, local path), a few at a
+        time, each large one in parallel parts read by obstore itself; ``progress(n)``
+        hears each file's size once it is up."""
         import obstore
 
         def one(name: str, path: Path) -> None:
-            with open(path, "rb") as f:
-                obstore.put(
-                    self.store,
-                    self.key(name),
-                    _Counting(f, progress) if progress else f,
-                    chunk_size=PART,
-                    max_concurrency=PARALLEL,
-                )
+            size = path.stat().st_size
+            obstore.put(
+                self.store, self.key(name), path, chunk_size=PART, max_concurrency=PARALLEL // 2
+            )
+            if progress:
+                progress(size)
 
-        self._parallel("upload", [(one, (n, p)) for n, p in files])
+        self._parallel("upload", [(one, (n, p)) for n, p in files], FILES_AT_ONCE)
 
     def delete(self, names: Iterable[str]) -> None:
         import obstore
@@ -219,7 +219,9 @@ class Remote:
         for tmp, path in done:
             os.replace(tmp, path)
 
-    def _parallel(self, action: str, jobs: list[tuple[Callable, tuple]]) -> None:
+    def _parallel(
+        self, action: str, jobs: list[tuple[Callable, tuple]], width: int = PARALLEL
+    ) -> None:
         if not jobs:
             return
         failed: list[BaseException] = []
@@ -234,7 +236,7 @@ class Remote:
                 failed.append(e)
                 stop.set()
 
-        with ThreadPoolExecutor(min(PARALLEL, len(jobs))) as pool:
+        with ThreadPoolExecutor(min(width, len(jobs))) as pool:
             for fn, args in jobs:
                 pool.submit(run, fn, args)
         if failed:
@@ -260,22 +262,6 @@ def folders(bucket: paths.Bucket, rel: str) -> list[str]:
 
 def _is_obstore(e: BaseException) -> bool:
     return type(e).__module__.startswith("obstore")
-
-
-class _Counting:
-    """A file object that reports what is read from it (an upload's progress)."""
-
-    def __init__(self, f, progress):
-        self.f = f
-        self.progress = progress
-
-    def read(self, n=-1):
-        data = self.f.read(n)
-        self.progress(len(data))
-        return data
-
-    def __getattr__(self, name):
-        return getattr(self.f, name)
 
 
 def committed(listing: dict[str, Listed]) -> list[str]:

@@ -228,21 +228,20 @@ def test_store_killed_mid_upload_then_back_a_retry_completes_and_nothing_is_orph
             monkeypatch.setenv(k, v)
         url = "s3://killed/ck"
         new_cache(tmp_path, monkeypatch, "c")
-        sent = []
-        read = remote._Counting.read
+        upload = remote.Remote.upload
 
-        def read_then_kill(self, n=-1):
-            data = read(self, n)
-            sent.append(len(data))
-            if sum(sent) > 20 << 20:
+        def upload_then_kill(self, files, progress=None):
+            def kill_after_the_first(n):  # the others are still on their way
                 server.kill()
-            return data
 
-        monkeypatch.setattr(remote._Counting, "read", read_then_kill)
-        ns = {"__name__": "__main__", "big": np.ones(8_000_000)}  # 64 MB: multipart
+            upload(self, files, kill_after_the_first)
+
+        monkeypatch.setattr(remote.Remote, "upload", upload_then_kill)
+        ns = {"__name__": "__main__"}
+        ns.update({f"big{i}": np.full(3_000_000, float(i)) for i in range(4)})  # 4 x 24 MB
         with pytest.raises(errors.RemoteStoreError):
             api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
-        monkeypatch.setattr(remote._Counting, "read", read)
+        monkeypatch.setattr(remote.Remote, "upload", upload)
         nbdir = paths.notebook_dir(url, NB)
         assert len(store.checkpoint_ids(nbdir)) == 1  # kept locally
         server.start()  # the same data folder
@@ -257,7 +256,7 @@ def test_store_killed_mid_upload_then_back_a_retry_completes_and_nothing_is_orph
         new_cache(tmp_path, monkeypatch, "d")
         out = {"__name__": "__main__"}
         api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
-        assert np.array_equal(out["big"], ns["big"])
+        assert all(np.array_equal(out[f"big{i}"], ns[f"big{i}"]) for i in range(4))
     finally:
         server.stop()
 
