@@ -122,13 +122,13 @@ def run(args, work: Path) -> int:
         url = f"s3://bench/round{r}"
         os.environ[paths.ENV_CACHE] = str(work / f"cache-{r}")
 
-        def ours():
+        def ours(url=url):
             t0 = time.perf_counter()
             res = api.checkpoint(dir=url, notebook="bench.ipynb", namespace=ns, progress=False)
             rows["upload"].append(time.perf_counter() - t0)
             return res
 
-        def raw():
+        def raw(r=r):
             times = {p: raw_upload(store, arrays, f"raw{r}-{p}", p) for p in (8, 16, 32)}
             best = min(times, key=times.get)
             best_parallel[r] = best
@@ -146,13 +146,13 @@ def run(args, work: Path) -> int:
 
         os.environ[paths.ENV_CACHE] = str(work / f"fresh-{r}")
 
-        def restore():
+        def restore(url=url):
             out = {"__name__": "__main__"}
             t0 = time.perf_counter()
             api.restore(dir=url, notebook="bench.ipynb", namespace=out, progress=False, lazy=False)
             rows["restore"].append(time.perf_counter() - t0)
 
-        def download():
+        def download(r=r):
             sizes = [a.nbytes for a in arrays]
             rows["raw download"].append(raw_download(store, sizes, f"raw{r}-{best_parallel[r]}"))
 
