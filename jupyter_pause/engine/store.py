@@ -1086,7 +1086,8 @@ def push(dir, nbdir: Path, progress=None, grace=remote.SWEEP_GRACE) -> list[str]
 def sweep(dir, nbdir: Path, grace=remote.SWEEP_GRACE, blob_grace=None) -> list[str]:
     """Delete from the bucket what no committed checkpoint needs: files of checkpoints
     never committed (older than ``grace``), blobs no manifest here references (older
-    than ``blob_grace``, default ``grace``).  Returns the names deleted."""
+    than ``blob_grace``, default ``grace``), multipart uploads a dead writer left
+    unfinished (begun more than ``grace`` ago).  Returns the names deleted."""
     mirror = _remote(dir, nbdir)
     if mirror is None:
         return []
@@ -1095,7 +1096,8 @@ def sweep(dir, nbdir: Path, grace=remote.SWEEP_GRACE, blob_grace=None) -> list[s
         return []
     doomed = remote.leftovers(mirror.listing(), refs, grace, blob_grace)
     mirror.delete(doomed)
-    return doomed
+    unfinished = remote.abort_unfinished(mirror.bucket, mirror.rel, grace)
+    return doomed + [f"{name} (unfinished multipart upload)" for name in unfinished]
 
 
 # ---------------------------------------------------------------- writing

@@ -247,6 +247,7 @@ def test_store_killed_mid_upload_then_back_a_retry_completes_and_nothing_is_orph
         server.start()  # the same data folder
         r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
         store.sweep(url, nbdir, grace=timedelta(0))
+        assert unfinished_uploads(url) == []  # the parts the kill cut short: aborted
         committed, blobs = referenced_in_bucket(url)
         assert committed == [*store.checkpoint_ids(nbdir)][-len(committed) :]
         assert r.id in committed
@@ -369,3 +370,27 @@ def test_random_pause_resume_delete_crash_cycles_leave_no_orphan(url, tmp_path, 
     for cid in ids:
         out = {"__name__": "__main__"}
         assert api.restore(cid, dir=url, notebook=NB, namespace=out, progress=False).id == cid
+
+
+def unfinished_uploads(url) -> list[str]:
+    b = paths.parse_bucket(url)
+    xml = remote._s3_request(b, "GET", query=[("uploads", "")]).decode()
+    return [k.split("</Key>")[0] for k in xml.split("<Key>")[1:]]
+
+
+def test_an_interrupted_multipart_upload_is_aborted_by_the_sweep(url, tmp_path, monkeypatch):
+    new_cache(tmp_path, monkeypatch, "c")
+    api.checkpoint(dir=url, notebook=NB, namespace=state(), progress=False)
+    m = mirror(url)
+    b = paths.parse_bucket(url)
+    # what a writer that died after starting a multipart upload leaves
+    remote._s3_request(b, "POST", m.key("blobs/feedfacefeedfacefeedfacefeedface.safetensors"),
+                       [("uploads", "")])  # fmt: skip
+    assert len(unfinished_uploads(url)) == 1
+    nbdir = paths.notebook_dir(url, NB)
+    assert store.sweep(url, nbdir) == []  # maybe a writer still at it
+    swept = store.sweep(url, nbdir, grace=timedelta(0))
+    assert swept == [
+        "blobs/feedfacefeedfacefeedfacefeedface.safetensors (unfinished multipart upload)"
+    ]
+    assert unfinished_uploads(url) == []
