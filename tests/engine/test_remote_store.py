@@ -394,3 +394,42 @@ def test_an_interrupted_multipart_upload_is_aborted_by_the_sweep(url, tmp_path, 
         "blobs/feedfacefeedfacefeedfacefeedface.safetensors (unfinished multipart upload)"
     ]
     assert unfinished_uploads(url) == []
+
+
+def test_store_killed_mid_restore_then_back_a_retry_restores(tmp_path, monkeypatch):
+    server = Seaweed(tmp_path / "weed")
+    server.start()
+    try:
+        server.create_bucket("killed-restore")
+        for k, v in server.env().items():
+            monkeypatch.setenv(k, v)
+        url = "s3://killed-restore/ck"
+        new_cache(tmp_path, monkeypatch, "writer")
+        ns = {"__name__": "__main__", "big": np.arange(12_000_000, dtype=np.float64)}  # 96 MB
+        api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+
+        cache = new_cache(tmp_path, monkeypatch, "reader")
+        download = remote.Remote.download
+
+        def download_then_kill(self, files, progress=None):
+            files = list(files)
+            if not any(name.startswith("blobs/") for name, _, _ in files):
+                return download(self, files, progress)  # the small files come first
+
+            def kill_after_the_first_piece(n):  # the other ranges are still on their way
+                server.kill()
+
+            download(self, files, kill_after_the_first_piece)
+
+        monkeypatch.setattr(remote.Remote, "download", download_then_kill)
+        out = {"__name__": "__main__"}
+        with pytest.raises(errors.RemoteStoreError, match="killed-restore"):
+            api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+        monkeypatch.setattr(remote.Remote, "download", download)
+        assert "big" not in out
+        assert not list(cache.rglob("*.part-*"))  # no half file left to be mistaken
+        server.start()
+        api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+        assert np.array_equal(out["big"], ns["big"])
+    finally:
+        server.stop()
