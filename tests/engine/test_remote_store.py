@@ -433,3 +433,44 @@ def test_store_killed_mid_restore_then_back_a_retry_restores(tmp_path, monkeypat
         assert np.array_equal(out["big"], ns["big"])
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------------ GCS
+def test_gs_a_checkpoint_in_a_gcs_bucket_restores_on_another_machine(
+    fake_gcs, tmp_path, monkeypatch
+):
+    """fake-gcs-server serves object_store's reads, lists and deletes, but not its XML
+    PUT: the checkpoint is put there, file by file under the same keys, with the JSON
+    API, as another machine's pause would have uploaded it."""
+    fake_gcs.create_bucket("gcs-ckpt")
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.endpoint)
+    url = "gs://gcs-ckpt/ck"
+    local = tmp_path / "writer"
+    ns = state()
+    old = api.checkpoint(dir=str(local), notebook=NB, namespace=state(9), progress=False)
+    new = api.checkpoint(dir=str(local), notebook=NB, namespace=ns, progress=False)
+    nbdir = paths.notebook_dir(str(local), NB)
+    rel = f"ck/{nbdir.parent.name}/{nbdir.name}"
+    for f in sorted(p for p in nbdir.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        fake_gcs.upload("gcs-ckpt", f"{rel}/{f.relative_to(nbdir)}", f.read_bytes())
+
+    new_cache(tmp_path, monkeypatch, "reader")
+    assert [c.id for c in store.list_checkpoints(url, NB)] == [old.id, new.id]
+    out = {"__name__": "__main__"}
+    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False)
+    api.lazy_mod.wait()
+    assert rr.id == new.id and any("downloaded from gs://gcs-ckpt/ck" in n for n in rr.notes)
+    assert torch.equal(out["model"].weight, ns["model"].weight) and out["step"] == 1
+
+    # a corrupted object: detected, removed from the bucket, the older one restored
+    m = store.read_manifest(nbdir, new.id)
+    victim = sorted(set(m.files) - set(store.read_manifest(nbdir, old.id).files))[0]
+    data = bytearray((nbdir / victim).read_bytes())
+    data[-10] ^= 0xFF
+    fake_gcs.upload("gcs-ckpt", f"{rel}/{victim}", bytes(data))
+    new_cache(tmp_path, monkeypatch, "reader-2")
+    out = {"__name__": "__main__"}
+    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+    assert rr.id == old.id and out["step"] == 9
+    b = paths.parse_bucket(url)
+    assert victim not in remote.Remote(b, f"{nbdir.parent.name}/{nbdir.name}").listing()
