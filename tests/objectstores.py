@@ -115,8 +115,10 @@ class Seaweed:
             f"-dir={data}",
             f"-master.port={p['master']}",
             f"-master.port.grpc={free_port()}",
-            "-master.volumeSizeLimitMB=1024",
-            "-volume.max=0",
+            "-master.volumeSizeLimitMB=256",
+            "-master.electionTimeout=1s",  # a restart after a kill elects itself at once
+            "-volume.preStopSeconds=0",
+            "-volume.max=1000",  # each bucket is a collection with volumes of its own
             f"-volume.port={p['volume']}",
             f"-volume.port.grpc={free_port()}",
             f"-filer.port={p['filer']}",
@@ -196,7 +198,7 @@ class Seaweed:
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout=5)
+                self.proc.wait(timeout=2)
             except subprocess.TimeoutExpired:  # its data is flushed per write
                 self.kill()
 
