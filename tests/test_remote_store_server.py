@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_pause.client import LocalServer
+from jupyter_pause.client import ClientError, LocalServer
 from jupyter_pause.engine import paths, remote
 from tests.objectstores import Seaweed
 
@@ -127,6 +127,9 @@ def test_a_store_that_is_down_leaves_the_kernel_running_and_a_retry_pauses(
         session = client.session_status(NB)
         assert session["state"] == "running" and session["kernel_id"] == kernel_id
         assert client.evaluate(kernel_id, CHECK) == EXPECTED  # nothing was released
+        with pytest.raises(ClientError) as listing:  # the store is named, not a 500
+            client.checkpoints(NB)
+        assert listing.value.status == 503 and url in str(listing.value)
 
         store.start()  # back, on its own data
         op = client.wait(client.pause(NB))

@@ -40,7 +40,7 @@ from ..clock import SYSTEM, Clock, StampAges
 from ..engine import handoff
 from ..engine import paths as checkpoint_paths
 from ..engine import store as checkpoint_store
-from ..engine.errors import CheckpointError
+from ..engine.errors import CheckpointError, RemoteStoreError
 from ..ledger import EventType, Ledger
 from ..lifecycle import (
     BUSY_STATES,
@@ -433,6 +433,8 @@ class PauseManager:
             return await asyncio.to_thread(function, *args, **kwargs)
         except ValueError as e:
             raise PauseError(f"refusing to use the checkpoint folder: {e}", status=409) from e
+        except RemoteStoreError as e:  # the bucket behind the folder: say so, not 500
+            raise PauseError(str(e), status=503) from e
 
     async def list_checkpoints(self, path: str) -> list[dict[str, Any]]:
         """A notebook's checkpoints, newest first, without their private metadata."""
