@@ -62,7 +62,9 @@ def open_store(bucket: paths.Bucket):
         from obstore.store import GCSStore, S3Store
     except ImportError as e:
         raise RemoteStoreError(
-            bucket.url, "open", "obstore is not installed: pip install 'jupyter-pause[objectstore]' (or obstore)"
+            bucket.url,
+            "open",
+            "obstore is not installed: pip install 'jupyter-pause[objectstore]' (or obstore)",
         ) from e
     options = {"timeout": "120s", "connect_timeout": "10s"}
     retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=10)}
