@@ -1051,7 +1051,10 @@ def push(dir, nbdir: Path, progress=None, grace=remote.SWEEP_GRACE) -> list[str]
     for cid, m in _signed(nbdir):
         if cid in in_bucket:
             continue
-        check_complete(nbdir, m)
+        try:
+            check_complete(nbdir, m)
+        except CheckpointError:  # only its small files are here (a rename's re-bind
+            continue  # of what was pulled): there is nothing whole to upload
         names = [
             rel for rel in m.files if rel not in listing or listing[rel].size != m.files[rel].bytes
         ]

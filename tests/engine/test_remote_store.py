@@ -474,3 +474,19 @@ def test_gs_a_checkpoint_in_a_gcs_bucket_restores_on_another_machine(
     assert rr.id == old.id and out["step"] == 9
     b = paths.parse_bucket(url)
     assert victim not in remote.Remote(b, f"{nbdir.parent.name}/{nbdir.name}").listing()
+
+
+def test_a_checkpoint_of_which_only_small_files_are_here_does_not_stop_the_next_pause(
+    url, tmp_path, monkeypatch
+):
+    """A renamed notebook's re-bind links what the cache has: of a checkpoint pulled
+    from the bucket, only its small files. Not uploadable, and no reason to fail."""
+    new_cache(tmp_path, monkeypatch, "c")
+    first = api.checkpoint(dir=url, notebook=NB, namespace=state(1), progress=False)
+    nbdir = paths.notebook_dir(url, NB)
+    mirror(url).delete([f"{first.id}/{remote.SIGNATURE}"])  # not in the bucket (any more)
+    for rel in store.read_manifest(nbdir, first.id).files:
+        (nbdir / rel).unlink()  # ... and only its small files here
+    second = api.checkpoint(dir=url, notebook=NB, namespace=state(2), keep=5, progress=False)
+    committed, _ = referenced_in_bucket(url)
+    assert committed == [second.id]
