@@ -69,6 +69,7 @@ bench: $(STAMP) $(PEERS)
 	$(BIN)/python benchmarks/bench_checkpoint.py $(BENCH_ARGS)
 	$(BIN)/python benchmarks/bench_server_latency.py
 	$(BIN)/python benchmarks/bench_autosave.py $(AUTOSAVE_BENCH_ARGS)
+	$(BIN)/python benchmarks/bench_objectstore.py $(OBJSTORE_BENCH_ARGS)
 
 # The sdist and the wheel in dist/, with the labextension prebuilt inside (by `build`,
 # through the set-up): installing them needs no node.  The build hook skips jlpm

@@ -319,7 +319,7 @@ class LocalServer:
     #: a command the server runs under, its pid the server's (e.g. ``strace -D``)
     wrapper: list[str] = field(default_factory=list)
     #: the checkpoint root, if not ``<state_dir>/checkpoints`` (servers may share one)
-    checkpoints: Path | None = None
+    checkpoints: Path | str | None = None
     token: str = field(default_factory=lambda: secrets.token_hex(16))
     port: int = 0
     process: subprocess.Popen | None = None
@@ -330,7 +330,7 @@ class LocalServer:
         return f"http://127.0.0.1:{self.port}/"
 
     @property
-    def checkpoint_dir(self) -> Path:
+    def checkpoint_dir(self) -> Path | str:
         return self.checkpoints or self.state_dir / "checkpoints"
 
     def start(self, timeout: float = 90.0) -> PauseClient:

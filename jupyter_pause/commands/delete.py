@@ -19,7 +19,11 @@ from ..engine.errors import CheckpointError
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("notebook", help="the notebook's path, as the server names it")
     parser.add_argument("ids", nargs="+", metavar="ID", help="checkpoint ids (2026-11-30T18-02-11)")
-    parser.add_argument("--dir", help="checkpoint root (default: $JUPYTER_PAUSE_CHECKPOINT_DIR)")
+    parser.add_argument(
+        "--dir",
+        help="checkpoint root: a folder, s3://BUCKET/PREFIX or gs://BUCKET/PREFIX "
+        "(default: $JUPYTER_PAUSE_CHECKPOINT_DIR)",
+    )
     parser.add_argument(
         "--force-foreign",
         action="store_true",

@@ -672,13 +672,18 @@ def gc_checkpoints(root: str, older_than: float, *, dry_run: bool = False) -> di
     from ..engine import paths, store
 
     out: dict[str, Any] = {"deleted": [], "kept": [], "foreign": [], "errors": []}
-    base = paths.user_root(Path(root).expanduser())
-    if not base.is_dir():
-        out["errors"].append(f"{base} is not a directory")
-        return out
+    bucket = paths.bucket_of(root)  # s3:// or gs://: the bucket's checkpoints, mirrored
+    if bucket is None:
+        root = Path(root).expanduser()
+        base = paths.user_root(root)
+        if not base.is_dir():
+            out["errors"].append(f"{base} is not a directory")
+            return out
     delete = _engine_delete()
     now = time.time()
-    for nbdir in sorted(p for p in base.iterdir() if p.is_dir()):
+    for nbdir in store.notebook_folders(root):
+        if bucket is not None:
+            store.pull(root, nbdir)
         ids = []
         for cid in store.checkpoint_ids(nbdir):
             if store.foreign_reason(nbdir, cid):
@@ -701,6 +706,11 @@ def gc_checkpoints(root: str, older_than: float, *, dry_run: bool = False) -> di
                 out["errors"].append(f"{label}: {e}")
         if ids:
             out["kept"].append(f"{nbdir.name}/{ids[-1]}")
+        if bucket is not None and not dry_run:
+            try:  # the deletions, then what crashed uploads left
+                store.push(root, nbdir)
+            except Exception as e:
+                out["errors"].append(f"{nbdir.name}: {e}")
     return out
 
 

@@ -6,36 +6,59 @@ several checkpoints unrestorable. This hashes every file of every checkpoint
 restorable, damaged (which object, which file) or untrusted (why). It reads
 only: nothing is unpickled, moved or deleted. The exit status is 0 when every
 notebook has at least one restorable checkpoint and nothing is damaged, 1
-otherwise, so it can run from cron or a CI job.
+otherwise, so it can run from cron or a CI job. With ``--dir s3://…`` (or ``gs://``)
+it first downloads what the local cache lacks, as the bucket holds it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import sys
 
 from ..engine import paths, store
+from ..engine.errors import CheckpointError, RemoteStoreError
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument(
         "notebook", nargs="?", help="notebook path (default: every notebook of this user)"
     )
-    parser.add_argument("--dir", help="checkpoint root (default: $JUPYTER_PAUSE_CHECKPOINT_DIR)")
+    parser.add_argument(
+        "--dir",
+        help="checkpoint root: a folder, s3://BUCKET/PREFIX or gs://BUCKET/PREFIX "
+        "(default: $JUPYTER_PAUSE_CHECKPOINT_DIR)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def _folders(args) -> list:
     if args.notebook:
         return [paths.notebook_dir(args.dir, args.notebook)]
-    root = paths.user_root(args.dir)
-    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    return store.notebook_folders(args.dir)
+
+
+def _download(dir, nbdir) -> None:
+    """With a bucket: every checkpoint into the local cache, as stored (the scrub then
+    hashes what the bucket holds)."""
+    store.pull(dir, nbdir)
+    for cid in store.checkpoint_ids(nbdir):
+        with contextlib.suppress(CheckpointError):  # unsigned, damaged: the scrub says
+            store.fetch(dir, nbdir, cid, repair=False)
 
 
 def run(args) -> int:
     report = []
-    for nbdir in _folders(args):
+    try:
+        folders = _folders(args)
+        for nbdir in folders:
+            _download(args.dir, nbdir)
+    except (RemoteStoreError, ValueError) as e:
+        print(f"jupyter pause verify: {e}", file=sys.stderr)
+        return 1
+    for nbdir in folders:
         infos = store.scrub(nbdir)
         notebook = next((i.notebook for i in infos if i.notebook), args.notebook or nbdir.name)
         report.append(

@@ -99,6 +99,8 @@ class CheckpointResult:
     lost: dict[str, str] = field(default_factory=dict)
     quarantined: list[str] = field(default_factory=list)  # damaged blobs found, rewritten
     records_reused: int = 0  # variables whose records were copied from the previous one
+    store: str = ""  # the bucket the checkpoint was uploaded to (engine/remote.py), if any
+    bytes_uploaded: int = 0  # ... and what had to be sent there
 
     def summary(self) -> str:
         rate = self.bytes_written / self.seconds if self.seconds > 0 else 0
@@ -110,6 +112,8 @@ class CheckpointResult:
                 f"; found damaged and wrote again from memory: {', '.join(self.quarantined)} "
                 "(older checkpoints that used them may not restore: jupyter pause verify)"
             )
+        if self.store:
+            skipped += f"; {format_bytes(self.bytes_uploaded)} uploaded to {self.store}"
         return (
             f"checkpoint {self.id}: {len(self.saved)} object(s), {format_bytes(self.bytes_total)} "
             f"({format_bytes(self.bytes_written)} written, {format_bytes(self.bytes_reused)} unchanged) "
@@ -133,6 +137,7 @@ class RestoreResult:
     rerun: list[dict[str, Any]] = field(default_factory=list)  # cells that made skipped names
     loading: list[str] = field(default_factory=list)  # lazy: still being read (engine/lazy.py)
     bytes_loading: int = 0  # ... and how many tensor bytes they still need
+    bytes_downloaded: int = 0  # brought from the bucket behind the folder first (remote.py)
 
     def summary(self) -> str:
         rate = self.bytes_read / self.seconds if self.seconds > 0 else 0
@@ -344,6 +349,7 @@ def checkpoint(
     try:
         with store.locked(nbdir):
             store.gc(nbdir, locked_already=True)  # stale temp folders of dead writers
+            store.pull(dir, nbdir)  # a bucket's checkpoints: retention counts them all
             if meta.get(store.AUTOSAVE) is True:
                 replaced = store.autosave_would_replace(nbdir, _OWN.get(str(nbdir)))
                 if replaced:
@@ -377,9 +383,25 @@ def checkpoint(
             except BaseException:
                 txn.abort()
                 raise
+            _upload(dir, nbdir, result, progress)
     except OSError as e:
         raise DiskError(str(nbdir), e) from e
     return result
+
+
+def _upload(dir, nbdir, result: CheckpointResult, progress: bool) -> None:
+    """With a bucket behind the folder: the checkpoint counts once it is committed there
+    (store.push); until then it is only in the local cache, and this raises."""
+    bucket = paths.bucket_of(dir)
+    if bucket is None:
+        return
+    bar = Progress("uploading", 0, enabled=progress)
+    t0 = time.monotonic()
+    store.push(dir, nbdir, bar)
+    result.store = bucket.url
+    result.bytes_uploaded = bar.done
+    result.seconds += time.monotonic() - t0
+    bar.finish(result.summary())
 
 
 # notebook folder -> what its last checkpoint written by this process may lend the next
@@ -726,9 +748,11 @@ def restore(
     else:
         ns = namespace
     nbdir = paths.notebook_dir(dir, notebook)
+    store.pull(dir, nbdir)  # a bucket behind the folder: its checkpoints, small files first
     if not nbdir.is_dir():
         raise CheckpointNotFound(checkpoint_id, str(nbdir))
     device_of_name = tensors.parse_device_map(device)
+    downloaded = 0
     if lazy is None:
         lazy = lazy_mod.lazy_by_default(ns)
     lazy = bool(lazy) and not names and not partial
@@ -745,6 +769,7 @@ def restore(
         passed_over: dict[str, str] = {}
         for cid in candidates:
             try:
+                downloaded += store.fetch(dir, nbdir, cid, Progress("downloading", 0, progress))
                 loaded = _read_verified(
                     nbdir,
                     cid,
@@ -848,6 +873,11 @@ def restore(
     notes: list[str] = [
         f"checkpoint {cid} was passed over: {why}" for cid, why in passed_over.items()
     ]
+    if downloaded:
+        notes.append(
+            f"{format_bytes(downloaded)} downloaded from {paths.bucket_of(dir)}: "
+            "this machine did not have the checkpoint"
+        )
     if passed_over:
         notes.append(f"restored {m.id} instead, the newest checkpoint that verifies")
     reimported: list[str] = []
@@ -880,6 +910,7 @@ def restore(
         rerun=[dataclasses.asdict(r) for r in m.rerun],
         loading=loading,
         bytes_loading=bytes_loading,
+        bytes_downloaded=downloaded,
     )
     for n in failed if not names else ():  # this checkpoint holds them, as well as it can
         if n in m.objects:

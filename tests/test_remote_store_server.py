@@ -1,0 +1,143 @@
+"""Real Jupyter servers and kernels with their checkpoints in a bucket of a real
+SeaweedFS: a pause ends only once the checkpoint is in the bucket (a store that is down
+leaves the kernel running); a fresh server on another node, with another data directory
+and an empty cache, restores the notebook from the bucket."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from jupyter_pause.client import ClientError, LocalServer
+from jupyter_pause.engine import paths, remote
+from tests.objectstores import Seaweed
+
+REPO = Path(__file__).resolve().parent.parent
+NB = "demo.ipynb"
+CODE = "import numpy as np\nbig = np.arange(600_000, dtype=np.float64)\nn = 7\n"
+CHECK = "print([n, float(big.sum())])"
+EXPECTED = [7, float(sum(range(600_000)))]
+
+
+@pytest.fixture
+def node(tmp_path):
+    """``node(name, store, url)``: a server of a "node" with its own data directory (the
+    key, the cache) and, unless ``state`` is given, its own state directory; the user's
+    key is the first node's."""
+    root = tmp_path / "root"
+    root.mkdir()
+    nb = {"cells": [], "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+          "nbformat": 4, "nbformat_minor": 5}  # fmt: skip
+    (root / NB).write_text(json.dumps(nb))
+    servers = []
+
+    def make(name: str, store: Seaweed, url: str, state: Path | None = None) -> LocalServer:
+        data = tmp_path / name / "data"
+        first = tmp_path / "a" / "data" / "pause" / "secret"
+        if name != "a" and first.exists():  # the user's key came along, nothing else
+            (data / "pause").mkdir(parents=True, mode=0o700)
+            shutil.copy2(first, data / "pause" / "secret")
+        env = {
+            **store.env(),
+            "JUPYTER_DATA_DIR": str(data),
+            "JUPYTER_CONFIG_DIR": str(tmp_path / name / "config"),
+            "PYTHONPATH": str(REPO),
+        }
+        server = LocalServer(root, state or tmp_path / name / "state", env=env, checkpoints=url)
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()
+
+
+def committed(store: Seaweed, url: str, monkeypatch) -> list[str]:
+    for k, v in store.env().items():
+        monkeypatch.setenv(k, v)
+    b = paths.parse_bucket(url)
+    listing = remote.Remote(b, "").listing()
+    return sorted(n for n in listing if n.endswith("/" + remote.SIGNATURE))
+
+
+def pause_with_state(client) -> str:
+    kernel_id = client.open_notebook(NB)["kernel"]["id"]
+    assert client.execute(kernel_id, CODE).ok
+    op = client.wait(client.pause(NB))
+    assert op["outcome"] == "succeeded", op
+    return kernel_id
+
+
+def test_a_fresh_server_on_another_node_restores_the_notebook_from_the_bucket(
+    node, seaweed, bucket, monkeypatch
+):
+    url = f"s3://{bucket}/ck"
+    a = node("a", seaweed, url)
+    pause_with_state(a.start())
+    assert len(committed(seaweed, url, monkeypatch)) == 1  # durable before the release
+    a.stop()
+
+    b = node("b", seaweed, url)  # another data directory, another state directory
+    client = b.start()
+    assert not list((b.state_dir.parent / "data").glob("pause/checkpoint-cache/*/*/*"))
+    kernel_id = client.open_notebook(NB)["kernel"]["id"]
+    out = client.execute(kernel_id, "%restore")
+    assert out.ok, out
+    assert "downloaded from " + url in out.stdout, out
+    assert client.evaluate(kernel_id, CHECK) == EXPECTED
+
+
+def test_a_resume_on_a_node_without_the_data_volume_restores_from_the_bucket_and_says_so(
+    node, seaweed, bucket, monkeypatch
+):
+    url = f"s3://{bucket}/ck"
+    a = node("a", seaweed, url)
+    pause_with_state(a.start())
+    a.stop()
+    # the sessions' state is on the regional disk with the notebooks; the data volume
+    # (key aside, the cache) did not follow
+    b = node("b", seaweed, url, state=a.state_dir)
+    client = b.start()
+    assert client.session_status(NB)["state"] == "paused"
+    op = client.wait(client.resume(NB))
+    assert op["outcome"] == "succeeded", op
+    assert any("downloaded from " + url in m for m in op["messages"]), op["messages"]
+    kernel_id = client.session_status(NB)["kernel_id"]
+    assert client.evaluate(kernel_id, CHECK) == EXPECTED
+
+
+def test_a_store_that_is_down_leaves_the_kernel_running_and_a_retry_pauses(
+    node, tmp_path, monkeypatch
+):
+    store = Seaweed(tmp_path / "weed")
+    store.start()
+    try:
+        store.create_bucket("down")
+        url = "s3://down/ck"
+        a = node("a", store, url)
+        client = a.start()
+        kernel_id = client.open_notebook(NB)["kernel"]["id"]
+        assert client.execute(kernel_id, CODE).ok
+
+        store.kill()
+        op = client.wait(client.pause(NB))
+        assert op["outcome"] == "failed"
+        assert "checkpoint store " + url in op["error"], op
+        session = client.session_status(NB)
+        assert session["state"] == "running" and session["kernel_id"] == kernel_id
+        assert client.evaluate(kernel_id, CHECK) == EXPECTED  # nothing was released
+        with pytest.raises(ClientError) as listing:  # the store is named, not a 500
+            client.checkpoints(NB)
+        assert listing.value.status == 503 and url in str(listing.value)
+
+        store.start()  # back, on its own data
+        op = client.wait(client.pause(NB))
+        assert op["outcome"] == "succeeded", op
+        assert len(committed(store, url, monkeypatch)) == 1
+        op = client.wait(client.resume(NB))
+        assert op["outcome"] == "succeeded", op
+        kernel_id = client.session_status(NB)["kernel_id"]
+        assert client.evaluate(kernel_id, CHECK) == EXPECTED
+    finally:
+        store.stop()
