@@ -41,6 +41,9 @@ class Progress:
         self._kernel = _in_kernel() if enabled else False
         self._display_id = uuid.uuid4().hex
 
+    def add_total(self, n: int) -> None:
+        self.total += n
+
     def update(self, n: int) -> None:
         self.done += n
         if not self.enabled:

@@ -47,7 +47,7 @@ from .errors import (
     UnsafeFolder,
     UntrustedCheckpoint,
 )
-from .manifest import BLOBS, MANIFEST, SIGNATURE, FileEntry, Manifest
+from .manifest import BLOBS, MANIFEST, PICKLE, SIGNATURE, FileEntry, Manifest
 
 TMP_PREFIX = ".tmp-"
 QUARANTINE = "quarantine"

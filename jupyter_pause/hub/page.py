@@ -56,13 +56,6 @@ class ServiceHandler(HubOAuthenticated, web.RequestHandler):
         if not await self.is_admin():
             raise web.HTTPError(403, reason="only the Hub's admins may see and act on servers")
 
-    async def check_owner(self, user: str) -> None:
-        me = self.current_user or {}
-        if (
-            me.get("kind", "user") != "user" or me.get("name") != user
-        ) and not await self.is_admin():
-            raise web.HTTPError(403, reason=f"only {user} or an admin may schedule {user}'s server")
-
     async def servers(self) -> list[dict]:
         try:
             return await self.service.servers()
