@@ -5,7 +5,7 @@ ledger would count the paused notebook as allocated again, for the whole stop)."
 
 import pytest
 
-from jupyter_pause.backends.base import PauseBackend
+from jupyter_pause.backends.base import PauseBackend, ReleaseFacts
 
 from .helpers import api, execute, session_status, start_session, wait_for_state, wait_operation
 
@@ -17,7 +17,7 @@ class StopLaterBackend(PauseBackend):
     scope = "server"
 
     async def release(self, sessions, shutdown_kernel):
-        return {"server": "alice/"}
+        return ReleaseFacts(details={"server": "alice/"})
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import uuid
 import pytest
 from conftest import FAST, NAMESPACE, WORKSPACE, Clock, NodePool, Scenario, ws_backend
 
+from jupyter_pause.backends.base import ReleaseFacts
 from jupyter_pause.backends.kubernetes.client import KubeClient, KubeError
 from jupyter_pause.backends.kubernetes.common import parse_time
 from jupyter_pause.backends.kubernetes.follow import follow_round
@@ -61,7 +62,7 @@ class Notebook:
         pod = self.cluster.pod(f"{self.name}-0", self.namespace)
         return (pod or {}).get("spec", {}).get("nodeName")
 
-    def pause(self, sessions, shutdown_kernel) -> dict:
+    def pause(self, sessions, shutdown_kernel) -> ReleaseFacts:
         facts = asyncio.run(self.backend().release(sessions, shutdown_kernel))
         self.cluster.wait_for(
             lambda: self.cluster.pod(f"{self.name}-0", self.namespace) is None, what="pod gone"
@@ -73,7 +74,7 @@ class Notebook:
             path="work.ipynb",
             time_=self.cluster.clock.time(),
             gpus=1,
-            **{k: v for k, v in facts.items() if k == "node"},
+            **{k: v for k, v in facts.details.items() if k == "node"},
         )
         return facts
 
