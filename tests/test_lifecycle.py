@@ -25,7 +25,7 @@ from jupyter_pause.lifecycle import (
     SessionStore,
     State,
 )
-from jupyter_pause.server.manager import PauseError
+from jupyter_pause.server.errors import PauseError
 
 from .fakes import FakeClock, make_manager
 

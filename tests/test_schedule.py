@@ -17,8 +17,8 @@ from jupyter_pause.lifecycle import OperationInProgress, SessionStore, State
 from jupyter_pause.prediction import UNUSED_REASON
 from jupyter_pause.report.ahead import resume_ahead
 from jupyter_pause.schedule import ScheduleError, parse_resume_at
+from jupyter_pause.server.errors import PauseError
 from jupyter_pause.server.kernels import KernelCallError
-from jupyter_pause.server.manager import PauseError
 from jupyter_pause.server.scheduler import ResumeScheduler
 
 from .fakes import FakeClock, make_manager

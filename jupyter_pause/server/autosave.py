@@ -27,7 +27,7 @@ from ..clock import SYSTEM, Clock
 from ..idle_policy import WorkloadClass
 from ..ledger import EventType, LedgerEvent
 from ..lifecycle import OperationInProgress, PersistenceError, State
-from .manager import PauseError
+from .errors import PauseError
 
 #: seconds the kernel must stay idle after a cell before an autosave starts
 SETTLE = 0.5

@@ -22,8 +22,9 @@ from tornado.httputil import responses
 from ..engine.errors import CheckpointError, CheckpointNotFound, ForeignCheckpoint, StoreBusy
 from ..lifecycle import OperationInProgress
 from ..schedule import ScheduleError, parse_resume_at
+from .errors import PauseError
 from .explain import verify_listing
-from .manager import PauseError, RestoreDamage
+from .manager import RestoreDamage
 from .unsaveable import unsaveable
 
 NAMESPACE = "jupyter-pause/api"

@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
+from jupyter_server.utils import ensure_async
 from tornado.ioloop import PeriodicCallback
 
 from .. import nvml
@@ -22,7 +23,7 @@ from ..clock import SYSTEM, Clock, Instant
 from ..idle_policy import ActivityFacts, Verdict, WorkloadClass, judge, resolve_class
 from ..ledger import EventType
 from ..lifecycle import OperationInProgress, State
-from .manager import PauseError, maybe_await
+from .errors import PauseError
 
 
 def iso(ts: float | None) -> str | None:
@@ -100,14 +101,14 @@ class IdleWatcher:
         if key not in self._resolved:
             notebook_metadata = kernelspec_metadata = None
             try:
-                model = await maybe_await(self.contents_manager.get(session.path, content=True))
+                model = await ensure_async(self.contents_manager.get(session.path, content=True))
                 notebook_metadata = dict(model["content"].get("metadata", {}))
             except Exception:
                 self.log.debug("jupyter-pause: no notebook metadata for %s", session.path)
             if session.kernel_name:
                 try:
                     spec_manager = self.kernel_manager.kernel_spec_manager
-                    spec = await maybe_await(spec_manager.get_kernel_spec(session.kernel_name))
+                    spec = await ensure_async(spec_manager.get_kernel_spec(session.kernel_name))
                     kernelspec_metadata = spec.metadata
                 except Exception:
                     self.log.debug("jupyter-pause: no kernelspec %s", session.kernel_name)

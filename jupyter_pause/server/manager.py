@@ -36,6 +36,8 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from jupyter_server.utils import ensure_async
+
 from ..backends.base import ReleaseFacts
 from ..clock import SYSTEM, Clock, StampAges
 from ..engine import handoff
@@ -64,6 +66,7 @@ from ..protocol import CheckpointReply, RestoreReply, user_skipped
 from ..schedule import ResumeSchedule
 from .activity import ActivityMonitor
 from .capacity import ResumeGate, machine_limit
+from .errors import PauseError
 from .explain import explain
 from .kernels import KernelCallError, KernelDied, call_in_kernel
 from .prewarm import Prewarmer
@@ -81,14 +84,6 @@ SCHEDULE_SLACK = 60.0
 #: why a notebook's state is lost when its kernel stopped with the server, no pause
 SERVER_STOPPED_UNDER_IT = "the server stopped under the kernel, without a pause"
 _TEMPORARY_PATH = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-class PauseError(Exception):
-    """A request that cannot be honoured; ``status`` is the HTTP answer."""
-
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.status = status
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,7 +213,7 @@ class PauseManager:
             raise PauseError(f"path {path!r} is outside the server's root directory")
         if clean not in self.store.sessions:
             try:
-                exists = await maybe_await(self.contents_manager.file_exists(clean))
+                exists = await ensure_async(self.contents_manager.file_exists(clean))
             except Exception:  # the contents manager refuses hidden or outside paths
                 exists = False
             if not exists:
@@ -925,7 +920,7 @@ class PauseManager:
 
     async def _notebook_exists(self, path: str) -> bool:
         try:
-            return bool(await maybe_await(self.contents_manager.file_exists(path)))
+            return bool(await ensure_async(self.contents_manager.file_exists(path)))
         except Exception:  # the contents manager refuses hidden or outside paths
             return False
 
@@ -1935,9 +1930,3 @@ async def _release_at_shutdown(sessions: list[Session], shutdown_kernel) -> Rele
     if released_at is None:
         return ReleaseFacts()
     return ReleaseFacts(released_at=released_at, details={"reason": SHUTDOWN_REASON})
-
-
-async def maybe_await(value):
-    if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
-        return await value
-    return value

@@ -48,7 +48,7 @@ from ..prediction import (
     resume_ahead_time,
     returns_from_events,
 )
-from .manager import PauseError
+from .errors import PauseError
 
 #: the resume latency assumed before the ledger has measured one (seconds)
 DEFAULT_RESUME_LATENCY = 60.0

@@ -3,8 +3,8 @@ pauses by hand (``GET sessions/unsaveable``)."""
 
 from __future__ import annotations
 
+from .errors import PauseError
 from .kernels import KernelCallError, call_in_kernel
-from .manager import PauseError
 
 
 async def unsaveable(manager, path: str) -> dict[str, str]:
