@@ -70,6 +70,7 @@ from .errors import PauseError
 from .explain import explain
 from .kernels import KernelCallError, KernelDied, call_in_kernel
 from .prewarm import Prewarmer
+from .recorder import Recorder
 
 #: seconds a request waits for a notebook's checkpoint lock held by another
 #: process (a kernel's own %checkpoint) before answering 409
@@ -141,6 +142,7 @@ class PauseManager:
         self.contents_manager = contents_manager
         self.store = store
         self.ledger = ledger
+        self.recorder = Recorder(store=store, ledger=ledger, log=log)
         self.backend = backend
         self.checkpoint_dir = checkpoint_dir
         #: as a kernel call names it (JSON): a bucket by its URL, the kernel's cache being
@@ -269,19 +271,19 @@ class PauseManager:
                 session.kernel_id = kernel["id"]
                 session.kernel_name = kernel.get("name")
                 session.state_checkpoint = None  # an empty kernel, started on purpose
-                self._record(EventType.KERNEL_STARTED, session, None, started_by="user")
+                self.recorder.record(EventType.KERNEL_STARTED, session, None, started_by="user")
                 if session.state in (State.PAUSED, State.FAILED):
                     session.live_state = LiveState.FRESH
                 if session.state == State.FAILED:
                     self.cancel_schedule(path, "the notebook runs again in a new kernel")
-                    self._move(session, State.RUNNING, None)
-                self._save()
+                    self.recorder.move(session, State.RUNNING, None)
+                self.recorder.save()
             if not session.busy:
                 self.activity.watch(kernel["id"], path)
         for path, session in list(self.store.sessions.items()):
             if session.kernel_id and path not in live and not session.busy:
                 self.activity.unwatch(session.kernel_id)
-                self._record(
+                self.recorder.record(
                     EventType.KERNEL_STOPPED, session, None, time_=stopped_at, stopped_by="user"
                 )
                 session.kernel_id = None
@@ -289,7 +291,7 @@ class PauseManager:
                     # shut down outside a pause (by the user, or culled): nothing
                     # left to track; its checkpoints stay for %restore
                     del self.store.sessions[path]
-                self._save()
+                self.recorder.save()
         return live
 
     async def came_back(self, report) -> None:
@@ -376,7 +378,7 @@ class PauseManager:
                 self.activity.watch(session.kernel_id, moved)
             self.log.info("jupyter-pause: %s follows its notebook to %s", key, moved)
         if moves:
-            self._save()
+            self.recorder.save()
 
     def _move_checkpoints(self, old: str, new: str) -> None:
         """Move and re-sign: the signature binds a checkpoint to its notebook."""
@@ -389,11 +391,11 @@ class PauseManager:
         if session is None or session.busy:
             return  # not ours, or our own pause stopping it (it records the stop itself)
         self.activity.unwatch(kernel_id)
-        self._record(EventType.KERNEL_STOPPED, session, None, time_=when, stopped_by="user")
+        self.recorder.record(EventType.KERNEL_STOPPED, session, None, time_=when, stopped_by="user")
         session.kernel_id = None
         if session.state.has_kernel:
             del self.store.sessions[session.path]
-        self._save()
+        self.recorder.save()
 
     async def status(self) -> dict[str, Any]:
         """Every notebook's state: a pure read (nothing is recorded or saved)."""
@@ -500,8 +502,8 @@ class PauseManager:
                 "time": time.time(),
                 "bytes": checkpoint["bytes"],
             }
-            self._save()
-            self._record(
+            self.recorder.save()
+            self.recorder.record(
                 EventType.CHECKPOINT_FINISHED,
                 session,
                 None,
@@ -543,11 +545,11 @@ class PauseManager:
         if damage.lost:
             why = f"damaged in checkpoint {damage.checkpoint_id}, found by the background load"
             before = dict(session.lost.names) if session.lost else {}
-            self._note_lost(
+            self.recorder.note_lost(
                 session, op, {name: "" for name in damage.lost}, "the restored kernel", why=why
             )
             session.lost.names = {**before, **session.lost.names}
-        self._save()
+        self.recorder.save()
         return op
 
     async def delete_checkpoint(self, path: str, checkpoint_id: str) -> None:
@@ -568,7 +570,7 @@ class PauseManager:
             # a %checkpoint in the kernel may hold the lock for minutes: say so, don't queue
             lock_timeout=STORE_LOCK_WAIT,
         )
-        self._record(
+        self.recorder.record(
             EventType.CHECKPOINT_DELETED,
             self.store.sessions.get(path) or Session(path=path),
             None,
@@ -586,7 +588,7 @@ class PauseManager:
                     "time": datetime.fromisoformat(newest["time"]).timestamp(),
                     "bytes": newest["bytes"],
                 }
-            self._save()
+            self.recorder.save()
 
     # ------------------------------------------------------------ operations
 
@@ -664,12 +666,14 @@ class PauseManager:
         session = self.store.sessions[path]
         session.resumed_ahead = None
         extra = {"reason": reason} if reason else {}
-        self._record(EventType.PAUSE_REQUESTED, session, op, auto=auto, force=force, **extra)
+        self.recorder.record(
+            EventType.PAUSE_REQUESTED, session, op, auto=auto, force=force, **extra
+        )
         if resume_at is not None:
             try:
                 self.set_schedule(path, resume_at)
             except PauseError as e:
-                self._fail(session, op, str(e))  # nothing started: the notebook stays free
+                self.recorder.fail(session, op, str(e))  # nothing started: the notebook stays free
                 raise
         self._spawn(self._run_pause(session, op), op)
         return op
@@ -717,10 +721,10 @@ class PauseManager:
         op = self._begin(path, "resume", checkpoint_id=checkpoint_id, scheduled=scheduled)
         session = self.store.sessions[path]
         if scheduled:
-            self._record(EventType.RESUME_REQUESTED, session, op, scheduled=scheduled)
+            self.recorder.record(EventType.RESUME_REQUESTED, session, op, scheduled=scheduled)
         else:
             self.cancel_schedule(path, "resumed by hand")
-            self._record(EventType.RESUME_REQUESTED, session, op)
+            self.recorder.record(EventType.RESUME_REQUESTED, session, op)
         self._spawn(self._run_resume(session, op, checkpoint_id, due or op.started), op)
         return op
 
@@ -767,7 +771,7 @@ class PauseManager:
             raise PauseError(f"could not record the schedule of {path!r}: {e}", 503) from e
         if previous:
             self._record_cancel(session, previous, "replaced by a new schedule")
-        self._record(
+        self.recorder.record(
             EventType.RESUME_SCHEDULED,
             session,
             None,
@@ -785,13 +789,13 @@ class PauseManager:
         if session is None or not session.schedule:
             return False
         previous, session.schedule = session.schedule, None
-        self._save()
+        self.recorder.save()
         self._record_cancel(session, previous, reason)
         self.schedule_changed()
         return True
 
     def _record_cancel(self, session: Session, schedule: dict, reason: str) -> None:
-        self._record(
+        self.recorder.record(
             EventType.RESUME_SCHEDULE_CANCELLED,
             session,
             None,
@@ -816,9 +820,9 @@ class PauseManager:
             self.cancel_schedule(path, f"a {session.operation.kind} was under way")
             return None
         session.schedule = None
-        self._save()
+        self.recorder.save()
         kind = schedule.get("kind") or "scheduled"
-        self._record(
+        self.recorder.record(
             EventType.SCHEDULED_RESUME_STARTED, session, None, at=schedule["at"], kind=kind
         )
         try:
@@ -969,7 +973,9 @@ class PauseManager:
             return  # it survived: adopted
         if session.kernel_id:
             self.activity.unwatch(session.kernel_id)
-            self._record(EventType.KERNEL_STOPPED, session, None, stopped_by="server-stopped")
+            self.recorder.record(
+                EventType.KERNEL_STOPPED, session, None, stopped_by="server-stopped"
+            )
         session.kernel_id = None
         session.live_state = LiveState.UNKNOWN
         session.resumed_ahead = None
@@ -979,8 +985,8 @@ class PauseManager:
             f"the notebook is paused on checkpoint {holder}, where its state came from: "
             "resume to restore it"
         )
-        self._move(session, State.PAUSED, None, error=error)
-        self._save()
+        self.recorder.move(session, State.PAUSED, None, error=error)
+        self.recorder.save()
         self.log.warning("jupyter-pause: %s: %s", session.path, error)
 
     async def _kernels_gone(self) -> None:
@@ -991,11 +997,13 @@ class PauseManager:
         for session in list(self.store.sessions.values()):
             if session.busy or not session.kernel_id or session.kernel_id in self.kernel_manager:
                 continue
-            self._record(EventType.KERNEL_STOPPED, session, None, stopped_by="server-stopped")
+            self.recorder.record(
+                EventType.KERNEL_STOPPED, session, None, stopped_by="server-stopped"
+            )
             self.activity.unwatch(session.kernel_id)
             session.kernel_id = None
             if not session.state.has_kernel:
-                self._save()
+                self.recorder.save()
                 continue
             if session.state_checkpoint:  # a checkpoint still has the state it held
                 session.lost = LostState(
@@ -1010,7 +1018,7 @@ class PauseManager:
                 if ids
                 else "there is no checkpoint to resume from"
             )
-            self._move(
+            self.recorder.move(
                 session,
                 State.FAILED,
                 None,
@@ -1111,15 +1119,15 @@ class PauseManager:
                 ),
             )
         try:
-            self._move(session, to, op, error=error)
+            self.recorder.move(session, to, op, error=error)
         except InvalidTransition:
-            self._move(session, State.FAILED, op, error=error or said)
+            self.recorder.move(session, State.FAILED, op, error=error or said)
         if error:
-            self._fail(session, op, error)
+            self.recorder.fail(session, op, error)
         else:
             if op.kind == "pause":
-                self._record(EventType.PAUSED, session, op)
-            self._finish(session, op)
+                self.recorder.record(EventType.PAUSED, session, op)
+            self.recorder.finish(session, op)
         self.log.warning("jupyter-pause: %s %s", path, error or op.messages[-1])
 
     # ------------------------------------------------------------- pausing
@@ -1130,7 +1138,7 @@ class PauseManager:
             await self._quiesce(session, op)
             activity = self.activity.for_path(path)
             if activity and activity.last_cell_finished:
-                self._record(
+                self.recorder.record(
                     EventType.ACTIVITY_ENDED, session, op, time_=activity.last_cell_finished
                 )
             if not await self._checkpoint(session, op, pause=True):
@@ -1148,7 +1156,7 @@ class PauseManager:
                     return
                 group += others
             for member in group:
-                self._move(member, State.PAUSING, op, "releasing the accelerator")
+                self.recorder.move(member, State.PAUSING, op, "releasing the accelerator")
             kernel_ids = {m.path: m.kernel_id for m in group}
             try:
                 facts = await release(group, self._shutdown_kernel)
@@ -1156,12 +1164,14 @@ class PauseManager:
                 error = f"could not release the accelerator: {e}; the kernel keeps running"
                 for member in group:
                     alive = member.kernel_id and self.execution_state(member.kernel_id) is not None
-                    self._move(member, State.RUNNING if alive else State.FAILED, op, error=error)
-                self._fail(session, op, error)
+                    self.recorder.move(
+                        member, State.RUNNING if alive else State.FAILED, op, error=error
+                    )
+                self.recorder.fail(session, op, error)
                 return
             released_at = facts.released_at or time.time()
             for member in group:
-                self._record(
+                self.recorder.record(
                     EventType.ACCELERATOR_RELEASED,
                     member,
                     op,
@@ -1178,13 +1188,13 @@ class PauseManager:
                     ):
                         self._released_kernels.add(kernel_ids[member.path])
                     member.kernel_id = None
-                self._move(member, State.PAUSED, op)
-                self._record(EventType.PAUSED, member, op)
+                self.recorder.move(member, State.PAUSED, op)
+                self.recorder.record(EventType.PAUSED, member, op)
             if facts.restored_from == "snapshot":
                 # This very process was snapshotted and has just been restored.
                 for member in group:
                     await self._came_back_live(member, op)
-            self._finish(session, op)
+            self.recorder.finish(session, op)
             if session.state == State.PAUSED and not at_shutdown:
                 for listener in self.after_pause:
                     await listener(session)
@@ -1214,18 +1224,18 @@ class PauseManager:
                 )
                 for done in [session, *others]:
                     if done.state == State.CHECKPOINTING:
-                        self._move(done, State.RUNNING, op)
-                self._move(session, State.RUNNING, op, error=error)
-                self._fail(session, op, error)
+                        self.recorder.move(done, State.RUNNING, op)
+                self.recorder.move(session, State.RUNNING, op, error=error)
+                self.recorder.fail(session, op, error)
                 return None
         return others
 
     async def _came_back_live(self, session: Session, op: Operation) -> None:
         """After a platform snapshot restore: the kernels are the very processes
         that were paused; prove it with their nonces and report ready."""
-        self._record(EventType.RESUME_REQUESTED, session, op, restored_from="snapshot")
-        self._move(session, State.RESUMING, op)
-        self._move(session, State.RESTORING, op, "checking the restored kernels")
+        self.recorder.record(EventType.RESUME_REQUESTED, session, op, restored_from="snapshot")
+        self.recorder.move(session, State.RESUMING, op)
+        self.recorder.move(session, State.RESTORING, op, "checking the restored kernels")
         nonce = None
         if session.kernel_id:
             try:
@@ -1236,7 +1246,7 @@ class PauseManager:
         if nonce and nonce == session.pause_nonce:
             session.live_state = LiveState.RESTORED
             session.restored_from = "snapshot"
-            self._record(EventType.RESTORE_FINISHED, session, op, restored_from="snapshot")
+            self.recorder.record(EventType.RESTORE_FINISHED, session, op, restored_from="snapshot")
             activity = self.activity.watch(session.kernel_id, session.path)
             activity.reset_clock()  # the wall clock jumped by the whole pause
             self._first_cell_pending.add(session.path)
@@ -1244,23 +1254,23 @@ class PauseManager:
                 # the platform's scheduler brought the pod back, as scheduled
                 schedule, session.schedule = session.schedule, None
                 kind = schedule.get("kind") or "scheduled"
-                self._record(
+                self.recorder.record(
                     EventType.SCHEDULED_RESUME_STARTED, session, op, at=schedule["at"], kind=kind
                 )
                 session.resumed_ahead = {"kind": kind, "at": time.time()}
             elif session.schedule:  # brought back before its time: by hand
                 self.cancel_schedule(session.path, "resumed by hand")
-            self._move(session, State.READY, op)
-            self._record(EventType.FIRST_CELL_RUNNABLE, session, op)
+            self.recorder.move(session, State.READY, op)
+            self.recorder.record(EventType.FIRST_CELL_RUNNABLE, session, op)
         else:
             # the snapshot did not bring this kernel back: the checkpoint will
             error = "the snapshot did not bring the kernel back; resume from the checkpoint"
-            self._record(
+            self.recorder.record(
                 EventType.RESTORE_FAILED, session, op, error=error, restored_from="snapshot"
             )
             session.kernel_id = None
             session.live_state = LiveState.UNKNOWN
-            self._move(session, State.PAUSED, op)
+            self.recorder.move(session, State.PAUSED, op)
 
     async def _quiesce(self, session: Session, op: Operation) -> None:
         """Make sure no user cell runs: wait (after_cell) or interrupt (force)."""
@@ -1272,7 +1282,7 @@ class PauseManager:
             op.step = "interrupting the running cell"
             await self.kernel_manager.interrupt_kernel(kernel_id)
             op.messages.append("The running cell was interrupted so that the notebook could pause.")
-            self._record(EventType.KERNEL_INTERRUPTED, session, op)
+            self.recorder.record(EventType.KERNEL_INTERRUPTED, session, op)
             await self._wait_idle(kernel_id, 30)
 
     def execution_state(self, kernel_id: str | None) -> str | None:
@@ -1297,8 +1307,8 @@ class PauseManager:
         ``report`` False leaves failing the operation to the caller.
         """
         autosave = {"autosave": True} if op.options.get("autosave") else {}
-        self._move(session, State.CHECKPOINTING, op, "checkpointing the kernel's state")
-        self._record(EventType.CHECKPOINT_STARTED, session, op, **autosave)
+        self.recorder.move(session, State.CHECKPOINTING, op, "checkpointing the kernel's state")
+        self.recorder.record(EventType.CHECKPOINT_STARTED, session, op, **autosave)
         nonce = uuid.uuid4().hex if pause else None
         try:
             km = self.kernel_manager.get_kernel(session.kernel_id)
@@ -1324,10 +1334,10 @@ class PauseManager:
                 if autosave
                 else f"checkpoint failed, so the notebook was not paused and its kernel keeps running: {e}"
             )
-            self._record(EventType.CHECKPOINT_FAILED, session, op, error=str(e), **autosave)
-            self._move(session, State.RUNNING, op, error=error)
+            self.recorder.record(EventType.CHECKPOINT_FAILED, session, op, error=str(e), **autosave)
+            self.recorder.move(session, State.RUNNING, op, error=error)
             if report:
-                self._fail(session, op, error)
+                self.recorder.fail(session, op, error)
             return False
         session.last_checkpoint = {
             "id": result.id,
@@ -1344,12 +1354,12 @@ class PauseManager:
         if refused:  # another user's folder in a shared root: not used, and the user told
             self.log.warning("jupyter-pause: %s", refused)
             op.messages.append(f"Not in the shared checkpoint folder: {refused}")
-        self._note_lost(session, op, result.lost, f"checkpoint {result.id}")
+        self.recorder.note_lost(session, op, result.lost, f"checkpoint {result.id}")
         skipped = user_skipped(result.skipped)
         if skipped:
             names = ", ".join(f"{k} ({v})" for k, v in sorted(skipped.items()))
             op.messages.append(f"Not saved: {names}")
-        self._record(
+        self.recorder.record(
             EventType.CHECKPOINT_FINISHED,
             session,
             op,
@@ -1384,8 +1394,8 @@ class PauseManager:
             f"nothing was paused. {intact}"
         )
         autosave = {"autosave": True} if op.options.get("autosave") else {}
-        self._record(EventType.CHECKPOINT_FAILED, session, op, error=error, **autosave)
-        self._record(EventType.KERNEL_STOPPED, session, op, stopped_by="died")
+        self.recorder.record(EventType.CHECKPOINT_FAILED, session, op, error=error, **autosave)
+        self.recorder.record(EventType.KERNEL_STOPPED, session, op, stopped_by="died")
         self.activity.unwatch(kernel_id)
         op.step = "waiting for Jupyter to restart the kernel"
         if await self._restarted(kernel_id):
@@ -1398,9 +1408,9 @@ class PauseManager:
                 self._watch_for_death(kernel_id)
         else:
             session.kernel_id = None
-        self._move(session, State.FAILED, op, error=error)
+        self.recorder.move(session, State.FAILED, op, error=error)
         if report:
-            self._fail(session, op, error)
+            self.recorder.fail(session, op, error)
 
     def _watch_for_death(self, kernel_id: str | None) -> None:
         """Hear from Jupyter's restarter when a kernel whose state a checkpoint holds dies
@@ -1432,7 +1442,7 @@ class PauseManager:
         holder = session.state_checkpoint
         how = "Jupyter restarted it as a fresh, empty kernel" if restarted else "it is gone"
         session.lost = LostState(why=f"the kernel died ({how})", checkpoint=holder)
-        self._record(EventType.KERNEL_STOPPED, session, None, stopped_by="died")
+        self.recorder.record(EventType.KERNEL_STOPPED, session, None, stopped_by="died")
         self.activity.unwatch(kernel_id)
         if restarted:
             session.live_state = LiveState.FRESH  # the same kernel id, an empty process
@@ -1443,38 +1453,9 @@ class PauseManager:
             f"the kernel died ({how}): the state it held is lost. Checkpoint {holder} still "
             "has it (it is kept): resume to restore it"
         )
-        self._move(session, State.FAILED, None, error=error)
-        self._save()
+        self.recorder.move(session, State.FAILED, None, error=error)
+        self.recorder.save()
         self.log.warning("jupyter-pause: %s: %s", session.path, error)
-
-    def _note_lost(
-        self,
-        session: Session,
-        op: Operation,
-        lost: dict[str, str],
-        what: str,
-        why: str | None = None,
-    ) -> None:
-        """Say what ``what`` (a checkpoint just written or restored) lacks of the notebook's
-        state, lost involuntarily, and which checkpoints still hold it (they are kept)."""
-        if not lost:
-            session.lost = None
-            return
-        why = why or (session.lost.why if session.lost else "a restore could not bring them back")
-        session.lost = LostState(why=why, names=dict(lost))
-        held = {h: sorted(n for n, k in lost.items() if k == h) for h in set(lost.values())}
-        said = [
-            f"{', '.join(names)}: still in checkpoint {h}, which is kept (resume from it to "
-            "get them back)"
-            if h
-            else f"{', '.join(names)}: no checkpoint has a copy that verifies"
-            for h, names in sorted(held.items())
-        ]
-        op.messages.append(
-            f"{what[0].upper()}{what[1:]} does not have {', '.join(sorted(lost))} ({why}). "
-            + "; ".join(said)
-            + "."
-        )
 
     async def _restarted(self, kernel_id: str, timeout: float = 30) -> bool:
         """Whether Jupyter's restarter brings a dead kernel back (as a fresh
@@ -1496,8 +1477,10 @@ class PauseManager:
         previous = session.state
         try:
             if await self._checkpoint(session, op, pause=False):
-                self._move(session, State.RUNNING if previous != State.READY else State.READY, op)
-                self._finish(session, op)
+                self.recorder.move(
+                    session, State.RUNNING if previous != State.READY else State.READY, op
+                )
+                self.recorder.finish(session, op)
         except Exception as e:
             self.log.exception("jupyter-pause: checkpoint of %s failed", session.path)
             self._unexpected(session, op, e)
@@ -1510,7 +1493,9 @@ class PauseManager:
         await self.kernel_manager.shutdown_kernel(kernel_id, now=False)
         stopped = time.time()
         if session:
-            self._record(EventType.KERNEL_STOPPED, session, session.operation, kernel_id=kernel_id)
+            self.recorder.record(
+                EventType.KERNEL_STOPPED, session, session.operation, kernel_id=kernel_id
+            )
         return stopped
 
     # ------------------------------------------------------------- resuming
@@ -1520,21 +1505,21 @@ class PauseManager:
     ) -> None:
         """Wait for the machine's turn (server/capacity.py), then resume; the
         session shows ``waiting-for-capacity`` and how many resumes are ahead."""
-        self._move(session, State.RESUMING, op, "asking for compute")
+        self.recorder.move(session, State.RESUMING, op, "asking for compute")
         limit = self.resume_gate.limit
 
         def report_waiting(ahead: int) -> None:
             resumes = "resume" if ahead == 1 else "resumes"
             step = f"waiting for capacity: {ahead} {resumes} ahead (at most {limit} at a time)"
             if session.state != State.WAITING_FOR_CAPACITY:
-                self._move(session, State.WAITING_FOR_CAPACITY, op, step)
-                self._record(EventType.WAITING_FOR_CAPACITY, session, op, reason=step)
+                self.recorder.move(session, State.WAITING_FOR_CAPACITY, op, step)
+                self.recorder.record(EventType.WAITING_FOR_CAPACITY, session, op, reason=step)
             op.step = step
 
         async with self.resume_gate.admitted(due, on_wait=report_waiting):
             if session.state == State.WAITING_FOR_CAPACITY:
-                self._record(EventType.CAPACITY_ACQUIRED, session, op)
-                self._move(session, State.RESUMING, op, "asking for compute")
+                self.recorder.record(EventType.CAPACITY_ACQUIRED, session, op)
+                self.recorder.move(session, State.RESUMING, op, "asking for compute")
             await self._resume(session, op, checkpoint_id)
 
     async def _resume(self, session: Session, op: Operation, checkpoint_id: str | None) -> None:
@@ -1553,15 +1538,15 @@ class PauseManager:
             def report_waiting(reason: str) -> None:
                 nonlocal waited
                 if session.state != State.WAITING_FOR_CAPACITY:
-                    self._move(
+                    self.recorder.move(
                         session, State.WAITING_FOR_CAPACITY, op, f"waiting for capacity: {reason}"
                     )
-                    self._record(EventType.WAITING_FOR_CAPACITY, session, op, reason=reason)
+                    self.recorder.record(EventType.WAITING_FOR_CAPACITY, session, op, reason=reason)
                 waited = True
 
             await self.backend.acquire(session, report_waiting)
             if waited:
-                self._record(EventType.CAPACITY_ACQUIRED, session, op)
+                self.recorder.record(EventType.CAPACITY_ACQUIRED, session, op)
             # One session per notebook: a kernel that a client started for it (before
             # this resume, or while it waited) is the one the state is restored into;
             # otherwise the resume makes the notebook's session, which open tabs join.
@@ -1571,7 +1556,7 @@ class PauseManager:
                 if kernel_id != session.kernel_id:
                     session.kernel_id = kernel_id
                     session.kernel_name = live["kernel"].get("name")
-                    self._record(EventType.KERNEL_STARTED, session, op, started_by="user")
+                    self.recorder.record(EventType.KERNEL_STARTED, session, op, started_by="user")
                 await self.prewarmer.discard(path)
             else:
                 op.step = "starting a kernel"
@@ -1584,9 +1569,9 @@ class PauseManager:
                 )
                 kernel_id = session.kernel_id = model["kernel"]["id"]
                 started_here = True
-                self._record(EventType.KERNEL_STARTED, session, op)
-            self._move(session, State.RESTORING, op, "restoring the checkpoint")
-            self._record(EventType.RESTORE_STARTED, session, op)
+                self.recorder.record(EventType.KERNEL_STARTED, session, op)
+            self.recorder.move(session, State.RESTORING, op, "restoring the checkpoint")
+            self.recorder.record(EventType.RESTORE_STARTED, session, op)
             km = self.kernel_manager.get_kernel(kernel_id)
             try:
                 reply = await self.call(
@@ -1611,7 +1596,7 @@ class PauseManager:
             # the kernel passed over newer checkpoints that did not verify: say so
             op.messages.extend(result.notes)
             lost = checkpoint_store.lost_of(result.metadata)
-            self._note_lost(
+            self.recorder.note_lost(
                 session,
                 op,
                 lost,
@@ -1619,7 +1604,7 @@ class PauseManager:
                 why="the kernel that wrote it had lost them",
             )
             self._watch_for_death(kernel_id)
-            self._record(
+            self.recorder.record(
                 EventType.RESTORE_FINISHED,
                 session,
                 op,
@@ -1634,24 +1619,24 @@ class PauseManager:
             self._first_cell_pending.add(path)
             if op.options.get("scheduled"):
                 session.resumed_ahead = {"kind": op.options["scheduled"], "at": time.time()}
-            self._move(session, State.READY, op)
-            self._record(EventType.FIRST_CELL_RUNNABLE, session, op)
-            self._finish(session, op)
+            self.recorder.move(session, State.READY, op)
+            self.recorder.record(EventType.FIRST_CELL_RUNNABLE, session, op)
+            self.recorder.finish(session, op)
         except Exception as e:
             self._handed_over(fill, failed=True)
             error = str(e)
             others = await self._alternatives(path, checkpoint_id)
             if others:
                 error += f". Checkpoints you can resume from instead: {', '.join(others)}"
-            self._record(EventType.RESTORE_FAILED, session, op, error=str(e))
+            self.recorder.record(EventType.RESTORE_FAILED, session, op, error=str(e))
             if started_here:
                 try:
                     await self._shutdown_kernel(kernel_id)
                 except Exception:
                     self.log.warning("jupyter-pause: could not stop kernel %s", kernel_id)
                 session.kernel_id = None
-            self._move(session, State.FAILED, op, error=f"resume failed: {error}")
-            self._fail(session, op, f"resume failed: {error}")
+            self.recorder.move(session, State.FAILED, op, error=f"resume failed: {error}")
+            self.recorder.fail(session, op, f"resume failed: {error}")
 
     # -------------------------------------------------------------- helpers
 
@@ -1680,8 +1665,8 @@ class PauseManager:
             # to work in a fresh kernel instead of resuming.
             if session.state == State.PAUSED:
                 self.cancel_schedule(path, "the notebook runs again in a new kernel")
-            self._move(session, State.RUNNING, None)
-        self._record(
+            self.recorder.move(session, State.RUNNING, None)
+        self.recorder.record(
             EventType.CELL_EXECUTED,
             session,
             None,
@@ -1689,76 +1674,14 @@ class PauseManager:
             first_after_resume=first,
         )
 
-    def _move(
-        self,
-        session: Session,
-        to: State,
-        op: Operation | None,
-        step: str = "",
-        *,
-        error: str | None = None,
-    ) -> None:
-        previous = session.move(to, error=error)
-        if op is not None:
-            op.heartbeat = time.time()
-            if step:
-                op.step = step
-        self._save()
-        if previous != to:
-            self._record(
-                EventType.STATE_CHANGED, session, op, **{"from": previous.value, "to": to.value}
-            )
-
-    def _save(self) -> None:
-        """Persist the sessions.  Once an operation is claimed, a failed write
-        (a full disk) must not stop it half way: the state in memory is the
-        truth, and the next write carries it."""
-        try:
-            self.store.save()
-        except OSError as e:
-            self.log.error("jupyter-pause: could not save %s: %s", self.store.path, e)
-
-    def _finish(self, session: Session, op: Operation) -> None:
-        op.step = "done"
-        op.finished = time.time()
-        op.outcome = "succeeded"
-        self._save()
-
-    def _fail(self, session: Session, op: Operation, error: str) -> None:
-        op.finished = time.time()
-        op.outcome = "failed"
-        op.error = error
-        self._save()
-        self._record(EventType.OPERATION_FAILED, session, op, operation=op.kind, error=error)
-
     def _unexpected(self, session: Session, op: Operation, error: Exception) -> None:
         message = f"{op.kind} failed unexpectedly: {error}"
         alive = session.kernel_id and self.execution_state(session.kernel_id) is not None
         if alive and session.state in BUSY_STATES | {State.RUNNING}:
-            self._move(session, State.RUNNING, op, error=message)
+            self.recorder.move(session, State.RUNNING, op, error=message)
         else:
-            self._move(session, State.FAILED, op, error=message)
-        self._fail(session, op, message)
-
-    def _record(
-        self,
-        type: EventType,
-        session: Session,
-        op: Operation | None,
-        *,
-        time_: float | None = None,
-        kernel_id: str | None = None,
-        **data: Any,
-    ) -> None:
-        self.ledger.record(
-            type,
-            path=session.path,
-            kernel_id=kernel_id or session.kernel_id or "",
-            operation_id=op.id if op else "",
-            workload_class=session.workload_class or "",
-            time_=time_,
-            **data,
-        )
+            self.recorder.move(session, State.FAILED, op, error=message)
+        self.recorder.fail(session, op, message)
 
     def start(self) -> None:
         """Keep the leases of this process's running operations alive."""
@@ -1776,7 +1699,7 @@ class PauseManager:
             for op in mine:
                 op.heartbeat = now
             if mine:
-                self._save()  # on the loop: the sessions must not change while serialised
+                self.recorder.save()  # on the loop: the sessions must not change while serialised
 
     async def save_all(self, grace: float, concurrency: int) -> ShutdownReport:
         """The server stops: pause every live notebook on its checkpoint, as a user
@@ -1820,7 +1743,7 @@ class PauseManager:
             not_saved.append(self._not_saved_in_time(path, grace))
         for missed in not_saved:
             session = self.store.get(missed.path)
-            self._record(
+            self.recorder.record(
                 EventType.NOT_SAVED, session, session.operation, why=missed.why, error=missed.detail
             )
             self.log.warning(
@@ -1876,8 +1799,8 @@ class PauseManager:
                     session.lost = LostState(
                         why=SERVER_STOPPED_UNDER_IT, checkpoint=session.state_checkpoint
                     )
-                self._move(session, State.FAILED, op, error=f"not saved: {detail}")
-                self._fail(session, op, f"not saved: {detail}")
+                self.recorder.move(session, State.FAILED, op, error=f"not saved: {detail}")
+                self.recorder.fail(session, op, f"not saved: {detail}")
             return NotSaved(path, why, detail)
         detail = (
             f"its {op.kind} was still under way ({session.state.value}) when the {grace:g} s "
@@ -1913,8 +1836,8 @@ class PauseManager:
                     "the server stopped while this resume waited for capacity: nothing was "
                     "restored and the checkpoints are intact; resume again"
                 )
-                self._move(session, State.PAUSED, op, error=error)
-                self._fail(session, op, error)
+                self.recorder.move(session, State.PAUSED, op, error=error)
+                self.recorder.fail(session, op, error)
                 task = self._running.get(op.id)
                 if task is not None:  # never admitted later, while the server stops
                     task.cancel()
