@@ -220,7 +220,9 @@ class PauseApp(ExtensionApp):
         self.fleet = FleetPublisher(
             ledger=self.ledger,
             backend=self.backend_instance,
-            storage=lambda: self.manager.measure_storage(list(self.manager.store.sessions)),
+            storage=lambda: self.manager.catalogue.measure_storage(
+                list(self.manager.store.sessions)
+            ),
             interval=self.fleet_interval,
             log=self.log,
             clock=clock,
@@ -263,6 +265,7 @@ class PauseApp(ExtensionApp):
                 )
         self.settings.update(
             jupyter_pause_manager=self.manager,
+            jupyter_pause_catalogue=self.manager.catalogue,
             jupyter_pause_idle=self.idle_watcher,
             jupyter_pause_ledger=self.ledger,
             jupyter_pause_version=__version__,
@@ -275,7 +278,7 @@ class PauseApp(ExtensionApp):
         self.metrics = PauseMetrics(
             self.ledger,
             manager.store,
-            storage=lambda: manager.measure_storage(list(manager.store.sessions)),
+            storage=lambda: manager.catalogue.measure_storage(list(manager.store.sessions)),
             ttl=self.metrics_cache_seconds,
             clock=clock,
         )

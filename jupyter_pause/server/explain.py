@@ -10,11 +10,8 @@ the lifecycle code stays about moving between states.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from ..engine import store as checkpoint_store
-from ..engine.errors import CheckpointError
 from ..engine.paths import id_time
 from ..lifecycle import OPERATION_STATES, SHUTDOWN_REASON, Session, State
 
@@ -71,25 +68,6 @@ async def explain(session: Session, resolve_class=None) -> dict[str, Any]:
         "policy": policy,
         "saved_state_unrestored": saved_state_unrestored(session),
     }
-
-
-def _problem(checkpoint_dir, path: str, checkpoint_id: str) -> str | None:
-    try:
-        checkpoint_store.verify_checkpoint(checkpoint_dir, path, checkpoint_id)
-    except CheckpointError as e:
-        return str(e)
-    return None
-
-
-async def verify_listing(manager, path: str, listing: list[dict]) -> list[dict]:
-    """Add ``problem`` to each checkpoint: None when its signature and every
-    hash verify, else why it cannot be resumed from.  Hashing reads every
-    byte, so it runs in a thread, never on the event loop."""
-    for checkpoint in listing:
-        checkpoint["problem"] = await asyncio.to_thread(
-            _problem, manager.checkpoint_dir, path, checkpoint["id"]
-        )
-    return listing
 
 
 def policy_summary(classes: dict, default: str) -> str:

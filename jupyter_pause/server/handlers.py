@@ -23,7 +23,6 @@ from ..engine.errors import CheckpointError, CheckpointNotFound, ForeignCheckpoi
 from ..lifecycle import OperationInProgress
 from ..schedule import ScheduleError, parse_resume_at
 from .errors import PauseError
-from .explain import verify_listing
 from .manager import RestoreDamage
 from .unsaveable import unsaveable
 
@@ -64,6 +63,11 @@ class PauseHandler(ExtensionHandlerMixin, APIHandler):
     @property
     def manager(self):
         return self.settings["jupyter_pause_manager"]
+
+    @property
+    def catalogue(self):
+        """The checkpoint store as the server reads and changes it (server/catalogue.py)."""
+        return self.settings["jupyter_pause_catalogue"]
 
     @property
     def idle_watcher(self):
@@ -242,7 +246,7 @@ class CheckpointedHandler(PauseHandler):
         if not isinstance(checkpoint_id, str):
             raise PauseError("'checkpoint_id' must be a string")
         await self.manager.recovered.wait()
-        checkpoint = await self.manager.record_kernel_checkpoint(path, checkpoint_id)
+        checkpoint = await self.catalogue.record_kernel_checkpoint(path, checkpoint_id)
         self.write_json({"path": path, "last_checkpoint": checkpoint})
 
 
@@ -296,9 +300,9 @@ class CheckpointsHandler(PauseHandler):
     @translate_errors
     async def get(self):
         path = await self.path_argument(self.get_query_argument("path", None))
-        listing = await self.manager.list_checkpoints(path)
+        listing = await self.catalogue.list_checkpoints(path)
         if self.get_query_argument("verify", "") in ("1", "true"):
-            listing = await verify_listing(self.manager, path, listing)
+            listing = await self.catalogue.verify(path, listing)
         self.write_json({"path": path, "checkpoints": listing})
 
 
@@ -307,7 +311,7 @@ class CheckpointHandler(PauseHandler):
     @translate_errors
     async def delete(self, checkpoint_id: str):
         path = await self.path_argument(self.get_query_argument("path", None))
-        await self.manager.delete_checkpoint(path, checkpoint_id)
+        await self.catalogue.delete_checkpoint(path, checkpoint_id)
         self.set_status(204)
         self.finish()
 
@@ -364,7 +368,7 @@ async def build_report(handler: PauseHandler):
         handler.settings["jupyter_pause_ledger"],
         since=since,
         until=until,
-        storage=await handler.manager.storage_by_notebook(),
+        storage=await handler.catalogue.storage_by_notebook(),
     )
 
 
@@ -383,6 +387,7 @@ class ReportPageHandler(ExtensionHandlerMixin, JupyterHandler):
     """The same report as a self-contained page with plots (no scripts)."""
 
     manager = PauseHandler.manager
+    catalogue = PauseHandler.catalogue
 
     def send_failure(self, status: int, message: str, **extra: Any) -> None:
         raise tornado.web.HTTPError(status, reason=message)

@@ -33,7 +33,6 @@ import socket
 import threading
 import time
 import uuid
-from datetime import datetime
 from typing import Any
 
 from jupyter_server.utils import ensure_async
@@ -43,7 +42,7 @@ from ..clock import SYSTEM, Clock, StampAges
 from ..engine import handoff
 from ..engine import paths as checkpoint_paths
 from ..engine import store as checkpoint_store
-from ..engine.errors import CheckpointError, RemoteStoreError
+from ..engine.errors import CheckpointError
 from ..ledger import EventType, Ledger
 from ..lifecycle import (
     BUSY_STATES,
@@ -66,15 +65,13 @@ from ..protocol import CheckpointReply, RestoreReply, user_skipped
 from ..schedule import ResumeSchedule
 from .activity import ActivityMonitor
 from .capacity import ResumeGate, machine_limit
+from .catalogue import Catalogue
 from .errors import PauseError
 from .explain import explain
 from .kernels import KernelCallError, KernelDied, call_in_kernel
 from .prewarm import Prewarmer
 from .recorder import Recorder
 
-#: seconds a request waits for a notebook's checkpoint lock held by another
-#: process (a kernel's own %checkpoint) before answering 409
-STORE_LOCK_WAIT = 2.0
 #: seconds a pause waits for a busy kernel to report idle before refusing: a client
 #: that has seen its cell end (IOPub idle on its websocket) can ask before the
 #: server's own IOPub listener has updated the kernel's state
@@ -143,6 +140,9 @@ class PauseManager:
         self.store = store
         self.ledger = ledger
         self.recorder = Recorder(store=store, ledger=ledger, log=log)
+        self.catalogue = Catalogue(
+            checkpoint_dir=checkpoint_dir, store=store, recorder=self.recorder, log=log
+        )
         self.backend = backend
         self.checkpoint_dir = checkpoint_dir
         #: as a kernel call names it (JSON): a bucket by its URL, the kernel's cache being
@@ -364,7 +364,7 @@ class PauseManager:
                 )
                 continue
             try:
-                await self._in_thread(self._move_checkpoints, key, moved)
+                await self.catalogue.in_thread(self.catalogue.move_checkpoints, key, moved)
             except (PauseError, CheckpointError, OSError) as e:
                 self.log.warning("jupyter-pause: checkpoints of %s not moved: %s", key, e)
                 continue
@@ -379,10 +379,6 @@ class PauseManager:
             self.log.info("jupyter-pause: %s follows its notebook to %s", key, moved)
         if moves:
             self.recorder.save()
-
-    def _move_checkpoints(self, old: str, new: str) -> None:
-        """Move and re-sign: the signature binds a checkpoint to its notebook."""
-        checkpoint_store.rebind(self.checkpoint_dir, old, new)
 
     def kernel_stopped(self, kernel_id: str, when: float) -> None:
         """A kernel was shut down outside a pause (by the user, or culled):
@@ -431,88 +427,6 @@ class PauseManager:
 
     # ----------------------------------------------------------- checkpoints
 
-    async def _in_thread(self, function, *args, **kwargs):
-        """Run checkpoint-store work in a thread: it reads gigabytes or waits on
-        a notebook's file lock, and the event loop must keep answering.
-
-        A checkpoint folder that leads out of the checkpoint root (a symlink)
-        is refused, never followed.
-        """
-        try:
-            return await asyncio.to_thread(function, *args, **kwargs)
-        except ValueError as e:
-            raise PauseError(f"refusing to use the checkpoint folder: {e}", status=409) from e
-        except RemoteStoreError as e:  # the bucket behind the folder: say so, not 500
-            raise PauseError(str(e), status=503) from e
-
-    async def list_checkpoints(self, path: str) -> list[dict[str, Any]]:
-        """A notebook's checkpoints, newest first, without their private metadata."""
-        return await self._in_thread(self._list_checkpoints, path)
-
-    def _list_checkpoints(self, path: str, *, private: bool = False) -> list[dict[str, Any]]:
-        self._check_folder(path)
-        infos = checkpoint_store.list_checkpoints(dir=self.checkpoint_dir, notebook=path)
-        hidden = () if private else ("metadata", "path")
-        listing = [
-            {k: v for k, v in dataclasses.asdict(info).items() if k not in hidden} for info in infos
-        ]
-        return sorted(listing, key=lambda c: c["id"], reverse=True)
-
-    def _check_folder(self, path: str):
-        """The notebook's checkpoint folder; ValueError if it resolves outside
-        the checkpoint root, as a symlink planted there would."""
-        return checkpoint_paths.notebook_dir(self.checkpoint_dir, path)
-
-    async def storage_by_notebook(self) -> dict[str, int]:
-        """Bytes each known notebook's checkpoints occupy on disk now (for reports)."""
-        return await self._in_thread(self.measure_storage, list(self.store.sessions))
-
-    def measure_storage(self, paths: list[str]) -> dict[str, int]:
-        """Bytes the checkpoints of the notebooks ``paths`` occupy on disk now.
-
-        Measured on disk: incremental checkpoints share files, so adding up
-        their sizes would count shared tensors twice.
-        """
-        usage = {}
-        for path in paths:
-            try:
-                folder = self._check_folder(path)
-            except ValueError:
-                continue  # never measure (or follow) a folder outside the root
-            files = folder.rglob("*") if folder.is_dir() else ()
-            usage[path] = sum(f.stat().st_size for f in files if f.is_file())
-        return usage
-
-    async def record_kernel_checkpoint(self, path: str, checkpoint_id: str) -> dict[str, Any]:
-        """A checkpoint the kernel took by itself (``%checkpoint`` in a cell): the
-        server's own checkpoints are in the ledger, and these must count in the
-        report too.  Only a checkpoint that exists in the notebook's folder is
-        recorded, once; its size is read from the folder, not from the request."""
-        if not checkpoint_paths.is_checkpoint_id(checkpoint_id):
-            raise PauseError(f"{checkpoint_id!r} is not a checkpoint id (like 2026-11-30T18-02-11)")
-        listed = {c["id"]: c for c in await self.list_checkpoints(path)}
-        if checkpoint_id not in listed:
-            raise PauseError(f"{path!r} has no checkpoint {checkpoint_id!r}", status=404)
-        checkpoint = listed[checkpoint_id]
-        session = self.store.get(path)
-        if (session.last_checkpoint or {}).get("id") != checkpoint_id:
-            session.state_checkpoint = checkpoint_id
-            session.last_checkpoint = {
-                "id": checkpoint_id,
-                "time": time.time(),
-                "bytes": checkpoint["bytes"],
-            }
-            self.recorder.save()
-            self.recorder.record(
-                EventType.CHECKPOINT_FINISHED,
-                session,
-                None,
-                checkpoint_id=checkpoint_id,
-                bytes=checkpoint["bytes"],
-                by="kernel",
-            )
-        return session.last_checkpoint
-
     def record_restore_damage(self, path: str, damage: RestoreDamage) -> Operation:
         """The kernel of the resume ``damage.operation_id`` found objects of its checkpoint
         damaged after the resume finished: that operation's messages say which were loaded
@@ -551,44 +465,6 @@ class PauseManager:
             session.lost.names = {**before, **session.lost.names}
         self.recorder.save()
         return op
-
-    async def delete_checkpoint(self, path: str, checkpoint_id: str) -> None:
-        if not checkpoint_paths.is_checkpoint_id(checkpoint_id):
-            raise PauseError(f"{checkpoint_id!r} is not a checkpoint id (like 2026-11-30T18-02-11)")
-        session = self.store.sessions.get(path)
-        if session is not None and session.busy and session.operation.kind != "resume":
-            # its checkpoint holds the notebook's lock; do not queue behind it
-            raise OperationInProgress(path, session.operation)
-        listed = {c["id"]: c for c in await self.list_checkpoints(path)}
-        if checkpoint_id not in listed:
-            raise PauseError(f"{path!r} has no checkpoint {checkpoint_id!r}", status=404)
-        await self._in_thread(
-            checkpoint_store.delete_checkpoint,
-            dir=self.checkpoint_dir,
-            notebook=path,
-            checkpoint_id=checkpoint_id,
-            # a %checkpoint in the kernel may hold the lock for minutes: say so, don't queue
-            lock_timeout=STORE_LOCK_WAIT,
-        )
-        self.recorder.record(
-            EventType.CHECKPOINT_DELETED,
-            self.store.sessions.get(path) or Session(path=path),
-            None,
-            checkpoint_id=checkpoint_id,
-            bytes=listed.get(checkpoint_id, {}).get("bytes", 0),
-        )
-        if session is not None and (session.last_checkpoint or {}).get("id") == checkpoint_id:
-            # the status shows the latest saved state from the session: keep it true
-            newest = next((c for c in listed.values() if c["id"] != checkpoint_id), None)
-            if newest is None:
-                session.last_checkpoint = None
-            else:
-                session.last_checkpoint = {
-                    "id": newest["id"],
-                    "time": datetime.fromisoformat(newest["time"]).timestamp(),
-                    "bytes": newest["bytes"],
-                }
-            self.recorder.save()
 
     # ------------------------------------------------------------ operations
 
@@ -700,7 +576,7 @@ class PauseManager:
         due (resumes wait for capacity in that order, those by hand in the order
         they were asked for); a resume by hand cancels the notebook's schedule."""
         session, _ = await self._prepare(path, "resume")
-        available = [c["id"] for c in await self.list_checkpoints(path)]
+        available = [c["id"] for c in await self.catalogue.list_checkpoints(path)]
         if not await self._notebook_exists(path):
             kept = f"Its checkpoints are kept ({', '.join(available)}): " if available else ""
             raise PauseError(
@@ -956,7 +832,7 @@ class PauseManager:
             for session in list(self.store.sessions.values()):
                 self._kernel_gone_with_server(session)
             await self._kernels_gone()
-            await self._in_thread(self._clean_dead_writers)
+            await self.catalogue.in_thread(self.catalogue.clean_dead_writers)
         finally:
             self.recovered.set()
 
@@ -1010,7 +886,7 @@ class PauseManager:
                     why=SERVER_STOPPED_UNDER_IT, checkpoint=session.state_checkpoint
                 )
             try:
-                ids = [c["id"] for c in await self.list_checkpoints(session.path)]
+                ids = [c["id"] for c in await self.catalogue.list_checkpoints(session.path)]
             except PauseError:
                 ids = []
             offer = (
@@ -1028,22 +904,6 @@ class PauseManager:
                 ),
             )
 
-    def _clean_dead_writers(self) -> None:
-        """Remove temp folders of dead checkpoint writers in every notebook folder of
-        this user (a shared root holds others' too: never ours to touch), skipping
-        folders whose lock a live writer holds (never wait for it)."""
-        root = checkpoint_paths.user_root(self.checkpoint_dir)
-        if not root.is_dir():
-            return
-        for folder in root.iterdir():
-            if folder.is_symlink() or not folder.is_dir():
-                continue
-            try:
-                with checkpoint_store.locked(folder, timeout=0):
-                    checkpoint_store.gc(folder, locked_already=True)
-            except (CheckpointError, OSError) as e:
-                self.log.info("jupyter-pause: %s not cleaned now: %s", folder, e)
-
     async def _resolve(self, session: Session, why: str) -> None:
         """End an abandoned operation with the truth: was its checkpoint committed
         (the manifest carries the operation's id), is the kernel alive?"""
@@ -1060,7 +920,7 @@ class PauseManager:
             session.kernel_id is not None and self.execution_state(session.kernel_id) is not None
         )
         try:
-            listing = await self._in_thread(self._list_checkpoints, path, private=True)
+            listing = await self.catalogue.in_thread(self.catalogue.listing, path, private=True)
         except PauseError:
             listing = []
         committed = next(
@@ -1381,7 +1241,7 @@ class PauseManager:
         the fresh kernel (resume restores into it); nothing is paused."""
         kernel_id = session.kernel_id
         try:
-            ids = [c["id"] for c in await self.list_checkpoints(session.path)]
+            ids = [c["id"] for c in await self.catalogue.list_checkpoints(session.path)]
         except PauseError:
             ids = []
         intact = (
@@ -1625,7 +1485,7 @@ class PauseManager:
         except Exception as e:
             self._handed_over(fill, failed=True)
             error = str(e)
-            others = await self._alternatives(path, checkpoint_id)
+            others = await self.catalogue.alternatives(path, checkpoint_id)
             if others:
                 error += f". Checkpoints you can resume from instead: {', '.join(others)}"
             self.recorder.record(EventType.RESTORE_FAILED, session, op, error=str(e))
@@ -1639,17 +1499,6 @@ class PauseManager:
             self.recorder.fail(session, op, f"resume failed: {error}")
 
     # -------------------------------------------------------------- helpers
-
-    async def _alternatives(self, path: str, failed_id: str | None) -> list[str]:
-        """Checkpoints to offer after a failed resume, newest first: never the one that just
-        failed (the newest sound one, when none was named), never a damaged or untrusted one."""
-        try:
-            listing = await self.list_checkpoints(path)
-        except (PauseError, ValueError):
-            return []
-        sound = [c["id"] for c in listing if c["status"] == "ok"]
-        failed_id = failed_id or (sound[0] if sound else None)
-        return [c for c in sound if c != failed_id]
 
     def _on_activity(self, path: str, kernel_id: str, event: str, info: dict) -> None:
         if event != "cell-finished":
