@@ -18,7 +18,7 @@ from jupyter_pause.engine import api as engine
 from jupyter_pause.ledger import Ledger
 from jupyter_pause.lifecycle import SessionStore
 from jupyter_pause.server.kernels import KernelCallError
-from jupyter_pause.server.manager import PauseManager
+from jupyter_pause.server.manager import PauseManager, Policies
 
 _ids = itertools.count(1)
 
@@ -189,7 +189,11 @@ def kernel_call(checkpoint_dir: Path):
 
 
 def make_manager(
-    tmp_path: Path, notebooks=("nb.ipynb",), store: SessionStore | None = None, clock=SYSTEM
+    tmp_path: Path,
+    notebooks=("nb.ipynb",),
+    store: SessionStore | None = None,
+    clock=SYSTEM,
+    policies: Policies = Policies(),
 ):
     """A PauseManager over fakes, its checkpoints and session file under ``tmp_path``."""
     kernels = FakeKernelManager()
@@ -209,6 +213,7 @@ def make_manager(
         activity=FakeActivity(clock),
         call=kernel_call(checkpoint_dir),
         clock=clock,
+        policies=policies,
     )
     manager.recovered.set()  # nothing to recover unless a test calls recover()
     return manager

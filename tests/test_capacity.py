@@ -182,9 +182,14 @@ async def test_due_resumes_wait_for_capacity_in_order_and_say_how_many_are_ahead
     now = time.time()
     due = {"b.ipynb": now + 10, "c.ipynb": now + 20, "a.ipynb": now + 30}
     for name, at in due.items():
-        manager.set_schedule(name, at)
+        manager.schedules.set(name, at)
     scheduler = ResumeScheduler(
-        manager=manager, ledger=manager.ledger, log=manager.log, clock=FakeClock(now + 60)
+        operations=manager,
+        schedules=manager.schedules,
+        store=manager.store,
+        ledger=manager.ledger,
+        log=manager.log,
+        clock=FakeClock(now + 60),
     )
     await scheduler.check()
     sessions = manager.store.sessions

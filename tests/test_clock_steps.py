@@ -167,7 +167,9 @@ def test_stamp_ages_read_the_wall_clock_once_then_the_monotonic_one():
 
 def scheduler_for(manager, clock):
     return ResumeScheduler(
-        manager=manager,
+        operations=manager,
+        schedules=manager.schedules,
+        store=manager.store,
         ledger=manager.ledger,
         log=logging.getLogger("test"),
         interval=3600,
@@ -186,7 +188,7 @@ async def paused(manager, clock, resume_at):
 async def armed(manager, scheduler):
     """Wake the scheduler's loop (as a schedule change does) and wait until it
     has run a round and sleeps again, armed with the clocks as they read now."""
-    manager.schedule_changed()
+    manager.schedules.changed.set()
     await wait_until(lambda: not scheduler._wake.is_set(), what="a round of the scheduler")
 
 

@@ -19,6 +19,7 @@ from jupyter_pause.report.ahead import resume_ahead
 from jupyter_pause.schedule import ScheduleError, parse_resume_at
 from jupyter_pause.server.errors import PauseError
 from jupyter_pause.server.kernels import KernelCallError
+from jupyter_pause.server.manager import Policies
 from jupyter_pause.server.scheduler import ResumeScheduler
 
 from .fakes import FakeClock, make_manager
@@ -115,16 +116,30 @@ def with_kernel(manager, namespace=None):
     return session
 
 
-def scheduler_for(manager, clock, policy: WorkloadClass | None = None):
-    if policy is not None:
-
-        async def workload_class(session):
-            return policy, "test"
-
-        manager.workload_class = workload_class
+def scheduler_for(manager, clock, workload_class=None):
     return ResumeScheduler(
-        manager=manager, ledger=manager.ledger, log=logging.getLogger("test"), clock=clock
+        operations=manager,
+        schedules=manager.schedules,
+        store=manager.store,
+        ledger=manager.ledger,
+        log=logging.getLogger("test"),
+        workload_class=workload_class,
+        clock=clock,
     )
+
+
+def predicting(tmp_path, clock, policy: WorkloadClass):
+    """A manager and its scheduler wired as app.py wires them: notebooks run under
+    ``policy``, and the scheduler's predictor runs after each pause."""
+
+    async def workload_class(session):
+        return policy, "test"
+
+    scheduler = None
+    policies = Policies(workload_class=workload_class, after_pause=lambda s: scheduler.predict(s))
+    manager = make_manager(tmp_path, policies=policies)
+    scheduler = scheduler_for(manager, clock, workload_class)
+    return manager, scheduler
 
 
 def types(manager):
@@ -177,7 +192,7 @@ async def test_a_schedule_survives_a_server_restart_and_fires_at_start_up(tmp_pa
     manager = make_manager(tmp_path)
     clock = FakeClock()
     await paused(manager)
-    manager.set_schedule(NB, clock.wall + 600)
+    manager.schedules.set(NB, clock.wall + 600)
     await manager.close()
 
     # a new server over the same session file, started after the time has come
@@ -194,12 +209,17 @@ async def test_the_scheduler_wakes_up_for_a_new_schedule(tmp_path):
     """The real loop: a schedule due in a moment fires without waiting for the interval."""
     manager = make_manager(tmp_path)
     scheduler = ResumeScheduler(
-        manager=manager, ledger=manager.ledger, log=logging.getLogger("test"), interval=3600
+        operations=manager,
+        schedules=manager.schedules,
+        store=manager.store,
+        ledger=manager.ledger,
+        log=logging.getLogger("test"),
+        interval=3600,
     )
     await paused(manager)
     scheduler.start()
     try:
-        manager.set_schedule(NB, time.time() + 0.5)
+        manager.schedules.set(NB, time.time() + 0.5)
         session = manager.store.sessions[NB]
         await wait_until(lambda: session.state == State.READY, what="the scheduled resume")
     finally:
@@ -232,7 +252,7 @@ async def test_only_a_paused_notebook_can_be_scheduled(tmp_path):
     with_kernel(manager)
     await manager.sync()
     with pytest.raises(PauseError) as refused:
-        manager.set_schedule(NB, time.time() + 60)
+        manager.schedules.set(NB, time.time() + 60)
     assert refused.value.status == 409 and "running" in str(refused.value)
     assert manager.store.sessions[NB].schedule is None
 
@@ -258,7 +278,7 @@ async def test_a_schedule_that_cannot_start_is_cancelled_with_the_reason(tmp_pat
     manager = make_manager(tmp_path)
     clock = FakeClock()
     await paused(manager)
-    manager.set_schedule(NB, clock.wall + 60)
+    manager.schedules.set(NB, clock.wall + 60)
     manager.contents_manager.files.discard(NB)  # the notebook was deleted meanwhile
     clock.advance(120)
     await scheduler_for(manager, clock).check()
@@ -286,10 +306,9 @@ PREDICTING = WorkloadClass(name="predicting", predict_resume=True, predict_unuse
 
 
 async def test_a_confident_prediction_schedules_a_resume_ahead_of_the_user(tmp_path):
-    manager = make_manager(tmp_path)
     clock = FakeClock()
+    manager, _ = predicting(tmp_path, clock, PREDICTING)
     seed_history(manager, clock.wall)
-    scheduler_for(manager, clock, PREDICTING)
     await paused(manager)
     schedule = manager.store.sessions[NB].schedule
     assert schedule["kind"] == "predicted" and schedule["by"] == "prediction"
@@ -302,21 +321,18 @@ async def test_a_confident_prediction_schedules_a_resume_ahead_of_the_user(tmp_p
 
 async def test_no_prediction_without_opting_in_or_without_history(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="test")
-    manager = make_manager(tmp_path)
     clock = FakeClock()
+    manager, _ = predicting(tmp_path, clock, WorkloadClass(name="plain"))
     seed_history(manager, clock.wall)
-    scheduler_for(manager, clock, WorkloadClass(name="plain"))
     await paused(manager)
     assert manager.store.sessions[NB].schedule is None
 
-    other = make_manager(tmp_path / "other")
+    other, _ = predicting(tmp_path / "other", clock, PREDICTING)
     seed_history(other, clock.wall, weeks=(1, 2))  # two returns are too few
-    scheduler_for(other, clock, PREDICTING)
     await paused(other)
     assert other.store.sessions[NB].schedule is None
 
-    empty = make_manager(tmp_path / "empty")  # no history at all
-    scheduler_for(empty, clock, PREDICTING)
+    empty, _ = predicting(tmp_path / "empty", clock, PREDICTING)  # no history at all
     await paused(empty)
     assert empty.store.sessions[NB].schedule is None
     said = [r.getMessage() for r in caplog.records if "no predicted resume" in r.getMessage()]
@@ -326,10 +342,9 @@ async def test_no_prediction_without_opting_in_or_without_history(tmp_path, capl
 
 
 async def test_an_unused_predicted_resume_is_paused_again(tmp_path):
-    manager = make_manager(tmp_path)
     clock = FakeClock()
+    manager, scheduler = predicting(tmp_path, clock, PREDICTING)
     seed_history(manager, clock.wall)
-    scheduler = scheduler_for(manager, clock, PREDICTING)
     await paused(manager)
     session = manager.store.sessions[NB]
     clock.advance(session.schedule["at"] + 1 - clock.wall)

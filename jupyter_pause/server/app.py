@@ -36,7 +36,7 @@ from .explain import policy_summary
 from .fleet import FleetPublisher
 from .handlers import ROUTES
 from .idle_watcher import IdleWatcher
-from .manager import PauseManager
+from .manager import PauseManager, Policies
 from .metrics import PauseMetrics
 from .scheduler import ResumeScheduler
 
@@ -200,6 +200,14 @@ class PauseApp(ExtensionApp):
         self.backend_instance = self._make_backend()
         self._prepare_kernels()
         clock = SYSTEM  # one clock for all: wall to show and schedule, monotonic to measure
+        # the policies stand above the manager and are built after it: they reach it as
+        # ports, which find them when first called; the idle watcher's when it is on
+        on = self.auto_pause
+        policies = Policies(
+            workload_class=(lambda s: self.idle_watcher.workload_class(s)) if on else None,
+            auto_pause_status=(lambda s: self.idle_watcher.auto_pause_status(s)) if on else None,
+            after_pause=lambda s: self.scheduler.predict(s),
+        )
         self.manager = PauseManager(
             kernel_manager=self.serverapp.kernel_manager,
             session_manager=self.serverapp.session_manager,
@@ -214,6 +222,7 @@ class PauseApp(ExtensionApp):
             log=self.log,
             clock=clock,
             resume_gate=ResumeGate(self.max_concurrent_resumes),
+            policies=policies,
         )
         self._watch_kernel_starts()
         self._register_metrics(clock)
@@ -226,14 +235,6 @@ class PauseApp(ExtensionApp):
             interval=self.fleet_interval,
             log=self.log,
             clock=clock,
-        )
-        self.scheduler = ResumeScheduler(
-            manager=self.manager,
-            ledger=self.ledger,
-            log=self.log,
-            interval=self.schedule_check_interval,
-            clock=clock,
-            tz=ZoneInfo(self.prediction_time_zone) if self.prediction_time_zone else None,
         )
         self.idle_watcher = self.autosaver = None
         if self.auto_pause:
@@ -250,8 +251,6 @@ class PauseApp(ExtensionApp):
                 log=self.log,
                 clock=clock,
             )
-            self.manager.auto_pause_status = self.idle_watcher.auto_pause_status
-            self.manager.workload_class = self.idle_watcher.workload_class
             self._warn_about_culling()
             if any(c.autosave_every is not None for c in self.idle_watcher.classes.values()):
                 self.autosaver = Autosaver(
@@ -263,9 +262,21 @@ class PauseApp(ExtensionApp):
                     log=self.log,
                     clock=clock,
                 )
+        self.scheduler = ResumeScheduler(
+            operations=self.manager,
+            schedules=self.manager.schedules,
+            store=self.manager.store,
+            ledger=self.ledger,
+            log=self.log,
+            workload_class=policies.workload_class,
+            interval=self.schedule_check_interval,
+            clock=clock,
+            tz=ZoneInfo(self.prediction_time_zone) if self.prediction_time_zone else None,
+        )
         self.settings.update(
             jupyter_pause_manager=self.manager,
             jupyter_pause_catalogue=self.manager.catalogue,
+            jupyter_pause_schedules=self.manager.schedules,
             jupyter_pause_idle=self.idle_watcher,
             jupyter_pause_ledger=self.ledger,
             jupyter_pause_version=__version__,

@@ -70,6 +70,11 @@ class PauseHandler(ExtensionHandlerMixin, APIHandler):
         return self.settings["jupyter_pause_catalogue"]
 
     @property
+    def schedules(self):
+        """The notebooks' scheduled resumes (server/schedules.py)."""
+        return self.settings["jupyter_pause_schedules"]
+
+    @property
     def idle_watcher(self):
         """The idle watcher, or None when auto-pause is off."""
         return self.settings.get("jupyter_pause_idle")
@@ -187,7 +192,7 @@ class ScheduleHandler(PauseHandler):
         if at is None:
             raise PauseError("'resume_at' is required: when to resume")
         await self.manager.recovered.wait()
-        schedule = self.manager.set_schedule(path, at)
+        schedule = self.schedules.set(path, at)
         self.write_json({"path": path, "schedule": schedule})
 
     @tornado.web.authenticated
@@ -195,7 +200,7 @@ class ScheduleHandler(PauseHandler):
     async def delete(self):
         path = await self.path_argument(self.get_query_argument("path", None))
         await self.manager.recovered.wait()
-        if not self.manager.cancel_schedule(path, "cancelled by the user"):
+        if not self.schedules.cancel(path, "cancelled by the user"):
             raise PauseError(f"{path!r} has no scheduled resume", status=404)
         self.set_status(204)
         self.finish()

@@ -33,6 +33,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jupyter_server.utils import ensure_async
@@ -43,6 +44,7 @@ from ..engine import handoff
 from ..engine import paths as checkpoint_paths
 from ..engine import store as checkpoint_store
 from ..engine.errors import CheckpointError
+from ..idle_policy import WorkloadClass
 from ..ledger import EventType, Ledger
 from ..lifecycle import (
     BUSY_STATES,
@@ -62,7 +64,6 @@ from ..lifecycle import (
     allowed_now,
 )
 from ..protocol import CheckpointReply, RestoreReply, user_skipped
-from ..schedule import ResumeSchedule
 from .activity import ActivityMonitor
 from .capacity import ResumeGate, machine_limit
 from .catalogue import Catalogue
@@ -71,6 +72,7 @@ from .explain import explain
 from .kernels import KernelCallError, KernelDied, call_in_kernel
 from .prewarm import Prewarmer
 from .recorder import Recorder
+from .schedules import Schedules
 
 #: seconds a pause waits for a busy kernel to report idle before refusing: a client
 #: that has seen its cell end (IOPub idle on its websocket) can ask before the
@@ -114,6 +116,20 @@ class ShutdownReport:
     not_saved: list[NotSaved]
 
 
+@dataclasses.dataclass(frozen=True)
+class Policies:
+    """What the manager asks of the policies above it, handed in at construction by
+    app.py (None where that policy is off); the manager never reaches for them."""
+
+    #: ``async (session) -> (WorkloadClass, source)``: the policy a status row shows
+    workload_class: Callable[[Session], Awaitable[tuple[WorkloadClass, str]]] | None = None
+    #: ``async (session) -> dict | None``: the auto_pause field of a status row
+    #: (the idle watcher's, when auto-pause is on)
+    auto_pause_status: Callable[[Session], Awaitable[dict | None]] | None = None
+    #: ``async (session)``, run when a notebook has just been paused (the predictor)
+    after_pause: Callable[[Session], Awaitable[None]] | None = None
+
+
 class PauseManager:
     def __init__(
         self,
@@ -133,6 +149,7 @@ class PauseManager:
         call=call_in_kernel,
         clock: Clock = SYSTEM,
         resume_gate: ResumeGate | None = None,
+        policies: Policies = Policies(),
     ):
         self.kernel_manager = kernel_manager
         self.session_manager = session_manager
@@ -140,6 +157,7 @@ class PauseManager:
         self.store = store
         self.ledger = ledger
         self.recorder = Recorder(store=store, ledger=ledger, log=log)
+        self.schedules = Schedules(store=store, recorder=self.recorder)
         self.catalogue = Catalogue(
             checkpoint_dir=checkpoint_dir, store=store, recorder=self.recorder, log=log
         )
@@ -180,15 +198,7 @@ class PauseManager:
         #: kernels a server-scope pause handed to the platform with the server (the
         #: Hub or Kubernetes stops them with it): paused notebooks do not adopt them
         self._released_kernels: set[str] = set()
-        #: ``async (session) -> dict | None``: the auto_pause field of a status row
-        #: (the idle watcher provides it when auto-pause is on)
-        self.auto_pause_status = None
-        #: ``async (session) -> (WorkloadClass, source)``: the policy a status row shows
-        self.workload_class = None
-        #: called with no argument whenever a schedule is set (the scheduler wakes up)
-        self.schedule_changed = lambda: None
-        #: ``async (session)`` run when a notebook has just been paused (the predictor)
-        self.after_pause: list = []
+        self.policies = policies
         self._heartbeat: asyncio.Task | None = None
         self._closed = False
         #: set once :meth:`recover` ran: until then status and operations wait,
@@ -275,7 +285,7 @@ class PauseManager:
                 if session.state in (State.PAUSED, State.FAILED):
                     session.live_state = LiveState.FRESH
                 if session.state == State.FAILED:
-                    self.cancel_schedule(path, "the notebook runs again in a new kernel")
+                    self.schedules.cancel(path, "the notebook runs again in a new kernel")
                     self.recorder.move(session, State.RUNNING, None)
                 self.recorder.save()
             if not session.busy:
@@ -409,10 +419,10 @@ class PauseManager:
             row["last_activity"] = kernel.get("last_activity")
             # when the notebook's state was last saved (a pause, a checkpoint, an autosave)
             row["last_saved"] = (session.last_checkpoint or {}).get("time")
-            row.update(await explain(session, self.workload_class))
+            row.update(await explain(session, self.policies.workload_class))
             row["can"] = allowed_now(session, has_kernel=path in live)
-            if self.auto_pause_status is not None:
-                row["auto_pause"] = await self.auto_pause_status(session)
+            if self.policies.auto_pause_status is not None:
+                row["auto_pause"] = await self.policies.auto_pause_status(session)
             sessions.append(row)
         return {"backend": self.backend.describe(), "sessions": sessions}
 
@@ -547,7 +557,7 @@ class PauseManager:
         )
         if resume_at is not None:
             try:
-                self.set_schedule(path, resume_at)
+                self.schedules.set(path, resume_at)
             except PauseError as e:
                 self.recorder.fail(session, op, str(e))  # nothing started: the notebook stays free
                 raise
@@ -599,114 +609,10 @@ class PauseManager:
         if scheduled:
             self.recorder.record(EventType.RESUME_REQUESTED, session, op, scheduled=scheduled)
         else:
-            self.cancel_schedule(path, "resumed by hand")
+            self.schedules.cancel(path, "resumed by hand")
             self.recorder.record(EventType.RESUME_REQUESTED, session, op)
         self._spawn(self._run_resume(session, op, checkpoint_id, due or op.started), op)
         return op
-
-    # ------------------------------------------------------------ schedules
-
-    def set_schedule(
-        self,
-        path: str,
-        at: float,
-        *,
-        kind: str = "scheduled",
-        by: str = "user",
-        confidence: float | None = None,
-    ) -> dict[str, Any]:
-        """Resume ``path`` by itself at ``at`` (epoch seconds).
-
-        Only a notebook that is paused (or failed, with checkpoints), or whose
-        pause is under way, can be scheduled; a new schedule replaces the old
-        one.  It is persisted before this returns (else ``503``, nothing
-        changed), so a server restart keeps it.
-        """
-        session = self.store.sessions.get(path)
-        pausing = session is not None and session.busy and session.operation.kind == "pause"
-        resumable = (
-            session is not None
-            and not session.busy
-            and session.state in (OPERATION_STATES["resume"])
-        )
-        if not (pausing or resumable):
-            what = session.operation.kind + " under way" if session and session.busy else None
-            state = what or (session.state.value if session else "not paused")
-            raise PauseError(
-                f"{path!r} is {state}; only a paused notebook can be scheduled to resume", 409
-            )
-        previous = session.schedule
-        schedule = ResumeSchedule(
-            at=float(at), kind=kind, by=by, set_at=time.time(), confidence=confidence
-        )
-        session.schedule = schedule.to_json()
-        try:
-            self.store.save()
-        except OSError as e:
-            session.schedule = previous
-            raise PauseError(f"could not record the schedule of {path!r}: {e}", 503) from e
-        if previous:
-            self._record_cancel(session, previous, "replaced by a new schedule")
-        self.recorder.record(
-            EventType.RESUME_SCHEDULED,
-            session,
-            None,
-            at=schedule.at,
-            kind=kind,
-            confidence=confidence,
-            by=by,
-        )
-        self.schedule_changed()
-        return session.schedule
-
-    def cancel_schedule(self, path: str, reason: str) -> bool:
-        """Drop the notebook's schedule, if any, saying why; True if there was one."""
-        session = self.store.sessions.get(path)
-        if session is None or not session.schedule:
-            return False
-        previous, session.schedule = session.schedule, None
-        self.recorder.save()
-        self._record_cancel(session, previous, reason)
-        self.schedule_changed()
-        return True
-
-    def _record_cancel(self, session: Session, schedule: dict, reason: str) -> None:
-        self.recorder.record(
-            EventType.RESUME_SCHEDULE_CANCELLED,
-            session,
-            None,
-            at=schedule.get("at"),
-            kind=schedule.get("kind"),
-            reason=reason,
-        )
-
-    async def resume_as_scheduled(self, path: str) -> Operation | None:
-        """Start the resume a due schedule asks for (the scheduler calls this).
-
-        The schedule is used up either way; a resume that cannot start (the
-        notebook was deleted, has no checkpoint, a resume runs already)
-        cancels it with the reason, and nothing else is started: a schedule
-        never competes with a restore under way.
-        """
-        session = self.store.sessions.get(path)
-        if session is None or not session.schedule:
-            return None
-        schedule = session.schedule
-        if session.busy:
-            self.cancel_schedule(path, f"a {session.operation.kind} was under way")
-            return None
-        session.schedule = None
-        self.recorder.save()
-        kind = schedule.get("kind") or "scheduled"
-        self.recorder.record(
-            EventType.SCHEDULED_RESUME_STARTED, session, None, at=schedule["at"], kind=kind
-        )
-        try:
-            return await self.resume(path, scheduled=kind, due=schedule["at"])
-        except (PauseError, OperationInProgress) as e:
-            self._record_cancel(session, schedule, f"could not start: {e}")
-            self.log.warning("jupyter-pause: the scheduled resume of %s did not start: %s", path, e)
-            return None
 
     async def prewarm(self, path: str) -> str:
         """Start a spare kernel for a paused notebook (server/prewarm.py); its resume
@@ -1055,15 +961,15 @@ class PauseManager:
                 for member in group:
                     await self._came_back_live(member, op)
             self.recorder.finish(session, op)
-            if session.state == State.PAUSED and not at_shutdown:
-                for listener in self.after_pause:
-                    await listener(session)
+            after_pause = self.policies.after_pause
+            if session.state == State.PAUSED and not at_shutdown and after_pause is not None:
+                await after_pause(session)
         except Exception as e:  # a bug or an unexpected platform failure: say so
             self.log.exception("jupyter-pause: pause of %s failed", path)
             self._unexpected(session, op, e)
         finally:
             if session.state != State.PAUSED and session.schedule:
-                self.cancel_schedule(path, "the pause did not finish")
+                self.schedules.cancel(path, "the pause did not finish")
 
     async def _checkpoint_others(self, session: Session, op: Operation) -> list[Session] | None:
         """Checkpoint every other live notebook (server-scope backends).
@@ -1119,7 +1025,7 @@ class PauseManager:
                 )
                 session.resumed_ahead = {"kind": kind, "at": time.time()}
             elif session.schedule:  # brought back before its time: by hand
-                self.cancel_schedule(session.path, "resumed by hand")
+                self.schedules.cancel(session.path, "resumed by hand")
             self.recorder.move(session, State.READY, op)
             self.recorder.record(EventType.FIRST_CELL_RUNNABLE, session, op)
         else:
@@ -1513,7 +1419,7 @@ class PauseManager:
             # READY: the first cell after a resume ran.  PAUSED: the user chose
             # to work in a fresh kernel instead of resuming.
             if session.state == State.PAUSED:
-                self.cancel_schedule(path, "the notebook runs again in a new kernel")
+                self.schedules.cancel(path, "the notebook runs again in a new kernel")
             self.recorder.move(session, State.RUNNING, None)
         self.recorder.record(
             EventType.CELL_EXECUTED,

@@ -5,7 +5,7 @@ resume is a resume like any other: it waits for capacity the same way, and
 single flight means it never competes with a restore under way):
 
 * **fire**: a paused notebook whose schedule is due is resumed
-  (:meth:`PauseManager.resume_as_scheduled`).  Schedules live in the session
+  (:meth:`ResumeScheduler.fire`).  Schedules live in the session
   store, so one that fell due while the server was down fires at start-up:
   this is how a JupyterHub server or a Kubernetes pod started at the
   scheduled time finds its notebooks and brings them back;
@@ -34,12 +34,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+from collections.abc import Awaitable, Callable
 from datetime import tzinfo
+from typing import Any, Protocol
 
 from ..clock import SYSTEM, Clock, StampAges
 from ..idle_policy import WorkloadClass
 from ..ledger import EventType, Ledger
-from ..lifecycle import OperationInProgress, State
+from ..lifecycle import OperationInProgress, Session, SessionStore, State
 from ..prediction import (
     MIN_SAMPLES,
     UNUSED_REASON,
@@ -49,6 +51,7 @@ from ..prediction import (
     returns_from_events,
 )
 from .errors import PauseError
+from .schedules import Schedules
 
 #: the resume latency assumed before the ledger has measured one (seconds)
 DEFAULT_RESUME_LATENCY = 60.0
@@ -58,30 +61,48 @@ HISTORY = 8 * 7 * 86400.0
 REARM = 1.0
 
 
+class Operations(Protocol):
+    """What the scheduler asks of the session manager: the only way it acts."""
+
+    recovered: asyncio.Event
+
+    async def resume(self, path: str, *, scheduled: str | None, due: float | None) -> Any: ...
+    async def pause(self, path: str, *, auto: bool = False, reason: str = "") -> Any: ...
+
+
+#: ``async (session) -> (WorkloadClass, source)``: the class a notebook runs under
+WorkloadClassOf = Callable[[Session], Awaitable[tuple[WorkloadClass, str]]]
+
+
 class ResumeScheduler:
-    """Runs beside the manager; everything it does goes through ``manager``."""
+    """Runs beside the manager; it acts only through ``operations`` and ``schedules``."""
 
     def __init__(
         self,
         *,
-        manager,
+        operations: Operations,
+        schedules: Schedules,
+        store: SessionStore,
         ledger: Ledger,
         log,
+        workload_class: WorkloadClassOf | None = None,
         interval: float = 30.0,
         clock: Clock = SYSTEM,
         tz: tzinfo | None = None,
     ):
-        self.manager = manager
+        self.operations = operations
+        self.schedules = schedules
+        self.store = store
         self.ledger = ledger
         self.log = log
+        #: the session's workload class (the idle watcher's; None when auto-pause is off)
+        self.workload_class = workload_class
         self.interval = interval
         self.clock = clock
         self.tz = tz
         self._unused_for = StampAges(clock)  # how long predicted resumes wait, by path
-        self._wake = asyncio.Event()
+        self._wake = schedules.changed  # a schedule was set or cancelled
         self._task: asyncio.Task | None = None
-        manager.schedule_changed = self._wake.set
-        manager.after_pause.append(self.predict)
 
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._run())
@@ -95,7 +116,7 @@ class ResumeScheduler:
                 await task
 
     async def _run(self) -> None:
-        await self.manager.recovered.wait()
+        await self.operations.recovered.wait()
         while True:
             try:
                 await self.check()
@@ -120,7 +141,7 @@ class ResumeScheduler:
 
     def _until_due(self) -> float:
         now = self.clock.time()
-        due = [s.schedule["at"] for s in self.manager.store.sessions.values() if s.schedule]
+        due = [s.schedule["at"] for s in self.store.sessions.values() if s.schedule]
         return min(due, default=math.inf) - now
 
     # -------------------------------------------------------------- a round
@@ -129,7 +150,7 @@ class ResumeScheduler:
         now = self.clock.time() if now is None else now
         # due schedules fire in the order they fell due: their resumes queue in that order
         sessions = sorted(
-            self.manager.store.sessions.items(),
+            self.store.sessions.items(),
             key=lambda item: item[1].schedule["at"] if item[1].schedule else math.inf,
         )
         for path, session in sessions:
@@ -137,15 +158,38 @@ class ResumeScheduler:
                 continue  # a pause under way keeps its schedule; a resume has no use for one
             if session.schedule and session.state.has_kernel:
                 # a pause that did not finish, resolved at start-up as running
-                self.manager.cancel_schedule(path, "the notebook is running")
+                self.schedules.cancel(path, "the notebook is running")
             elif session.schedule and session.schedule["at"] <= now:
                 self.log.info("jupyter-pause: resuming %s as scheduled", path)
-                await self.manager.resume_as_scheduled(path)
+                await self.fire(path)
             elif (
                 session.state == State.READY
                 and (session.resumed_ahead or {}).get("kind") == "predicted"
             ):
                 await self._pause_if_unused(session, now)
+
+    async def fire(self, path: str) -> Any:
+        """Start the resume a due schedule asks for.
+
+        The schedule is used up either way; a resume that cannot start (the
+        notebook was deleted, has no checkpoint, a resume runs already)
+        cancels it with the reason, and nothing else is started: a schedule
+        never competes with a restore under way.
+        """
+        session = self.store.sessions.get(path)
+        if session is None or not session.schedule:
+            return None
+        if session.busy:
+            self.schedules.cancel(path, f"a {session.operation.kind} was under way")
+            return None
+        schedule = self.schedules.take(session)
+        kind = schedule.get("kind") or "scheduled"
+        try:
+            return await self.operations.resume(path, scheduled=kind, due=schedule["at"])
+        except (PauseError, OperationInProgress) as e:
+            self.schedules.record_cancel(session, schedule, f"could not start: {e}")
+            self.log.warning("jupyter-pause: the scheduled resume of %s did not start: %s", path, e)
+            return None
 
     async def _pause_if_unused(self, session, now: float) -> None:
         policy = await self._policy(session)
@@ -165,16 +209,16 @@ class ResumeScheduler:
             held,
         )
         try:
-            await self.manager.pause(session.path, auto=True, reason=UNUSED_REASON)
+            await self.operations.pause(session.path, auto=True, reason=UNUSED_REASON)
         except (PauseError, OperationInProgress) as e:
             self.log.info("jupyter-pause: could not pause %s again: %s", session.path, e)
 
     # ------------------------------------------------------------ predicting
 
     async def _policy(self, session) -> WorkloadClass:
-        if self.manager.workload_class is None:  # auto-pause off: the defaults, no prediction
+        if self.workload_class is None:  # auto-pause off: the defaults, no prediction
             return WorkloadClass(name="default")
-        policy, _ = await self.manager.workload_class(session)
+        policy, _ = await self.workload_class(session)
         return policy
 
     async def predict(self, session) -> None:
@@ -206,7 +250,7 @@ class ResumeScheduler:
         if at <= now:
             return  # the user is expected back sooner than a resume takes
         try:
-            self.manager.set_schedule(
+            self.schedules.set(
                 session.path,
                 at,
                 kind="predicted",
