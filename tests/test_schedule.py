@@ -182,7 +182,7 @@ async def test_a_schedule_fires_at_its_time_and_the_notebook_is_ready(tmp_path):
     assert requested[-1].data["scheduled"] == "scheduled"
 
     # the user's first cell: a hit in the report
-    manager._on_activity(NB, session.kernel_id, "cell-finished", {"duration": 0.0})
+    manager.reconciler.on_activity(NB, session.kernel_id, "cell-finished", {"duration": 0.0})
     assert session.resumed_ahead is None
     report = resume_ahead(manager.ledger.events(), 0, time.time() + 10)
     assert report["kinds"]["scheduled"]["hits"] == 1

@@ -396,11 +396,11 @@ class PauseApp(ExtensionApp):
         if event_logger is not None:
             event_logger.add_listener(
                 schema_id="https://events.jupyter.org/jupyter_server/kernel_actions/v1",
-                listener=self.manager.on_kernel_action,
+                listener=self.manager.reconciler.on_kernel_action,
             )
             event_logger.add_listener(
                 schema_id="https://events.jupyter.org/jupyter_server/contents_service/v1",
-                listener=self.manager.on_contents_action,
+                listener=self.manager.reconciler.on_contents_action,
             )
 
     async def _start_jupyter_server_extension(self, serverapp):
