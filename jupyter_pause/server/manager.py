@@ -39,7 +39,7 @@ from typing import Any
 from jupyter_server.utils import ensure_async
 
 from ..backends.base import ReleaseFacts
-from ..clock import SYSTEM, Clock, StampAges
+from ..clock import SYSTEM, Clock
 from ..engine import handoff
 from ..engine import paths as checkpoint_paths
 from ..engine import store as checkpoint_store
@@ -47,11 +47,8 @@ from ..idle_policy import WorkloadClass
 from ..ledger import EventType, Ledger
 from ..lifecycle import (
     BUSY_STATES,
-    LEASE_INTERVAL,
-    LEASE_TIMEOUT,
     OPERATION_STATES,
     SHUTDOWN_REASON,
-    InvalidTransition,
     LiveState,
     LostState,
     Operation,
@@ -70,8 +67,9 @@ from .errors import PauseError
 from .explain import explain
 from .kernels import KernelCallError, KernelDied, call_in_kernel
 from .prewarm import Prewarmer
-from .reconcile import Reconciler
+from .reconcile import Reconciler, execution_state
 from .recorder import Recorder
+from .recovery import SERVER_STOPPED_UNDER_IT, Recovery
 from .schedules import Schedules
 
 #: seconds a pause waits for a busy kernel to report idle before refusing: a client
@@ -81,8 +79,6 @@ BUSY_GRACE = 2.0
 #: seconds before its time a snapshot-restored pod still counts as brought back by its
 #: schedule (a CronJob's minute); earlier, the user resumed it by hand
 SCHEDULE_SLACK = 60.0
-#: why a notebook's state is lost when its kernel stopped with the server, no pause
-SERVER_STOPPED_UNDER_IT = "the server stopped under the kernel, without a pause"
 _TEMPORARY_PATH = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
@@ -191,8 +187,6 @@ class PauseManager:
         self.call = call
         #: the owner written into the lease of every operation this process runs
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        #: how long the leases of owners elsewhere went unrenewed (by path)
-        self._lease_ages = StampAges(clock)
         self.prewarmer = Prewarmer(kernel_manager, log=log)
         #: how many resumes start kernels and restore at once; the others wait their turn
         self.resume_gate = resume_gate if resume_gate is not None else ResumeGate(machine_limit())
@@ -201,9 +195,18 @@ class PauseManager:
         self._reading_ahead: dict[str, threading.Event] = {}  # path -> its stop
         self._handing_over: set[handoff.Fill] = set()  # memory filled for restores
         self._running: dict[str, asyncio.Task] = {}  # operation id -> its task
-        self._resolving: set[str] = set()  # abandoned operations being settled now
+        self.recovery = Recovery(
+            owner=self.owner,
+            running=self._running,
+            kernel_manager=kernel_manager,
+            store=store,
+            recorder=self.recorder,
+            catalogue=self.catalogue,
+            activity=self.activity,
+            clock=clock,
+            log=log,
+        )
         self.policies = policies
-        self._heartbeat: asyncio.Task | None = None
         #: set once :meth:`recover` ran: until then status and operations wait,
         #: so that nobody sees (or trips over) what a dead server left behind
         self.recovered = asyncio.Event()
@@ -347,10 +350,10 @@ class PauseManager:
         session = self.store.sessions.get(path) or Session(path=path)
         if (
             session.busy
-            and self._abandoned(session)
-            and session.operation.id not in self._resolving
+            and self.recovery.abandoned(session)
+            and session.operation.id not in self.recovery.resolving
         ):
-            await self._resolve(session, "its server stopped, or its lease expired")
+            await self.recovery.resolve(session, "its server stopped, or its lease expired")
         if session.busy:
             raise OperationInProgress(path, session.operation)
         if session.state not in OPERATION_STATES[kind]:
@@ -571,191 +574,17 @@ class PauseManager:
         except Exception:  # the contents manager refuses hidden or outside paths
             return False
 
-    def _abandoned(self, session: Session) -> bool:
-        """Whether the session's running operation has nobody left to finish it:
-        this process without a task for it (a task that ended without
-        finishing it), a server process on this machine that no longer exists,
-        or an owner elsewhere whose lease expired: unrenewed for
-        ``LEASE_TIMEOUT`` seconds, read on the wall clock when this process
-        first saw the heartbeat and on the monotonic clock since, so that a
-        step of this machine's wall clock neither kills a live owner's lease
-        nor keeps a dead one's forever."""
-        op = session.operation
-        if op.owner == self.owner:
-            return op.id not in self._running
-        host, _, rest = op.owner.partition(":")
-        pid = rest.partition(":")[0]
-        if host == socket.gethostname() and pid.isdigit():
-            return int(pid) == os.getpid() or not checkpoint_store.pid_alive(int(pid))
-        return self._lease_ages.age(session.path, op.heartbeat) > LEASE_TIMEOUT
-
     async def recover(self) -> None:
-        """At start-up: resolve every operation a previous server left running,
-        and clean the temp folders of checkpoint writers that died with it."""
+        """At start-up: settle what a previous server left unfinished
+        (:meth:`.Recovery.recover`); until then status and operations wait."""
         try:
-            for session in self.store.unfinished(self.owner):
-                if self._abandoned(session):
-                    await self._resolve(session, "the server stopped during it")
-            for session in list(self.store.sessions.values()):
-                self._kernel_gone_with_server(session)
-            await self._kernels_gone()
-            await self.catalogue.in_thread(self.catalogue.clean_dead_writers)
+            await self.recovery.recover()
         finally:
             self.recovered.set()
 
-    def _kernel_gone_with_server(self, session: Session) -> None:
-        """A notebook a previous server left ``ready`` or ``running`` after a resume (whose
-        background load may not have finished): if its kernel survived, it is adopted as
-        it is; if it stopped with the server, the notebook is ``paused`` again on the
-        checkpoint its state came from, which a resume restores."""
-        holder = session.state_checkpoint or (session.last_checkpoint or {}).get("id")
-        resumed = session.restored_from is not None
-        if session.busy or not session.state.has_kernel or not resumed or holder is None:
-            return
-        if session.kernel_id is not None and self.execution_state(session.kernel_id) is not None:
-            return  # it survived: adopted
-        if session.kernel_id:
-            self.activity.unwatch(session.kernel_id)
-            self.recorder.record(
-                EventType.KERNEL_STOPPED, session, None, stopped_by="server-stopped"
-            )
-        session.kernel_id = None
-        session.live_state = LiveState.UNKNOWN
-        session.resumed_ahead = None
-        session.lost = LostState(why=SERVER_STOPPED_UNDER_IT, checkpoint=holder)
-        error = (
-            "the server stopped and the kernel with it (anything not saved since is lost); "
-            f"the notebook is paused on checkpoint {holder}, where its state came from: "
-            "resume to restore it"
-        )
-        self.recorder.move(session, State.PAUSED, None, error=error)
-        self.recorder.save()
-        self.log.warning("jupyter-pause: %s: %s", session.path, error)
-
-    async def _kernels_gone(self) -> None:
-        """At start-up: a notebook the previous server left running, its kernel gone
-        with it (a SIGKILL, a crash, a shutdown that could not save it), says so at
-        once, ``failed`` with the checkpoints it can resume from, instead of
-        ``running`` without a kernel until the next reconcile."""
-        for session in list(self.store.sessions.values()):
-            if session.busy or not session.kernel_id or session.kernel_id in self.kernel_manager:
-                continue
-            self.recorder.record(
-                EventType.KERNEL_STOPPED, session, None, stopped_by="server-stopped"
-            )
-            self.activity.unwatch(session.kernel_id)
-            session.kernel_id = None
-            if not session.state.has_kernel:
-                self.recorder.save()
-                continue
-            if session.state_checkpoint:  # a checkpoint still has the state it held
-                session.lost = LostState(
-                    why=SERVER_STOPPED_UNDER_IT, checkpoint=session.state_checkpoint
-                )
-            try:
-                ids = [c["id"] for c in await self.catalogue.list_checkpoints(session.path)]
-            except PauseError:
-                ids = []
-            offer = (
-                f"resume to restore checkpoint {ids[0]}"
-                if ids
-                else "there is no checkpoint to resume from"
-            )
-            self.recorder.move(
-                session,
-                State.FAILED,
-                None,
-                error=(
-                    "the server stopped and this notebook's kernel with it, without a pause: "
-                    f"its state since the last checkpoint is lost; {offer}"
-                ),
-            )
-
-    async def _resolve(self, session: Session, why: str) -> None:
-        """End an abandoned operation with the truth: was its checkpoint committed
-        (the manifest carries the operation's id), is the kernel alive?"""
-        op = session.operation
-        self._resolving.add(op.id)  # a second request meanwhile gets 409, not a second resolve
-        try:
-            await self._settle(session, op, why)
-        finally:
-            self._resolving.discard(op.id)
-
-    async def _settle(self, session: Session, op: Operation, why: str) -> None:
-        path = session.path
-        alive = (
-            session.kernel_id is not None and self.execution_state(session.kernel_id) is not None
-        )
-        try:
-            listing = await self.catalogue.in_thread(self.catalogue.listing, path, private=True)
-        except PauseError:
-            listing = []
-        committed = next(
-            (c for c in listing if (c.get("metadata") or {}).get("operation_id") == op.id), None
-        )
-        ids = [c["id"] for c in listing]
-        said = f"the {op.kind} {op.id} did not finish ({why})"
-        if committed is not None:
-            session.last_checkpoint = {
-                "id": committed["id"],
-                "time": time.time(),
-                "bytes": committed["bytes"],
-            }
-            session.pause_nonce = (committed.get("metadata") or {}).get("pause_nonce")
-        if not alive:
-            if session.kernel_id:
-                self.activity.unwatch(session.kernel_id)
-            session.kernel_id = None
-        if op.kind == "resume":
-            if alive:
-                to, error = (
-                    State.FAILED,
-                    (
-                        f"{said}; the kernel may hold a partial restore: resume again to restore "
-                        f"from {', '.join(ids) or 'a checkpoint'}"
-                    ),
-                )
-            else:
-                to, error = (
-                    State.PAUSED,
-                    f"{said}; nothing was restored and the checkpoints are intact: resume again",
-                )
-        elif alive:
-            saved = f"; checkpoint {committed['id']} was saved" if committed else ""
-            to, error = (
-                State.RUNNING,
-                f"{said}; nothing was shut down and the kernel keeps running{saved}",
-            )
-        elif committed is not None:
-            to, error = State.PAUSED, None
-            op.messages.append(
-                f"The server stopped during the {op.kind}, after checkpoint {committed['id']} "
-                "was committed and with the kernel gone: the notebook is paused."
-            )
-        else:
-            offer = (
-                f"Checkpoints you can resume from: {', '.join(ids)}"
-                if ids
-                else "There is no checkpoint to resume from."
-            )
-            to, error = (
-                State.FAILED,
-                (
-                    f"{said} before its checkpoint was committed, and the kernel stopped with it: "
-                    f"its unsaved state is lost. {offer}"
-                ),
-            )
-        try:
-            self.recorder.move(session, to, op, error=error)
-        except InvalidTransition:
-            self.recorder.move(session, State.FAILED, op, error=error or said)
-        if error:
-            self.recorder.fail(session, op, error)
-        else:
-            if op.kind == "pause":
-                self.recorder.record(EventType.PAUSED, session, op)
-            self.recorder.finish(session, op)
-        self.log.warning("jupyter-pause: %s %s", path, error or op.messages[-1])
+    def start(self) -> None:
+        """Keep the leases of this process's running operations alive."""
+        self.recovery.start()
 
     # ------------------------------------------------------------- pausing
 
@@ -914,9 +743,7 @@ class PauseManager:
 
     def execution_state(self, kernel_id: str | None) -> str | None:
         """The kernel's execution state, or None when the server has no such kernel."""
-        if kernel_id is None or kernel_id not in self.kernel_manager:
-            return None
-        return self.kernel_manager.get_kernel(kernel_id).execution_state
+        return execution_state(self.kernel_manager, kernel_id)
 
     async def _wait_idle(self, kernel_id: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -1215,24 +1042,6 @@ class PauseManager:
             self.recorder.move(session, State.FAILED, op, error=message)
         self.recorder.fail(session, op, message)
 
-    def start(self) -> None:
-        """Keep the leases of this process's running operations alive."""
-        self._heartbeat = asyncio.ensure_future(self._beat())
-
-    async def _beat(self) -> None:
-        while True:
-            await asyncio.sleep(LEASE_INTERVAL)
-            now = time.time()
-            mine = [
-                s.operation
-                for s in self.store.sessions.values()
-                if s.busy and s.operation.owner == self.owner
-            ]
-            for op in mine:
-                op.heartbeat = now
-            if mine:
-                self.recorder.save()  # on the loop: the sessions must not change while serialised
-
     async def save_all(self, grace: float, concurrency: int) -> ShutdownReport:
         """The server stops: pause every live notebook on its checkpoint, as a user
         pause would (``reason`` ``server-shutdown``), at most ``concurrency`` at once,
@@ -1342,8 +1151,7 @@ class PauseManager:
 
     async def close(self) -> None:
         self.reconciler.close()
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
+        self.recovery.close()
         for stop in self._reading_ahead.values():
             stop.set()
         for fill in self._handing_over:

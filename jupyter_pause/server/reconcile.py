@@ -26,6 +26,13 @@ from .schedules import Schedules
 _TEMPORARY_PATH = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
+def execution_state(kernel_manager, kernel_id: str | None) -> str | None:
+    """The kernel's execution state, or None when the server has no such kernel."""
+    if kernel_id is None or kernel_id not in kernel_manager:
+        return None
+    return kernel_manager.get_kernel(kernel_id).execution_state
+
+
 class Reconciler:
     def __init__(
         self,
