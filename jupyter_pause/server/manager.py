@@ -30,7 +30,6 @@ import os
 import posixpath
 import re
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -40,7 +39,6 @@ from jupyter_server.utils import ensure_async
 
 from ..backends.base import ReleaseFacts
 from ..clock import SYSTEM, Clock
-from ..engine import handoff
 from ..engine import paths as checkpoint_paths
 from ..engine import store as checkpoint_store
 from ..idle_policy import WorkloadClass
@@ -187,13 +185,11 @@ class PauseManager:
         self.call = call
         #: the owner written into the lease of every operation this process runs
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.prewarmer = Prewarmer(kernel_manager, log=log)
+        self.prewarmer = Prewarmer(kernel_manager, checkpoint_dir=checkpoint_dir, log=log)
         #: how many resumes start kernels and restore at once; the others wait their turn
         self.resume_gate = resume_gate if resume_gate is not None else ResumeGate(machine_limit())
         self.operations: dict[str, Operation] = {}
         self._tasks: set[asyncio.Task] = set()
-        self._reading_ahead: dict[str, threading.Event] = {}  # path -> its stop
-        self._handing_over: set[handoff.Fill] = set()  # memory filled for restores
         self._running: dict[str, asyncio.Task] = {}  # operation id -> its task
         self.recovery = Recovery(
             owner=self.owner,
@@ -488,7 +484,7 @@ class PauseManager:
                 f"{path!r} is {session.state.value}; only a paused notebook gets a spare kernel",
                 status=409,
             )
-        self._read_ahead(path)
+        self.prewarmer.read_ahead(path)
         try:
             return await self.prewarmer.start(path, session.kernel_name)
         except Exception as e:  # e.g. its kernelspec is gone: the resume will say so too
@@ -503,60 +499,6 @@ class PauseManager:
             raise PauseError(str(e), status=503) from e
         self.operations[op.id] = op
         return op
-
-    def _read_ahead(
-        self, path: str, checkpoint_id: str | None = None, skip: frozenset = frozenset()
-    ) -> None:
-        """Have the disk read the checkpoint a kernel is about to restore while that kernel
-        starts (engine/store.prefetch), so a resume waits for the slower of the two, not
-        for both in turn. Best effort, on a thread, one at a time per notebook; it
-        decides nothing. ``skip``: the files handed over in memory instead."""
-        if path in self._reading_ahead:
-            return
-        stop = self._reading_ahead[path] = threading.Event()
-
-        async def read_ahead() -> None:
-            try:
-                done = await asyncio.to_thread(
-                    checkpoint_store.prefetch,
-                    self.checkpoint_dir,
-                    path,
-                    checkpoint_id,
-                    stop=stop,
-                    skip=skip,
-                )
-                self.log.debug("jupyter-pause: read %d bytes ahead for %s", done, path)
-            except Exception as e:  # a refused folder, say: the restore will tell
-                self.log.debug("jupyter-pause: no read-ahead for %s: %s", path, e)
-            finally:
-                self._reading_ahead.pop(path, None)
-
-        self._spawn(read_ahead())
-
-    async def _hand_over(self, path: str, checkpoint_id: str | None) -> handoff.Fill | None:
-        """Fill memory with the checkpoint's large files while a cold kernel starts, for
-        its restore to map instead of reading them (engine/handoff.py); a spare has no
-        start to overlap. Best effort: None where there is nothing to hand over, and the
-        kernel reads its files itself."""
-        try:
-            fill = await asyncio.to_thread(handoff.offer, self.checkpoint_dir, path, checkpoint_id)
-        except Exception as e:  # a refused folder, say: the restore will tell
-            self.log.debug("jupyter-pause: no memory handed over for %s: %s", path, e)
-            return None
-        if fill is not None:  # kept until it ends, for a server shutting down to stop it
-            self._handing_over = {f for f in self._handing_over if not f.wait(0)} | {fill}
-        return fill
-
-    def _handed_over(self, fill: handoff.Fill | None, failed: bool = False) -> None:
-        """The restore call is over: close the server's offer (a fill still running goes
-        on for the kernel's restore). A failed resume also stops the fill, so that no
-        memory is held for nothing. Either may come twice."""
-        if fill is None:
-            return
-        if failed:
-            fill.cancel()
-        else:
-            fill.release()
 
     def _spawn(self, coro, op: Operation | None = None) -> None:
         task = asyncio.ensure_future(coro)
@@ -917,12 +859,7 @@ class PauseManager:
 
     async def _resume(self, session: Session, op: Operation, checkpoint_id: str | None) -> None:
         path = session.path
-        fill = None
-        if self.prewarmer.spare(path) is None:  # a cold kernel: memory is filled as it starts
-            fill = await self._hand_over(path, checkpoint_id)
-        self._read_ahead(
-            path, checkpoint_id, skip=frozenset(f.rel for f in fill.files) if fill else frozenset()
-        )
+        fill = await self.prewarmer.prepare(path, checkpoint_id)
         kernel_id = None
         started_here = False
         try:
@@ -978,7 +915,7 @@ class PauseManager:
                     operation=op.id,
                 )
             finally:
-                self._handed_over(fill)  # the kernel has taken what it takes
+                self.prewarmer.handed_over(fill)  # the kernel has taken what it takes
             result = RestoreReply.from_json(reply)
             nonce = await self.call(km, "live_nonce", timeout=30)
             session.live_state = (
@@ -1016,7 +953,7 @@ class PauseManager:
             self.recorder.record(EventType.FIRST_CELL_RUNNABLE, session, op)
             self.recorder.finish(session, op)
         except Exception as e:
-            self._handed_over(fill, failed=True)
+            self.prewarmer.handed_over(fill, failed=True)
             error = str(e)
             others = await self.catalogue.alternatives(path, checkpoint_id)
             if others:
@@ -1152,10 +1089,7 @@ class PauseManager:
     async def close(self) -> None:
         self.reconciler.close()
         self.recovery.close()
-        for stop in self._reading_ahead.values():
-            stop.set()
-        for fill in self._handing_over:
-            fill.cancel()
+        self.prewarmer.stop_preparing()
         self._give_up_waiting()
         for task in list(self._tasks):
             task.cancel()

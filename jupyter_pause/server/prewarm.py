@@ -6,6 +6,12 @@ server starts a kernel for that notebook's kernelspec and has it import the engi
 and torch. The spare belongs to no session: the notebook shows no kernel, nothing is
 counted as allocated in the ledger or reports, and importing torch initialises no GPU.
 A resume adopts it (``adopt``); unused, it is shut down after ``ttl`` seconds.
+
+This is the one home of "prepare a resume" (:meth:`Prewarmer.prepare`): besides the
+spare kernel, the checkpoint is read ahead from disk (``engine/store.prefetch``) and
+its large files are filled in memory for the restore to map (``engine/handoff.py``)
+while the kernel starts.  All of it is best effort: it decides nothing, and a resume
+without it reads its files itself.
 """
 
 from __future__ import annotations
@@ -13,22 +19,30 @@ from __future__ import annotations
 import asyncio
 import os
 import posixpath
+import threading
 from typing import Any
 
+from ..engine import handoff
+from ..engine import store as checkpoint_store
 from .kernels import call_in_kernel
 
 DEFAULT_TTL = 180.0
 
 
 class Prewarmer:
-    def __init__(self, kernel_manager, ttl: float = DEFAULT_TTL, log=None):
+    def __init__(self, kernel_manager, ttl: float = DEFAULT_TTL, log=None, checkpoint_dir=None):
         self.kernel_manager = kernel_manager
+        #: where the checkpoints a resume reads ahead or fills in memory live
+        self.checkpoint_dir = checkpoint_dir
         self.ttl = ttl
         self.log = log
         self._spares: dict[str, str] = {}  # notebook path -> kernel id
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._warming: dict[str, asyncio.Task] = {}  # path -> its spare's warm-up
         self._tasks: set[asyncio.Task] = set()
+        self.reading_ahead: dict[str, threading.Event] = {}  # path -> its stop
+        self._reads: set[asyncio.Task] = set()  # the reads ahead under way
+        self._handing_over: set[handoff.Fill] = set()  # memory filled for restores
 
     def spare(self, path: str) -> str | None:
         """The live spare kernel of ``path``, if any."""
@@ -77,6 +91,90 @@ class Prewarmer:
     async def shutdown(self) -> None:
         for path in list(self._spares):
             await self.discard(path)
+
+    # ------------------------------------------------- preparing a resume
+
+    async def prepare(self, path: str, checkpoint_id: str | None) -> handoff.Fill | None:
+        """Prepare the resume of ``path`` from ``checkpoint_id`` (None: the newest sound
+        one): a cold kernel gets the checkpoint's large files filled in memory as it
+        starts (a spare has no start to overlap), and the disk reads the rest ahead.
+        Returns the fill, for :meth:`handed_over` once the restore call is over."""
+        fill = None
+        if self.spare(path) is None:  # a cold kernel: memory is filled as it starts
+            fill = await self.hand_over(path, checkpoint_id)
+        self.read_ahead(
+            path, checkpoint_id, skip=frozenset(f.rel for f in fill.files) if fill else frozenset()
+        )
+        return fill
+
+    def read_ahead(
+        self, path: str, checkpoint_id: str | None = None, skip: frozenset = frozenset()
+    ) -> None:
+        """Have the disk read the checkpoint a kernel is about to restore while that kernel
+        starts (engine/store.prefetch), so a resume waits for the slower of the two, not
+        for both in turn. Best effort, on a thread, one at a time per notebook; it
+        decides nothing. ``skip``: the files handed over in memory instead."""
+        if path in self.reading_ahead:
+            return
+        stop = self.reading_ahead[path] = threading.Event()
+
+        async def read_ahead() -> None:
+            try:
+                done = await asyncio.to_thread(
+                    checkpoint_store.prefetch,
+                    self.checkpoint_dir,
+                    path,
+                    checkpoint_id,
+                    stop=stop,
+                    skip=skip,
+                )
+                self._debug("jupyter-pause: read %d bytes ahead for %s", done, path)
+            except Exception as e:  # a refused folder, say: the restore will tell
+                self._debug("jupyter-pause: no read-ahead for %s: %s", path, e)
+            finally:
+                self.reading_ahead.pop(path, None)
+
+        task = asyncio.ensure_future(read_ahead())
+        self._reads.add(task)
+        task.add_done_callback(self._reads.discard)
+
+    async def hand_over(self, path: str, checkpoint_id: str | None) -> handoff.Fill | None:
+        """Fill memory with the checkpoint's large files while a cold kernel starts, for
+        its restore to map instead of reading them (engine/handoff.py); a spare has no
+        start to overlap. Best effort: None where there is nothing to hand over, and the
+        kernel reads its files itself."""
+        try:
+            fill = await asyncio.to_thread(handoff.offer, self.checkpoint_dir, path, checkpoint_id)
+        except Exception as e:  # a refused folder, say: the restore will tell
+            self._debug("jupyter-pause: no memory handed over for %s: %s", path, e)
+            return None
+        if fill is not None:  # kept until it ends, for a server shutting down to stop it
+            self._handing_over = {f for f in self._handing_over if not f.wait(0)} | {fill}
+        return fill
+
+    def handed_over(self, fill: handoff.Fill | None, failed: bool = False) -> None:
+        """The restore call is over: close the server's offer (a fill still running goes
+        on for the kernel's restore). A failed resume also stops the fill, so that no
+        memory is held for nothing. Either may come twice."""
+        if fill is None:
+            return
+        if failed:
+            fill.cancel()
+        else:
+            fill.release()
+
+    def stop_preparing(self) -> None:
+        """The server stops: reads ahead and memory fills end now."""
+        for stop in self.reading_ahead.values():
+            stop.set()
+        for fill in self._handing_over:
+            fill.cancel()
+        for task in list(self._reads):
+            task.cancel()
+
+    def _debug(self, *args) -> None:
+        if self.log is not None:
+            self.log.debug(*args)
 
     def _arm(self, path: str) -> None:
         timer = self._timers.pop(path, None)
