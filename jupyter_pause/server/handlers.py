@@ -23,7 +23,7 @@ from ..engine.errors import CheckpointError, CheckpointNotFound, ForeignCheckpoi
 from ..lifecycle import OperationInProgress
 from ..schedule import ScheduleError, parse_resume_at
 from .errors import PauseError
-from .manager import RestoreDamage
+from .reconcile import RestoreDamage
 from .unsaveable import unsaveable
 
 NAMESPACE = "jupyter-pause/api"
@@ -275,7 +275,7 @@ class RestoredHandler(PauseHandler):
             raise PauseError("'lost' must be a list of names")
         await self.manager.recovered.wait()
         damage = RestoreDamage(body["operation_id"], body["checkpoint_id"], recovered, lost)
-        op = self.manager.record_restore_damage(path, damage)
+        op = self.manager.reconciler.record_restore_damage(path, damage)
         self.write_json({"operation": op.to_json()})
 
 

@@ -81,19 +81,6 @@ _TEMPORARY_PATH = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[
 
 
 @dataclasses.dataclass(frozen=True)
-class RestoreDamage:
-    """What a resumed kernel's background load found damaged in ``checkpoint_id`` after
-    the resume ``operation_id`` had finished (``POST sessions/restored``): objects loaded
-    from an older checkpoint's sound copy instead (name -> its checkpoint id), and objects
-    of which no checkpoint has a copy that verifies."""
-
-    operation_id: str
-    checkpoint_id: str
-    recovered: dict[str, str]
-    lost: list[str]
-
-
-@dataclasses.dataclass(frozen=True)
 class NotSaved:
     """A live notebook whose state a stopping server could not save."""
 
@@ -296,45 +283,6 @@ class PauseManager:
         return op
 
     # ----------------------------------------------------------- checkpoints
-
-    def record_restore_damage(self, path: str, damage: RestoreDamage) -> Operation:
-        """The kernel of the resume ``damage.operation_id`` found objects of its checkpoint
-        damaged after the resume finished: that operation's messages say which were loaded
-        from older checkpoints and which are lost (``lost``, as a pause says it).  Only the
-        notebook's current kernel, the one that resume restored, is heard."""
-        names = [*damage.recovered, *damage.lost]
-        if not all(n.isidentifier() for n in names):
-            raise PauseError("'recovered' and 'lost' must name variables")
-        ids = [damage.checkpoint_id, *damage.recovered.values()]
-        if not all(checkpoint_paths.is_checkpoint_id(c) for c in ids):
-            raise PauseError("the checkpoints must be checkpoint ids (like 2026-11-30T18-02-11)")
-        session = self.store.sessions.get(path)
-        op = session.operation if session is not None else None
-        if (
-            op is None
-            or op.kind != "resume"
-            or op.id != damage.operation_id
-            or session.state_checkpoint != damage.checkpoint_id
-        ):
-            raise PauseError(
-                f"{path!r} is not restored from checkpoint {damage.checkpoint_id!r} by resume "
-                f"{damage.operation_id!r} now: an operation has run since",
-                status=409,
-            )
-        for name, older in sorted(damage.recovered.items()):
-            op.messages.append(
-                f"{name} was damaged in checkpoint {damage.checkpoint_id}; loaded its copy "
-                f"from the older checkpoint {older}, which verifies"
-            )
-        if damage.lost:
-            why = f"damaged in checkpoint {damage.checkpoint_id}, found by the background load"
-            before = dict(session.lost.names) if session.lost else {}
-            self.recorder.note_lost(
-                session, op, {name: "" for name in damage.lost}, "the restored kernel", why=why
-            )
-            session.lost.names = {**before, **session.lost.names}
-        self.recorder.save()
-        return op
 
     # ------------------------------------------------------------ operations
 
@@ -722,7 +670,7 @@ class PauseManager:
             )
             result = CheckpointReply.from_json(reply)
         except KernelDied as e:
-            await self._kernel_died(session, op, str(e), report=report)
+            await self.reconciler.kernel_died(session, op, str(e), report=report)
             return False
         except (KernelCallError, KeyError) as e:
             error = (
@@ -768,45 +716,6 @@ class PauseManager:
             **autosave,
         )
         return True
-
-    async def _kernel_died(
-        self, session: Session, op: Operation, how: str, *, report: bool
-    ) -> None:
-        """The kernel died while it wrote a checkpoint: say so, and name the
-        checkpoint that is intact.  If Jupyter restarted it, the session keeps
-        the fresh kernel (resume restores into it); nothing is paused."""
-        kernel_id = session.kernel_id
-        try:
-            ids = [c["id"] for c in await self.catalogue.list_checkpoints(session.path)]
-        except PauseError:
-            ids = []
-        intact = (
-            f"The last checkpoint, {ids[0]}, is intact: resume to restore it."
-            if ids
-            else "There is no earlier checkpoint to restore."
-        )
-        error = (
-            f"the kernel died during the checkpoint ({how}): its unsaved state is lost and "
-            f"nothing was paused. {intact}"
-        )
-        autosave = {"autosave": True} if op.options.get("autosave") else {}
-        self.recorder.record(EventType.CHECKPOINT_FAILED, session, op, error=error, **autosave)
-        self.recorder.record(EventType.KERNEL_STOPPED, session, op, stopped_by="died")
-        self.activity.unwatch(kernel_id)
-        op.step = "waiting for Jupyter to restart the kernel"
-        if await self.reconciler.restarted(kernel_id):
-            session.live_state = LiveState.FRESH  # the same kernel id, an empty process
-            if session.state_checkpoint:  # its next checkpoint must not push that one out
-                session.lost = LostState(
-                    why=f"the kernel died during the checkpoint ({how})",
-                    checkpoint=session.state_checkpoint,
-                )
-                self.reconciler.watch_for_death(kernel_id)
-        else:
-            session.kernel_id = None
-        self.recorder.move(session, State.FAILED, op, error=error)
-        if report:
-            self.recorder.fail(session, op, error)
 
     async def _run_checkpoint(self, session: Session, op: Operation) -> None:
         previous = session.state
