@@ -74,9 +74,6 @@ from .schedules import Schedules
 #: that has seen its cell end (IOPub idle on its websocket) can ask before the
 #: server's own IOPub listener has updated the kernel's state
 BUSY_GRACE = 2.0
-#: seconds before its time a snapshot-restored pod still counts as brought back by its
-#: schedule (a CronJob's minute); earlier, the user resumed it by hand
-SCHEDULE_SLACK = 60.0
 _TEMPORARY_PATH = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
@@ -180,12 +177,15 @@ class PauseManager:
         self._running: dict[str, asyncio.Task] = {}  # operation id -> its task
         self.recovery = Recovery(
             owner=self.owner,
+            call=call,
             running=self._running,
             kernel_manager=kernel_manager,
             store=store,
             recorder=self.recorder,
             catalogue=self.catalogue,
             activity=self.activity,
+            schedules=self.schedules,
+            reconciler=self.reconciler,
             clock=clock,
             log=log,
         )
@@ -432,7 +432,7 @@ class PauseManager:
                 f"{path!r} is {session.state.value}; only a paused notebook gets a spare kernel",
                 status=409,
             )
-        self.prewarmer.read_ahead(path)
+        self._read_ahead(path)
         try:
             return await self.prewarmer.start(path, session.kernel_name)
         except Exception as e:  # e.g. its kernelspec is gone: the resume will say so too
@@ -447,6 +447,12 @@ class PauseManager:
             raise PauseError(str(e), status=503) from e
         self.operations[op.id] = op
         return op
+
+    def _read_ahead(self, path: str, checkpoint_id: str | None = None, fill=None) -> None:
+        """Read ahead what a restore will read (server/prewarm.py), as a task of ours."""
+        read = self.prewarmer.read_ahead(path, checkpoint_id, fill)
+        if read is not None:
+            self._spawn(read)
 
     def _spawn(self, coro, op: Operation | None = None) -> None:
         task = asyncio.ensure_future(coro)
@@ -539,7 +545,7 @@ class PauseManager:
             if facts.restored_from == "snapshot":
                 # This very process was snapshotted and has just been restored.
                 for member in group:
-                    await self._came_back_live(member, op)
+                    await self.recovery.came_back_live(member, op)
             self.recorder.finish(session, op)
             after_pause = self.policies.after_pause
             if session.state == State.PAUSED and not at_shutdown and after_pause is not None:
@@ -575,48 +581,6 @@ class PauseManager:
                 self.recorder.fail(session, op, error)
                 return None
         return others
-
-    async def _came_back_live(self, session: Session, op: Operation) -> None:
-        """After a platform snapshot restore: the kernels are the very processes
-        that were paused; prove it with their nonces and report ready."""
-        self.recorder.record(EventType.RESUME_REQUESTED, session, op, restored_from="snapshot")
-        self.recorder.move(session, State.RESUMING, op)
-        self.recorder.move(session, State.RESTORING, op, "checking the restored kernels")
-        nonce = None
-        if session.kernel_id:
-            try:
-                km = self.kernel_manager.get_kernel(session.kernel_id)
-                nonce = await self.call(km, "live_nonce", timeout=30)
-            except (KernelCallError, KeyError):
-                nonce = None
-        if nonce and nonce == session.pause_nonce:
-            session.live_state = LiveState.RESTORED
-            session.restored_from = "snapshot"
-            self.recorder.record(EventType.RESTORE_FINISHED, session, op, restored_from="snapshot")
-            activity = self.activity.watch(session.kernel_id, session.path)
-            activity.reset_clock()  # the wall clock jumped by the whole pause
-            self.reconciler.first_cell_pending.add(session.path)
-            if session.schedule and session.schedule["at"] <= time.time() + SCHEDULE_SLACK:
-                # the platform's scheduler brought the pod back, as scheduled
-                schedule, session.schedule = session.schedule, None
-                kind = schedule.get("kind") or "scheduled"
-                self.recorder.record(
-                    EventType.SCHEDULED_RESUME_STARTED, session, op, at=schedule["at"], kind=kind
-                )
-                session.resumed_ahead = {"kind": kind, "at": time.time()}
-            elif session.schedule:  # brought back before its time: by hand
-                self.schedules.cancel(session.path, "resumed by hand")
-            self.recorder.move(session, State.READY, op)
-            self.recorder.record(EventType.FIRST_CELL_RUNNABLE, session, op)
-        else:
-            # the snapshot did not bring this kernel back: the checkpoint will
-            error = "the snapshot did not bring the kernel back; resume from the checkpoint"
-            self.recorder.record(
-                EventType.RESTORE_FAILED, session, op, error=error, restored_from="snapshot"
-            )
-            session.kernel_id = None
-            session.live_state = LiveState.UNKNOWN
-            self.recorder.move(session, State.PAUSED, op)
 
     async def _quiesce(self, session: Session, op: Operation) -> None:
         """Make sure no user cell runs: wait (after_cell) or interrupt (force)."""
@@ -768,7 +732,8 @@ class PauseManager:
 
     async def _resume(self, session: Session, op: Operation, checkpoint_id: str | None) -> None:
         path = session.path
-        fill = await self.prewarmer.prepare(path, checkpoint_id)
+        fill = await self.prewarmer.hand_over(path, checkpoint_id)  # none for a spare
+        self._read_ahead(path, checkpoint_id, fill)
         kernel_id = None
         started_here = False
         try:

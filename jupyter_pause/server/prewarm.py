@@ -7,7 +7,7 @@ and torch. The spare belongs to no session: the notebook shows no kernel, nothin
 counted as allocated in the ledger or reports, and importing torch initialises no GPU.
 A resume adopts it (``adopt``); unused, it is shut down after ``ttl`` seconds.
 
-This is the one home of "prepare a resume" (:meth:`Prewarmer.prepare`): besides the
+This is the one home of "prepare a resume": besides the
 spare kernel, the checkpoint is read ahead from disk (``engine/store.prefetch``) and
 its large files are filled in memory for the restore to map (``engine/handoff.py``)
 while the kernel starts.  All of it is best effort: it decides nothing, and a resume
@@ -20,6 +20,7 @@ import asyncio
 import os
 import posixpath
 import threading
+from collections.abc import Coroutine
 from typing import Any
 
 from ..engine import handoff
@@ -41,7 +42,6 @@ class Prewarmer:
         self._warming: dict[str, asyncio.Task] = {}  # path -> its spare's warm-up
         self._tasks: set[asyncio.Task] = set()
         self.reading_ahead: dict[str, threading.Event] = {}  # path -> its stop
-        self._reads: set[asyncio.Task] = set()  # the reads ahead under way
         self._handing_over: set[handoff.Fill] = set()  # memory filled for restores
 
     def spare(self, path: str) -> str | None:
@@ -94,29 +94,20 @@ class Prewarmer:
 
     # ------------------------------------------------- preparing a resume
 
-    async def prepare(self, path: str, checkpoint_id: str | None) -> handoff.Fill | None:
-        """Prepare the resume of ``path`` from ``checkpoint_id`` (None: the newest sound
-        one): a cold kernel gets the checkpoint's large files filled in memory as it
-        starts (a spare has no start to overlap), and the disk reads the rest ahead.
-        Returns the fill, for :meth:`handed_over` once the restore call is over."""
-        fill = None
-        if self.spare(path) is None:  # a cold kernel: memory is filled as it starts
-            fill = await self.hand_over(path, checkpoint_id)
-        self.read_ahead(
-            path, checkpoint_id, skip=frozenset(f.rel for f in fill.files) if fill else frozenset()
-        )
-        return fill
-
     def read_ahead(
-        self, path: str, checkpoint_id: str | None = None, skip: frozenset = frozenset()
-    ) -> None:
+        self, path: str, checkpoint_id: str | None = None, fill: handoff.Fill | None = None
+    ) -> Coroutine[Any, Any, None] | None:
         """Have the disk read the checkpoint a kernel is about to restore while that kernel
         starts (engine/store.prefetch), so a resume waits for the slower of the two, not
         for both in turn. Best effort, on a thread, one at a time per notebook; it
-        decides nothing. ``skip``: the files handed over in memory instead."""
+        decides nothing. ``fill``: the files handed over in memory are not read.
+
+        Returns the read, for the caller to run as one of its tasks, or None when one
+        runs already for ``path``."""
         if path in self.reading_ahead:
-            return
+            return None
         stop = self.reading_ahead[path] = threading.Event()
+        skip = frozenset(f.rel for f in fill.files) if fill else frozenset()
 
         async def read_ahead() -> None:
             try:
@@ -134,15 +125,15 @@ class Prewarmer:
             finally:
                 self.reading_ahead.pop(path, None)
 
-        task = asyncio.ensure_future(read_ahead())
-        self._reads.add(task)
-        task.add_done_callback(self._reads.discard)
+        return read_ahead()
 
     async def hand_over(self, path: str, checkpoint_id: str | None) -> handoff.Fill | None:
         """Fill memory with the checkpoint's large files while a cold kernel starts, for
         its restore to map instead of reading them (engine/handoff.py); a spare has no
         start to overlap. Best effort: None where there is nothing to hand over, and the
         kernel reads its files itself."""
+        if self.spare(path) is not None:
+            return None
         try:
             fill = await asyncio.to_thread(handoff.offer, self.checkpoint_dir, path, checkpoint_id)
         except Exception as e:  # a refused folder, say: the restore will tell
@@ -169,8 +160,6 @@ class Prewarmer:
             stop.set()
         for fill in self._handing_over:
             fill.cancel()
-        for task in list(self._reads):
-            task.cancel()
 
     def _debug(self, *args) -> None:
         if self.log is not None:

@@ -5,6 +5,8 @@ Every operation holds a lease (its owner, this process, and a heartbeat renewed 
 owner is gone (judged on the monotonic clock once seen,
 :class:`~jupyter_pause.clock.StampAges`), the operation is settled from the truth on
 disk (was its checkpoint committed?) and in the kernels (is the kernel alive?).
+A process a platform restored from a snapshot proves that its kernels are the very
+ones that were paused (their nonces) before it reports them ready.
 """
 
 from __future__ import annotations
@@ -32,11 +34,16 @@ from ..lifecycle import (
 from .activity import ActivityMonitor
 from .catalogue import Catalogue
 from .errors import PauseError
-from .reconcile import execution_state
+from .kernels import KernelCallError
+from .reconcile import Reconciler, execution_state
 from .recorder import Recorder
+from .schedules import Schedules
 
 #: why a notebook's state is lost when its kernel stopped with the server, no pause
 SERVER_STOPPED_UNDER_IT = "the server stopped under the kernel, without a pause"
+#: seconds before its time a snapshot-restored pod still counts as brought back by its
+#: schedule (a CronJob's minute); earlier, the user resumed it by hand
+SCHEDULE_SLACK = 60.0
 
 
 class Recovery:
@@ -44,12 +51,15 @@ class Recovery:
         self,
         *,
         owner: str,
+        call,
         running: Mapping[str, asyncio.Task],
         kernel_manager,
         store: SessionStore,
         recorder: Recorder,
         catalogue: Catalogue,
         activity: ActivityMonitor,
+        schedules: Schedules,
+        reconciler: Reconciler,
         clock: Clock,
         log,
     ):
@@ -62,6 +72,10 @@ class Recovery:
         self.recorder = recorder
         self.catalogue = catalogue
         self.activity = activity
+        self.schedules = schedules
+        self.reconciler = reconciler
+        #: how to run a kernel_ops function in a kernel (a fake in unit tests)
+        self.call = call
         self.log = log
         #: how long the leases of owners elsewhere went unrenewed (by path)
         self._lease_ages = StampAges(clock)
@@ -276,3 +290,45 @@ class Recovery:
                 op.heartbeat = now
             if mine:
                 self.recorder.save()  # on the loop: the sessions must not change while serialised
+
+    async def came_back_live(self, session: Session, op: Operation) -> None:
+        """After a platform snapshot restore: the kernels are the very processes
+        that were paused; prove it with their nonces and report ready."""
+        self.recorder.record(EventType.RESUME_REQUESTED, session, op, restored_from="snapshot")
+        self.recorder.move(session, State.RESUMING, op)
+        self.recorder.move(session, State.RESTORING, op, "checking the restored kernels")
+        nonce = None
+        if session.kernel_id:
+            try:
+                km = self.kernel_manager.get_kernel(session.kernel_id)
+                nonce = await self.call(km, "live_nonce", timeout=30)
+            except (KernelCallError, KeyError):
+                nonce = None
+        if nonce and nonce == session.pause_nonce:
+            session.live_state = LiveState.RESTORED
+            session.restored_from = "snapshot"
+            self.recorder.record(EventType.RESTORE_FINISHED, session, op, restored_from="snapshot")
+            activity = self.activity.watch(session.kernel_id, session.path)
+            activity.reset_clock()  # the wall clock jumped by the whole pause
+            self.reconciler.first_cell_pending.add(session.path)
+            if session.schedule and session.schedule["at"] <= time.time() + SCHEDULE_SLACK:
+                # the platform's scheduler brought the pod back, as scheduled
+                schedule, session.schedule = session.schedule, None
+                kind = schedule.get("kind") or "scheduled"
+                self.recorder.record(
+                    EventType.SCHEDULED_RESUME_STARTED, session, op, at=schedule["at"], kind=kind
+                )
+                session.resumed_ahead = {"kind": kind, "at": time.time()}
+            elif session.schedule:  # brought back before its time: by hand
+                self.schedules.cancel(session.path, "resumed by hand")
+            self.recorder.move(session, State.READY, op)
+            self.recorder.record(EventType.FIRST_CELL_RUNNABLE, session, op)
+        else:
+            # the snapshot did not bring this kernel back: the checkpoint will
+            error = "the snapshot did not bring the kernel back; resume from the checkpoint"
+            self.recorder.record(
+                EventType.RESTORE_FAILED, session, op, error=error, restored_from="snapshot"
+            )
+            session.kernel_id = None
+            session.live_state = LiveState.UNKNOWN
+            self.recorder.move(session, State.PAUSED, op)
