@@ -1,4 +1,4 @@
-"""What a stopping server saves, without a server: ``PauseManager.save_all`` over
+"""What a stopping server saves, without a server: ``save_all`` over
 the fakes (real checkpoint files), and start-up's view of kernels that vanished.
 The same with real server processes and signals: test_shutdown.py."""
 
@@ -8,6 +8,7 @@ from jupyter_pause.engine import api as engine
 from jupyter_pause.ledger import EventType
 from jupyter_pause.lifecycle import State
 from jupyter_pause.server.explain import paused_by
+from jupyter_pause.server.shutdown import save_all
 
 from .fakes import FakeBackend, make_manager
 
@@ -41,7 +42,7 @@ async def test_every_live_notebook_is_paused_on_its_checkpoint_and_the_platform_
     manager.backend.released = []
     sessions = [running(manager, path, i) for i, path in enumerate(NOTEBOOKS)]
 
-    report = await manager.save_all(grace=60, concurrency=2)
+    report = await save_all(manager, grace=60, concurrency=2)
 
     assert sorted(report.paused) == sorted(NOTEBOOKS) and report.not_saved == []
     assert manager.backend.released == []
@@ -66,7 +67,7 @@ async def test_a_kernel_busy_past_the_grace_is_named_not_saved_and_failed(tmp_pa
     busy = running(manager, NOTEBOOKS[1], 2)
     manager.kernel_manager.get_kernel(busy.kernel_id).execution_state = "busy"
 
-    report = await manager.save_all(grace=2, concurrency=2)
+    report = await save_all(manager, grace=2, concurrency=2)
 
     assert report.paused == [idle.path] and idle.state == State.PAUSED
     assert [(n.path, n.why) for n in report.not_saved] == [(busy.path, "kernel busy")]
@@ -89,7 +90,7 @@ async def test_a_cell_that_ends_within_the_grace_is_waited_for_then_saved(tmp_pa
         kernel.execution_state = "idle"
 
     ending = asyncio.ensure_future(cell_ends())
-    report = await manager.save_all(grace=60, concurrency=1)
+    report = await save_all(manager, grace=60, concurrency=1)
     await ending
 
     assert report.paused == ["nb.ipynb"] and session.state == State.PAUSED
@@ -144,7 +145,7 @@ async def test_a_pause_whose_checkpoint_is_committed_is_not_waited_for_nor_named
     await asyncio.wait_for(manager.backend.releasing.wait(), 60)
     assert session.state == State.PAUSING
 
-    report = await manager.save_all(grace=30, concurrency=1)
+    report = await save_all(manager, grace=30, concurrency=1)
 
     assert report.paused == ["nb.ipynb"] and report.not_saved == []
     assert not manager.ledger.events(types=[EventType.NOT_SAVED])

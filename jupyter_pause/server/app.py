@@ -39,6 +39,7 @@ from .idle_watcher import IdleWatcher
 from .manager import PauseManager, Policies
 from .metrics import PauseMetrics
 from .scheduler import ResumeScheduler
+from .shutdown import save_all
 
 EVENT_SCHEMA = Path(__file__).parent.parent / "events" / "lifecycle.yaml"
 EVENT_SCHEMA_ID = "https://events.jupyter.org/jupyter_pause/lifecycle/v1"
@@ -440,7 +441,7 @@ class PauseApp(ExtensionApp):
         if manager is not None:
             if self.shutdown_grace > 0:
                 try:
-                    await manager.save_all(self.shutdown_grace, self.shutdown_concurrency)
+                    await save_all(manager, self.shutdown_grace, self.shutdown_concurrency)
                 except Exception:  # the server must stop all the same
                     self.log.exception("jupyter-pause: could not save the notebooks")
             if getattr(self, "fleet", None) is not None:

@@ -48,7 +48,6 @@ from ..lifecycle import (
     OPERATION_STATES,
     SHUTDOWN_REASON,
     LiveState,
-    LostState,
     Operation,
     OperationInProgress,
     PersistenceError,
@@ -67,7 +66,7 @@ from .kernels import KernelCallError, KernelDied, call_in_kernel
 from .prewarm import Prewarmer
 from .reconcile import Reconciler, execution_state
 from .recorder import Recorder
-from .recovery import SERVER_STOPPED_UNDER_IT, Recovery
+from .recovery import Recovery
 from .schedules import Schedules
 
 #: seconds a pause waits for a busy kernel to report idle before refusing: a client
@@ -75,23 +74,6 @@ from .schedules import Schedules
 #: server's own IOPub listener has updated the kernel's state
 BUSY_GRACE = 2.0
 _TEMPORARY_PATH = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-@dataclasses.dataclass(frozen=True)
-class NotSaved:
-    """A live notebook whose state a stopping server could not save."""
-
-    path: str
-    why: str  # "kernel busy" | "timeout" | "error"
-    detail: str
-
-
-@dataclasses.dataclass(frozen=True)
-class ShutdownReport:
-    """What :meth:`PauseManager.save_all` did: the notebooks paused, those not saved."""
-
-    paused: list[str]
-    not_saved: list[NotSaved]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -844,6 +826,10 @@ class PauseManager:
 
     # -------------------------------------------------------------- helpers
 
+    def task(self, operation_id: str) -> asyncio.Task | None:
+        """The task that runs the operation in this process, if it runs here."""
+        return self._running.get(operation_id)
+
     def _unexpected(self, session: Session, op: Operation, error: Exception) -> None:
         message = f"{op.kind} failed unexpectedly: {error}"
         alive = session.kernel_id and self.execution_state(session.kernel_id) is not None
@@ -853,124 +839,17 @@ class PauseManager:
             self.recorder.move(session, State.FAILED, op, error=message)
         self.recorder.fail(session, op, message)
 
-    async def save_all(self, grace: float, concurrency: int) -> ShutdownReport:
-        """The server stops: pause every live notebook on its checkpoint, as a user
-        pause would (``reason`` ``server-shutdown``), at most ``concurrency`` at once,
-        within ``grace`` seconds.  A running cell is waited for, never interrupted;
-        a notebook not saved by then is named in the log and the ledger
-        (``not-saved``: kernel busy, timeout, error), and its operation cancelled:
-        a running cell leaves the notebook ``failed`` at once, a checkpoint under
-        way is settled by the next start's recovery (was it committed?)."""
-        self._give_up_waiting()  # a resume not yet started starts nothing now
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace
-        try:
-            await asyncio.wait_for(self.recovered.wait(), grace)
-            live = await asyncio.wait_for(self.sync(), max(0.0, deadline - loop.time()))
-        except (TimeoutError, asyncio.TimeoutError):
-            live = {}
-        paths = [p for p in live if self.store.get(p).state != State.PAUSED]
-        if not paths:
-            return ShutdownReport([], [])
-        self.log.info(
-            "jupyter-pause: the server stops: saving %d notebook(s) within %g s (%s)",
-            len(paths),
-            grace,
-            ", ".join(paths),
-        )
-        limit = asyncio.Semaphore(concurrency)
-        saves = {path: asyncio.ensure_future(self._save_one(path, limit)) for path in paths}
-        await asyncio.wait(saves.values(), timeout=max(0.0, deadline - loop.time()))
-        paused, not_saved = [], []
-        for path, save in saves.items():
-            if save.done():
-                failure = save.exception()  # a bug: say so, and name the notebook
-                error = f"{type(failure).__name__}: {failure}" if failure else save.result()
-                if error is None:
-                    paused.append(path)
-                else:
-                    not_saved.append(NotSaved(path, "error", error))
-                continue
-            save.cancel()
-            not_saved.append(self._not_saved_in_time(path, grace))
-        for missed in not_saved:
-            session = self.store.get(missed.path)
-            self.recorder.record(
-                EventType.NOT_SAVED, session, session.operation, why=missed.why, error=missed.detail
-            )
-            self.log.warning(
-                "jupyter-pause: %s was NOT saved before the server stopped (%s): %s",
-                missed.path,
-                missed.why,
-                missed.detail,
-            )
-        return ShutdownReport(paused, not_saved)
-
-    async def _save_one(self, path: str, limit: asyncio.Semaphore) -> str | None:
-        """Pause one notebook at shutdown; None once it is paused, else why not."""
-        async with limit:
-            session = self.store.get(path)
-            # an operation of ours under way ends first, except a pause whose checkpoint
-            # is committed: only the platform's release is left (on Kubernetes it waits
-            # for the pod to go, which is this very stop), and the next start's recovery
-            # finds the checkpoint
-            while (
-                session.busy
-                and session.state != State.PAUSING
-                and session.operation.id in self._running
-            ):
-                await asyncio.shield(self._running[session.operation.id])
-            if session.state in (State.PAUSED, State.PAUSING):
-                return None
-            try:
-                op = await self.pause(path, after_cell=True, reason=SHUTDOWN_REASON)
-            except (PauseError, OperationInProgress) as e:
-                return str(e)
-            task = self._running.get(op.id)
-            if task is not None:
-                await asyncio.shield(task)  # cancelled only by the end of the grace
-            return None if op.outcome == "succeeded" else op.error or "the pause did not finish"
-
-    def _not_saved_in_time(self, path: str, grace: float) -> NotSaved:
-        """The grace is over: stop waiting for this notebook and say why, with the truth
-        in its session."""
-        session = self.store.get(path)
-        op = session.operation if session.busy else None
-        task = self._running.get(op.id) if op is not None else None
-        if task is not None:
-            task.cancel()
-        if op is None or session.state in (State.RUNNING, State.READY):
-            # still waiting for the running cell: nothing was written, nothing will be
-            why = "kernel busy"
-            detail = (
-                f"a cell was still running when the {grace:g} s shutdown grace ended; "
-                "the state since the last checkpoint is lost"
-            )
-            if op is not None:
-                if session.state_checkpoint:  # a checkpoint still has the state it held
-                    session.lost = LostState(
-                        why=SERVER_STOPPED_UNDER_IT, checkpoint=session.state_checkpoint
-                    )
-                self.recorder.move(session, State.FAILED, op, error=f"not saved: {detail}")
-                self.recorder.fail(session, op, f"not saved: {detail}")
-            return NotSaved(path, why, detail)
-        detail = (
-            f"its {op.kind} was still under way ({session.state.value}) when the {grace:g} s "
-            "shutdown grace ended; the next start settles it from what is on disk"
-        )
-        return NotSaved(path, "timeout", detail)
-
     async def close(self) -> None:
         self.reconciler.close()
         self.recovery.close()
         self.prewarmer.stop_preparing()
-        self._give_up_waiting()
+        self.give_up_waiting()
         for task in list(self._tasks):
             task.cancel()
         self.activity.close()
         await self.prewarmer.shutdown()
 
-    def _give_up_waiting(self) -> None:
+    def give_up_waiting(self) -> None:
         """The server stops: a resume still waiting for capacity has started no
         kernel and restored nothing, so its notebook is paused, and says so."""
         for session in self.store.sessions.values():

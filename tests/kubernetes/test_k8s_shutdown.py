@@ -11,6 +11,7 @@ import asyncio
 from conftest import NAMESPACE, pod_backend
 
 from jupyter_pause.lifecycle import SessionStore, State
+from jupyter_pause.server.shutdown import save_all
 from tests.fakes import make_manager
 
 NOTEBOOKS = ("train.ipynb", "eval.ipynb")
@@ -29,7 +30,7 @@ def test_a_pod_stopped_under_the_server_snapshots_nothing_and_comes_back_from_ch
         manager.session_manager.paths[path] = session.kernel_id
     seen = len(cluster.emu.requests)
 
-    report = asyncio.run(manager.save_all(grace=60, concurrency=2))
+    report = asyncio.run(save_all(manager, grace=60, concurrency=2))
 
     assert sorted(report.paused) == sorted(NOTEBOOKS) and report.not_saved == []
     asked = [(r.verb, r.resource) for r in cluster.emu.requests[seen:]]
