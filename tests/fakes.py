@@ -18,7 +18,8 @@ from jupyter_pause.engine import api as engine
 from jupyter_pause.ledger import Ledger
 from jupyter_pause.lifecycle import SessionStore
 from jupyter_pause.server.kernels import KernelCallError
-from jupyter_pause.server.manager import PauseManager, Policies
+from jupyter_pause.server.manager import PauseManager
+from jupyter_pause.server.ports import Policies
 
 _ids = itertools.count(1)
 

@@ -19,7 +19,7 @@ from jupyter_pause.report.ahead import resume_ahead
 from jupyter_pause.schedule import ScheduleError, parse_resume_at
 from jupyter_pause.server.errors import PauseError
 from jupyter_pause.server.kernels import KernelCallError
-from jupyter_pause.server.manager import Policies
+from jupyter_pause.server.ports import Policies
 from jupyter_pause.server.scheduler import ResumeScheduler
 
 from .fakes import FakeClock, make_manager

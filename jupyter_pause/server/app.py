@@ -36,8 +36,9 @@ from .explain import policy_summary
 from .fleet import FleetPublisher
 from .handlers import ROUTES
 from .idle_watcher import IdleWatcher
-from .manager import PauseManager, Policies
+from .manager import PauseManager
 from .metrics import PauseMetrics
+from .ports import Policies
 from .scheduler import ResumeScheduler
 from .shutdown import save_all
 

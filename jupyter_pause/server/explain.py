@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine.paths import id_time
-from ..lifecycle import OPERATION_STATES, SHUTDOWN_REASON, Session, State
+from ..lifecycle import OPERATION_STATES, SHUTDOWN_REASON, Session, State, allowed_now
+from .ports import Policies
 
 
 def paused_by(session: Session) -> str | None:
@@ -68,6 +69,31 @@ async def explain(session: Session, resolve_class=None) -> dict[str, Any]:
         "policy": policy,
         "saved_state_unrestored": saved_state_unrestored(session),
     }
+
+
+async def status_rows(
+    live: dict[str, dict], sessions: dict[str, Session], policies: Policies
+) -> list[dict[str, Any]]:
+    """The rows of ``GET status``: every notebook with a lifecycle session or a kernel
+    now (``live``, Jupyter's sessions by path), with what a person wants to know."""
+    rows = []
+    paths = sorted(set(live) | set(sessions))
+    for path in paths:
+        session = sessions.get(path) or Session(path=path)
+        kernel = (live.get(path) or {}).get("kernel") or {}
+        row = session.to_json()
+        del row["pause_nonce"]
+        row["kernel_id"] = kernel.get("id", session.kernel_id)
+        row["execution_state"] = kernel.get("execution_state")
+        row["last_activity"] = kernel.get("last_activity")
+        # when the notebook's state was last saved (a pause, a checkpoint, an autosave)
+        row["last_saved"] = (session.last_checkpoint or {}).get("time")
+        row.update(await explain(session, policies.workload_class))
+        row["can"] = allowed_now(session, has_kernel=path in live)
+        if policies.auto_pause_status is not None:
+            row["auto_pause"] = await policies.auto_pause_status(session)
+        rows.append(row)
+    return rows
 
 
 def policy_summary(classes: dict, default: str) -> str:

@@ -1,38 +1,30 @@
 """The session manager: drives each notebook through the pause lifecycle.
 
-Handlers call these methods and translate exceptions; the idle policy calls
-``pause(auto=True)``; backends are consulted at two points (``release`` after
-the checkpoint is durable, ``acquire`` before a restore).  All state changes go
-through :class:`~jupyter_pause.lifecycle.Session.move`, are persisted by the
-:class:`~jupyter_pause.lifecycle.SessionStore` and recorded in the ledger.
+It keeps the operations (claim, pause, checkpoint, resume) and their order; its
+collaborators stand below it and never call back into it: a session moves through the
+:class:`~.recorder.Recorder`; the checkpoint store is read and changed through the
+:class:`~.catalogue.Catalogue`, off the event loop; schedules are set and cancelled in
+:class:`~.schedules.Schedules`; Jupyter's kernel and contents events reach the sessions
+through the :class:`~.reconcile.Reconciler`; leases and start-up recovery are the
+:class:`~.recovery.Recovery`'s; a resume is prepared (spare kernel, read-ahead, the
+handoff's fill) by the :class:`~.prewarm.Prewarmer`.  The policies above it (the idle
+watcher, the scheduler's predictor) reach it only as :class:`~.ports.Policies`.
 
-Operations return at once (the REST API answers ``202``); the work runs as an
-asyncio task whose progress is visible through ``operation(id)``.
-
-Three rules keep a notebook from ever being stuck:
-
-* every operation holds a lease (this process as its owner, a heartbeat);
-  at start-up, and whenever a claim meets an operation whose owner is gone
-  (judged on the monotonic clock once seen, :class:`~jupyter_pause.clock.StampAges`),
-  :meth:`PauseManager.recover` resolves it from the truth on disk (was its
-  checkpoint committed?) and in the kernels (is the kernel alive?);
-* a kernel that dies while we wait on it is noticed within a second
-  (:func:`~.kernels.wait_for_death`), not after the call's timeout;
-* reads never write, and checkpoint-store work (which may wait on a file
-  lock or read gigabytes) runs in a thread, never on the event loop.
+Handlers call these methods and translate exceptions; backends are consulted at two
+points (``release`` after the checkpoint is durable, ``acquire`` before a restore).
+Operations return at once (the REST API answers ``202``); the work runs as an asyncio
+task whose progress is visible through ``operation(id)``.  A kernel that dies while
+we wait on it is noticed within a second (:func:`~.kernels.wait_for_death`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import posixpath
-import re
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jupyter_server.utils import ensure_async
@@ -41,7 +33,6 @@ from ..backends.base import ReleaseFacts
 from ..clock import SYSTEM, Clock
 from ..engine import paths as checkpoint_paths
 from ..engine import store as checkpoint_store
-from ..idle_policy import WorkloadClass
 from ..ledger import EventType, Ledger
 from ..lifecycle import (
     BUSY_STATES,
@@ -54,15 +45,15 @@ from ..lifecycle import (
     Session,
     SessionStore,
     State,
-    allowed_now,
 )
 from ..protocol import CheckpointReply, RestoreReply, user_skipped
 from .activity import ActivityMonitor
 from .capacity import ResumeGate, machine_limit
 from .catalogue import Catalogue
 from .errors import PauseError
-from .explain import explain
+from .explain import status_rows
 from .kernels import KernelCallError, KernelDied, call_in_kernel
+from .ports import Policies
 from .prewarm import Prewarmer
 from .reconcile import Reconciler, execution_state
 from .recorder import Recorder
@@ -73,21 +64,6 @@ from .schedules import Schedules
 #: that has seen its cell end (IOPub idle on its websocket) can ask before the
 #: server's own IOPub listener has updated the kernel's state
 BUSY_GRACE = 2.0
-_TEMPORARY_PATH = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-@dataclasses.dataclass(frozen=True)
-class Policies:
-    """What the manager asks of the policies above it, handed in at construction by
-    app.py (None where that policy is off); the manager never reaches for them."""
-
-    #: ``async (session) -> (WorkloadClass, source)``: the policy a status row shows
-    workload_class: Callable[[Session], Awaitable[tuple[WorkloadClass, str]]] | None = None
-    #: ``async (session) -> dict | None``: the auto_pause field of a status row
-    #: (the idle watcher's, when auto-pause is on)
-    auto_pause_status: Callable[[Session], Awaitable[dict | None]] | None = None
-    #: ``async (session)``, run when a notebook has just been paused (the predictor)
-    after_pause: Callable[[Session], Awaitable[None]] | None = None
 
 
 class PauseManager:
@@ -137,6 +113,7 @@ class PauseManager:
         self.activity = (
             activity if activity is not None else ActivityMonitor(kernel_manager, clock=clock)
         )
+        self.prewarmer = Prewarmer(kernel_manager, checkpoint_dir=checkpoint_dir, log=log)
         self.reconciler = Reconciler(
             kernel_manager=kernel_manager,
             session_manager=session_manager,
@@ -145,13 +122,13 @@ class PauseManager:
             schedules=self.schedules,
             catalogue=self.catalogue,
             activity=self.activity,
+            prewarmer=self.prewarmer,
             log=log,
         )
         #: how to run a kernel_ops function in a kernel (a fake in unit tests)
         self.call = call
         #: the owner written into the lease of every operation this process runs
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.prewarmer = Prewarmer(kernel_manager, checkpoint_dir=checkpoint_dir, log=log)
         #: how many resumes start kernels and restore at once; the others wait their turn
         self.resume_gate = resume_gate if resume_gate is not None else ResumeGate(machine_limit())
         self.operations: dict[str, Operation] = {}
@@ -194,13 +171,8 @@ class PauseManager:
         clean = posixpath.normpath(path.strip().lstrip("/"))
         if clean.startswith("..") or "\x00" in clean or os.path.isabs(clean):
             raise PauseError(f"path {path!r} is outside the server's root directory")
-        if clean not in self.store.sessions:
-            try:
-                exists = await ensure_async(self.contents_manager.file_exists(clean))
-            except Exception:  # the contents manager refuses hidden or outside paths
-                exists = False
-            if not exists:
-                raise PauseError(f"no notebook at {clean!r}", status=404)
+        if clean not in self.store.sessions and not await self._notebook_exists(clean):
+            raise PauseError(f"no notebook at {clean!r}", status=404)
         return clean
 
     # ----------------------------------------------------------------- status
@@ -236,23 +208,7 @@ class PauseManager:
         """Every notebook's state: a pure read (nothing is recorded or saved)."""
         await self.recovered.wait()
         live = await self.jupyter_sessions()
-        sessions = []
-        paths = sorted(set(live) | set(self.store.sessions))
-        for path in paths:
-            session = self.store.sessions.get(path) or Session(path=path)
-            kernel = (live.get(path) or {}).get("kernel") or {}
-            row = session.to_json()
-            del row["pause_nonce"]
-            row["kernel_id"] = kernel.get("id", session.kernel_id)
-            row["execution_state"] = kernel.get("execution_state")
-            row["last_activity"] = kernel.get("last_activity")
-            # when the notebook's state was last saved (a pause, a checkpoint, an autosave)
-            row["last_saved"] = (session.last_checkpoint or {}).get("time")
-            row.update(await explain(session, self.policies.workload_class))
-            row["can"] = allowed_now(session, has_kernel=path in live)
-            if self.policies.auto_pause_status is not None:
-                row["auto_pause"] = await self.policies.auto_pause_status(session)
-            sessions.append(row)
+        sessions = await status_rows(live, self.store.sessions, self.policies)
         return {"backend": self.backend.describe(), "sessions": sessions}
 
     def operation(self, operation_id: str) -> Operation:
@@ -288,29 +244,8 @@ class PauseManager:
         if kind != "resume" and path not in live:
             raise PauseError(f"{path!r} has no running kernel to {kind}", status=409)
         if kind != "resume":
-            await self._refuse_second_session(path, live[path], kind)
+            await self.reconciler.refuse_second_session(path, live[path], kind)
         return session, live
-
-    async def _refuse_second_session(self, path: str, model: dict, kind: str) -> None:
-        """A notebook with two Jupyter sessions (a client started a kernel of its own
-        beside the one a resume restored into) cannot be paused or checkpointed: one
-        of the kernels would be saved and the other left running unseen."""
-        others = [
-            s
-            for s in await self.reconciler.notebook_sessions()
-            if s["path"] == path and s["kernel"]["id"] != model["kernel"]["id"]
-        ]
-        if others:
-            other = others[0]
-            raise PauseError(
-                f"refusing to {kind} {path!r}: it has two Jupyter sessions, whose kernels "
-                f"are {model['kernel']['id']} (the notebook's, holding its state) and "
-                f"{other['kernel']['id']} (started beside it by another client, "
-                f"session {other['id']}); a {kind} would save only one and leave the other "
-                f"running. Shut that session down (DELETE /api/sessions/{other['id']}) "
-                f"and {kind} again",
-                status=409,
-            )
 
     async def pause(
         self,
@@ -733,28 +668,8 @@ class PauseManager:
             await self.backend.acquire(session, report_waiting)
             if waited:
                 self.recorder.record(EventType.CAPACITY_ACQUIRED, session, op)
-            # One session per notebook: a kernel that a client started for it (before
-            # this resume, or while it waited) is the one the state is restored into;
-            # otherwise the resume makes the notebook's session, which open tabs join.
-            live = (await self.jupyter_sessions()).get(path)
-            if live is not None:
-                kernel_id = live["kernel"]["id"]
-                if kernel_id != session.kernel_id:
-                    session.kernel_id = kernel_id
-                    session.kernel_name = live["kernel"].get("name")
-                    self.recorder.record(EventType.KERNEL_STARTED, session, op, started_by="user")
-                await self.prewarmer.discard(path)
-            else:
-                op.step = "starting a kernel"
-                model = await self.session_manager.create_session(
-                    path=path,
-                    name=posixpath.basename(path),
-                    type="notebook",
-                    kernel_name=session.kernel_name,
-                    kernel_id=await self.prewarmer.adopt(path),  # a spare, started already
-                )
-                kernel_id = session.kernel_id = model["kernel"]["id"]
-                started_here = True
+            kernel_id, started_here = await self.reconciler.kernel_for_resume(session, op)
+            if started_here:
                 self.recorder.record(EventType.KERNEL_STARTED, session, op)
             self.recorder.move(session, State.RESTORING, op, "restoring the checkpoint")
             self.recorder.record(EventType.RESTORE_STARTED, session, op)

@@ -22,6 +22,7 @@ from ..lifecycle import LiveState, LostState, Operation, Session, SessionStore, 
 from .activity import ActivityMonitor
 from .catalogue import Catalogue
 from .errors import PauseError
+from .prewarm import Prewarmer
 from .recorder import Recorder
 from .schedules import Schedules
 
@@ -59,6 +60,7 @@ class Reconciler:
         schedules: Schedules,
         catalogue: Catalogue,
         activity: ActivityMonitor,
+        prewarmer: Prewarmer,
         log,
     ):
         self.kernel_manager = kernel_manager
@@ -68,6 +70,7 @@ class Reconciler:
         self.schedules = schedules
         self.catalogue = catalogue
         self.activity = activity
+        self.prewarmer = prewarmer
         self.log = log
         #: notebooks resumed whose first cell has not run yet
         self.first_cell_pending: set[str] = set()
@@ -404,3 +407,53 @@ class Reconciler:
             session.lost.names = {**before, **session.lost.names}
         self.recorder.save()
         return op
+
+    async def refuse_second_session(self, path: str, model: dict, kind: str) -> None:
+        """A notebook with two Jupyter sessions (a client started a kernel of its own
+        beside the one a resume restored into) cannot be paused or checkpointed: one
+        of the kernels would be saved and the other left running unseen."""
+        others = [
+            s
+            for s in await self.notebook_sessions()
+            if s["path"] == path and s["kernel"]["id"] != model["kernel"]["id"]
+        ]
+        if others:
+            other = others[0]
+            raise PauseError(
+                f"refusing to {kind} {path!r}: it has two Jupyter sessions, whose kernels "
+                f"are {model['kernel']['id']} (the notebook's, holding its state) and "
+                f"{other['kernel']['id']} (started beside it by another client, "
+                f"session {other['id']}); a {kind} would save only one and leave the other "
+                f"running. Shut that session down (DELETE /api/sessions/{other['id']}) "
+                f"and {kind} again",
+                status=409,
+            )
+
+    async def kernel_for_resume(self, session: Session, op: Operation) -> tuple[str, bool]:
+        """The kernel a resume restores into, and whether the resume started it (its
+        caller records that start).
+
+        One session per notebook: a kernel that a client started for it (before
+        this resume, or while it waited) is the one the state is restored into;
+        otherwise the resume makes the notebook's session, which open tabs join,
+        with the notebook's spare kernel if it has one (server/prewarm.py)."""
+        path = session.path
+        live = (await self.jupyter_sessions()).get(path)
+        if live is not None:
+            kernel_id = live["kernel"]["id"]
+            if kernel_id != session.kernel_id:
+                session.kernel_id = kernel_id
+                session.kernel_name = live["kernel"].get("name")
+                self.recorder.record(EventType.KERNEL_STARTED, session, op, started_by="user")
+            await self.prewarmer.discard(path)
+            return kernel_id, False
+        op.step = "starting a kernel"
+        model = await self.session_manager.create_session(
+            path=path,
+            name=posixpath.basename(path),
+            type="notebook",
+            kernel_name=session.kernel_name,
+            kernel_id=await self.prewarmer.adopt(path),  # a spare, started already
+        )
+        session.kernel_id = model["kernel"]["id"]
+        return session.kernel_id, True
