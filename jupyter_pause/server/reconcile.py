@@ -250,7 +250,7 @@ class Reconciler:
 
     def watch_for_death(self, kernel_id: str | None) -> None:
         """Hear from Jupyter's restarter when a kernel whose state a checkpoint holds dies
-        outside any operation (an operation's own call hears of it: :meth:`_kernel_died`)."""
+        outside any operation (an operation's own call hears of it: :meth:`kernel_died`)."""
         if kernel_id is None or kernel_id in self._death_watched:
             return
         km = self.kernel_manager.get_kernel(kernel_id) if kernel_id in self.kernel_manager else None
