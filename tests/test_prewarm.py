@@ -141,7 +141,9 @@ async def test_a_resume_reads_its_checkpoint_ahead(
     op = await operate(jp_fetch, "resume", notebook_path)
     assert op["outcome"] == "succeeded", str(op)
     assert asked == [(manager.checkpoint_dir, notebook_path, None)]
-    assert await wait_until(lambda: not manager.prewarmer.reading_ahead, 30, "the read-ahead to end")
+    assert await wait_until(
+        lambda: not manager.prewarmer.reading_ahead, 30, "the read-ahead to end"
+    )
 
 
 async def test_a_cold_resume_maps_the_memory_the_server_filled(
