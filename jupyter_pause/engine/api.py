@@ -167,7 +167,7 @@ class _HashingWriter:
 
     def write(self, b) -> int:
         try:
-            tensors._write(self.f, b)
+            tensors.write_all(self.f, b)
         except OSError as e:  # a disk problem, not an unpicklable object: remember it
             self.io_error = e
             raise

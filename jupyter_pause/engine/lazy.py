@@ -273,7 +273,7 @@ class LazyLoad:
                 self.bad[i] = why
             self._cv.notify_all()
         if why is None and self._files[rel] <= self.done:
-            store._remember_verified(path)
+            store.remember_verified(path)
 
     def _took_handed(self, i: int) -> bool:
         """Whether storage ``i``'s buffer, over the memory the server filled, is taken as
@@ -288,7 +288,7 @@ class LazyLoad:
         from . import tensors
 
         s = self.m.storages[i]
-        _buf, digest = tensors._read_one(
+        _buf, digest = tensors.read_storage(
             self._fh[rel],
             pos,
             s,

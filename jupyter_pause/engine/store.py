@@ -566,7 +566,9 @@ def _stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _remember_verified(path: Path) -> None:
+def remember_verified(path: Path) -> None:
+    """``path`` was just hashed whole against its manifest: its reuse need not hash it
+    again while the file stays this very version (:func:`check_blob`)."""
     with contextlib.suppress(OSError):
         _VERIFIED[str(path)] = _stat_key(os.stat(path))
 
@@ -1154,7 +1156,7 @@ class Transaction:
                     continue
                 quarantine(self.nbdir, f"{BLOBS}/{name}", why)
             os.rename(self.staging_path(name), dest)
-            _remember_verified(dest)  # hashed as it was written
+            remember_verified(dest)  # hashed as it was written
         fsync_dir(blobs)
         os.rmdir(self.tmp / "staged")
         final = self.nbdir / self.id

@@ -226,6 +226,10 @@ class Collector:
             self.local.append(idx)
         return local
 
+    def touched_in_group(self) -> list[int]:
+        """The storages first referenced by the current record, as positions in its group."""
+        return [self._local_of[i] for i in self.touched]
+
     def _logged(self, obj, result):
         try:
             ref = weakref.ref(obj)
@@ -451,7 +455,7 @@ def _sample_index(n: int):
 
 def _version(t) -> int | None:
     try:
-        return t._version
+        return t._version  # torch's version counter (no public name for it)
     except Exception:  # inference tensors have no version counter
         return None
 
@@ -536,7 +540,7 @@ def digest(s: Storage) -> str:
 
 
 # ----------------------------------------------------------------- writing
-def _write(f, data) -> None:
+def write_all(f, data) -> None:
     """Write all of ``data``; the one place bytes hit the disk (tests inject ENOSPC here)."""
     view = memoryview(data)
     while view:
@@ -596,11 +600,11 @@ def write_safetensors(txn, tmp_name: str, storages: list[Storage], progress=None
     raw += b" " * (-(len(raw) + 8) % DATA_ALIGN)
     path = txn.staging_path(tmp_name)
     with paths.private_open(path) as f:
-        _write(f, struct.pack("<Q", len(raw)) + raw)
+        write_all(f, struct.pack("<Q", len(raw)) + raw)
         for s in storages:
             h = xxhash.xxh3_128() if s.xxh3 is None else None
             for mv in _iter_chunks(s):
-                _write(f, mv)
+                write_all(f, mv)
                 if h is not None:
                     h.update(mv)
                 if progress is not None:
@@ -732,7 +736,7 @@ def read_storages(
                     buf = over[i][1] if i in over else pre.get(i)
                     if buf is None and as_numpy:  # not worth the helper thread
                         buf = empty_for(s, device_of(s), as_numpy=True)
-                    got = _read_one(f, pos, s, device_of(s), progress, buf)
+                    got = read_storage(f, pos, s, device_of(s), progress, buf)
                     pre.release(i)
                     if got[1] != s.xxh3:
                         raise CorruptCheckpoint(s.owner, str(path), f"tensor {s.key!r}")
@@ -740,7 +744,7 @@ def read_storages(
             if {manifest.storages[i].key for _pos, i in items} >= set(manifest.files[rel].tensors):
                 # every tensor of the file was just hashed: the next checkpoint of this
                 # process may reuse it without hashing it again (store.check_blob)
-                store._remember_verified(path)
+                store.remember_verified(path)
     return out
 
 
@@ -930,7 +934,7 @@ class _Prefaulter:
             self._cv.notify_all()
 
 
-def _read_one(f, pos: int, s, device: str, progress, buf=None, chunk: int | None = None):
+def read_storage(f, pos: int, s, device: str, progress, buf=None, chunk: int | None = None):
     """Read storage ``s`` (at ``pos`` in ``f``) into ``buf`` (allocated if None) on
     ``device``, hashing as it streams; returns the buffer and the digest. ``chunk``: bytes
     per read of a CPU buffer (default READ_CHUNK)."""
