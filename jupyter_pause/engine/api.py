@@ -36,6 +36,7 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import xxhash
@@ -355,25 +356,26 @@ def checkpoint(
                 if replaced:
                     raise AutosaveRefused(replaced)
             index = _previous_index(nbdir, trust)
-            incremental = _incremental(nbdir, ns, bool(names), full)
+            previous, changed = _incremental(nbdir, ns, bool(names), full)
+            plan = _CheckpointPlan(
+                nbdir=nbdir,
+                notebook=key_name,
+                required=required,
+                optional=optional,
+                skipped=skipped,
+                modules=modules,
+                tracked=tracked_names,
+                metadata=meta,
+                index=index,
+                progress=progress,
+                namespace=ns,
+                started=t0,
+                previous=previous,
+                changed=changed,
+            )
             txn = store.Transaction(nbdir)
             try:
-                result = _write_checkpoint(
-                    txn,
-                    nbdir,
-                    key_name,
-                    required,
-                    optional,
-                    skipped,
-                    modules,
-                    tracked_names,
-                    meta,
-                    index,
-                    progress,
-                    ns,
-                    t0,
-                    incremental,
-                )
+                result = _write_checkpoint(txn, plan)
                 _OWN[str(nbdir)] = result.id
                 result.lost = lost
                 _LOST[str(nbdir)] = lost
@@ -462,30 +464,41 @@ def _untouched_numpy_digest(s, known: dict) -> str | None:
     return digest if tensors.fingerprint(s) == fp else None
 
 
-def _write_checkpoint(
-    txn,
-    nbdir,
-    key_name,
-    required,
-    optional,
-    skipped,
-    modules,
-    tracked_names,
-    meta,
-    index,
-    progress,
-    ns,
-    t0,
-    incremental=(None, None),
-) -> CheckpointResult:
+@dataclass
+class _CheckpointPlan:
+    """What :func:`checkpoint` decided before anything is written, for
+    :func:`_write_checkpoint` to write into its transaction."""
+
+    nbdir: Path
+    notebook: str  # the notebook key the manifest is bound to
+    required: dict[str, Any]  # tracked and named objects: one that fails fails it all
+    optional: dict[str, Any]  # the namespace's other variables: one that fails is skipped
+    skipped: dict[str, str]  # name -> why it is not saved (those that fail are added)
+    modules: dict[str, str]  # alias -> module, re-imported on restore
+    tracked: set[str]  # the names of the tracked objects among ``required``
+    metadata: dict[str, Any]
+    index: dict[str, tuple]  # digest -> where a committed checkpoint holds it (dedup)
+    progress: bool
+    namespace: dict[str, Any]
+    started: float  # time.monotonic() when the checkpoint was asked for
+    previous: records.State | None = None  # the previous checkpoint's records, to reuse
+    changed: set[str] | None = None  # the names code could have changed since then
+
+    @property
+    def incremental(self) -> bool:
+        return self.previous is not None or self.changed is not None
+
+
+def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
+    nbdir, ns, skipped = plan.nbdir, plan.namespace, plan.skipped
     key = signing.load_key()
-    order = list(required) + [n for n in optional if n not in required]
-    objects_in = {**optional, **required}
+    order = list(plan.required) + [n for n in plan.optional if n not in plan.required]
+    objects_in = {**plan.optional, **plan.required}
     collector = tensors.Collector()
-    prev, changed = incremental
+    prev, changed = plan.previous, plan.changed
     try:
         groups, failed = records.pickle_namespace(
-            order, objects_in, set(required), collector, ns, prev, changed, nbdir
+            order, objects_in, set(plan.required), collector, ns, prev, changed, nbdir
         )
     except records.Unsavable as e:
         raise UnsavableObject(e.name, e.why) from None
@@ -521,7 +534,7 @@ def _write_checkpoint(
                     type=g.types[n],
                     dump=len(offsets) - 1,
                     storages=[local[p] for p in firsts],
-                    tracked=n in tracked_names,
+                    tracked=n in plan.tracked,
                 )
         f.flush()
         os.fsync(f.fileno())
@@ -540,7 +553,7 @@ def _write_checkpoint(
 
     # 2. digests + dedup
     total = sum(s.nbytes for s in storages)
-    bar = Progress("checkpoint", total, enabled=progress)
+    bar = Progress("checkpoint", total, enabled=plan.progress)
     files: dict[str, Any] = {}
     new: list[tensors.Storage] = []
     reused = 0
@@ -564,9 +577,9 @@ def _write_checkpoint(
         s.xxh3 = tensors.cached_digest(s)
         if s.xxh3 is None and pos in untouched and prev_numpy is not None:
             s.xxh3 = _untouched_numpy_digest(s, prev_numpy)
-        if s.xxh3 is None and index:
+        if s.xxh3 is None and plan.index:
             s.xxh3 = tensors.hash_storage(s)
-        hit = index.get(s.xxh3) if s.xxh3 else None
+        hit = plan.index.get(s.xxh3) if s.xxh3 else None
         if hit is not None and not intact(hit[0], hit[4]):
             hit = None
         if hit is not None:
@@ -617,34 +630,34 @@ def _write_checkpoint(
     unsaved = [n for n in user_skipped(skipped) if n in ns]
     manifest = Manifest(
         id=txn.id,
-        notebook=key_name,
+        notebook=plan.notebook,
         created=datetime.now(timezone.utc).isoformat(),
         pickle=pickle_entry,
-        versions=_versions([*modules.values(), *(e.type for e in entries.values())]),
+        versions=_versions([*plan.modules.values(), *(e.type for e in entries.values())]),
         files=files,
         storages=[tensors.storage_entry(s) for s in storages],
         objects=entries,
         records=offsets,
         rng_record=rng_record,
         skipped=skipped,
-        modules=modules,
-        metadata=meta,
+        modules=plan.modules,
+        metadata=plan.metadata,
         bytes_total=total,
         bytes_written=written + pickle_entry.bytes,
         rerun=rerun.cells_for(unsaved, ns),
         groups=group_entries,
     )
     final = txn.commit(manifest)
-    if incremental[0] is not None or incremental[1] is not None or _tracking(ns):
+    if plan.incremental or _tracking(ns):
         _STATE[str(nbdir)] = state
         tracker = changes.tracker_for(ns)
         if tracker is not None:
             tracker.reset()
-    seconds = time.monotonic() - t0
+    seconds = time.monotonic() - plan.started
     result = CheckpointResult(
         id=txn.id,
         path=str(final),
-        notebook=key_name,
+        notebook=plan.notebook,
         saved=list(entries),
         skipped=skipped,
         bytes_written=manifest.bytes_written,
@@ -654,7 +667,7 @@ def _write_checkpoint(
         files=sorted(files),
         files_written=new_files,
         tensors=len(storages),
-        metadata=meta,
+        metadata=plan.metadata,
         quarantined=quarantined,
         records_reused=reused_records,
     )
