@@ -729,11 +729,15 @@ def restore(
     partial: bool = False,
     lazy: bool | None = None,
     handoff: dict | None = None,
+    or_older: bool = False,
 ) -> RestoreResult:
     """Restore a checkpoint (by default the newest one that verifies) into the namespace.
 
     Without an id, a checkpoint that is damaged or untrusted is passed over for the next
-    older one, and the result says so (``passed_over``, ``notes``).
+    older one, and the result says so (``passed_over``, ``notes``); with an id and
+    ``or_older``, so is that one (a server's resume names the checkpoint it chose,
+    store.choose_for_resume, and this restore falls back only on damage that choice could
+    not see: tensor bytes, which only a restore hashes).
     ``names`` restricts what is assigned (objects they share with others come along).
     ``device``: None = each tensor to the device it was saved from; "cpu" / "cuda:0" = all
     there; "cuda:1=cuda:0[,...]" = remap. ``trust=True`` loads unsigned checkpoints.
@@ -778,7 +782,12 @@ def restore(
         if checkpoint_id is None and not ids:
             raise CheckpointNotFound(None, str(nbdir))
         # no id: the newest checkpoint that verifies, saying which ones were passed over
-        candidates = [checkpoint_id] if checkpoint_id else list(reversed(ids))
+        if checkpoint_id is None:
+            candidates = list(reversed(ids))
+        elif or_older and checkpoint_id in ids:
+            candidates = list(reversed(ids[: ids.index(checkpoint_id) + 1]))
+        else:
+            candidates = [checkpoint_id]
         passed_over: dict[str, str] = {}
         for cid in candidates:
             try:
@@ -798,7 +807,7 @@ def restore(
                 )
                 break
             except (CorruptCheckpoint, UntrustedCheckpoint) as e:
-                if checkpoint_id is not None or cid == candidates[-1]:
+                if cid == candidates[-1]:
                     if passed_over:  # the message is the one thing the user sees: complete it
                         e.args = (
                             f"{e.args[0]} (newer checkpoints failed too: "

@@ -145,23 +145,14 @@ class Fill:
                         os.close(fd)
 
 
-def offer(
-    dir=None,
-    notebook: str | None = None,
-    checkpoint_id: str | None = None,
-    budget: int | None = None,
-) -> Fill | None:
+def offer(chosen: store.Chosen, budget: int | None = None) -> Fill | None:
     """Start filling memory with the large files of the checkpoint a resume will restore
-    (``checkpoint_id``, or the newest signed and complete one): files of CPU tensors and
-    arrays only, at most ``budget`` bytes (default: half the memory available), the
-    smallest files first, at most MAX_FILES.
-    None where there is nothing to hand over or the platform cannot."""
+    (``chosen``: store.choose_for_resume): files of CPU tensors and arrays only, at most
+    ``budget`` bytes (default: half the memory available), the smallest files first, at
+    most MAX_FILES. None where there is nothing to hand over or the platform cannot."""
     if not supported():
         return None
-    found = store.files_to_read(dir, notebook, checkpoint_id)
-    if found is None:
-        return None
-    cid, m, candidates = found
+    cid, m, candidates = chosen.id, chosen.manifest, chosen.files
     budget = store.memory_available() // 2 if budget is None else budget
     nonce = secrets.token_hex(8)
     # files whose bytes all go to the CPU: a GPU tensor is streamed from its file to the

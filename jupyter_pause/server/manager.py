@@ -860,26 +860,30 @@ class PauseManager:
         return op
 
     def _read_ahead(
-        self, path: str, checkpoint_id: str | None = None, skip: frozenset = frozenset()
+        self,
+        path: str,
+        chosen: checkpoint_store.Chosen | None = None,
+        skip: frozenset = frozenset(),
     ) -> None:
-        """Have the disk read the checkpoint a kernel is about to restore while that kernel
-        starts (engine/store.prefetch), so a resume waits for the slower of the two, not
-        for both in turn. Best effort, on a thread, one at a time per notebook; it
-        decides nothing. ``skip``: the files handed over in memory instead."""
+        """Have the disk read the checkpoint a kernel is about to restore (``chosen``; for
+        a spare, the one a resume would choose now) while that kernel starts
+        (engine/store.prefetch), so a resume waits for the slower of the two, not for
+        both in turn. Best effort, on a thread, one at a time per notebook; it decides
+        nothing. ``skip``: the files handed over in memory instead."""
         if path in self._reading_ahead:
             return
         stop = self._reading_ahead[path] = threading.Event()
 
         async def read_ahead() -> None:
             try:
-                done = await asyncio.to_thread(
-                    checkpoint_store.prefetch,
-                    self.checkpoint_dir,
-                    path,
-                    checkpoint_id,
-                    stop=stop,
-                    skip=skip,
+                which = chosen or await asyncio.to_thread(
+                    checkpoint_store.choose_for_resume, self.checkpoint_dir, path
                 )
+                done = 0
+                if which is not None:
+                    done = await asyncio.to_thread(
+                        checkpoint_store.prefetch, which, stop=stop, skip=skip
+                    )
                 self.log.debug("jupyter-pause: read %d bytes ahead for %s", done, path)
             except Exception as e:  # a refused folder, say: the restore will tell
                 self.log.debug("jupyter-pause: no read-ahead for %s: %s", path, e)
@@ -888,13 +892,29 @@ class PauseManager:
 
         self._spawn(read_ahead())
 
-    async def _hand_over(self, path: str, checkpoint_id: str | None) -> handoff.Fill | None:
-        """Fill memory with the checkpoint's large files while a cold kernel starts, for
-        its restore to map instead of reading them (engine/handoff.py); a spare has no
-        start to overlap. Best effort: None where there is nothing to hand over, and the
-        kernel reads its files itself."""
+    async def _choose(self, path: str, checkpoint_id: str | None) -> checkpoint_store.Chosen | None:
+        """Which checkpoint this resume restores (engine/store.choose_for_resume): decided
+        once, and given to the read-ahead, the handoff's fill and the kernel's restore.
+        None where the server cannot tell (the kernel's restore then decides alone)."""
         try:
-            fill = await asyncio.to_thread(handoff.offer, self.checkpoint_dir, path, checkpoint_id)
+            return await asyncio.to_thread(
+                checkpoint_store.choose_for_resume, self.checkpoint_dir, path, checkpoint_id
+            )
+        except Exception as e:  # a refused folder, a bucket out of reach: the restore tells
+            self.log.debug("jupyter-pause: no checkpoint chosen ahead for %s: %s", path, e)
+            return None
+
+    async def _hand_over(
+        self, path: str, chosen: checkpoint_store.Chosen | None
+    ) -> handoff.Fill | None:
+        """Fill memory with the large files of the checkpoint the resume chose while a
+        cold kernel starts, for its restore to map instead of reading them
+        (engine/handoff.py); a spare has no start to overlap. Best effort: None where
+        there is nothing to hand over, and the kernel reads its files itself."""
+        if chosen is None:
+            return None
+        try:
+            fill = await asyncio.to_thread(handoff.offer, chosen)
         except Exception as e:  # a refused folder, say: the restore will tell
             self.log.debug("jupyter-pause: no memory handed over for %s: %s", path, e)
             return None
@@ -1544,11 +1564,12 @@ class PauseManager:
 
     async def _resume(self, session: Session, op: Operation, checkpoint_id: str | None) -> None:
         path = session.path
+        chosen = await self._choose(path, checkpoint_id)  # one decision, for all below
         fill = None
         if self.prewarmer.spare(path) is None:  # a cold kernel: memory is filled as it starts
-            fill = await self._hand_over(path, checkpoint_id)
+            fill = await self._hand_over(path, chosen)
         self._read_ahead(
-            path, checkpoint_id, skip=frozenset(f.rel for f in fill.files) if fill else frozenset()
+            path, chosen, skip=frozenset(f.rel for f in fill.files) if fill else frozenset()
         )
         kernel_id = None
         started_here = False
@@ -1600,7 +1621,8 @@ class PauseManager:
                     timeout=self.kernel_call_timeout,
                     notebook=path,
                     dir=self.kernel_checkpoint_dir,
-                    checkpoint_id=checkpoint_id,
+                    checkpoint_id=chosen.id if chosen else checkpoint_id,
+                    or_older=chosen is not None and checkpoint_id is None,
                     handoff=fill.token() if fill else None,
                     operation=op.id,
                 )
@@ -1613,7 +1635,8 @@ class PauseManager:
             )
             session.restored_from = "checkpoint"
             session.state_checkpoint = result.id
-            # the kernel passed over newer checkpoints that did not verify: say so
+            # the server or the kernel passed over newer checkpoints that did not verify
+            op.messages.extend(chosen.notes(result.id) if chosen else [])
             op.messages.extend(result.notes)
             lost = checkpoint_store.lost_of(result.metadata)
             self._note_lost(
