@@ -44,7 +44,7 @@ import xxhash
 from ..formatting import format_bytes, format_seconds
 from ..protocol import user_skipped
 from . import changes, memory, paths, pickling, records, rerun, rng, signing, store, tensors
-from . import handoff as handoff_mod
+from . import handed as handed_mod
 from . import lazy as lazy_mod
 from . import namespace as ns_mod
 from .buffers import as_torch
@@ -749,7 +749,8 @@ def restore(
     what needs torch comes back after its import, also in the background. The default is
     lazy in a kernel's own namespace unless ``$JUPYTER_PAUSE_RESTORE=eager``. Restoring
     names is always eager. ``handoff``: memory the server filled with this checkpoint's
-    large files while the kernel started (engine/handoff.py), taken where it verifies.
+    large files while the kernel started (engine/handoff.py), taken where it verifies
+    (engine/handed.py).
     """
     t0 = time.monotonic()
     lazy_mod.cancel()  # a restore replaces one still loading
@@ -965,7 +966,7 @@ def _read_verified(
     HMAC, every needed tensor's hash) before anything is unpickled. With ``partial``,
     tensor files that fail their hash are left out and named instead of failing it all.
     ``defer_torch`` (lazy only): what needs torch is left for after its import.
-    ``handoff``: the server's memory of this checkpoint's large files (handoff.py).
+    ``handoff``: the server's memory of this checkpoint's large files (handed.py).
     ``imports``: where the modules the restore will need start importing."""
     m = store.read_manifest(nbdir, checkpoint_id, trust=trust)
     if not defer_torch:
@@ -1032,8 +1033,8 @@ def _read_verified(
         buffers = tensors.read_storages(
             nbdir, m, sorted((now - gpu) & set(needed)), device_of, bar, as_numpy=defer_torch
         )
-        handed = handoff_mod.buffers_over(
-            handoff_mod.receive(handoff, checkpoint_id, m),
+        handed = handed_mod.buffers_over(
+            handed_mod.receive(handoff, checkpoint_id, m),
             plan,
             m,
             device_of,
@@ -1059,8 +1060,16 @@ def _read_verified(
             later,
             {i: h for i, (h, _view) in handed.items()},
         )
-    handed = handoff_mod.receive(handoff, checkpoint_id, m)
-    buffers = tensors.read_storages(nbdir, m, needed, device_of, bar, handed=handed)
+    received = handed_mod.receive(handoff, checkpoint_id, m)
+    try:
+        over = {}
+        if received:  # (the plan's headers are read again by the read: a few kB)
+            plan = tensors.plan_reads(nbdir, m, needed)
+            over = handed_mod.buffers_over(received, plan, m, device_of)
+        buffers = tensors.read_storages(nbdir, m, needed, device_of, bar, handed=over)
+    finally:
+        for handed in received.values():
+            handed.close()
     return _Verified(m, data, buffers, wanted, to_load, total, damaged, bar)
 
 
@@ -1080,7 +1089,7 @@ class _Verified:
     lazy_plan: tuple | None = None
     #: lazy restores into a process without torch yet: what waits for its import
     torch_later: _TorchLater | None = None
-    #: lazy restores: storage index -> the server's memory its buffer maps (handoff.py)
+    #: lazy restores: storage index -> the server's memory its buffer maps (handed.py)
     handed: dict = field(default_factory=dict)
 
 

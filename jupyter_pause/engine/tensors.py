@@ -36,7 +36,8 @@ from typing import Any
 
 import xxhash
 
-from . import handoff, paths
+from . import handed as handed_mod
+from . import paths
 from .buffers import (
     DATA_ALIGN,
     HUGE_ADVICE_MIN,
@@ -698,18 +699,18 @@ def read_storages(
     straight from the file (no intermediate copy), 8 MiB at a time, each chunk hashed while
     it is still in the CPU cache. Fresh memory costs the kernel a zeroed page per 4 KiB
     (~0.3 s/GiB on the dev VM: as much as the disk read itself); a helper thread maps the
-    pages just ahead of the reader (``_Prefaulter``), so on two or more cores that cost
+    pages just ahead of the reader (:class:`Prefaulter`), so on two or more cores that cost
     leaves the critical path and a cold restore runs at about the speed of the disk.
 
     ``as_numpy``: CPU buffers are numpy arrays whatever their kind, so that a process
     still importing torch can read them (a lazy restore; :func:`buffers.as_torch` later).
-    ``handed``: {file: handoff.Handed}, memory the server filled with some of the files;
-    a storage over it that verifies is taken as it is, not read (engine/handoff.py)."""
+    ``handed``: {storage index: (handed.Handed, its buffer)} (``handed.buffers_over``),
+    buffers over memory the server filled with some of the files; one that verifies is
+    taken as it is, not read (engine/handed.py). The caller closes what it received."""
     from . import store
 
-    handed = handed or {}
+    over = handed or {}
     plan = plan_reads(nbdir, manifest, indices)
-    over = handoff.buffers_over(handed, plan, manifest, device_of, as_numpy=as_numpy)
     # read; a helper thread allocates and maps each CPU buffer just ahead of us
     cpu = [
         (i, "numpy" if as_numpy else manifest.storages[i].kind, manifest.storages[i].nbytes)
@@ -719,16 +720,14 @@ def read_storages(
         and i not in over
     ]
     out: dict[int, Any] = {}
-    with _Prefaulter(cpu) as pre, contextlib.ExitStack() as done:
-        for h in handed.values():
-            done.callback(h.close)
+    with Prefaulter(cpu) as pre:
         for path, rel, items in plan:
             with open(path, "rb", buffering=0) as f:
                 with contextlib.suppress(AttributeError, OSError):
                     os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
                 for pos, i in items:
                     s = manifest.storages[i]
-                    if i in over and handoff.take(*over[i], s.xxh3):
+                    if i in over and handed_mod.take(*over[i], s.xxh3):
                         out[i] = over[i][1]
                         if progress is not None:
                             progress.update(s.nbytes)
@@ -854,7 +853,7 @@ def _map_pages(buf) -> None:
         arr[::4096] = 0  # one write per page (the buffer is not handed out yet)
 
 
-class _Prefaulter:
+class Prefaulter:
     """Allocates each CPU buffer with its final size and maps its pages, on a helper
     thread, in read order and at most PREFAULT_AHEAD bytes ahead of the reader.
 
