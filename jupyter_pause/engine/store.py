@@ -473,8 +473,8 @@ def choose_for_resume(
     restore then decides alone, and says why.
 
     Decided once, in the server: what reads the checkpoint ahead, the memory filled for
-    the kernel and the kernel's restore all get this one. Reads only (a bucket's newer
-    checkpoints are pulled into the cache first, as a restore does)."""
+    the kernel and the kernel's restore all get this one. It writes nothing but what a
+    restore would: a bucket's newer checkpoints' small files, pulled into the cache."""
     nbdir = paths.notebook_dir(dir, notebook)
     pull(dir, nbdir)
     bucket = paths.bucket_of(dir)
@@ -490,21 +490,27 @@ def choose_for_resume(
         try:
             m = read_manifest(nbdir, cid, key=key)
             verify_pickle(nbdir, m, key=key)
-            for rel, entry in m.files.items():
-                why = check_header(nbdir / rel, entry)
+            files = _blob_files(nbdir, m)
+            for rel, path in files:
+                why = check_header(path, m.files[rel])
                 if why is not None and not (why == "missing" and bucket is not None):
-                    owners = ", ".join(m.owners_of_file(rel)) or rel
-                    raise CorruptCheckpoint(owners, str(nbdir / rel), why)
+                    raise CorruptCheckpoint(", ".join(m.owners_of_file(rel)) or rel, str(path), why)
         except CheckpointError as e:
             passed_over[cid] = str(e)
             continue
-        files = []
-        for rel in sorted(m.files, key=lambda rel: m.files[rel].bytes):
-            parts = Path(rel).parts
-            if len(parts) == 2 and parts[0] == BLOBS and parts[1] not in ("..", "."):
-                files.append((rel, nbdir / rel))
         return Chosen(cid, m, files, passed_over)
     return None
+
+
+def _blob_files(nbdir: Path, m: Manifest) -> list[tuple[str, Path]]:
+    """(file, path) of the manifest's tensor files, smallest first: only names under
+    ``blobs/`` (nothing else is followed)."""
+    files = []
+    for rel in sorted(m.files, key=lambda rel: m.files[rel].bytes):
+        parts = Path(rel).parts
+        if len(parts) == 2 and parts[0] == BLOBS and parts[1] not in ("..", "."):
+            files.append((rel, nbdir / rel))
+    return files
 
 
 def memory_available() -> int:
