@@ -417,10 +417,11 @@ ck, cid, what, hand_over = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] ==
 t0 = time.perf_counter()
 fill = None
 if what != "bare":  # as the server does on a resume request (and when a spare starts)
+    chosen = store.choose_for_resume(ck, "nb", cid)
     if what != "warm" and hand_over:  # a cold kernel: the server fills memory as it starts
-        fill = handoff.offer(ck, "nb", cid)
+        fill = handoff.offer(chosen)
     skip = frozenset(f.rel for f in fill.files) if fill else frozenset()
-    kw = dict(dir=ck, notebook="nb", checkpoint_id=cid, skip=skip)
+    kw = dict(chosen=chosen, skip=skip)
     threading.Thread(target=store.prefetch, kwargs=kw, daemon=True).start()
 km, kc = start_new_kernel(kernel_name="python3", startup_timeout=120)
 t1 = time.perf_counter()

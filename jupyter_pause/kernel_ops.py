@@ -90,19 +90,24 @@ def restore(
     checkpoint_id: str | None = None,
     handoff: dict | None = None,
     operation: str | None = None,
+    or_older: bool = False,
 ):
     """Restore a checkpoint into this (fresh) kernel's namespace.
 
     Lazy unless ``$JUPYTER_PAUSE_RESTORE=eager``: returns once the graph and the small
     objects are back; large tensors follow in the background (engine/lazy.py), and a
     cell that uses one waits for it alone. ``handoff``: the server's memory holding the
-    checkpoint's large files (engine/handoff.py). ``operation``: the server's resume;
+    checkpoint's large files (engine/handoff.py). ``or_older``: ``checkpoint_id`` is the
+    one the server chose (engine/store.choose_for_resume); if the restore finds its tensor
+    bytes damaged, the newest older one that verifies. ``operation``: the server's resume;
     objects the background load finds damaged are reported to it (:func:`_report_damage`).
     """
     from .engine import lazy
     from .engine.api import restore as engine_restore
 
-    result = engine_restore(checkpoint_id, notebook=notebook, dir=dir, handoff=handoff)
+    result = engine_restore(
+        checkpoint_id, notebook=notebook, dir=dir, handoff=handoff, or_older=or_older
+    )
     load = lazy.active()
     if operation and load is not None and result.loading:
         load.on_damage = functools.partial(_report_damage, notebook, result.id, operation)

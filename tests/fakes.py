@@ -180,6 +180,7 @@ def kernel_call(checkpoint_dir: Path):
                 notebook=kw["notebook"],
                 namespace=kernel.namespace,
                 progress=False,
+                or_older=kw.get("or_older", False),
             )
             return {"id": result.id, "bytes": result.bytes_read, "seconds": result.seconds}
         if function == "live_nonce":

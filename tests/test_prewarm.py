@@ -3,6 +3,7 @@ the checkpoint read ahead while a resume's kernel starts."""
 
 import pytest
 
+from jupyter_pause.engine import handoff
 from jupyter_pause.engine import paths as checkpoint_paths
 from jupyter_pause.engine import store as checkpoint_store
 
@@ -140,7 +141,8 @@ async def test_a_resume_reads_its_checkpoint_ahead(
     monkeypatch.setattr(checkpoint_store, "prefetch", prefetch)
     op = await operate(jp_fetch, "resume", notebook_path)
     assert op["outcome"] == "succeeded", str(op)
-    assert asked == [(manager.checkpoint_dir, notebook_path, None)]
+    restored = manager.store.get(notebook_path).state_checkpoint
+    assert [chosen.id for chosen, *_ in asked] == [restored]
     assert await wait_until(
         lambda: not manager.prewarmer.reading_ahead, 30, "the read-ahead to end"
     )
@@ -167,4 +169,62 @@ async def test_a_cold_resume_maps_the_memory_the_server_filled(
     assert name.startswith("/memfd:jupyter-pause-") and float(last) == 5_999_999.0
     # and the server keeps none of it: its offer closed, its fill ended
 
+    assert await wait_until(lambda: not memfd_links(), 60, "the fill to let go of its memory")
+
+
+@pytest.mark.parametrize("damage", ["pickle", "blob header"])
+async def test_with_the_newest_checkpoint_damaged_the_fill_and_the_restore_agree(
+    jp_fetch, jp_serverapp, notebook_path, monkeypatch, damage
+):
+    """Which checkpoint a resume uses is decided once, in the server: with the newest one
+    damaged, the memory the server fills is the older checkpoint's, which the kernel
+    restores (and maps), not the newest's while the kernel passes it over."""
+    if not handoff.supported():
+        pytest.skip("Linux memfd and /proc only")
+    model = await start_session(jp_fetch, notebook_path)
+    kernel_id = model["kernel"]["id"]
+    await wait_for_state(jp_serverapp, kernel_id, "idle")
+    code = "import torch; n = 1; w = torch.arange(6_000_000, dtype=torch.float32)"
+    await execute(jp_serverapp, kernel_id, code)  # w: a 24 MB file, filled on a resume
+    assert (await operate(jp_fetch, "checkpoint", notebook_path))["outcome"] == "succeeded"
+    older = (await session_status(jp_fetch, notebook_path))["last_checkpoint"]["id"]
+    await execute(jp_serverapp, kernel_id, "n = 2; v = torch.ones(1000)")
+    assert (await operate(jp_fetch, "pause", notebook_path))["outcome"] == "succeeded"
+    newer = (await session_status(jp_fetch, notebook_path))["last_checkpoint"]["id"]
+    manager = jp_serverapp.web_app.settings["jupyter_pause_manager"]
+    nbdir = checkpoint_paths.notebook_dir(manager.checkpoint_dir, notebook_path)
+    own = set(checkpoint_store.read_manifest(nbdir, newer).files) - set(
+        checkpoint_store.read_manifest(nbdir, older).files
+    )
+    assert newer != older and len(own) == 1  # v's file; w's is the older one's
+    damaged = nbdir / newer / "objects.pkl" if damage == "pickle" else nbdir / own.pop()
+    data = bytearray(damaged.read_bytes())
+    data[20] ^= 0xFF  # a blob: inside its JSON header
+    damaged.write_bytes(bytes(data))
+
+    filled = []
+    real = handoff.offer
+
+    def offer(*args, **kwargs):
+        fill = real(*args, **kwargs)
+        filled.append(fill.checkpoint_id if fill else None)
+        return fill
+
+    monkeypatch.setattr(handoff, "offer", offer)
+    op = await operate(jp_fetch, "resume", notebook_path)
+    assert op["outcome"] == "succeeded", str(op)
+    assert any(newer in m and "passed over" in m for m in op["messages"]), op["messages"]
+    assert manager.store.get(notebook_path).state_checkpoint == older
+    assert filled == [older]
+    # and the kernel took that memory: its w lies in the server's memfd
+    kernel_id = (await session_status(jp_fetch, notebook_path))["kernel_id"]
+    where = await execute(
+        jp_serverapp,
+        kernel_id,
+        "import jupyter_pause.engine.lazy as _l; _l.wait(); p = w.data_ptr(); "
+        "print(next(l.split()[5] for l in open('/proc/self/maps') "
+        "if int(l.split('-')[0], 16) <= p < int(l.split()[0].split('-')[1], 16)), n, sep='|')",
+    )
+    name, n = where.split("\r")[-1].strip().split("|")
+    assert name.startswith("/memfd:jupyter-pause-") and n == "1"
     assert await wait_until(lambda: not memfd_links(), 60, "the fill to let go of its memory")

@@ -36,6 +36,7 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import xxhash
@@ -43,7 +44,7 @@ import xxhash
 from ..formatting import format_bytes, format_seconds
 from ..protocol import user_skipped
 from . import changes, memory, paths, pickling, records, rerun, rng, signing, store, tensors
-from . import handoff as handoff_mod
+from . import handed as handed_mod
 from . import lazy as lazy_mod
 from . import namespace as ns_mod
 from .buffers import as_torch
@@ -167,7 +168,7 @@ class _HashingWriter:
 
     def write(self, b) -> int:
         try:
-            tensors._write(self.f, b)
+            tensors.write_all(self.f, b)
         except OSError as e:  # a disk problem, not an unpicklable object: remember it
             self.io_error = e
             raise
@@ -355,25 +356,26 @@ def checkpoint(
                 if replaced:
                     raise AutosaveRefused(replaced)
             index = _previous_index(nbdir, trust)
-            incremental = _incremental(nbdir, ns, bool(names), full)
+            previous, changed = _incremental(nbdir, ns, bool(names), full)
+            plan = _CheckpointPlan(
+                nbdir=nbdir,
+                notebook=key_name,
+                required=required,
+                optional=optional,
+                skipped=skipped,
+                modules=modules,
+                tracked=tracked_names,
+                metadata=meta,
+                index=index,
+                progress=progress,
+                namespace=ns,
+                started=t0,
+                previous=previous,
+                changed=changed,
+            )
             txn = store.Transaction(nbdir)
             try:
-                result = _write_checkpoint(
-                    txn,
-                    nbdir,
-                    key_name,
-                    required,
-                    optional,
-                    skipped,
-                    modules,
-                    tracked_names,
-                    meta,
-                    index,
-                    progress,
-                    ns,
-                    t0,
-                    incremental,
-                )
+                result = _write_checkpoint(txn, plan)
                 _OWN[str(nbdir)] = result.id
                 result.lost = lost
                 _LOST[str(nbdir)] = lost
@@ -462,30 +464,41 @@ def _untouched_numpy_digest(s, known: dict) -> str | None:
     return digest if tensors.fingerprint(s) == fp else None
 
 
-def _write_checkpoint(
-    txn,
-    nbdir,
-    key_name,
-    required,
-    optional,
-    skipped,
-    modules,
-    tracked_names,
-    meta,
-    index,
-    progress,
-    ns,
-    t0,
-    incremental=(None, None),
-) -> CheckpointResult:
+@dataclass
+class _CheckpointPlan:
+    """What :func:`checkpoint` decided before anything is written, for
+    :func:`_write_checkpoint` to write into its transaction."""
+
+    nbdir: Path
+    notebook: str  # the notebook key the manifest is bound to
+    required: dict[str, Any]  # tracked and named objects: one that fails fails it all
+    optional: dict[str, Any]  # the namespace's other variables: one that fails is skipped
+    skipped: dict[str, str]  # name -> why it is not saved (those that fail are added)
+    modules: dict[str, str]  # alias -> module, re-imported on restore
+    tracked: set[str]  # the names of the tracked objects among ``required``
+    metadata: dict[str, Any]
+    index: dict[str, tuple]  # digest -> where a committed checkpoint holds it (dedup)
+    progress: bool
+    namespace: dict[str, Any]
+    started: float  # time.monotonic() when the checkpoint was asked for
+    previous: records.State | None = None  # the previous checkpoint's records, to reuse
+    changed: set[str] | None = None  # the names code could have changed since then
+
+    @property
+    def incremental(self) -> bool:
+        return self.previous is not None or self.changed is not None
+
+
+def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
+    nbdir, ns, skipped = plan.nbdir, plan.namespace, plan.skipped
     key = signing.load_key()
-    order = list(required) + [n for n in optional if n not in required]
-    objects_in = {**optional, **required}
+    order = list(plan.required) + [n for n in plan.optional if n not in plan.required]
+    objects_in = {**plan.optional, **plan.required}
     collector = tensors.Collector()
-    prev, changed = incremental
+    prev, changed = plan.previous, plan.changed
     try:
         groups, failed = records.pickle_namespace(
-            order, objects_in, set(required), collector, ns, prev, changed, nbdir
+            order, objects_in, set(plan.required), collector, ns, prev, changed, nbdir
         )
     except records.Unsavable as e:
         raise UnsavableObject(e.name, e.why) from None
@@ -521,7 +534,7 @@ def _write_checkpoint(
                     type=g.types[n],
                     dump=len(offsets) - 1,
                     storages=[local[p] for p in firsts],
-                    tracked=n in tracked_names,
+                    tracked=n in plan.tracked,
                 )
         f.flush()
         os.fsync(f.fileno())
@@ -540,7 +553,7 @@ def _write_checkpoint(
 
     # 2. digests + dedup
     total = sum(s.nbytes for s in storages)
-    bar = Progress("checkpoint", total, enabled=progress)
+    bar = Progress("checkpoint", total, enabled=plan.progress)
     files: dict[str, Any] = {}
     new: list[tensors.Storage] = []
     reused = 0
@@ -564,9 +577,9 @@ def _write_checkpoint(
         s.xxh3 = tensors.cached_digest(s)
         if s.xxh3 is None and pos in untouched and prev_numpy is not None:
             s.xxh3 = _untouched_numpy_digest(s, prev_numpy)
-        if s.xxh3 is None and index:
+        if s.xxh3 is None and plan.index:
             s.xxh3 = tensors.hash_storage(s)
-        hit = index.get(s.xxh3) if s.xxh3 else None
+        hit = plan.index.get(s.xxh3) if s.xxh3 else None
         if hit is not None and not intact(hit[0], hit[4]):
             hit = None
         if hit is not None:
@@ -617,34 +630,34 @@ def _write_checkpoint(
     unsaved = [n for n in user_skipped(skipped) if n in ns]
     manifest = Manifest(
         id=txn.id,
-        notebook=key_name,
+        notebook=plan.notebook,
         created=datetime.now(timezone.utc).isoformat(),
         pickle=pickle_entry,
-        versions=_versions([*modules.values(), *(e.type for e in entries.values())]),
+        versions=_versions([*plan.modules.values(), *(e.type for e in entries.values())]),
         files=files,
         storages=[tensors.storage_entry(s) for s in storages],
         objects=entries,
         records=offsets,
         rng_record=rng_record,
         skipped=skipped,
-        modules=modules,
-        metadata=meta,
+        modules=plan.modules,
+        metadata=plan.metadata,
         bytes_total=total,
         bytes_written=written + pickle_entry.bytes,
         rerun=rerun.cells_for(unsaved, ns),
         groups=group_entries,
     )
     final = txn.commit(manifest)
-    if incremental[0] is not None or incremental[1] is not None or _tracking(ns):
+    if plan.incremental or _tracking(ns):
         _STATE[str(nbdir)] = state
         tracker = changes.tracker_for(ns)
         if tracker is not None:
             tracker.reset()
-    seconds = time.monotonic() - t0
+    seconds = time.monotonic() - plan.started
     result = CheckpointResult(
         id=txn.id,
         path=str(final),
-        notebook=key_name,
+        notebook=plan.notebook,
         saved=list(entries),
         skipped=skipped,
         bytes_written=manifest.bytes_written,
@@ -654,7 +667,7 @@ def _write_checkpoint(
         files=sorted(files),
         files_written=new_files,
         tensors=len(storages),
-        metadata=meta,
+        metadata=plan.metadata,
         quarantined=quarantined,
         records_reused=reused_records,
     )
@@ -716,11 +729,15 @@ def restore(
     partial: bool = False,
     lazy: bool | None = None,
     handoff: dict | None = None,
+    or_older: bool = False,
 ) -> RestoreResult:
     """Restore a checkpoint (by default the newest one that verifies) into the namespace.
 
     Without an id, a checkpoint that is damaged or untrusted is passed over for the next
-    older one, and the result says so (``passed_over``, ``notes``).
+    older one, and the result says so (``passed_over``, ``notes``); with an id and
+    ``or_older``, so is that one (a server's resume names the checkpoint it chose,
+    store.choose_for_resume, and this restore falls back only on damage that choice could
+    not see: tensor bytes, which only a restore hashes).
     ``names`` restricts what is assigned (objects they share with others come along).
     ``device``: None = each tensor to the device it was saved from; "cpu" / "cuda:0" = all
     there; "cuda:1=cuda:0[,...]" = remap. ``trust=True`` loads unsigned checkpoints.
@@ -732,7 +749,8 @@ def restore(
     what needs torch comes back after its import, also in the background. The default is
     lazy in a kernel's own namespace unless ``$JUPYTER_PAUSE_RESTORE=eager``. Restoring
     names is always eager. ``handoff``: memory the server filled with this checkpoint's
-    large files while the kernel started (engine/handoff.py), taken where it verifies.
+    large files while the kernel started (engine/handoff.py), taken where it verifies
+    (engine/handed.py).
     """
     t0 = time.monotonic()
     lazy_mod.cancel()  # a restore replaces one still loading
@@ -765,7 +783,12 @@ def restore(
         if checkpoint_id is None and not ids:
             raise CheckpointNotFound(None, str(nbdir))
         # no id: the newest checkpoint that verifies, saying which ones were passed over
-        candidates = [checkpoint_id] if checkpoint_id else list(reversed(ids))
+        if checkpoint_id is None:
+            candidates = list(reversed(ids))
+        elif or_older and checkpoint_id in ids:
+            candidates = list(reversed(ids[: ids.index(checkpoint_id) + 1]))
+        else:
+            candidates = [checkpoint_id]
         passed_over: dict[str, str] = {}
         for cid in candidates:
             try:
@@ -785,7 +808,7 @@ def restore(
                 )
                 break
             except (CorruptCheckpoint, UntrustedCheckpoint) as e:
-                if checkpoint_id is not None or cid == candidates[-1]:
+                if cid == candidates[-1]:
                     if passed_over:  # the message is the one thing the user sees: complete it
                         e.args = (
                             f"{e.args[0]} (newer checkpoints failed too: "
@@ -943,7 +966,7 @@ def _read_verified(
     HMAC, every needed tensor's hash) before anything is unpickled. With ``partial``,
     tensor files that fail their hash are left out and named instead of failing it all.
     ``defer_torch`` (lazy only): what needs torch is left for after its import.
-    ``handoff``: the server's memory of this checkpoint's large files (handoff.py).
+    ``handoff``: the server's memory of this checkpoint's large files (handed.py).
     ``imports``: where the modules the restore will need start importing."""
     m = store.read_manifest(nbdir, checkpoint_id, trust=trust)
     if not defer_torch:
@@ -1010,8 +1033,8 @@ def _read_verified(
         buffers = tensors.read_storages(
             nbdir, m, sorted((now - gpu) & set(needed)), device_of, bar, as_numpy=defer_torch
         )
-        handed = handoff_mod.buffers_over(
-            handoff_mod.receive(handoff, checkpoint_id, m),
+        handed = handed_mod.buffers_over(
+            handed_mod.receive(handoff, checkpoint_id, m),
             plan,
             m,
             device_of,
@@ -1037,8 +1060,16 @@ def _read_verified(
             later,
             {i: h for i, (h, _view) in handed.items()},
         )
-    handed = handoff_mod.receive(handoff, checkpoint_id, m)
-    buffers = tensors.read_storages(nbdir, m, needed, device_of, bar, handed=handed)
+    received = handed_mod.receive(handoff, checkpoint_id, m)
+    try:
+        over = {}
+        if received:  # (the plan's headers are read again by the read: a few kB)
+            plan = tensors.plan_reads(nbdir, m, needed)
+            over = handed_mod.buffers_over(received, plan, m, device_of)
+        buffers = tensors.read_storages(nbdir, m, needed, device_of, bar, handed=over)
+    finally:
+        for handed in received.values():
+            handed.close()
     return _Verified(m, data, buffers, wanted, to_load, total, damaged, bar)
 
 
@@ -1058,7 +1089,7 @@ class _Verified:
     lazy_plan: tuple | None = None
     #: lazy restores into a process without torch yet: what waits for its import
     torch_later: _TorchLater | None = None
-    #: lazy restores: storage index -> the server's memory its buffer maps (handoff.py)
+    #: lazy restores: storage index -> the server's memory its buffer maps (handed.py)
     handed: dict = field(default_factory=dict)
 
 

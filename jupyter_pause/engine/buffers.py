@@ -1,7 +1,7 @@
 """Flat CPU buffers as the engine lays them out, maps and checks them: the alignment of a
 tensor file's storages, whole-page spans, ``madvise``, digests of filled memory.
 
-Both the reader (``tensors``) and the memory a server hands a kernel (``handoff``) use
+Both the reader (``tensors``) and the memory a server hands a kernel (``handed``) use
 these; neither needs the other for them.
 """
 
@@ -71,7 +71,7 @@ def as_torch(buf):
 
 def digest_of(buf) -> str:
     """The xxh3 digest of a flat CPU buffer (numpy array or tensor) already filled: the
-    memory a server handed over (engine/handoff.py). Its pages are mapped in one call
+    memory a server handed over (engine/handed.py). Its pages are mapped in one call
     first, and hashed in large pieces, each of which lets other threads run."""
     arr = buf.numpy() if hasattr(buf, "numpy") else buf
     madvise = libc_madvise()

@@ -52,6 +52,7 @@ from typing import Any
 from ..formatting import format_bytes
 from .changes import names_used
 from .errors import CorruptCheckpoint
+from .handed import take as take_handed
 from .tracking import track
 
 ENV_RESTORE = "JUPYTER_PAUSE_RESTORE"  # "eager" keeps the old all-at-once restore
@@ -242,7 +243,7 @@ class LazyLoad:
             if (self.m.storages[i].kind == "numpy" or self.device_of(self.m.storages[i]) == "cpu")
             and i not in self.handed
         ]
-        with tensors._Prefaulter(cpu, self.buffers) as pre:
+        with tensors.Prefaulter(cpu, self.buffers) as pre:
             for i in indices:
                 if self._stop:
                     return
@@ -258,7 +259,7 @@ class LazyLoad:
         s = self.m.storages[i]
         why = None
         try:
-            # the server's memory where it verifies (handoff.take), else read from the file
+            # the server's memory where it verifies (handed.take), else read from the file
             digest = s.xxh3 if self._took_handed(i) else self._read_file(i, rel, pos)
             if digest != s.xxh3:
                 why = str(CorruptCheckpoint(s.owner, str(path), f"tensor {s.key!r}"))
@@ -273,22 +274,20 @@ class LazyLoad:
                 self.bad[i] = why
             self._cv.notify_all()
         if why is None and self._files[rel] <= self.done:
-            store._remember_verified(path)
+            store.remember_verified(path)
 
     def _took_handed(self, i: int) -> bool:
         """Whether storage ``i``'s buffer, over the memory the server filled, is taken as
-        it is (engine/handoff.take)."""
-        from . import handoff
-
+        it is (engine/handed.take)."""
         handed = self.handed.get(i)
-        return handed is not None and handoff.take(handed, self.buffers[i], self.m.storages[i].xxh3)
+        return handed is not None and take_handed(handed, self.buffers[i], self.m.storages[i].xxh3)
 
     def _read_file(self, i: int, rel: str, pos: int) -> str:
         """Read storage ``i`` from its file into its buffer; returns the bytes' digest."""
         from . import tensors
 
         s = self.m.storages[i]
-        _buf, digest = tensors._read_one(
+        _buf, digest = tensors.read_storage(
             self._fh[rel],
             pos,
             s,

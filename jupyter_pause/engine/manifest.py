@@ -128,14 +128,16 @@ class Manifest:
             raw["groups"] = [GroupEntry(**g) for g in raw.get("groups", [])]
             known = {f.name for f in fields(cls)}
             m = cls(**{k: v for k, v in raw.items() if k in known})
-            m._check_shape()
+            m.check_shape()
         except ValueError:
             raise
         except (AttributeError, KeyError, TypeError, IndexError, RecursionError) as e:
             raise ValueError(f"malformed manifest ({type(e).__name__}: {e})") from None
         return m
 
-    def _check_shape(self) -> None:
+    def check_shape(self) -> None:
+        """Raise ValueError where a field does not have the type or range the format gives it."""
+
         def need(ok, what):
             if not ok:
                 raise ValueError(f"malformed manifest: {what}")

@@ -181,6 +181,7 @@ def _make_enum(metaclass, name, bases, attrs, members, qualname, module):
 def reduce_enum(cls):
     """An ``Enum`` defined in a cell: rebuilt by running its class body again (members in
     order, with their values, and the methods and attributes defined in the body)."""
+    # ``_value_`` and ``_member_map_``: enum's documented sunder names
     members = [(k, m._value_) for k, m in cls.__dict__["_member_map_"].items()]
     names = {k for k, _ in members}
     attrs = {
@@ -236,6 +237,7 @@ def _open_memmap_slice(filename, identity, mode, start, span, first, dtype, shap
         )
     whole = _open_memmap(filename, np.uint8, mode, start, (span,), "C")
     view = np.ndarray.__new__(np.memmap, shape, dtype, buffer=whole, offset=first, strides=strides)
+    # what numpy.memmap.__new__ sets on a memmap (``_mmap`` is numpy's, it has no setter)
     view._mmap, view.filename, view.mode, view.offset = (
         whole._mmap,
         whole.filename,
@@ -256,6 +258,7 @@ def _parametrized_setstate(module, state):
     from torch.nn.utils import parametrize
 
     module.__dict__.update(state)
+    # torch's own helpers (what register_parametrization calls): no public API does this
     parametrize._inject_new_class(module)
     for name in module.parametrizations:
         parametrize._inject_property(module, name)
@@ -457,7 +460,7 @@ class StatePickler(pickle.Pickler):
             types.MethodType: reduce_method,
             typing.TypeVar: reduce_typevar,
             weakref.ref: reduce_weakref,
-            functools._lru_cache_wrapper: reduce_lru_cache,
+            functools._lru_cache_wrapper: reduce_lru_cache,  # the stdlib's type of lru_cache
             functools.cached_property: lambda o: (
                 _make_cached_property,
                 (o.func, o.attrname, o.__doc__),

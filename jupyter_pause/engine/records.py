@@ -160,7 +160,7 @@ def pickle_group(names, objects, collector, ns, scratch=None) -> Group:
                 if buf.io_error is not None:
                     raise buf.io_error from None
                 raise Unsavable(n, pickling.describe(e)) from None
-            firsts.append([collector._local_of[i] for i in collector.touched])
+            firsts.append(collector.touched_in_group())
         return Group(
             names=list(names),
             data=buf,

@@ -22,6 +22,7 @@ import contextlib
 import errno
 import fcntl
 import json
+import mmap
 import os
 import shutil
 import struct
@@ -54,6 +55,7 @@ QUARANTINE = "quarantine"
 STALE_TMP_SECONDS = 6 * 3600
 LOCK_TIMEOUT = 300.0
 CHUNK = 1 << 24  # 16 MiB reads when hashing
+PAGE = mmap.PAGESIZE
 #: manifest metadata: name -> the checkpoint that still holds an object this one lost
 #: involuntarily (its kernel died, its restore did not finish or could not bring the
 #: object back; "" where no copy verifies); retention keeps those
@@ -388,14 +390,7 @@ def _newest_complete(
 READ_AHEAD_STEP = 64 << 20  # bytes per sendfile call: how soon a stop is noticed
 
 
-def prefetch(
-    dir=None,
-    notebook: str | None = None,
-    checkpoint_id: str | None = None,
-    budget: int | None = None,
-    stop=None,
-    skip=frozenset(),
-) -> int:
+def prefetch(chosen: Chosen, budget: int | None = None, stop=None, skip=frozenset()) -> int:
     """Read a checkpoint's tensor files into the operating system's page cache. The
     server calls it (on a thread) when a resume is asked for, and when a paused notebook
     is opened, so the disk works while the kernel starts; the kernel's restore then
@@ -407,21 +402,18 @@ def prefetch(
     buffer). ``posix_fadvise(WILLNEED)`` would not do: Linux reads only the first
     ``read_ahead_kb`` of the range (8 MB of 2 GB on the dev VM).
 
-    The checkpoint: ``checkpoint_id``, or the newest whose manifest verifies. Only files
-    of a manifest signed with this user's key are read (:func:`files_to_read`), smallest
+    The checkpoint: the one a resume restores (:func:`choose_for_resume`). Only files its
+    signed manifest names are read, smallest
     first (the restore reads small objects first), at most ``budget`` bytes (default: half
     the memory available now, so that reading ahead never pushes out what the machine is
     using), none of ``skip`` (files handed over in memory, engine/handoff.py), until
     ``stop`` (a ``threading.Event``) is set. Returns the bytes read: 0 where there is
     nothing to read or the platform cannot (sendfile to a file is Linux's)."""
-    found = files_to_read(dir, notebook, checkpoint_id)
-    if found is None:
-        return 0
     budget = memory_available() // 2 if budget is None else budget
     stopped = stop.is_set if stop is not None else lambda: False
     done = 0
     with open(os.devnull, "wb", buffering=0) as null:
-        for rel, path in found[2]:
+        for rel, path in chosen.files:
             if rel in skip:
                 continue
             try:
@@ -446,33 +438,79 @@ def prefetch(
     return done
 
 
-def files_to_read(
+@dataclass(frozen=True)
+class Chosen:
+    """The checkpoint a resume restores, decided once (:func:`choose_for_resume`, by the
+    server) and handed to what reads it ahead (:func:`prefetch`), to what fills memory
+    with it (engine/handoff.py) and, by its id, to the kernel's restore."""
+
+    id: str
+    manifest: Manifest
+    #: its tensor files, smallest first, each named by the signed manifest and under
+    #: ``blobs/`` (nothing else is followed)
+    files: list[tuple[str, Path]]
+    #: newer checkpoints passed over, newest first -> why
+    passed_over: dict[str, str] = field(default_factory=dict)
+
+    def notes(self, restored: str) -> list[str]:
+        """What a resume says of this choice once its kernel restored ``restored`` (the
+        kernel's restore still falls back to an older one on damage found in tensor
+        bytes, which it alone hashes, and then says so itself)."""
+        said = [f"checkpoint {cid} was passed over: {why}" for cid, why in self.passed_over.items()]
+        if said and restored == self.id:
+            said.append(f"restored {restored} instead, the newest checkpoint that verifies")
+        return said
+
+
+def choose_for_resume(
     dir=None, notebook: str | None = None, checkpoint_id: str | None = None
-) -> tuple[str, Manifest, list[tuple[str, Path]]] | None:
-    """(id, manifest, [(file, path), ...]) of the checkpoint a restore is about to read:
-    ``checkpoint_id``, or the newest that is signed and complete; its tensor files
-    smallest first, each named by the signed manifest and under ``blobs/`` (nothing else
-    is followed). None where there is none. What reads ahead (:func:`prefetch`,
-    engine/handoff.py) reads only these.  With a bucket behind the folder, a checkpoint
-    not in the cache yet is not complete here: the restore downloads it (:func:`fetch`)
-    and says so."""
+) -> Chosen | None:
+    """The checkpoint a resume restores: ``checkpoint_id``, or the newest one that passes
+    every check short of hashing its tensors: signed with this user's key and bound to
+    this notebook, its pickle's hash and HMAC, each tensor file present (with a bucket
+    behind the folder, a file the cache lacks is downloaded by the restore instead) with
+    its size and header. None where none does (or the named one does not): the kernel's
+    restore then decides alone, and says why.
+
+    Decided once, in the server: what reads the checkpoint ahead, the memory filled for
+    the kernel and the kernel's restore all get this one. It writes nothing but what a
+    restore would: a bucket's newer checkpoints' small files, pulled into the cache."""
     nbdir = paths.notebook_dir(dir, notebook)
-    try:
-        if checkpoint_id is None:
-            newest = _newest_complete(nbdir, _load_key_for_listing()[0])
-            if newest is None:
-                return None
-            checkpoint_id, m = newest
-        else:
-            m = get_manifest(dir, notebook, checkpoint_id)
-    except CheckpointError:
+    pull(dir, nbdir)
+    bucket = paths.bucket_of(dir)
+    key = _load_key_for_listing()[0]
+    if checkpoint_id is None:
+        candidates = list(reversed(checkpoint_ids(nbdir)))
+    elif paths.is_checkpoint_id(checkpoint_id):
+        candidates = [checkpoint_id]
+    else:
         return None
+    passed_over: dict[str, str] = {}
+    for cid in candidates:
+        try:
+            m = read_manifest(nbdir, cid, key=key)
+            verify_pickle(nbdir, m, key=key)
+            files = _blob_files(nbdir, m)
+            for rel, path in files:
+                why = check_header(path, m.files[rel])
+                if why is not None and not (why == "missing" and bucket is not None):
+                    raise CorruptCheckpoint(", ".join(m.owners_of_file(rel)) or rel, str(path), why)
+        except CheckpointError as e:
+            passed_over[cid] = str(e)
+            continue
+        return Chosen(cid, m, files, passed_over)
+    return None
+
+
+def _blob_files(nbdir: Path, m: Manifest) -> list[tuple[str, Path]]:
+    """(file, path) of the manifest's tensor files, smallest first: only names under
+    ``blobs/`` (nothing else is followed)."""
     files = []
     for rel in sorted(m.files, key=lambda rel: m.files[rel].bytes):
         parts = Path(rel).parts
         if len(parts) == 2 and parts[0] == BLOBS and parts[1] not in ("..", "."):
             files.append((rel, nbdir / rel))
-    return checkpoint_id, m, files
+    return files
 
 
 def memory_available() -> int:
@@ -492,18 +530,47 @@ def memory_available() -> int:
 
 # ---------------------------------------------------------------- verification
 def read_safetensors_header(path: Path) -> tuple[int, bytes, dict]:
-    """(data start offset, raw header bytes, parsed header) of a safetensors file, torch-free."""
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) != 8:
-            raise ValueError("file shorter than a safetensors header")
-        (n,) = struct.unpack("<Q", head)
-        if n > 100_000_000:
-            raise ValueError("implausible safetensors header length")
-        raw = f.read(n)
-        if len(raw) != n:
-            raise ValueError("truncated safetensors header")
+    """(data start offset, raw header bytes, parsed header) of a safetensors file, torch-free.
+
+    The page cache is left as it was found: no read-ahead into the data, and the header's
+    pages dropped again unless they were cached already. A file whose first page alone is
+    cached would make the memory the server fills from it (engine/handoff.py) go through
+    the cache, a second copy of every byte, instead of around it."""
+    with open(path, "rb", buffering=0) as f:
+        fd = f.fileno()
+        with contextlib.suppress(AttributeError, OSError):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        cached = _first_page_cached(fd)
+        try:
+            return _parse_header(f)
+        finally:
+            if not cached:  # whole pages only go: those the header lies in
+                with contextlib.suppress(AttributeError, OSError):
+                    os.posix_fadvise(fd, 0, -(-f.tell() // PAGE) * PAGE, os.POSIX_FADV_DONTNEED)
+
+
+def _parse_header(f) -> tuple[int, bytes, dict]:
+    head = f.read(8)
+    if len(head) != 8:
+        raise ValueError("file shorter than a safetensors header")
+    (n,) = struct.unpack("<Q", head)
+    if n > 100_000_000:
+        raise ValueError("implausible safetensors header length")
+    raw = f.read(n)
+    if len(raw) != n:
+        raise ValueError("truncated safetensors header")
     return 8 + n, raw, json.loads(raw)
+
+
+def _first_page_cached(fd: int) -> bool:
+    """Whether the page cache holds the file's first byte (a read that never waits)."""
+    nowait = getattr(os, "RWF_NOWAIT", 0)
+    if not nowait:
+        return True  # cannot tell: leave the cache alone
+    try:
+        return os.preadv(fd, [bytearray(1)], 0, nowait) == 1
+    except OSError:  # BlockingIOError: not cached (or the read is not supported)
+        return False
 
 
 def check_complete(nbdir: Path, m: Manifest, names=None, skip=()) -> None:
@@ -566,28 +633,45 @@ def _stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _remember_verified(path: Path) -> None:
+def remember_verified(path: Path) -> None:
+    """``path`` was just hashed whole against its manifest: its reuse need not hash it
+    again while the file stays this very version (:func:`check_blob`)."""
     with contextlib.suppress(OSError):
         _VERIFIED[str(path)] = _stat_key(os.stat(path))
+
+
+def check_header(path: Path, entry: FileEntry) -> str | None:
+    """Why the safetensors file at ``path`` does not have the size and header ``entry``
+    records ("missing" where there is none), or None if it does: no tensor is read."""
+    return _check_header(path, entry)[0]
+
+
+def _check_header(path: Path, entry: FileEntry):
+    """(why, stat, data start, header) of :func:`check_header`."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "missing", None, 0, None
+    if st.st_size != entry.bytes:
+        return f"size {st.st_size}, expected {entry.bytes}", st, 0, None
+    try:
+        start, raw, header = read_safetensors_header(path)
+    except (OSError, ValueError) as e:
+        return str(e), st, 0, None
+    if xxhash.xxh3_128_hexdigest(raw) != entry.header_xxh3:
+        return "header changed", st, 0, None
+    return None, st, start, header
 
 
 def check_blob(path: Path, entry: FileEntry, full: bool = False) -> str | None:
     """Why the safetensors file at ``path`` does not match ``entry``, or None if it does.
 
-    Cheap checks (size, header hash) always; every tensor's hash unless this process
-    already hashed this very version of the file (``full=True``: always)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return "missing"
-    if st.st_size != entry.bytes:
-        return f"size {st.st_size}, expected {entry.bytes}"
-    try:
-        start, raw, header = read_safetensors_header(path)
-    except (OSError, ValueError) as e:
-        return str(e)
-    if xxhash.xxh3_128_hexdigest(raw) != entry.header_xxh3:
-        return "header changed"
+    Cheap checks (size, header hash: :func:`check_header`) always; every tensor's hash
+    unless this process already hashed this very version of the file (``full=True``:
+    always)."""
+    why, st, start, header = _check_header(path, entry)
+    if why is not None:
+        return why
     if not full and _VERIFIED.get(str(path)) == _stat_key(st):
         return None
     try:
@@ -1154,7 +1238,7 @@ class Transaction:
                     continue
                 quarantine(self.nbdir, f"{BLOBS}/{name}", why)
             os.rename(self.staging_path(name), dest)
-            _remember_verified(dest)  # hashed as it was written
+            remember_verified(dest)  # hashed as it was written
         fsync_dir(blobs)
         os.rmdir(self.tmp / "staged")
         final = self.nbdir / self.id

@@ -36,7 +36,8 @@ from typing import Any
 
 import xxhash
 
-from . import handoff, paths
+from . import handed as handed_mod
+from . import paths
 from .buffers import (
     DATA_ALIGN,
     HUGE_ADVICE_MIN,
@@ -225,6 +226,10 @@ class Collector:
             local = self._local_of[idx] = len(self.local)
             self.local.append(idx)
         return local
+
+    def touched_in_group(self) -> list[int]:
+        """The storages first referenced by the current record, as positions in its group."""
+        return [self._local_of[i] for i in self.touched]
 
     def _logged(self, obj, result):
         try:
@@ -451,7 +456,7 @@ def _sample_index(n: int):
 
 def _version(t) -> int | None:
     try:
-        return t._version
+        return t._version  # torch's version counter (no public name for it)
     except Exception:  # inference tensors have no version counter
         return None
 
@@ -536,7 +541,7 @@ def digest(s: Storage) -> str:
 
 
 # ----------------------------------------------------------------- writing
-def _write(f, data) -> None:
+def write_all(f, data) -> None:
     """Write all of ``data``; the one place bytes hit the disk (tests inject ENOSPC here)."""
     view = memoryview(data)
     while view:
@@ -596,11 +601,11 @@ def write_safetensors(txn, tmp_name: str, storages: list[Storage], progress=None
     raw += b" " * (-(len(raw) + 8) % DATA_ALIGN)
     path = txn.staging_path(tmp_name)
     with paths.private_open(path) as f:
-        _write(f, struct.pack("<Q", len(raw)) + raw)
+        write_all(f, struct.pack("<Q", len(raw)) + raw)
         for s in storages:
             h = xxhash.xxh3_128() if s.xxh3 is None else None
             for mv in _iter_chunks(s):
-                _write(f, mv)
+                write_all(f, mv)
                 if h is not None:
                     h.update(mv)
                 if progress is not None:
@@ -694,18 +699,18 @@ def read_storages(
     straight from the file (no intermediate copy), 8 MiB at a time, each chunk hashed while
     it is still in the CPU cache. Fresh memory costs the kernel a zeroed page per 4 KiB
     (~0.3 s/GiB on the dev VM: as much as the disk read itself); a helper thread maps the
-    pages just ahead of the reader (``_Prefaulter``), so on two or more cores that cost
+    pages just ahead of the reader (:class:`Prefaulter`), so on two or more cores that cost
     leaves the critical path and a cold restore runs at about the speed of the disk.
 
     ``as_numpy``: CPU buffers are numpy arrays whatever their kind, so that a process
     still importing torch can read them (a lazy restore; :func:`buffers.as_torch` later).
-    ``handed``: {file: handoff.Handed}, memory the server filled with some of the files;
-    a storage over it that verifies is taken as it is, not read (engine/handoff.py)."""
+    ``handed``: {storage index: (handed.Handed, its buffer)} (``handed.buffers_over``),
+    buffers over memory the server filled with some of the files; one that verifies is
+    taken as it is, not read (engine/handed.py). The caller closes what it received."""
     from . import store
 
-    handed = handed or {}
+    over = handed or {}
     plan = plan_reads(nbdir, manifest, indices)
-    over = handoff.buffers_over(handed, plan, manifest, device_of, as_numpy=as_numpy)
     # read; a helper thread allocates and maps each CPU buffer just ahead of us
     cpu = [
         (i, "numpy" if as_numpy else manifest.storages[i].kind, manifest.storages[i].nbytes)
@@ -715,16 +720,14 @@ def read_storages(
         and i not in over
     ]
     out: dict[int, Any] = {}
-    with _Prefaulter(cpu) as pre, contextlib.ExitStack() as done:
-        for h in handed.values():
-            done.callback(h.close)
+    with Prefaulter(cpu) as pre:
         for path, rel, items in plan:
             with open(path, "rb", buffering=0) as f:
                 with contextlib.suppress(AttributeError, OSError):
                     os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
                 for pos, i in items:
                     s = manifest.storages[i]
-                    if i in over and handoff.take(*over[i], s.xxh3):
+                    if i in over and handed_mod.take(*over[i], s.xxh3):
                         out[i] = over[i][1]
                         if progress is not None:
                             progress.update(s.nbytes)
@@ -732,7 +735,7 @@ def read_storages(
                     buf = over[i][1] if i in over else pre.get(i)
                     if buf is None and as_numpy:  # not worth the helper thread
                         buf = empty_for(s, device_of(s), as_numpy=True)
-                    got = _read_one(f, pos, s, device_of(s), progress, buf)
+                    got = read_storage(f, pos, s, device_of(s), progress, buf)
                     pre.release(i)
                     if got[1] != s.xxh3:
                         raise CorruptCheckpoint(s.owner, str(path), f"tensor {s.key!r}")
@@ -740,7 +743,7 @@ def read_storages(
             if {manifest.storages[i].key for _pos, i in items} >= set(manifest.files[rel].tensors):
                 # every tensor of the file was just hashed: the next checkpoint of this
                 # process may reuse it without hashing it again (store.check_blob)
-                store._remember_verified(path)
+                store.remember_verified(path)
     return out
 
 
@@ -850,7 +853,7 @@ def _map_pages(buf) -> None:
         arr[::4096] = 0  # one write per page (the buffer is not handed out yet)
 
 
-class _Prefaulter:
+class Prefaulter:
     """Allocates each CPU buffer with its final size and maps its pages, on a helper
     thread, in read order and at most PREFAULT_AHEAD bytes ahead of the reader.
 
@@ -930,7 +933,7 @@ class _Prefaulter:
             self._cv.notify_all()
 
 
-def _read_one(f, pos: int, s, device: str, progress, buf=None, chunk: int | None = None):
+def read_storage(f, pos: int, s, device: str, progress, buf=None, chunk: int | None = None):
     """Read storage ``s`` (at ``pos`` in ``f``) into ``buf`` (allocated if None) on
     ``device``, hashing as it streams; returns the buffer and the digest. ``chunk``: bytes
     per read of a CPU buffer (default READ_CHUNK)."""

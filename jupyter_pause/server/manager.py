@@ -365,9 +365,9 @@ class PauseManager:
         self.operations[op.id] = op
         return op
 
-    def _read_ahead(self, path: str, checkpoint_id: str | None = None, fill=None) -> None:
+    def _read_ahead(self, path: str, chosen=None, fill=None) -> None:
         """Read ahead what a restore will read (server/prewarm.py), as a task of ours."""
-        read = self.prewarmer.read_ahead(path, checkpoint_id, fill)
+        read = self.prewarmer.read_ahead(path, chosen, fill)
         if read is not None:
             self._spawn(read)
 
@@ -649,8 +649,9 @@ class PauseManager:
 
     async def _resume(self, session: Session, op: Operation, checkpoint_id: str | None) -> None:
         path = session.path
-        fill = await self.prewarmer.hand_over(path, checkpoint_id)  # none for a spare
-        self._read_ahead(path, checkpoint_id, fill)
+        chosen = await self.prewarmer.choose(path, checkpoint_id)  # one decision, for all
+        fill = await self.prewarmer.hand_over(path, chosen)  # none for a spare
+        self._read_ahead(path, chosen, fill)
         kernel_id = None
         started_here = False
         try:
@@ -681,7 +682,8 @@ class PauseManager:
                     timeout=self.kernel_call_timeout,
                     notebook=path,
                     dir=self.kernel_checkpoint_dir,
-                    checkpoint_id=checkpoint_id,
+                    checkpoint_id=chosen.id if chosen else checkpoint_id,
+                    or_older=chosen is not None and checkpoint_id is None,
                     handoff=fill.token() if fill else None,
                     operation=op.id,
                 )
@@ -694,7 +696,8 @@ class PauseManager:
             )
             session.restored_from = "checkpoint"
             session.state_checkpoint = result.id
-            # the kernel passed over newer checkpoints that did not verify: say so
+            # the server or the kernel passed over newer checkpoints that did not verify
+            op.messages.extend(chosen.notes(result.id) if chosen else [])
             op.messages.extend(result.notes)
             lost = checkpoint_store.lost_of(result.metadata)
             self.recorder.note_lost(

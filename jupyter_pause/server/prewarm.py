@@ -94,13 +94,29 @@ class Prewarmer:
 
     # ------------------------------------------------- preparing a resume
 
+    async def choose(self, path: str, checkpoint_id: str | None) -> checkpoint_store.Chosen | None:
+        """Which checkpoint this resume restores (engine/store.choose_for_resume): decided
+        once, and given to the read-ahead, the handoff's fill and the kernel's restore.
+        None where the server cannot tell (the kernel's restore then decides alone)."""
+        try:
+            return await asyncio.to_thread(
+                checkpoint_store.choose_for_resume, self.checkpoint_dir, path, checkpoint_id
+            )
+        except Exception as e:  # a refused folder, a bucket out of reach: the restore tells
+            self._debug("jupyter-pause: no checkpoint chosen ahead for %s: %s", path, e)
+            return None
+
     def read_ahead(
-        self, path: str, checkpoint_id: str | None = None, fill: handoff.Fill | None = None
+        self,
+        path: str,
+        chosen: checkpoint_store.Chosen | None = None,
+        fill: handoff.Fill | None = None,
     ) -> Coroutine[Any, Any, None] | None:
-        """Have the disk read the checkpoint a kernel is about to restore while that kernel
-        starts (engine/store.prefetch), so a resume waits for the slower of the two, not
-        for both in turn. Best effort, on a thread, one at a time per notebook; it
-        decides nothing. ``fill``: the files handed over in memory are not read.
+        """Have the disk read the checkpoint a kernel is about to restore (``chosen``; for
+        a spare, the one a resume would choose now) while that kernel starts
+        (engine/store.prefetch), so a resume waits for the slower of the two, not for
+        both in turn. Best effort, on a thread, one at a time per notebook; it decides
+        nothing. ``fill``: the files handed over in memory are not read.
 
         Returns the read, for the caller to run as one of its tasks, or None when one
         runs already for ``path``."""
@@ -111,14 +127,12 @@ class Prewarmer:
 
         async def read_ahead() -> None:
             try:
-                done = await asyncio.to_thread(
-                    checkpoint_store.prefetch,
-                    self.checkpoint_dir,
-                    path,
-                    checkpoint_id,
-                    stop=stop,
-                    skip=skip,
-                )
+                which = chosen or await self.choose(path, None)
+                done = 0
+                if which is not None:
+                    done = await asyncio.to_thread(
+                        checkpoint_store.prefetch, which, stop=stop, skip=skip
+                    )
                 self._debug("jupyter-pause: read %d bytes ahead for %s", done, path)
             except Exception as e:  # a refused folder, say: the restore will tell
                 self._debug("jupyter-pause: no read-ahead for %s: %s", path, e)
@@ -127,15 +141,17 @@ class Prewarmer:
 
         return read_ahead()
 
-    async def hand_over(self, path: str, checkpoint_id: str | None) -> handoff.Fill | None:
-        """Fill memory with the checkpoint's large files while a cold kernel starts, for
-        its restore to map instead of reading them (engine/handoff.py); a spare has no
-        start to overlap. Best effort: None where there is nothing to hand over, and the
-        kernel reads its files itself."""
-        if self.spare(path) is not None:
+    async def hand_over(
+        self, path: str, chosen: checkpoint_store.Chosen | None
+    ) -> handoff.Fill | None:
+        """Fill memory with the large files of the checkpoint the resume chose while a
+        cold kernel starts, for its restore to map instead of reading them
+        (engine/handoff.py); a spare has no start to overlap. Best effort: None where
+        there is nothing to hand over, and the kernel reads its files itself."""
+        if chosen is None or self.spare(path) is not None:
             return None
         try:
-            fill = await asyncio.to_thread(handoff.offer, self.checkpoint_dir, path, checkpoint_id)
+            fill = await asyncio.to_thread(handoff.offer, chosen)
         except Exception as e:  # a refused folder, say: the restore will tell
             self._debug("jupyter-pause: no memory handed over for %s: %s", path, e)
             return None

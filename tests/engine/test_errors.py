@@ -50,7 +50,7 @@ def test_disk_full_keeps_previous(ck, nbdir, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     with monkeypatch.context() as m:
-        m.setattr(tensors, "_write", full)
+        m.setattr(tensors, "write_all", full)
         with pytest.raises(errors.DiskError, match="disk is full.*previous checkpoint is intact"):
             jp.checkpoint(namespace={"a": np.zeros(1000)}, **ck)
     assert len(jp.list_checkpoints(ck["dir"], ck["notebook"])) == 1

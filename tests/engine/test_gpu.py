@@ -112,7 +112,7 @@ def test_a_handed_over_restore_serves_the_cpu_and_streams_the_gpu(ck):
         pytest.skip("Linux memfd and /proc only")
     src = {"g": torch.randn(8 << 20, device="cuda"), "c": torch.randn(8 << 20)}
     jp.checkpoint(namespace=src, **ck)
-    fill = handoff.offer(**ck)
+    fill = handoff.offer(store.choose_for_resume(**ck))
     assert len(fill.files) == 1  # the CPU tensor's file: the GPU one streams as ever
     out = {}
     jp.restore(namespace=out, lazy=True, handoff=fill.token(), **ck)

@@ -33,14 +33,14 @@ def small_threshold(monkeypatch):
 def gate(monkeypatch):
     """The background reader stops before each storage until the gate is open."""
     opened = threading.Event()
-    real = tensors._read_one
+    real = tensors.read_storage
 
     def gated(*args, **kwargs):
         if threading.current_thread().name == "jp-lazy-restore":
             assert opened.wait(DEADLINE), "gate never opened"
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(tensors, "_read_one", gated)
+    monkeypatch.setattr(tensors, "read_storage", gated)
     yield opened
     opened.set()  # let a reader still held here see that it was cancelled
 

@@ -171,7 +171,7 @@ def test_helper_error_falls_back_to_the_reader(ck, small_steps, monkeypatch):
 
 
 def test_gpu_targets_do_not_wait_for_the_helper():
-    pre = tensors._Prefaulter([(0, "torch", 4 << 20)])
+    pre = tensors.Prefaulter([(0, "torch", 4 << 20)])
     with pre:
         assert pre.get(7) is None  # not a CPU buffer: returns at once
         buf = pre.get(0)

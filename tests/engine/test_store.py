@@ -53,7 +53,7 @@ import os, sys, time
 import numpy as np
 import jupyter_pause as jp
 from jupyter_pause.engine import tensors
-real = tensors._write
+real = tensors.write_all
 state = {"n": 0}
 def slow_write(f, data):
     real(f, data)
@@ -61,7 +61,7 @@ def slow_write(f, data):
     if state["n"] == 3:                      # header + some data are on disk
         open(sys.argv[1], "w").close()
         time.sleep(60)
-tensors._write = slow_write
+tensors.write_all = slow_write
 big = np.full(3_000_000, 7.0)
 jp.checkpoint(namespace={"big": big, "x": 2}, dir=sys.argv[2], notebook="nb", progress=False)
 """
