@@ -76,7 +76,7 @@ class PauseApp(ExtensionApp):
         "Or a bucket, s3://BUCKET/PREFIX (the standard AWS variables and credentials, "
         "AWS_ENDPOINT_URL included) or gs://BUCKET/PREFIX (Google's standard credentials): "
         "a pause then ends once the checkpoint is in the bucket. "
-        "Default: $JUPYTER_PAUSE_CHECKPOINT_DIR, else <state_dir>/checkpoints.",
+        f"Default: ${checkpoint_paths.ENV_DIR}, else <state_dir>/checkpoints.",
     )
     checkpoint_cache_dir = Unicode(
         config=True,
