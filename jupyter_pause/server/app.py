@@ -344,7 +344,13 @@ class PauseApp(ExtensionApp):
             from ..backends import backend_class_for
 
             cls = backend_class_for(self.backend)
-        return cls(parent=self, log=self.log, ledger=self.ledger)
+        return cls(
+            parent=self,
+            log=self.log,
+            ledger=self.ledger,
+            state_dir=self.state_dir,
+            checkpoint_dir=self._checkpoint_location(),
+        )
 
     def _prepare_kernels(self):
         """Start IPython kernels with the magics loaded and their notebook known."""
