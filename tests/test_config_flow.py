@@ -9,6 +9,7 @@ import jupyter_pause
 from jupyter_pause.backends.jupyterhub import JupyterHubBackend
 from jupyter_pause.engine import paths
 from jupyter_pause.server.app import PauseApp
+from jupyter_pause.server.kernels import PauseKernelManager
 
 PACKAGE = Path(jupyter_pause.__file__).parent
 
@@ -43,3 +44,9 @@ def test_the_app_hands_its_dirs_to_the_backend(tmp_path):
     backend = app._make_backend()
     assert backend.state_dir == str(tmp_path / "state")
     assert backend.checkpoint_dir == str(tmp_path / "ck")
+
+
+def test_the_kernel_manager_hands_kernels_the_settings_it_is_given(tmp_path):
+    settings = {paths.ENV_DIR: str(tmp_path), paths.ENV_KEEP: "5"}
+    kernel_manager = PauseKernelManager(pause_settings=settings)
+    assert kernel_manager._pause_env({}).items() >= settings.items()
