@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .engine import paths as checkpoint_paths
+
 API = "jupyter-pause/api/"
 
 
@@ -344,7 +346,7 @@ class LocalServer:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         runtime_dir = self.state_dir / "runtime"
         env = dict(os.environ)
-        env["JUPYTER_PAUSE_CHECKPOINT_DIR"] = str(self.checkpoint_dir)
+        env[checkpoint_paths.ENV_DIR] = str(self.checkpoint_dir)
         env["JUPYTER_RUNTIME_DIR"] = str(runtime_dir)
         env.pop("JUPYTER_TOKEN", None)
         env.update(self.env)

@@ -19,6 +19,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from .engine.paths import ENV_DIR
 from .protocol import user_skipped
 from .schedule import ScheduleError, parse_resume_at
 
@@ -49,9 +50,7 @@ class PauseMagics(Magics):
     @magic_arguments()
     @argument("names", nargs="*", help="objects to save (default: tracked + the whole namespace)")
     @argument("--list", "-l", action="store_true", help="list checkpoints instead of saving")
-    @argument(
-        "--dir", default=None, help="checkpoint root (default: $JUPYTER_PAUSE_CHECKPOINT_DIR)"
-    )
+    @argument("--dir", default=None, help=f"checkpoint root (default: ${ENV_DIR})")
     @argument("--notebook", default=None, help="notebook key (default: this notebook's path)")
     @argument("--keep", type=int, default=None, help="keep the last N checkpoints (default 3)")
     @argument("--trust", action="store_true", help="build on unsigned older checkpoints")

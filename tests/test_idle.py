@@ -16,9 +16,19 @@ from jupyter_pause.idle_policy import (
     resolve_class,
 )
 
-from .helpers import api, execute, session_status, start_session, wait_for_state
+from .fakes import FakeClock
+from .helpers import (
+    api,
+    execute,
+    session_status,
+    start_session,
+    wait_for_state,
+    wait_until,
+)
 
-THRESHOLD = 3
+#: idle time passes only when a test moves the clock (``clock``), so these may be long
+THRESHOLD = 300
+WARN_BEFORE = 60
 STEPPED_THRESHOLD = 600
 
 
@@ -27,13 +37,14 @@ def jp_server_config(jp_server_config):
     return {
         **jp_server_config,
         "PauseApp": {
+            **jp_server_config["PauseApp"],
             "backend": "local",
             "idle_check_interval": 0.25,
             "workload_classes": {
                 "gpu-interactive": {
                     "idle_threshold": THRESHOLD,
                     "min_running_time": 0,
-                    "warn_before": 2,
+                    "warn_before": WARN_BEFORE,
                     "gpu_utilization_counts": False,
                 },
                 "cpu-small": {"idle_threshold": THRESHOLD, "warn_before": 0},
@@ -45,6 +56,17 @@ def jp_server_config(jp_server_config):
             },
         },
     }
+
+
+@pytest.fixture
+def clock(jp_serverapp):
+    """The clock of the idle watcher and of the activity monitor, handed to them before
+    any kernel starts: idle time passes when the test moves it, never while a loaded
+    machine is slow (the watcher still checks every ``idle_check_interval``)."""
+    settings = jp_serverapp.web_app.settings
+    clock = FakeClock()
+    settings["jupyter_pause_idle"].clock = settings["jupyter_pause_manager"].activity.clock = clock
+    return clock
 
 
 def write_notebook(jp_root_dir, name, workload_class=None):
@@ -61,15 +83,20 @@ async def open_notebook(jp_fetch, jp_serverapp, path):
     kernel_id = model["kernel"]["id"]
     await wait_for_state(jp_serverapp, kernel_id, "idle")
     await execute(jp_serverapp, kernel_id, "x = 1")
+    # the cell's end is the user's last activity: seen before the test moves any clock
+    activity = jp_serverapp.web_app.settings["jupyter_pause_manager"].activity
+    await wait_until(
+        lambda: (seen := activity.for_path(path)) and seen.last_cell_finished,
+        what="the cell seen finishing",
+    )
     return kernel_id
 
 
-async def wait_state(jp_fetch, path, state, timeout=20):
-    for _ in range(int(timeout / 0.2)):
-        if (await session_status(jp_fetch, path))["state"] == state:
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{path} never became {state}")
+async def wait_state(jp_fetch, path, state, timeout=60):
+    async def reached():
+        return (await session_status(jp_fetch, path))["state"] == state
+
+    await wait_until(reached, timeout=timeout, what=f"{path} becoming {state}")
 
 
 def ledger_events(jp_serverapp, path, type_):
@@ -77,16 +104,18 @@ def ledger_events(jp_serverapp, path, type_):
     return [e for e in ledger.events(path=path) if e.type.value == type_]
 
 
-async def test_an_idle_notebook_is_warned_then_paused(jp_fetch, jp_serverapp, jp_root_dir):
+async def test_an_idle_notebook_is_warned_then_paused(jp_fetch, jp_serverapp, jp_root_dir, clock):
     path = write_notebook(jp_root_dir, "idle.ipynb")
     kernel_id = await open_notebook(jp_fetch, jp_serverapp, path)
 
+    clock.advance(THRESHOLD - WARN_BEFORE)
+    await wait_until(
+        lambda: ledger_events(jp_serverapp, path, "auto-pause-warned"), what="the warning"
+    )
     # polling the status (as every open JupyterLab does) does not keep it awake
-    for _ in range(int(THRESHOLD / 0.2) + 40):
-        session = await session_status(jp_fetch, path)
-        if session["state"] != "running":
-            break
-        await asyncio.sleep(0.2)
+    for _ in range(5):
+        assert (await session_status(jp_fetch, path))["state"] == "running"
+    clock.advance(WARN_BEFORE)
     await wait_state(jp_fetch, path, "paused")
 
     assert kernel_id not in jp_serverapp.kernel_manager
@@ -98,39 +127,25 @@ async def test_an_idle_notebook_is_warned_then_paused(jp_fetch, jp_serverapp, jp
     assert all(w.workload_class == "gpu-interactive" for w in warnings)
 
 
-class HeldClock:
-    """This machine's clocks, the monotonic one held still until ``release()``:
-    a setup that a loaded machine makes slow is not idleness."""
-
-    def __init__(self):
-        self.held: float | None = time.monotonic()
-
-    def time(self) -> float:
-        return time.time()
-
-    def monotonic(self) -> float:
-        return time.monotonic() if self.held is None else self.held
-
-    def release(self) -> None:
-        self.held = None
-
-
-async def test_a_busy_kernel_printing_nothing_is_never_paused(jp_fetch, jp_serverapp, jp_root_dir):
+async def test_a_busy_kernel_printing_nothing_is_never_paused(
+    jp_fetch, jp_serverapp, jp_root_dir, clock, tmp_path
+):
     watcher = jp_serverapp.web_app.settings["jupyter_pause_idle"]
-    watcher.clock = clock = HeldClock()  # no idle time passes until the cell runs
     path = write_notebook(jp_root_dir, "busy.ipynb")
     kernel_id = await open_notebook(jp_fetch, jp_serverapp, path)
+    done = tmp_path / "done"
     client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
     client.start_channels()
     try:
         # a send before the shell socket is connected can be lost
         await client.wait_for_ready(timeout=60)
+        # silent and busy until the test is over
         client.execute(
-            "import time; time.sleep(THRESHOLD * 3)".replace("THRESHOLD", str(THRESHOLD))
+            f"import os, time\nwhile not os.path.exists({str(done)!r}): time.sleep(0.05)"
         )
         await wait_for_state(jp_serverapp, kernel_id, "busy")
-        clock.release()
-        await asyncio.sleep(THRESHOLD * 2)
+        clock.advance(THRESHOLD * 2)
+        await watcher.check()
         session = await session_status(jp_fetch, path)
         assert session["state"] == "running"
         code, activity = await api(jp_fetch, "activity")
@@ -139,34 +154,43 @@ async def test_a_busy_kernel_printing_nothing_is_never_paused(jp_fetch, jp_serve
         assert "busy" in entry["reasons"][0]
         assert activity["server"]["idle"] is False
     finally:
+        done.touch()
         client.stop_channels()
     assert not ledger_events(jp_serverapp, path, "pause-requested")
 
 
-async def test_keep_running_postpones_by_one_threshold(jp_fetch, jp_serverapp, jp_root_dir):
+async def test_keep_running_postpones_by_one_threshold(jp_fetch, jp_serverapp, jp_root_dir, clock):
+    watcher = jp_serverapp.web_app.settings["jupyter_pause_idle"]
     path = write_notebook(jp_root_dir, "keep.ipynb")
     await open_notebook(jp_fetch, jp_serverapp, path)
-    for _ in range(100):
+    clock.advance(THRESHOLD - WARN_BEFORE)
+
+    async def warning():
         auto = (await session_status(jp_fetch, path)).get("auto_pause")
-        if auto and auto["warning"]:
-            break
-        await asyncio.sleep(0.1)
-    else:
-        raise AssertionError("no auto-pause warning in the status")
-    assert auto["workload_class"] == "gpu-interactive" and auto["seconds_left"] <= 2
+        return auto if auto and auto["warning"] else None
+
+    auto = await wait_until(warning, what="the auto-pause warning in the status")
+    assert auto["workload_class"] == "gpu-interactive" and auto["seconds_left"] == WARN_BEFORE
 
     code, body = await api(jp_fetch, "sessions", "postpone", method="POST", body={"path": path})
     assert code == 200, body
     after = (await session_status(jp_fetch, path))["auto_pause"]
-    assert after["seconds_left"] > auto["seconds_left"] and not after["warning"]
+    assert after["seconds_left"] == THRESHOLD and not after["warning"]
     assert ledger_events(jp_serverapp, path, "auto-pause-postponed")
+    clock.advance(THRESHOLD - WARN_BEFORE)  # idle for longer than a threshold, in all
+    await watcher.check()
+    assert (await session_status(jp_fetch, path))["state"] == "running"
+    clock.advance(WARN_BEFORE)
     await wait_state(jp_fetch, path, "paused")  # one threshold later, it does pause
 
 
-async def test_a_class_that_forbids_auto_pause_is_honoured(jp_fetch, jp_serverapp, jp_root_dir):
+async def test_a_class_that_forbids_auto_pause_is_honoured(
+    jp_fetch, jp_serverapp, jp_root_dir, clock
+):
     path = write_notebook(jp_root_dir, "never.ipynb", workload_class="never")
     await open_notebook(jp_fetch, jp_serverapp, path)
-    await asyncio.sleep(THRESHOLD * 2)
+    clock.advance(THRESHOLD * 2)
+    await jp_serverapp.web_app.settings["jupyter_pause_idle"].check()
     assert (await session_status(jp_fetch, path))["state"] == "running"
     code, activity = await api(jp_fetch, "activity")
     (entry,) = activity["sessions"]
@@ -215,20 +239,21 @@ async def test_a_wall_clock_step_does_not_auto_pause_a_notebook_in_use(
 
 
 async def test_a_checkpoint_only_class_checkpoints_and_keeps_running(
-    jp_fetch, jp_serverapp, jp_root_dir
+    jp_fetch, jp_serverapp, jp_root_dir, clock
 ):
     path = write_notebook(jp_root_dir, "small.ipynb", workload_class="cpu-small")
     kernel_id = await open_notebook(jp_fetch, jp_serverapp, path)
-    for _ in range(100):
-        if ledger_events(jp_serverapp, path, "checkpoint-finished"):
-            break
-        await asyncio.sleep(0.2)
-    else:
-        raise AssertionError("no automatic checkpoint")
-    await asyncio.sleep(THRESHOLD + 1)
+    clock.advance(THRESHOLD)
+    await wait_until(
+        lambda: ledger_events(jp_serverapp, path, "checkpoint-finished"),
+        what="the automatic checkpoint",
+    )
+    clock.advance(THRESHOLD + 1)
+    await jp_serverapp.web_app.settings["jupyter_pause_idle"].check()
     session = await session_status(jp_fetch, path)
     assert session["state"] == "running" and session["kernel_id"] == kernel_id
     # nothing happened since: no second checkpoint of the same state
+    assert len(ledger_events(jp_serverapp, path, "checkpoint-started")) == 1
     assert len(ledger_events(jp_serverapp, path, "checkpoint-finished")) == 1
 
 
@@ -323,20 +348,22 @@ def test_probe_output_counts_busy_kernels_as_active():
     assert probe_output([]) == {"has_activity": False}
 
 
-async def test_the_idle_clock_starts_from_the_resume(jp_fetch, jp_serverapp, jp_root_dir):
+async def test_the_idle_clock_starts_from_the_resume(jp_fetch, jp_serverapp, jp_root_dir, clock):
     path = write_notebook(jp_root_dir, "again.ipynb")
     await open_notebook(jp_fetch, jp_serverapp, path)
+    clock.advance(THRESHOLD)
     await wait_state(jp_fetch, path, "paused")  # auto-paused after THRESHOLD idle seconds
-    await asyncio.sleep(1)
+    clock.advance(THRESHOLD)
     code, body = await api(jp_fetch, "sessions", "resume", method="POST", body={"path": path})
     assert code == 202
-    for _ in range(300):
+
+    async def finished():
         code, op = await api(jp_fetch, "operations", body["operation"]["id"])
-        if op["outcome"] != "running":
-            break
-        await asyncio.sleep(0.1)
+        return op if op["outcome"] != "running" else None
+
+    op = await wait_until(finished, what="the resume")
     assert op["outcome"] == "succeeded", op
     code, activity = await api(jp_fetch, "activity")
     (entry,) = [s for s in activity["sessions"] if s["path"] == path]
-    # the last cell ran more than THRESHOLD + 1 s ago; the clock counts from the resume
+    # the last cell ran 2 * THRESHOLD ago; the clock counts from the resume
     assert entry["idle_seconds"] < THRESHOLD

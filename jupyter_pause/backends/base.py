@@ -26,7 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from traitlets import Instance, Unicode, Union, default
 from traitlets.config import LoggingConfigurable
+
+from ..engine import paths
 
 if TYPE_CHECKING:
     from ..lifecycle import Session
@@ -81,6 +84,18 @@ class PauseBackend(LoggingConfigurable):
     #: "server": the accelerator belongs to the whole server (a pod); pausing
     #: one notebook pauses them all, so every running kernel is checkpointed.
     scope = "notebook"
+
+    #: handed down by ``PauseApp`` when it builds the backend, never read back from it
+    state_dir = Unicode(help="PauseApp.state_dir: where the backend keeps its own records")
+    checkpoint_dir = Union(
+        [Unicode(), Instance(paths.Bucket)],
+        allow_none=True,
+        help="PauseApp's checkpoint root, a folder or a bucket; None: the engine's default",
+    )
+
+    @default("state_dir")
+    def _default_state_dir(self):
+        return str(paths.pause_data_dir())
 
     def __init__(self, ledger=None, **kwargs):
         super().__init__(**kwargs)

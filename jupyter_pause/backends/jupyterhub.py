@@ -120,12 +120,7 @@ class JupyterHubBackend(PauseBackend):
 
     @default("state_file")
     def _default_state_file(self):
-        from jupyter_core.paths import jupyter_data_dir
-
-        state_dir = getattr(self.parent, "state_dir", None) or os.path.join(
-            jupyter_data_dir(), "pause"
-        )
-        return os.path.join(state_dir, "jupyterhub.json")
+        return os.path.join(self.state_dir, "jupyterhub.json")
 
     def __init__(self, ledger=None, **kwargs):
         super().__init__(ledger=ledger, **kwargs)

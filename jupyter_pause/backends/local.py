@@ -93,7 +93,7 @@ class LocalBackend(PauseBackend):
         checkpoint_id = (session.last_checkpoint or {}).get("id")
         try:
             manifest = store.get_manifest(
-                self.parent.checkpoint_dir, session.path, checkpoint_id=checkpoint_id
+                self.checkpoint_dir, session.path, checkpoint_id=checkpoint_id
             )
         except Exception:  # the restore itself will say what is wrong
             return {}

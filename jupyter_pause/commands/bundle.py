@@ -19,7 +19,7 @@ import importlib.util
 import platform
 import sys
 
-from ..engine import bundle
+from ..engine import bundle, paths
 from ..engine.errors import CheckpointError
 from ..engine.manifest import Manifest
 from ..formatting import format_bytes
@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
             help="accept a bundle signed with another key (its fingerprint and origin are "
             "shown) and re-sign it with yours: its pickles run code when restored",
         )
-    parser.add_argument("--dir", help="checkpoint root (default: $JUPYTER_PAUSE_CHECKPOINT_DIR)")
+    parser.add_argument("--dir", help=f"checkpoint root (default: ${paths.ENV_DIR})")
 
 
 def run(args) -> int:

@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument(
         "--dir",
         help="checkpoint root: a folder, s3://BUCKET/PREFIX or gs://BUCKET/PREFIX "
-        "(default: $JUPYTER_PAUSE_CHECKPOINT_DIR)",
+        f"(default: ${paths.ENV_DIR})",
     )
     parser.add_argument(
         "--force-foreign",

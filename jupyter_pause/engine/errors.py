@@ -7,6 +7,8 @@ user who paused a notebook last night must be able to act on the text alone.
 
 from __future__ import annotations
 
+from .paths import ENV_DIR
+
 
 class CheckpointError(Exception):
     """Base class of all jupyter-pause engine errors."""
@@ -166,13 +168,10 @@ class DiskError(CheckpointError):
         if error.errno == errno.ENOSPC:
             hint = (
                 "the disk is full: free space there, keep fewer checkpoints (keep=1), or point "
-                "JUPYTER_PAUSE_CHECKPOINT_DIR / --dir at a bigger disk"
+                f"{ENV_DIR} / --dir at a bigger disk"
             )
         elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR):
-            hint = (
-                "the directory is not writable: choose another one with --dir or "
-                "JUPYTER_PAUSE_CHECKPOINT_DIR"
-            )
+            hint = f"the directory is not writable: choose another one with --dir or {ENV_DIR}"
         else:
             hint = "check the disk and the directory, then try again"
         super().__init__(

@@ -28,7 +28,7 @@ import shutil
 import struct
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -962,6 +962,71 @@ def apply_retention(nbdir: Path, keep: int) -> list[str]:
     for cid in doomed:
         _remove_checkpoint_dir(nbdir / cid)
     return doomed
+
+
+@dataclass
+class Expiry:
+    """What :func:`expire` did, each checkpoint as ``<notebook folder>/<id>``."""
+
+    deleted: list[str] = field(default_factory=list)  # or would be, in a dry run
+    kept: list[str] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)  # not signed with this user's key
+    errors: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, list[str]]:
+        return asdict(self)
+
+
+def expire(dir, older_than: float, *, dry_run: bool = False, now: float | None = None) -> Expiry:
+    """Delete this user's checkpoints older than ``older_than`` seconds under ``dir`` (a
+    folder or a bucket), with the blobs no remaining checkpoint references.
+
+    Only this user's part of the root is scanned (the root may be a volume several
+    users share; their checkpoints are never ours to expire), and there only the
+    checkpoints signed with this user's key (servers of one Unix user with their own
+    keys may share it; the others are listed as ``foreign``). The newest checkpoint
+    of each notebook is always kept: it is the way back for a paused session whose
+    platform snapshot is gone.
+    """
+    out = Expiry()
+    bucket = paths.bucket_of(dir)  # the bucket's checkpoints, mirrored
+    if bucket is None and not paths.user_root(dir).is_dir():
+        out.errors.append(f"{paths.user_root(dir)} is not a directory")
+        return out
+    now = time.time() if now is None else now
+    for nbdir in notebook_folders(dir):
+        if bucket is not None:
+            pull(dir, nbdir)
+        ids = []
+        for cid in checkpoint_ids(nbdir):
+            if foreign_reason(nbdir, cid):
+                out.foreign.append(f"{nbdir.name}/{cid}")
+            else:
+                ids.append(cid)
+        for cid in ids[:-1]:
+            created = datetime.strptime(cid[:19], "%Y-%m-%dT%H-%M-%S")
+            label = f"{nbdir.name}/{cid}"
+            if now - created.replace(tzinfo=timezone.utc).timestamp() < older_than:
+                out.kept.append(label)
+                continue
+            if dry_run:
+                out.deleted.append(label)
+                continue
+            try:
+                with locked(nbdir):
+                    _remove_checkpoint_dir(nbdir / cid)
+                    gc(nbdir, locked_already=True)
+                out.deleted.append(label)
+            except Exception as e:
+                out.errors.append(f"{label}: {e}")
+        if ids:
+            out.kept.append(f"{nbdir.name}/{ids[-1]}")
+        if bucket is not None and not dry_run:
+            try:  # the deletions, then what crashed uploads left
+                push(dir, nbdir)
+            except Exception as e:
+                out.errors.append(f"{nbdir.name}: {e}")
+    return out
 
 
 def referenced_files(nbdir: Path) -> set[str] | None:

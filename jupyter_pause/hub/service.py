@@ -145,6 +145,12 @@ class PauseService(Application):
         "it is paused; workload classes with a longer threshold keep it longer",
     ).tag(config=True)
     check_interval = Float(60.0, help="seconds between two walks over the servers").tag(config=True)
+    max_concurrent_checks = Int(
+        8,
+        min=1,
+        help="servers a walk checks at the same time (each check reads the server's status, "
+        "activity and report through the proxy)",
+    ).tag(config=True)
     fallback = Enum(
         FALLBACKS,
         "leave",
@@ -194,6 +200,7 @@ class PauseService(Application):
     aliases = {
         "timeout": "PauseService.timeout",
         "check-interval": "PauseService.check_interval",
+        "max-concurrent-checks": "PauseService.max_concurrent_checks",
         "fallback": "PauseService.fallback",
         "stop-timeout": "PauseService.stop_timeout",
         "proxy-url": "PauseService.proxy_url",
@@ -461,15 +468,23 @@ class PauseService(Application):
     # -- all servers -----------------------------------------------------------
 
     async def check(self) -> None:
-        users = await self.hub.users()
-        running = set()
-        for user in users:
-            for name, server in (user.get("servers") or {}).items():
-                running.add(f"{user['name']}/{name}")
+        servers = [
+            (user, name, server)
+            for user in await self.hub.users()
+            for name, server in (user.get("servers") or {}).items()
+        ]
+        running = {f"{user['name']}/{name}" for user, name, _ in servers}
+        # a slow server holds up one check, not the walk; a big hub is read a few at a time
+        checks = asyncio.Semaphore(self.max_concurrent_checks)
+
+        async def check_one(user: dict, name: str, server: dict) -> None:
+            async with checks:
                 try:
                     await self.check_server(user, name, server)
                 except Exception:
                     log.exception("jupyter-pause-hub: checking %s/%s failed", user["name"], name)
+
+        await asyncio.gather(*(check_one(*s) for s in servers))
         for key, record in self.records.servers.items():
             if key not in running and record.get("state") in ("running", "starting"):
                 # stopped by the user or the Hub; a server that pauses itself says

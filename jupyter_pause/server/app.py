@@ -9,6 +9,7 @@ handlers through ``self.settings``; handlers hold no state of their own.
 from __future__ import annotations
 
 import asyncio
+import functools
 import getpass
 import os
 import signal
@@ -21,6 +22,7 @@ from jupyter_server.services.kernels.kernelmanager import ServerKernelManager
 from prometheus_client import REGISTRY
 from tornado.ioloop import IOLoop
 from traitlets import Bool, Dict, Float, Int, Type, Unicode, default
+from traitlets.utils.importstring import import_item
 
 from ..backends.base import PauseBackend
 from ..clock import SYSTEM
@@ -36,6 +38,7 @@ from .explain import policy_summary
 from .fleet import FleetPublisher
 from .handlers import ROUTES
 from .idle_watcher import IdleWatcher
+from .kernels import PauseKernelManager
 from .manager import PauseManager
 from .metrics import PauseMetrics
 from .ports import Policies
@@ -78,7 +81,7 @@ class PauseApp(ExtensionApp):
         "Or a bucket, s3://BUCKET/PREFIX (the standard AWS variables and credentials, "
         "AWS_ENDPOINT_URL included) or gs://BUCKET/PREFIX (Google's standard credentials): "
         "a pause then ends once the checkpoint is in the bucket. "
-        "Default: $JUPYTER_PAUSE_CHECKPOINT_DIR, else <state_dir>/checkpoints.",
+        f"Default: ${checkpoint_paths.ENV_DIR}, else <state_dir>/checkpoints.",
     )
     checkpoint_cache_dir = Unicode(
         config=True,
@@ -200,7 +203,6 @@ class PauseApp(ExtensionApp):
         self.ledger = Ledger(Path(self.state_dir) / "ledger.sqlite3", user=user)
         self._connect_event_bus()
         self.backend_instance = self._make_backend()
-        self._prepare_kernels()
         clock = SYSTEM  # one clock for all: wall to show and schedule, monotonic to measure
         # the policies stand above the manager and are built after it: they reach it as
         # ports, which find them when first called; the idle watcher's when it is on
@@ -226,6 +228,7 @@ class PauseApp(ExtensionApp):
             resume_gate=ResumeGate(self.max_concurrent_resumes),
             policies=policies,
         )
+        self._prepare_kernels(self.manager.kernel_settings())
         self._watch_kernel_starts()
         self._register_metrics(clock)
         self.fleet = FleetPublisher(
@@ -360,10 +363,17 @@ class PauseApp(ExtensionApp):
             from ..backends import backend_class_for
 
             cls = backend_class_for(self.backend)
-        return cls(parent=self, log=self.log, ledger=self.ledger)
+        return cls(
+            parent=self,
+            log=self.log,
+            ledger=self.ledger,
+            state_dir=self.state_dir,
+            checkpoint_dir=self._checkpoint_location(),
+        )
 
-    def _prepare_kernels(self):
-        """Start IPython kernels with the magics loaded and their notebook known."""
+    def _prepare_kernels(self, kernel_settings: dict[str, str]):
+        """Start IPython kernels with the magics loaded, their notebook known and the
+        server's ``kernel_settings`` handed to each of them."""
         kernel_manager = self.serverapp.kernel_manager
         configured = kernel_manager.kernel_manager_class
         if configured in (
@@ -371,13 +381,17 @@ class PauseApp(ExtensionApp):
             ServerKernelManager,
         ):
             kernel_manager.kernel_manager_class = "jupyter_pause.server.kernels.PauseKernelManager"
-        elif "PauseKernelManager" not in str(configured):
+        elif not issubclass(import_item(configured), PauseKernelManager):
             self.log.warning(
                 "jupyter-pause: kernel_manager_class is %s, so kernels will not load the "
                 "jupyter_pause magics by themselves; add `%%load_ext jupyter_pause` or "
                 "subclass jupyter_pause.server.kernels.PauseKernelManager",
                 configured,
             )
+            return
+        kernel_manager.kernel_manager_factory = functools.partial(
+            kernel_manager.kernel_manager_factory, pause_settings=kernel_settings
+        )
 
     def _connect_event_bus(self):
         event_logger = getattr(self.serverapp, "event_logger", None)

@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 from jupyter_server.services.kernels.kernelmanager import ServerKernelManager
+from traitlets import Dict
 
 NOTEBOOK_ENV = "JUPYTER_PAUSE_NOTEBOOK"
 SERVER_URL_ENV = "JUPYTER_PAUSE_SERVER_URL"
@@ -44,6 +45,12 @@ def _is_ipykernel(argv: list[str]) -> bool:
 
 class PauseKernelManager(ServerKernelManager):
     """A ServerKernelManager that prepares IPython kernels for pausing."""
+
+    pause_settings = Dict(
+        help="The server's settings the kernel's magics and engine honour (where "
+        "checkpoints live, how many are kept), as environment variables: handed over by "
+        "PauseApp when it builds the manager (PauseManager.kernel_settings)."
+    )
 
     def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
         cmd = super().format_kernel_cmd(extra_arguments)
@@ -74,10 +81,8 @@ class PauseKernelManager(ServerKernelManager):
             if os.path.isabs(session_name):
                 notebook = os.path.relpath(session_name, root_dir)
             extra[NOTEBOOK_ENV] = notebook.replace(os.sep, "/")
+        extra.update(self.pause_settings)
         if serverapp is not None:
-            manager = serverapp.web_app.settings.get("jupyter_pause_manager")
-            if manager is not None:
-                extra.update(manager.kernel_settings())
             extra[SERVER_URL_ENV] = serverapp.connection_url
             token = getattr(serverapp.identity_provider, "token", "")
             if token:

@@ -104,6 +104,24 @@ def test_retention_and_gc(ck, nbdir):
     assert blobs == refs  # unreferenced blobs were collected
 
 
+def test_expiry_deletes_old_checkpoints_but_the_newest_and_their_blobs(ck, nbdir):
+    ids = [jp.checkpoint(namespace={"a": np.full(1000, i)}, keep=5, **ck).id for i in range(3)]
+    label = f"{nbdir.name}/{{}}".format
+    week = 7 * 86400
+
+    assert store.expire(ck["dir"], week).deleted == []  # all made just now
+    later = time.time() + 2 * week
+    dry = store.expire(ck["dir"], week, dry_run=True, now=later)
+    assert dry.deleted == [label(ids[0]), label(ids[1])] and dry.kept == [label(ids[2])]
+    assert [c.id for c in jp.list_checkpoints(ck["dir"], ck["notebook"])] == ids
+
+    done = store.expire(ck["dir"], week, now=later)
+    assert done.to_json() == {**dry.to_json(), "errors": []}
+    assert [c.id for c in jp.list_checkpoints(ck["dir"], ck["notebook"])] == ids[-1:]
+    blobs = {f"blobs/{p.name}" for p in (nbdir / "blobs").iterdir()}
+    assert blobs == store.referenced_files(nbdir)  # the deleted ones' blobs went with them
+
+
 def test_keep_from_env(ck, monkeypatch):
     monkeypatch.setenv("JUPYTER_PAUSE_KEEP", "1")
     for i in range(3):
