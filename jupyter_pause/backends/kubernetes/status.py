@@ -44,10 +44,10 @@ from .common import (
     json_annotation,
     parse_time,
     pod_restored,
-    snapshot_created,
     state_configmap,
     trigger_name_for,
 )
+from .objects import snapshot_created
 
 SCALE_UP_TRIGGERED = "TriggeredScaleUp"
 SCALE_UP_FAILED = ("NotTriggerScaleUp", "FailedScaleUp")
