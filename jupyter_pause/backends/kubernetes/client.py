@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base import BackendError
-from .objects import Pod, PodSnapshot, SnapshotTrigger, StatefulSet
+from .objects import Pod, PodSnapshot, SnapshotTrigger, StatefulSet, StateObject
 
 SNAPSHOT_GROUP = "podsnapshot.gke.io"
 SNAPSHOT_VERSION = "v1"
@@ -503,11 +503,11 @@ class AsyncKubeClient:
         """Core/v1 events, as the API returns them (:func:`.common.capacity_events` reads them)."""
         return await asyncio.to_thread(self.client.list_events, involved_name, kind)
 
-    async def get_configmap(self, name: str) -> dict:
-        return await asyncio.to_thread(self.client.get_configmap, name)
+    async def get_configmap(self, name: str) -> StateObject:
+        return StateObject.from_obj(await asyncio.to_thread(self.client.get_configmap, name))
 
-    async def patch_configmap(self, name: str, patch: dict) -> dict:
-        return await asyncio.to_thread(self.client.patch_configmap, name, patch)
+    async def patch_configmap(self, name: str, patch: dict) -> None:
+        await asyncio.to_thread(self.client.patch_configmap, name, patch)
 
     # -- apps/v1 ----------------------------------------------------------
 
@@ -519,11 +519,11 @@ class AsyncKubeClient:
 
     # -- kubeflow.org/v1beta1 Workspaces ---------------------------------
 
-    async def get_workspace(self, name: str) -> dict:
-        return await asyncio.to_thread(self.client.get_workspace, name)
+    async def get_workspace(self, name: str) -> StateObject:
+        return StateObject.from_obj(await asyncio.to_thread(self.client.get_workspace, name))
 
-    async def patch_workspace(self, name: str, patch: dict | list) -> dict:
-        return await asyncio.to_thread(self.client.patch_workspace, name, patch)
+    async def patch_workspace(self, name: str, patch: dict | list) -> None:
+        await asyncio.to_thread(self.client.patch_workspace, name, patch)
 
     # -- podsnapshot.gke.io/v1 --------------------------------------------
 

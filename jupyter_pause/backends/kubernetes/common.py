@@ -57,7 +57,7 @@ from ..base import BackendError, PauseBackend, StartupReport
 from . import compat
 from .client import AsyncKubeClient, KubeClient, KubeError, NotFound, own_pod, retrying_until
 from .nodes import NodeFollow, ReleasedNode, pod_gpus
-from .objects import Pod
+from .objects import Pod, StateObject, json_value
 
 PREFIX = "jupyter-pause.io/"
 A_STATE = PREFIX + "state"
@@ -172,13 +172,7 @@ def annotations(obj: dict | None) -> dict[str, str]:
 
 
 def json_annotation(obj: dict | None, key: str) -> Any:
-    raw = annotations(obj).get(key)
-    if not raw:
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return None
+    return json_value(annotations(obj).get(key))
 
 
 def pod_restored(pod: dict | None) -> dict | None:
@@ -385,10 +379,10 @@ class KubeBackend(PauseBackend):
 
     # -- owner (Workspace or StatefulSet) -----------------------------------
 
-    async def get_owner(self) -> dict:
+    async def get_owner(self) -> StateObject:
         raise NotImplementedError
 
-    async def patch_owner(self, patch: dict) -> dict:
+    async def patch_owner(self, patch: dict) -> None:
         raise NotImplementedError
 
     async def annotate(self, **values: Any) -> None:
@@ -450,17 +444,17 @@ class KubeBackend(PauseBackend):
 
     async def _came_back(self, pod: Pod, *, restored: bool) -> dict[str, Any]:
         owner = await self.get_owner()
-        ann = annotations(owner)
+        ann = owner.annotations
         state = ann.get(A_STATE)
         was_paused = state in PAUSED_STATES
-        resume_op = json_annotation(owner, A_RESUME_OP)
+        resume_op = owner.json(A_RESUME_OP)
         info: dict[str, Any] = {
             "backend": self.name,
             "pod": pod.name,
             "was_paused": was_paused,
             "pod_restored": bool(pod_restored(pod.obj)),
             "snapshot": ann.get(A_SNAPSHOT),
-            "checkpoints": json_annotation(owner, A_CHECKPOINTS) or [],
+            "checkpoints": owner.json(A_CHECKPOINTS) or [],
             "resume_operation": resume_op,
             "auto_resume": bool(self.resume_from_checkpoint_on_cold_start and not restored),
         }
@@ -502,7 +496,7 @@ class KubeBackend(PauseBackend):
         path = "snapshot" if restored else "checkpoint"
         if not restored:
             info["cold_start_reason"] = self.cold_start_reason(owner, pod)
-        recorded = json_annotation(owner, A_FINGERPRINT)
+        recorded = owner.json(A_FINGERPRINT)
         if recorded:
             current = await self.fingerprint(pod)
             info["differences"] = [d.to_json() for d in compat.compare(recorded, current)]
@@ -525,15 +519,17 @@ class KubeBackend(PauseBackend):
         )
         return info
 
-    def record_capacity_outcome(self, owner: dict, acquired: float, info: dict[str, Any]) -> None:
+    def record_capacity_outcome(
+        self, owner: StateObject, acquired: float, info: dict[str, Any]
+    ) -> None:
         """Write what became of the released node into the ledger, up to ``acquired``.
 
         The looks were taken from outside while the pod was gone (:mod:`.follow`);
         time they did not cover stays out of the ledger: the report counts it
         as "node outcome unknown".
         """
-        released = json_annotation(owner, A_NODE)
-        data = json_annotation(owner, A_NODE_FOLLOW)
+        released = owner.json(A_NODE)
+        data = owner.json(A_NODE_FOLLOW)
         if not isinstance(released, dict):
             return
         if not isinstance(data, dict):
@@ -553,16 +549,16 @@ class KubeBackend(PauseBackend):
             self.record(EventType.CAPACITY_OUTCOME, time_=span.start, **span.to_json())
         info["capacity_outcome"] = [s.to_json() for s in spans]
 
-    async def record_unseen_pause(self, owner: dict, pod: Pod, info: dict[str, Any]) -> None:
+    async def record_unseen_pause(self, owner: StateObject, pod: Pod, info: dict[str, Any]) -> None:
         """Record the end of a pause this process did not live to see (backend-specific)."""
 
-    def cold_start_reason(self, owner: dict, pod: Pod) -> str:
-        recorded = json_annotation(owner, A_FINGERPRINT) or {}
+    def cold_start_reason(self, owner: StateObject, pod: Pod) -> str:
+        recorded = owner.json(A_FINGERPRINT) or {}
         target = compat.from_pod(pod.obj)
         diffs = compat.compare(recorded, target)
         if diffs:
             return "cold start: " + "; ".join(d.message for d in diffs)
-        if annotations(owner).get(A_SNAPSHOT):
+        if owner.annotations.get(A_SNAPSHOT):
             return (
                 "cold start: the pod was not restored from its snapshot (it expired, was "
                 "deleted, or the restore failed); notebooks come back from their checkpoints"

@@ -11,6 +11,7 @@ Pure: no client, no server.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +60,40 @@ def snapshot_created(trigger: dict[str, Any]) -> str | None:
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
     return obj.get("metadata") or {}
+
+
+def json_value(raw: str | None) -> Any:
+    """The value of a JSON annotation (``None`` when absent or unreadable)."""
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class StateObject:
+    """The object holding jupyter-pause's annotations (see :mod:`.common`): a
+    Kubeflow Workspace, or on plain GKE the state ConfigMap of a StatefulSet."""
+
+    name: str
+    annotations: dict[str, str]
+    #: the whole object (a Workspace's spec and status are read too)
+    obj: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_obj(cls, obj: dict[str, Any]) -> StateObject:
+        meta = _meta(obj)
+        return cls(
+            name=str(meta.get("name") or ""),
+            annotations=dict(meta.get("annotations") or {}),
+            obj=obj,
+        )
+
+    def json(self, key: str) -> Any:
+        """A JSON annotation's value (``None`` when absent or unreadable)."""
+        return json_value(self.annotations.get(key))
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,6 @@ from .common import (
     MANAGED_BY,
     KubeBackend,
     Restored,
-    annotations,
     checkpoint_summary,
     now_iso,
     released_node,
@@ -70,7 +69,7 @@ from .common import (
     trigger_name_for,
 )
 from .gc import delete_trigger_snapshots
-from .objects import Pod, StatefulSet
+from .objects import Pod, StatefulSet, StateObject
 
 LEFT_RUNNING = (
     " The pod keeps running and nothing was lost: every notebook is also checkpointed "
@@ -115,7 +114,7 @@ class GkePodSnapshotBackend(KubeBackend):
             self._statefulset = pod.owner_statefulset
         return self._statefulset
 
-    async def get_owner(self) -> dict:
+    async def get_owner(self) -> StateObject:
         """The state ConfigMap (see :mod:`.common`): the StatefulSet itself is never patched."""
         name = state_configmap(await self.statefulset())
         try:
@@ -123,10 +122,10 @@ class GkePodSnapshotBackend(KubeBackend):
         except NotFound:
             raise BackendError(self._no_state(name)) from None
 
-    async def patch_owner(self, patch: dict) -> dict:
+    async def patch_owner(self, patch: dict) -> None:
         name = state_configmap(await self.statefulset())
         try:
-            return await self.kube.patch_configmap(name, patch)
+            await self.kube.patch_configmap(name, patch)
         except NotFound:
             raise BackendError(self._no_state(name)) from None
 
@@ -364,7 +363,7 @@ class GkePodSnapshotBackend(KubeBackend):
             return
         with retrying_until(time.monotonic() + self.settle_timeout):
             owner = await self.get_owner()
-            if annotations(owner).get(A_SNAPSHOT) or annotations(owner).get(A_TRIGGER):
+            if owner.annotations.get(A_SNAPSHOT) or owner.annotations.get(A_TRIGGER):
                 await self.annotate(snapshot=None, trigger=None)
 
     def describe(self) -> dict[str, Any]:

@@ -67,11 +67,10 @@ from .common import (
     addon_trigger_name,
     annotations,
     checkpoint_summary,
-    json_annotation,
     now_iso,
     released_node,
 )
-from .objects import Pod
+from .objects import Pod, StateObject
 
 #: the pod annotation the add-on sets on a pod it restores from a snapshot
 RESTORE_FROM = "podsnapshot.gke.io/ps-name"
@@ -134,11 +133,11 @@ class KubeflowWorkspaceBackend(KubeBackend):
             self._workspace = name
         return self._workspace
 
-    async def get_owner(self) -> dict:
+    async def get_owner(self) -> StateObject:
         return await self.kube.get_workspace(await self.workspace())
 
-    async def patch_owner(self, patch) -> dict:
-        return await self.kube.patch_workspace(await self.workspace(), patch)
+    async def patch_owner(self, patch: dict | list) -> None:
+        await self.kube.patch_workspace(await self.workspace(), patch)
 
     async def release(self, sessions, shutdown_kernel) -> ReleaseFacts:
         pod_name = self.own_pod_name()
@@ -149,9 +148,9 @@ class KubeflowWorkspaceBackend(KubeBackend):
             start_uid = pod.uid
             ws_name = await self.workspace()
             ws = await self.kube.get_workspace(ws_name)
-        snapshots = addon_snapshots(pod.obj, ws)
+        snapshots = addon_snapshots(pod.obj, ws.obj)
         fingerprint = await self.fingerprint(pod)
-        options = ((ws.get("spec") or {}).get("podTemplate") or {}).get("options") or {}
+        options = ((ws.obj.get("spec") or {}).get("podTemplate") or {}).get("options") or {}
         if options.get("imageConfig"):
             fingerprint["image_config"] = options["imageConfig"]
         if options.get("podConfig"):
@@ -281,10 +280,9 @@ class KubeflowWorkspaceBackend(KubeBackend):
     async def _stopping(self, ws_name, pod_name, snapshots, fingerprint, started) -> ReleaseFacts:
         facts: dict[str, Any] = {"backend": self.name, "workspace": ws_name, "pod": pod_name}
         try:
-            ws = await self.get_owner()
+            ann = (await self.get_owner()).annotations
         except KubeError:
-            ws = {}
-        ann = annotations(ws)
+            ann = {}
         snapshot = ann.get(ADDON_LAST) if snapshots else None
         if snapshot:
             self.record(
@@ -305,18 +303,18 @@ class KubeflowWorkspaceBackend(KubeBackend):
         )
         return ReleaseFacts(details=facts)
 
-    async def record_unseen_pause(self, owner: dict, pod: Pod, info: dict[str, Any]) -> None:
+    async def record_unseen_pause(self, owner: StateObject, pod: Pod, info: dict[str, Any]) -> None:
         """The add-on finished the pause while this process was frozen (postCheckpoint stop).
 
         The snapshot's name is the add-on's ``last-checkpoint-name`` (or the
         restored pod's ``podsnapshot.gke.io/ps-name``); the pod stopped at the
         Workspace's ``status.pauseTime``.
         """
-        ann = annotations(owner)
+        ann = owner.annotations
         snapshot = ann.get(ADDON_LAST) or pod.annotations.get(RESTORE_FROM) or ann.get(A_SNAPSHOT)
-        stopped = pause_time(owner)
-        fingerprint = json_annotation(owner, A_FINGERPRINT) or {}
-        ws_name = owner["metadata"]["name"]
+        stopped = pause_time(owner.obj)
+        fingerprint = owner.json(A_FINGERPRINT) or {}
+        ws_name = owner.name
         if snapshot:
             self.record(EventType.SNAPSHOT_READY, time_=stopped, name=snapshot, seconds=None)
             info["snapshot"] = snapshot
