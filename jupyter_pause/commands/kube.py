@@ -518,6 +518,7 @@ def cmd_list(client, args) -> int:
 
 def cmd_gc(client, args) -> int:
     from ..backends.kubernetes.gc import collect_garbage
+    from ..engine import store
     from ..formatting import parse_duration
 
     older = parse_duration(args.older_than)
@@ -533,7 +534,9 @@ def cmd_gc(client, args) -> int:
     )
     data = report.to_json()
     if args.checkpoints_dir:
-        data["checkpoints"] = gc_checkpoints(args.checkpoints_dir, older, dry_run=args.dry_run)
+        data["checkpoints"] = store.expire_checkpoints(
+            args.checkpoints_dir, older, dry_run=args.dry_run
+        )
     verb = "would delete" if args.dry_run else "deleted"
     lines = [f"{verb} {len(report.deleted_snapshots)} pod snapshot(s) older than {args.older_than}"]
     lines += [f"  {n}" for n in report.deleted_snapshots]
@@ -558,83 +561,3 @@ def cmd_gc(client, args) -> int:
     lines += [f"error: {e}" for e in report.errors]
     _emit(args, data, "\n".join(lines))
     return 1 if report.errors or report.refused_policies else 0
-
-
-def gc_checkpoints(root: str, older_than: float, *, dry_run: bool = False) -> dict[str, Any]:
-    """Delete this user's application checkpoints older than ``older_than`` under ``root``.
-
-    Only this user's part of the root is scanned (the root may be a volume several
-    users share; their checkpoints are never ours to expire), and there only the
-    checkpoints signed with this user's key (servers of one Unix user with their own
-    keys may share it; the others are listed as ``foreign``). The newest checkpoint
-    of each notebook is always kept: it is the way back
-    for a paused session whose snapshot is gone.  Uses the engine's store
-    (which also drops blobs no checkpoint references any more).
-    """
-    import calendar
-    from pathlib import Path
-
-    from ..engine import paths, store
-
-    out: dict[str, Any] = {"deleted": [], "kept": [], "foreign": [], "errors": []}
-    bucket = paths.bucket_of(root)  # s3:// or gs://: the bucket's checkpoints, mirrored
-    if bucket is None:
-        root = Path(root).expanduser()
-        base = paths.user_root(root)
-        if not base.is_dir():
-            out["errors"].append(f"{base} is not a directory")
-            return out
-    delete = _engine_delete()
-    now = time.time()
-    for nbdir in store.notebook_folders(root):
-        if bucket is not None:
-            store.pull(root, nbdir)
-        ids = []
-        for cid in store.checkpoint_ids(nbdir):
-            if store.foreign_reason(nbdir, cid):
-                out["foreign"].append(f"{nbdir.name}/{cid}")
-            else:
-                ids.append(cid)
-        for cid in ids[:-1]:
-            created = calendar.timegm(time.strptime(cid[:19], "%Y-%m-%dT%H-%M-%S"))
-            label = f"{nbdir.name}/{cid}"
-            if now - created < older_than:
-                out["kept"].append(label)
-                continue
-            if dry_run:
-                out["deleted"].append(label)
-                continue
-            try:
-                delete(nbdir, cid)
-                out["deleted"].append(label)
-            except Exception as e:
-                out["errors"].append(f"{label}: {e}")
-        if ids:
-            out["kept"].append(f"{nbdir.name}/{ids[-1]}")
-        if bucket is not None and not dry_run:
-            try:  # the deletions, then what crashed uploads left
-                store.push(root, nbdir)
-            except Exception as e:
-                out["errors"].append(f"{nbdir.name}: {e}")
-    return out
-
-
-def _engine_delete():
-    """Delete one checkpoint folder the way the engine does: under the notebook's
-    lock, then drop the blobs no remaining checkpoint references."""
-    import shutil
-
-    try:
-        from ..engine import store
-    except ImportError:  # pragma: no cover - the engine ships with the package
-        store = None
-    if store is None or not hasattr(store, "locked") or not hasattr(store, "gc"):
-        return lambda nbdir, cid: shutil.rmtree(nbdir / cid)
-    remove = getattr(store, "_remove_checkpoint_dir", None) or shutil.rmtree
-
-    def delete(nbdir, cid):
-        with store.locked(nbdir):
-            remove(nbdir / cid)
-            store.gc(nbdir, locked_already=True)
-
-    return delete

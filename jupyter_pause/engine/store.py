@@ -18,6 +18,7 @@ any point leaves either the old set of checkpoints or the new one, never half.
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import errno
 import fcntl
@@ -934,6 +935,65 @@ def gc(nbdir: Path, locked_already: bool = False) -> int:
                 if dead or old:
                     shutil.rmtree(p, ignore_errors=True)
     return freed
+
+
+def expire_checkpoints(dir, older_than: float, *, dry_run: bool = False) -> dict[str, list[str]]:
+    """Delete this user's checkpoints older than ``older_than`` seconds (``jupyter pause gc``).
+
+    Only this user's part of ``dir`` is scanned (the root may be a volume several users
+    share; their checkpoints are never ours to expire), and there only the checkpoints
+    signed with this user's key (servers of one Unix user with their own keys may share
+    it; the others are listed as ``foreign``).  The newest checkpoint of each notebook is
+    always kept: it is the way back for a paused session whose snapshot is gone.  Each
+    deletion is made under the notebook's lock, then the blobs no checkpoint references
+    any more are dropped (:func:`gc`); with a bucket behind ``dir``, its checkpoints are
+    mirrored first and the deletions pushed after.
+
+    Returns ``{"deleted", "kept", "foreign", "errors"}``: ``notebook-folder/id`` labels
+    (``deleted``: would be, with ``dry_run``) and error messages.
+    """
+    out: dict[str, list[str]] = {"deleted": [], "kept": [], "foreign": [], "errors": []}
+    bucket = paths.bucket_of(dir)  # s3:// or gs://: the bucket's checkpoints, mirrored
+    if bucket is None:
+        dir = Path(dir).expanduser()
+        base = paths.user_root(dir)
+        if not base.is_dir():
+            out["errors"].append(f"{base} is not a directory")
+            return out
+    now = time.time()
+    for nbdir in notebook_folders(dir):
+        if bucket is not None:
+            pull(dir, nbdir)
+        ids = []
+        for cid in checkpoint_ids(nbdir):
+            if foreign_reason(nbdir, cid):
+                out["foreign"].append(f"{nbdir.name}/{cid}")
+            else:
+                ids.append(cid)
+        for cid in ids[:-1]:
+            created = calendar.timegm(time.strptime(cid[:19], "%Y-%m-%dT%H-%M-%S"))
+            label = f"{nbdir.name}/{cid}"
+            if now - created < older_than:
+                out["kept"].append(label)
+                continue
+            if dry_run:
+                out["deleted"].append(label)
+                continue
+            try:
+                with locked(nbdir):
+                    _remove_checkpoint_dir(nbdir / cid)
+                    gc(nbdir, locked_already=True)
+                out["deleted"].append(label)
+            except Exception as e:
+                out["errors"].append(f"{label}: {e}")
+        if ids:
+            out["kept"].append(f"{nbdir.name}/{ids[-1]}")
+        if bucket is not None and not dry_run:
+            try:  # the deletions, then what crashed uploads left
+                push(dir, nbdir)
+            except Exception as e:
+                out["errors"].append(f"{nbdir.name}: {e}")
+    return out
 
 
 # ---------------------------------------------------------------- a bucket behind the folder

@@ -267,7 +267,6 @@ def test_verify_and_gc_work_on_a_bucket(url, tmp_path, monkeypatch, capsys):
     import json
 
     from jupyter_pause import cli
-    from jupyter_pause.commands.kube import gc_checkpoints
 
     new_cache(tmp_path, monkeypatch, "c")
     ids = [
@@ -293,7 +292,7 @@ def test_verify_and_gc_work_on_a_bucket(url, tmp_path, monkeypatch, capsys):
     assert statuses == {ids[0]: "damaged", ids[1]: "ok", ids[2]: "ok"}
 
     new_cache(tmp_path, monkeypatch, "admin")
-    out = gc_checkpoints(url, older_than=0)
+    out = store.expire_checkpoints(url, older_than=0)
     assert not out["errors"] and len(out["deleted"]) == 2
     committed, blobs = referenced_in_bucket(url)
     assert committed == ids[2:]
