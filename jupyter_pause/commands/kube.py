@@ -239,31 +239,17 @@ def _status_text(st) -> str:
 
 
 def _all_workspaces(client) -> list[tuple[str, str]]:
-    from ..backends.kubernetes.client import Forbidden, KubeError, NotFound
-    from ..backends.kubernetes.common import A_STATE, annotations
+    """``(kind, name)`` of every workspace in the namespace (``kind`` as ``--kind`` spells it)."""
+    from ..backends.kubernetes import status as status_mod
 
-    found: list[tuple[str, str]] = []
-    try:
-        for ws in client.list_workspaces():
-            found.append(("workspace", ws["metadata"]["name"]))
-    except (NotFound, Forbidden):
-        pass  # no Kubeflow Workspaces on this cluster (or none for this caller)
-    except KubeError as e:
-        print(f"warning: cannot list Workspaces: {e}", file=sys.stderr)
-    for _sts, state in _state_configmaps(client):
-        if A_STATE in annotations(state):
-            found.append(("statefulset", _sts))
-    return found
+    found, warnings = status_mod.managed(client)
+    _warn(warnings)
+    return [(m.kind.lower(), m.name) for m in found]
 
 
-def _state_configmaps(client) -> list[tuple[str, dict]]:
-    """``(statefulset, ConfigMap)`` for each notebook StatefulSet's pause state (plain GKE)."""
-    from ..backends.kubernetes.common import STATEFULSET_LABEL
-
-    return [
-        (cm["metadata"]["labels"][STATEFULSET_LABEL], cm)
-        for cm in client.list_configmaps(STATEFULSET_LABEL)
-    ]
+def _warn(warnings: list[str]) -> None:
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 def cmd_status(client, args) -> int:
@@ -480,108 +466,27 @@ def _user() -> str:
 # -- list ----------------------------------------------------------------------------
 
 
-def _snapshot_owner(snap: dict) -> str:
-    from ..backends.kubernetes.common import TRIGGER_PREFIX, TRIGGERED_BY_LABEL
-
-    trig = ((snap.get("metadata") or {}).get("labels") or {}).get(TRIGGERED_BY_LABEL, "")
-    if trig.startswith(TRIGGER_PREFIX):
-        return trig[len(TRIGGER_PREFIX) :]
-    if trig.startswith("ws-") and trig.endswith("-trigger"):
-        return trig[3 : -len("-trigger")]
-    return "-"
-
-
 def cmd_list(client, args) -> int:
-    from ..backends.kubernetes.client import Forbidden, KubeError, NotFound
-    from ..backends.kubernetes.common import (
-        A_CHECKPOINTS,
-        A_STATE,
-        TRIGGERED_BY_LABEL,
-        annotations,
-        condition,
-        json_annotation,
-        parse_time,
-    )
-    from ..backends.kubernetes.gc import snapshot_age
+    from ..backends.kubernetes import status as status_mod
 
-    now = time.time()
-    snapshots = []
-    try:
-        items = client.list_snapshots()
-    except NotFound:
-        items = []  # Pod Snapshots not enabled
-    for snap in items:
-        meta, st = snap["metadata"], snap.get("status") or {}
-        ready = condition(snap, "Ready") or {}
-        state = (
-            "Terminating"
-            if meta.get("deletionTimestamp")
-            else (ready.get("reason") or ready.get("status") or "-")
-        )
-        snapshots.append(
-            {
-                "name": meta["name"],
-                "workspace": _snapshot_owner(snap),
-                "trigger": (meta.get("labels") or {}).get(TRIGGERED_BY_LABEL),
-                "policy": (snap.get("spec") or {}).get("policyName"),
-                "state": state,
-                "ready": ready.get("status") == "True",
-                "created": meta.get("creationTimestamp"),
-                "age_seconds": now - (parse_time(meta.get("creationTimestamp")) or now),
-                "idle_seconds": snapshot_age(snap, now),
-                "last_access": st.get("lastAccessTime"),
-                "location": ((st.get("storageStatus") or {}).get("gcs") or {}).get(
-                    "observedGCSPath"
-                ),
-                # The PodSnapshot API does not report a size; it is in the bucket.
-                "bytes": None,
-            }
-        )
-    owners = []
-    try:
-        owners += [("Workspace", ws["metadata"]["name"], ws) for ws in client.list_workspaces()]
-    except (NotFound, Forbidden):
-        pass
-    except KubeError as e:
-        print(f"warning: cannot list Workspaces: {e}", file=sys.stderr)
-    owners += [
-        ("StatefulSet", sts, cm)
-        for sts, cm in _state_configmaps(client)
-        if A_STATE in annotations(cm)
-    ]
-    checkpoints = []
-    for kind, owner_name, owner in owners:
-        for ck in json_annotation(owner, A_CHECKPOINTS) or []:
-            t = ck.get("time")
-            t = parse_time(t) if isinstance(t, str) else t
-            checkpoints.append(
-                {
-                    "workspace": owner_name,
-                    "kind": kind,
-                    "state": annotations(owner).get(A_STATE),
-                    "notebook": ck.get("path"),
-                    "id": ck.get("id"),
-                    "bytes": ck.get("bytes"),
-                    "age_seconds": (now - t) if t else None,
-                }
-            )
-    data = {"namespace": client.namespace, "snapshots": snapshots, "checkpoints": checkpoints}
+    found = status_mod.listing(client, time.time())
+    _warn(found.warnings)
     if args.json:
-        _emit(args, data, "")
+        _emit(args, found.to_json(), "")
         return 0
-    out = [f"Pod snapshots in {client.namespace}:"]
-    if snapshots:
+    out = [f"Pod snapshots in {found.namespace}:"]
+    if found.snapshots:
         rows = [["NAME", "WORKSPACE", "STATE", "AGE", "IDLE", "SIZE", "POLICY"]]
-        for s in snapshots:
+        for s in found.snapshots:
             rows.append(
                 [
-                    s["name"],
-                    s["workspace"],
-                    s["state"],
-                    format_age(s["age_seconds"]),
-                    format_age(s["idle_seconds"]),
-                    format_bytes(s["bytes"]),
-                    s["policy"] or "-",
+                    s.name,
+                    s.workspace,
+                    s.state,
+                    format_age(s.age_seconds),
+                    format_age(s.idle_seconds),
+                    format_bytes(s.bytes),
+                    s.policy or "-",
                 ]
             )
         out.append(_table(rows))
@@ -590,16 +495,16 @@ def cmd_list(client, args) -> int:
         out.append("  none")
     out.append("")
     out.append("Application checkpoints of paused notebooks:")
-    if checkpoints:
+    if found.checkpoints:
         rows = [["WORKSPACE", "NOTEBOOK", "CHECKPOINT", "SIZE", "AGE"]]
-        for c in checkpoints:
+        for c in found.checkpoints:
             rows.append(
                 [
-                    c["workspace"],
-                    c["notebook"] or "-",
-                    c["id"] or "-",
-                    format_bytes(c["bytes"]),
-                    format_age(c["age_seconds"]),
+                    c.workspace,
+                    c.notebook or "-",
+                    c.id or "-",
+                    format_bytes(c.bytes),
+                    format_age(c.age_seconds),
                 ]
             )
         out.append(_table(rows))

@@ -3,7 +3,9 @@
 Every Kubernetes request jupyter-pause makes goes through :class:`KubeClient`,
 one method per (verb, resource).  That keeps the verbs in one place, which is
 what the least-privilege RBAC manifests in ``deploy/rbac/`` are checked
-against.
+against.  The backends, on the server's event loop, use it through
+:class:`AsyncKubeClient`: the same requests, each in a worker thread, with the
+objects whose fields they read decoded into the dataclasses of :mod:`.objects`.
 
 * Configuration: in a pod (``KUBERNETES_SERVICE_HOST`` set and a service
   account token mounted) the in-cluster config is used; otherwise the
@@ -27,6 +29,7 @@ against.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import json
@@ -37,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base import BackendError
+from .objects import Pod, PodSnapshot, SnapshotTrigger, StatefulSet, StateObject
 
 SNAPSHOT_GROUP = "podsnapshot.gke.io"
 SNAPSHOT_VERSION = "v1"
@@ -477,6 +481,83 @@ class KubeClient:
             name,
             raw=False,
         )
+
+
+class AsyncKubeClient:
+    """The requests the backends make, awaitable and typed.
+
+    Each runs :class:`KubeClient`'s method in a worker thread (the official
+    client blocks); ``asyncio.to_thread`` copies the context, so a
+    :func:`retrying_until` deadline around the ``await`` applies.
+    """
+
+    def __init__(self, client: KubeClient):
+        self.client = client
+
+    # -- core/v1 ----------------------------------------------------------
+
+    async def get_pod(self, name: str) -> Pod:
+        return Pod.from_obj(await asyncio.to_thread(self.client.get_pod, name))
+
+    async def list_events(self, involved_name: str, kind: str | None = None) -> list[dict]:
+        """Core/v1 events, as the API returns them (:func:`.common.capacity_events` reads them)."""
+        return await asyncio.to_thread(self.client.list_events, involved_name, kind)
+
+    async def get_configmap(self, name: str) -> StateObject:
+        return StateObject.from_obj(await asyncio.to_thread(self.client.get_configmap, name))
+
+    async def patch_configmap(self, name: str, patch: dict) -> None:
+        await asyncio.to_thread(self.client.patch_configmap, name, patch)
+
+    # -- apps/v1 ----------------------------------------------------------
+
+    async def get_statefulset(self, name: str) -> StatefulSet:
+        return StatefulSet.from_obj(await asyncio.to_thread(self.client.get_statefulset, name))
+
+    async def scale_statefulset(self, name: str, replicas: int) -> None:
+        await asyncio.to_thread(self.client.scale_statefulset, name, replicas)
+
+    # -- kubeflow.org/v1beta1 Workspaces ---------------------------------
+
+    async def get_workspace(self, name: str) -> StateObject:
+        return StateObject.from_obj(await asyncio.to_thread(self.client.get_workspace, name))
+
+    async def patch_workspace(self, name: str, patch: dict | list) -> None:
+        await asyncio.to_thread(self.client.patch_workspace, name, patch)
+
+    # -- podsnapshot.gke.io/v1 --------------------------------------------
+
+    async def create_trigger(
+        self, name: str, *, target_pod: str, owner: StatefulSet, labels: dict[str, str]
+    ) -> None:
+        """A ``PodSnapshotManualTrigger`` of ``target_pod``, owned (garbage-collected) by ``owner``."""
+        body = {
+            "apiVersion": f"{SNAPSHOT_GROUP}/{SNAPSHOT_VERSION}",
+            "kind": "PodSnapshotManualTrigger",
+            "metadata": {
+                "name": name,
+                "labels": labels,
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "StatefulSet",
+                        "name": owner.name,
+                        "uid": owner.uid,
+                    }
+                ],
+            },
+            "spec": {"targetPod": target_pod},
+        }
+        await asyncio.to_thread(self.client.create_trigger, body)
+
+    async def get_trigger(self, name: str) -> SnapshotTrigger:
+        return SnapshotTrigger.from_obj(await asyncio.to_thread(self.client.get_trigger, name))
+
+    async def delete_trigger(self, name: str) -> None:
+        await asyncio.to_thread(self.client.delete_trigger, name)
+
+    async def get_snapshot(self, name: str) -> PodSnapshot:
+        return PodSnapshot.from_obj(await asyncio.to_thread(self.client.get_snapshot, name))
 
 
 def ignore_not_found(fn, *args, **kwargs):

@@ -55,8 +55,9 @@ from ...clock import SYSTEM, Clock
 from ...ledger import EventType
 from ..base import BackendError, PauseBackend, StartupReport
 from . import compat
-from .client import KubeClient, KubeError, NotFound, own_pod, retrying_until
+from .client import AsyncKubeClient, KubeClient, KubeError, NotFound, own_pod, retrying_until
 from .nodes import NodeFollow, ReleasedNode, pod_gpus
+from .objects import Pod, StateObject, json_value
 
 PREFIX = "jupyter-pause.io/"
 A_STATE = PREFIX + "state"
@@ -171,21 +172,7 @@ def annotations(obj: dict | None) -> dict[str, str]:
 
 
 def json_annotation(obj: dict | None, key: str) -> Any:
-    raw = annotations(obj).get(key)
-    if not raw:
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return None
-
-
-def snapshot_created(trigger: dict) -> str | None:
-    """``status.snapshotCreated``: a string in the CRD reference, ``{name}`` in all known clients."""
-    value = (trigger.get("status") or {}).get("snapshotCreated")
-    if isinstance(value, dict):
-        value = value.get("name")
-    return value or None
+    return json_value(annotations(obj).get(key))
 
 
 def pod_restored(pod: dict | None) -> dict | None:
@@ -193,13 +180,6 @@ def pod_restored(pod: dict | None) -> dict | None:
     c = condition(pod, "PodRestored")
     if c and str(c.get("status", "True")) != "False":
         return c
-    return None
-
-
-def owner_statefulset(pod: dict) -> str | None:
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == "StatefulSet":
-            return ref.get("name")
     return None
 
 
@@ -264,17 +244,16 @@ def capacity_events(pod: dict, events: list[dict]) -> dict[str, Any] | None:
     }
 
 
-def released_node(pod: dict, fingerprint: dict[str, Any], at: float) -> ReleasedNode | None:
+def released_node(pod: Pod, fingerprint: dict[str, Any], at: float) -> ReleasedNode | None:
     """What a pause leaves behind on its node (None: the pod was bound to none)."""
-    node = (pod.get("spec") or {}).get("nodeName")
-    if not node:
+    if not pod.node_name:
         return None
-    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    selector = (pod.obj.get("spec") or {}).get("nodeSelector") or {}
     return ReleasedNode(
-        node=node,
-        gpus=pod_gpus(pod) or int(fingerprint.get("gpu_count") or 1),
-        namespace=str((pod.get("metadata") or {}).get("namespace") or ""),
-        pod=str((pod.get("metadata") or {}).get("name") or ""),
+        node=pod.node_name,
+        gpus=pod_gpus(pod.obj) or int(fingerprint.get("gpu_count") or 1),
+        namespace=pod.namespace,
+        pod=pod.name,
         released_at=at,
         accelerator=str(
             fingerprint.get("accelerator")
@@ -288,7 +267,7 @@ def released_node(pod: dict, fingerprint: dict[str, Any], at: float) -> Released
 class Restored(Exception):
     """Raised inside a wait loop: this process is the copy restored from the snapshot."""
 
-    def __init__(self, pod: dict):
+    def __init__(self, pod: Pod):
         self.pod = pod
         super().__init__("restored from a pod snapshot")
 
@@ -340,6 +319,7 @@ class KubeBackend(PauseBackend):
     ):
         super().__init__(ledger=ledger, **kwargs)
         self._client = client
+        self._kube: AsyncKubeClient | None = None
         #: the wall clock of the node bookkeeping (when the pod let go of its node)
         self.clock = clock
 
@@ -357,8 +337,12 @@ class KubeBackend(PauseBackend):
             )
         return self._client
 
-    async def call(self, method: str, *args, **kwargs):
-        return await asyncio.to_thread(getattr(self.client, method), *args, **kwargs)
+    @property
+    def kube(self) -> AsyncKubeClient:
+        """The client's requests, awaitable and typed."""
+        if self._kube is None or self._kube.client is not self.client:
+            self._kube = AsyncKubeClient(self.client)
+        return self._kube
 
     def own_pod_name(self) -> str:
         name = self.pod_name or own_pod()[1]
@@ -379,27 +363,26 @@ class KubeBackend(PauseBackend):
                 "jupyter-pause: could not write %s to the ledger", type_, exc_info=True
             )
 
-    async def is_restored_copy(self, start_uid: str, pod_name: str) -> dict | None:
+    async def is_restored_copy(self, start_uid: str, pod_name: str) -> Pod | None:
         """If this process now runs in a different pod than at ``start_uid``, that pod.
 
         Memory that survives into a pod with a new UID can only come from a
         snapshot restore (the pod is recreated with the same name).
         """
         try:
-            pod = await self.call("get_pod", pod_name)
+            pod = await self.kube.get_pod(pod_name)
         except NotFound:
             return None
-        uid = (pod.get("metadata") or {}).get("uid")
-        if uid and uid != start_uid:
+        if pod.uid and pod.uid != start_uid:
             return pod
         return None
 
     # -- owner (Workspace or StatefulSet) -----------------------------------
 
-    async def get_owner(self) -> dict:
+    async def get_owner(self) -> StateObject:
         raise NotImplementedError
 
-    async def patch_owner(self, patch: dict) -> dict:
+    async def patch_owner(self, patch: dict) -> None:
         raise NotImplementedError
 
     async def annotate(self, **values: Any) -> None:
@@ -437,8 +420,8 @@ class KubeBackend(PauseBackend):
         await self.patch_owner({"metadata": {"annotations": {A_FLEET: fleet_annotation(kept)}}})
         return A_FLEET
 
-    async def fingerprint(self, pod: dict) -> dict[str, Any]:
-        return await asyncio.to_thread(compat.collect, pod)
+    async def fingerprint(self, pod: Pod) -> dict[str, Any]:
+        return await asyncio.to_thread(compat.collect, pod.obj)
 
     async def mark_failed(self, message: str) -> None:
         try:
@@ -448,7 +431,7 @@ class KubeBackend(PauseBackend):
 
     # -- coming back ---------------------------------------------------------
 
-    async def came_back(self, pod: dict, *, restored: bool) -> dict[str, Any]:
+    async def came_back(self, pod: Pod, *, restored: bool) -> dict[str, Any]:
         """The server runs again after a pause; settle the bookkeeping.
 
         Records what the paused process could not see itself (a pause that
@@ -459,19 +442,19 @@ class KubeBackend(PauseBackend):
         with retrying_until(time.monotonic() + self.settle_timeout):
             return await self._came_back(pod, restored=restored)
 
-    async def _came_back(self, pod: dict, *, restored: bool) -> dict[str, Any]:
+    async def _came_back(self, pod: Pod, *, restored: bool) -> dict[str, Any]:
         owner = await self.get_owner()
-        ann = annotations(owner)
+        ann = owner.annotations
         state = ann.get(A_STATE)
         was_paused = state in PAUSED_STATES
-        resume_op = json_annotation(owner, A_RESUME_OP)
+        resume_op = owner.json(A_RESUME_OP)
         info: dict[str, Any] = {
             "backend": self.name,
-            "pod": pod["metadata"]["name"],
+            "pod": pod.name,
             "was_paused": was_paused,
-            "pod_restored": bool(pod_restored(pod)),
+            "pod_restored": bool(pod_restored(pod.obj)),
             "snapshot": ann.get(A_SNAPSHOT),
-            "checkpoints": json_annotation(owner, A_CHECKPOINTS) or [],
+            "checkpoints": owner.json(A_CHECKPOINTS) or [],
             "resume_operation": resume_op,
             "auto_resume": bool(self.resume_from_checkpoint_on_cold_start and not restored),
         }
@@ -491,12 +474,12 @@ class KubeBackend(PauseBackend):
             # The platform finished the pause while this process was frozen
             # (GKE Workspaces: postCheckpoint stop), so nobody recorded it.
             await self.record_unseen_pause(owner, pod, info)
-        pod_name = pod["metadata"]["name"]
+        pod_name = pod.name
         try:
-            events = await self.call("list_events", pod_name, "Pod")
+            events = await self.kube.list_events(pod_name, "Pod")
         except KubeError:
             events = []
-        waited = capacity_events(pod, events)
+        waited = capacity_events(pod.obj, events)
         if waited:
             info["capacity"] = waited
             self.record(
@@ -506,19 +489,14 @@ class KubeBackend(PauseBackend):
                 scale_up=waited["scale_up"],
                 pod=pod_name,
             )
-        scheduled = condition(pod, "PodScheduled")
+        scheduled = condition(pod.obj, "PodScheduled")
         acquired = parse_time((scheduled or {}).get("lastTransitionTime")) or None
-        self.record(
-            EventType.CAPACITY_ACQUIRED,
-            time_=acquired,
-            pod=pod_name,
-            node=(pod.get("spec") or {}).get("nodeName"),
-        )
+        self.record(EventType.CAPACITY_ACQUIRED, time_=acquired, pod=pod_name, node=pod.node_name)
         self.record_capacity_outcome(owner, acquired or self.clock.time(), info)
         path = "snapshot" if restored else "checkpoint"
         if not restored:
             info["cold_start_reason"] = self.cold_start_reason(owner, pod)
-        recorded = json_annotation(owner, A_FINGERPRINT)
+        recorded = owner.json(A_FINGERPRINT)
         if recorded:
             current = await self.fingerprint(pod)
             info["differences"] = [d.to_json() for d in compat.compare(recorded, current)]
@@ -541,15 +519,17 @@ class KubeBackend(PauseBackend):
         )
         return info
 
-    def record_capacity_outcome(self, owner: dict, acquired: float, info: dict[str, Any]) -> None:
+    def record_capacity_outcome(
+        self, owner: StateObject, acquired: float, info: dict[str, Any]
+    ) -> None:
         """Write what became of the released node into the ledger, up to ``acquired``.
 
         The looks were taken from outside while the pod was gone (:mod:`.follow`);
         time they did not cover stays out of the ledger: the report counts it
         as "node outcome unknown".
         """
-        released = json_annotation(owner, A_NODE)
-        data = json_annotation(owner, A_NODE_FOLLOW)
+        released = owner.json(A_NODE)
+        data = owner.json(A_NODE_FOLLOW)
         if not isinstance(released, dict):
             return
         if not isinstance(data, dict):
@@ -569,16 +549,16 @@ class KubeBackend(PauseBackend):
             self.record(EventType.CAPACITY_OUTCOME, time_=span.start, **span.to_json())
         info["capacity_outcome"] = [s.to_json() for s in spans]
 
-    async def record_unseen_pause(self, owner: dict, pod: dict, info: dict[str, Any]) -> None:
+    async def record_unseen_pause(self, owner: StateObject, pod: Pod, info: dict[str, Any]) -> None:
         """Record the end of a pause this process did not live to see (backend-specific)."""
 
-    def cold_start_reason(self, owner: dict, pod: dict) -> str:
-        recorded = json_annotation(owner, A_FINGERPRINT) or {}
-        target = compat.from_pod(pod)
+    def cold_start_reason(self, owner: StateObject, pod: Pod) -> str:
+        recorded = owner.json(A_FINGERPRINT) or {}
+        target = compat.from_pod(pod.obj)
         diffs = compat.compare(recorded, target)
         if diffs:
             return "cold start: " + "; ".join(d.message for d in diffs)
-        if annotations(owner).get(A_SNAPSHOT):
+        if owner.annotations.get(A_SNAPSHOT):
             return (
                 "cold start: the pod was not restored from its snapshot (it expired, was "
                 "deleted, or the restore failed); notebooks come back from their checkpoints"
@@ -590,15 +570,15 @@ class KubeBackend(PauseBackend):
         try:
             pod_name = self.own_pod_name()
             with retrying_until(time.monotonic() + self.settle_timeout):
-                pod = await self.call("get_pod", pod_name)
-            restored = bool(pod_restored(pod))
+                pod = await self.kube.get_pod(pod_name)
+            restored = bool(pod_restored(pod.obj))
             info = await self.came_back(pod, restored=restored)
             await self.after_came_back(info, pod, restored=restored)
         except BackendError as e:
             self.log.warning("jupyter-pause: %s startup check failed: %s", self.name, e)
             return StartupReport(detail=f"could not check how the pod came back: {e}")
         if restored:
-            c = pod_restored(pod) or {}
+            c = pod_restored(pod.obj) or {}
             return StartupReport(
                 restored_from="snapshot",
                 detail=f"restored from snapshot ({c.get('message') or info.get('snapshot') or ''})",
@@ -608,33 +588,31 @@ class KubeBackend(PauseBackend):
             return StartupReport(detail=info.get("cold_start_reason", "cold start"), info=info)
         return StartupReport(detail="", info=info)
 
-    async def after_came_back(self, info: dict[str, Any], pod: dict, *, restored: bool) -> None:
+    async def after_came_back(self, info: dict[str, Any], pod: Pod, *, restored: bool) -> None:
         """Backend-specific clean-up once the server runs again."""
 
-    async def wait_until_settled(self, pod: dict, *, restored: bool) -> dict:
+    async def wait_until_settled(self, pod: Pod, *, restored: bool) -> Pod:
         """Wait until this pod is Ready (and, if restored, ``PodRestored=True``).
 
         GKE loads a restored pod's memory lazily and may report PodRestored
         after Ready; deleting the snapshot before then could pull the memory
         out from under the restore.  Bounded by ``settle_timeout``.
         """
-        name = pod["metadata"]["name"]
         deadline = time.monotonic() + self.settle_timeout
         with retrying_until(deadline):
             while True:
-                ready = condition_true(pod, "Ready")
-                if ready and (not restored or pod_restored(pod)):
+                if pod.ready and (not restored or pod_restored(pod.obj)):
                     return pod
                 if time.monotonic() > deadline:
                     self.log.warning(
                         "jupyter-pause: pod %s is not %s after %g s; cleaning up anyway",
-                        name,
+                        pod.name,
                         "Ready and PodRestored" if restored else "Ready",
                         self.settle_timeout,
                     )
                     return pod
                 await asyncio.sleep(self.poll_interval)
-                pod = await self.call("get_pod", name)
+                pod = await self.kube.get_pod(pod.name)
 
     def describe(self) -> dict[str, Any]:
         return {

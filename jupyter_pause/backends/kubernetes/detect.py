@@ -27,7 +27,8 @@ from typing import Any
 from ..base import BackendError
 from ..local import LocalBackend
 from .client import KubeClient, in_cluster, own_pod
-from .common import WORKSPACE_LABEL, owner_statefulset
+from .common import WORKSPACE_LABEL
+from .objects import owner_statefulset
 
 log = logging.getLogger("jupyter_pause")
 

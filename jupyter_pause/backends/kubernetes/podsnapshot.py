@@ -62,18 +62,14 @@ from .common import (
     MANAGED_BY,
     KubeBackend,
     Restored,
-    annotations,
     checkpoint_summary,
-    condition,
-    condition_true,
     now_iso,
-    owner_statefulset,
     released_node,
-    snapshot_created,
     state_configmap,
     trigger_name_for,
 )
 from .gc import delete_trigger_snapshots
+from .objects import Pod, StatefulSet, StateObject
 
 LEFT_RUNNING = (
     " The pod keeps running and nothing was lost: every notebook is also checkpointed "
@@ -109,28 +105,27 @@ class GkePodSnapshotBackend(KubeBackend):
 
     async def statefulset(self) -> str:
         if self._statefulset is None:
-            pod = await self.call("get_pod", self.own_pod_name())
-            sts = owner_statefulset(pod)
-            if not sts:
+            pod = await self.kube.get_pod(self.own_pod_name())
+            if not pod.owner_statefulset:
                 raise BackendError(
-                    f"{self.name}: pod {pod['metadata']['name']} is not owned by a StatefulSet; "
+                    f"{self.name}: pod {pod.name} is not owned by a StatefulSet; "
                     "pausing needs an owner that can be scaled to 0 and back"
                 )
-            self._statefulset = sts
+            self._statefulset = pod.owner_statefulset
         return self._statefulset
 
-    async def get_owner(self) -> dict:
+    async def get_owner(self) -> StateObject:
         """The state ConfigMap (see :mod:`.common`): the StatefulSet itself is never patched."""
         name = state_configmap(await self.statefulset())
         try:
-            return await self.call("get_configmap", name)
+            return await self.kube.get_configmap(name)
         except NotFound:
             raise BackendError(self._no_state(name)) from None
 
-    async def patch_owner(self, patch: dict) -> dict:
+    async def patch_owner(self, patch: dict) -> None:
         name = state_configmap(await self.statefulset())
         try:
-            return await self.call("patch_configmap", name, patch)
+            await self.kube.patch_configmap(name, patch)
         except NotFound:
             raise BackendError(self._no_state(name)) from None
 
@@ -146,16 +141,16 @@ class GkePodSnapshotBackend(KubeBackend):
         pod_name = self.own_pod_name()
         deadline = time.monotonic() + self.snapshot_timeout
         with retrying_until(deadline):
-            pod = await self.call("get_pod", pod_name)
-            start_uid = pod["metadata"]["uid"]
-            sts_name = owner_statefulset(pod)
+            pod = await self.kube.get_pod(pod_name)
+            start_uid = pod.uid
+            sts_name = pod.owner_statefulset
             if not sts_name:
                 raise BackendError(
                     f"{self.name}: pod {pod_name} is not owned by a StatefulSet; cannot release it"
                 )
             self._statefulset = sts_name
-            sts = await self.call("get_statefulset", sts_name)
-        replicas = int((sts.get("spec") or {}).get("replicas") or 1)
+            sts = await self.kube.get_statefulset(sts_name)
+        replicas = sts.replicas or 1
         trigger = trigger_name_for(sts_name)
         fingerprint = await self.fingerprint(pod)
         with retrying_until(deadline):
@@ -197,7 +192,7 @@ class GkePodSnapshotBackend(KubeBackend):
                     node_follow=None,
                 )
                 try:
-                    await self.call("scale_statefulset", sts_name, 0)
+                    await self.kube.scale_statefulset(sts_name, 0)
                 except KubeError as e:
                     # The snapshot exists but the pod stays: nothing is released.
                     raise BackendError(
@@ -227,33 +222,19 @@ class GkePodSnapshotBackend(KubeBackend):
             }
         )
 
-    async def _create_trigger(self, trigger: str, pod_name: str, sts: dict) -> None:
-        body = {
-            "apiVersion": "podsnapshot.gke.io/v1",
-            "kind": "PodSnapshotManualTrigger",
-            "metadata": {
-                "name": trigger,
-                "labels": {MANAGED_BY: "jupyter-pause"},
-                "ownerReferences": [
-                    {
-                        "apiVersion": "apps/v1",
-                        "kind": "StatefulSet",
-                        "name": sts["metadata"]["name"],
-                        "uid": sts["metadata"]["uid"],
-                    }
-                ],
-            },
-            "spec": {"targetPod": pod_name},
-        }
+    async def _create_trigger(self, trigger: str, pod_name: str, sts: StatefulSet) -> None:
         for attempt in (1, 2):
             try:
-                await self.call("create_trigger", body)
+                await self.kube.create_trigger(
+                    trigger, target_pod=pod_name, owner=sts, labels={MANAGED_BY: "jupyter-pause"}
+                )
                 return
             except Conflict:
                 if attempt == 2:
                     raise
                 # A trigger left by an earlier pause: a trigger is single use.
-                await self._delete_if_there("delete_trigger", trigger)
+                with contextlib.suppress(NotFound):
+                    await self.kube.delete_trigger(trigger)
             except NotFound as e:
                 raise SnapshotFailed(
                     "the podsnapshot.gke.io/v1 API is not served: enable Pod Snapshots on the "
@@ -269,36 +250,36 @@ class GkePodSnapshotBackend(KubeBackend):
         snapshot = None
         while True:
             try:
-                obj = await self.call("get_trigger", trigger)
+                obj = await self.kube.get_trigger(trigger)
             except NotFound:
                 obj = None
             if obj is None:
                 await self._check_restored(start_uid, pod_name)
                 raise SnapshotFailed(f"the snapshot trigger {trigger} disappeared")
-            triggered = condition(obj, "Triggered")
+            triggered = obj.triggered
             if (
                 triggered
-                and triggered.get("status") == "False"
-                and triggered.get("reason") in ("Failed", "Error")
+                and triggered.status == "False"
+                and triggered.reason in ("Failed", "Error")
             ):
                 await self._check_restored(start_uid, pod_name)
                 raise SnapshotFailed(
-                    f"the pod snapshot failed: {triggered.get('message') or triggered.get('reason')}"
+                    f"the pod snapshot failed: {triggered.message or triggered.reason}"
                 )
-            snapshot = snapshot_created(obj) or snapshot
+            snapshot = obj.snapshot or snapshot
             if snapshot:
                 try:
-                    snap = await self.call("get_snapshot", snapshot)
+                    snap = await self.kube.get_snapshot(snapshot)
                 except NotFound:
                     snap = None
                 if snap is not None:
-                    if condition_true(snap, "Ready"):
+                    if snap.ready:
                         return snapshot
-                    checkpoint = condition(snap, "Checkpoint")
-                    if checkpoint and checkpoint.get("reason") == "Failed":
+                    checkpoint = snap.checkpoint
+                    if checkpoint and checkpoint.reason == "Failed":
                         await self._check_restored(start_uid, pod_name)
                         raise SnapshotFailed(
-                            f"the pod snapshot {snapshot} failed: {checkpoint.get('message') or 'Failed'}"
+                            f"the pod snapshot {snapshot} failed: {checkpoint.message or 'Failed'}"
                         )
             if time.monotonic() > deadline:
                 await self._check_restored(start_uid, pod_name)
@@ -341,13 +322,9 @@ class GkePodSnapshotBackend(KubeBackend):
                 return [f"(the snapshots of trigger {trigger}: {e})"]
         return left
 
-    async def _delete_if_there(self, method: str, name: str) -> None:
-        with contextlib.suppress(NotFound):
-            await self.call(method, name)
-
     # -- coming back ------------------------------------------------------------
 
-    async def _restored(self, pod: dict) -> ReleaseFacts:
+    async def _restored(self, pod: Pod) -> ReleaseFacts:
         """This process is the copy restored from the snapshot: do not stop anything."""
         self.client.reset()  # connections were cut by the snapshot
         info = await self.came_back(pod, restored=True)
@@ -357,12 +334,12 @@ class GkePodSnapshotBackend(KubeBackend):
             came_back=info,
             details={
                 "backend": self.name,
-                "pod": pod["metadata"]["name"],
+                "pod": pod.name,
                 "snapshot": info.get("snapshot"),
             },
         )
 
-    async def after_came_back(self, info: dict[str, Any], pod: dict, *, restored: bool) -> None:
+    async def after_came_back(self, info: dict[str, Any], pod: Pod, *, restored: bool) -> None:
         """Delete every snapshot of this pod's trigger, whatever the state says.
 
         A snapshot is single use; left behind, GKE would restore it at the
@@ -386,7 +363,7 @@ class GkePodSnapshotBackend(KubeBackend):
             return
         with retrying_until(time.monotonic() + self.settle_timeout):
             owner = await self.get_owner()
-            if annotations(owner).get(A_SNAPSHOT) or annotations(owner).get(A_TRIGGER):
+            if owner.annotations.get(A_SNAPSHOT) or owner.annotations.get(A_TRIGGER):
                 await self.annotate(snapshot=None, trigger=None)
 
     def describe(self) -> dict[str, Any]:

@@ -17,6 +17,11 @@ the pod: that process is frozen while GKE checkpoints it, and a hung
 checkpoint can only be seen, and aborted, from outside.  A Kubeflow
 Workspace's own ``status.state``/``stateMessage`` is read too: its controller
 reports quota refusals and unschedulable pods there.
+
+What there is in a namespace is read here too: the workspaces jupyter-pause
+manages (:func:`managed`), and for ``jupyter pause list`` their pod snapshots
+and the application checkpoints their annotations record (:func:`listing`).
+The CLI (:mod:`jupyter_pause.commands.kube`) only prints them.
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .client import Forbidden, KubeClient, NotFound
+from .client import Forbidden, KubeClient, KubeError, NotFound
 from .common import (
+    A_CHECKPOINTS,
     A_MESSAGE,
     A_PAUSED_AT,
     A_RESTORED_FROM,
@@ -35,6 +41,9 @@ from .common import (
     A_TRIGGER,
     ADDON_STARTED,
     ADDON_STATE,
+    STATEFULSET_LABEL,
+    TRIGGER_PREFIX,
+    TRIGGERED_BY_LABEL,
     WORKSPACE_LABEL,
     addon_trigger_name,
     annotations,
@@ -44,10 +53,11 @@ from .common import (
     json_annotation,
     parse_time,
     pod_restored,
-    snapshot_created,
     state_configmap,
     trigger_name_for,
 )
+from .gc import snapshot_age
+from .objects import snapshot_created
 
 SCALE_UP_TRIGGERED = "TriggeredScaleUp"
 SCALE_UP_FAILED = ("NotTriggerScaleUp", "FailedScaleUp")
@@ -336,3 +346,148 @@ def statefulset_name(client: KubeClient, kind: str, name: str) -> str | None:
         return name
     found = client.list_statefulsets(f"{WORKSPACE_LABEL}={name}")
     return found[0]["metadata"]["name"] if found else None
+
+
+# -- what there is in a namespace (``jupyter pause status | list | scheduler``) --------
+
+
+@dataclass(frozen=True)
+class Managed:
+    """A workspace jupyter-pause can see: a Kubeflow Workspace, or a StatefulSet
+    whose state ConfigMap holds jupyter-pause's annotations."""
+
+    kind: str  # "Workspace" | "StatefulSet"
+    name: str
+    #: the object with jupyter-pause's annotations (the Workspace, the ConfigMap)
+    state: dict[str, Any]
+
+
+def managed(client: KubeClient) -> tuple[list[Managed], list[str]]:
+    """Every workspace in the client's namespace, and warnings about what could not be listed."""
+    found: list[Managed] = []
+    warnings: list[str] = []
+    try:
+        for ws in client.list_workspaces():
+            found.append(Managed("Workspace", ws["metadata"]["name"], ws))
+    except (NotFound, Forbidden):
+        pass  # no Kubeflow Workspaces on this cluster (or none for this caller)
+    except KubeError as e:
+        warnings.append(f"cannot list Workspaces: {e}")
+    for cm in client.list_configmaps(STATEFULSET_LABEL):
+        if A_STATE in annotations(cm):
+            found.append(Managed("StatefulSet", cm["metadata"]["labels"][STATEFULSET_LABEL], cm))
+    return found, warnings
+
+
+@dataclass
+class SnapshotRow:
+    """One PodSnapshot, for ``jupyter pause list``."""
+
+    name: str
+    workspace: str  # "-" when no trigger of ours or of the add-on made it
+    trigger: str | None
+    policy: str | None
+    state: str  # "Terminating", the Ready condition's reason or status, or "-"
+    ready: bool
+    created: str | None
+    age_seconds: float
+    idle_seconds: float
+    last_access: str | None
+    location: str | None
+    #: the PodSnapshot API does not report a size; it is in the bucket
+    bytes: int | None = None
+
+
+@dataclass
+class CheckpointRow:
+    """One paused notebook's application checkpoint, as its workspace's annotation records it."""
+
+    workspace: str
+    kind: str
+    state: str | None
+    notebook: str | None
+    id: str | None
+    bytes: int | None
+    age_seconds: float | None
+
+
+@dataclass
+class Listing:
+    namespace: str
+    snapshots: list[SnapshotRow]
+    checkpoints: list[CheckpointRow]
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "snapshots": [asdict(s) for s in self.snapshots],
+            "checkpoints": [asdict(c) for c in self.checkpoints],
+        }
+
+
+def snapshot_workspace(snap: dict) -> str:
+    """The workspace a PodSnapshot is of, from the trigger that made it (``-``: unknown)."""
+    trig = ((snap.get("metadata") or {}).get("labels") or {}).get(TRIGGERED_BY_LABEL, "")
+    if trig.startswith(TRIGGER_PREFIX):
+        return trig[len(TRIGGER_PREFIX) :]
+    if trig.startswith("ws-") and trig.endswith("-trigger"):
+        return trig[3 : -len("-trigger")]
+    return "-"
+
+
+def snapshot_row(snap: dict, now: float) -> SnapshotRow:
+    meta, st = snap["metadata"], snap.get("status") or {}
+    ready = condition(snap, "Ready") or {}
+    state = (
+        "Terminating"
+        if meta.get("deletionTimestamp")
+        else (ready.get("reason") or ready.get("status") or "-")
+    )
+    return SnapshotRow(
+        name=meta["name"],
+        workspace=snapshot_workspace(snap),
+        trigger=(meta.get("labels") or {}).get(TRIGGERED_BY_LABEL),
+        policy=(snap.get("spec") or {}).get("policyName"),
+        state=state,
+        ready=ready.get("status") == "True",
+        created=meta.get("creationTimestamp"),
+        age_seconds=now - (parse_time(meta.get("creationTimestamp")) or now),
+        idle_seconds=snapshot_age(snap, now),
+        last_access=st.get("lastAccessTime"),
+        location=((st.get("storageStatus") or {}).get("gcs") or {}).get("observedGCSPath"),
+    )
+
+
+def checkpoint_rows(owner: Managed, now: float) -> list[CheckpointRow]:
+    rows = []
+    for ck in json_annotation(owner.state, A_CHECKPOINTS) or []:
+        t = ck.get("time")
+        t = parse_time(t) if isinstance(t, str) else t
+        rows.append(
+            CheckpointRow(
+                workspace=owner.name,
+                kind=owner.kind,
+                state=annotations(owner.state).get(A_STATE),
+                notebook=ck.get("path"),
+                id=ck.get("id"),
+                bytes=ck.get("bytes"),
+                age_seconds=(now - t) if t else None,
+            )
+        )
+    return rows
+
+
+def listing(client: KubeClient, now: float) -> Listing:
+    """The pod snapshots and the paused notebooks' checkpoints in the client's namespace."""
+    try:
+        items = client.list_snapshots()
+    except NotFound:
+        items = []  # Pod Snapshots not enabled
+    owners, warnings = managed(client)
+    return Listing(
+        namespace=client.namespace,
+        snapshots=[snapshot_row(snap, now) for snap in items],
+        checkpoints=[row for owner in owners for row in checkpoint_rows(owner, now)],
+        warnings=warnings,
+    )

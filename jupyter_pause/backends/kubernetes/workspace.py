@@ -67,11 +67,10 @@ from .common import (
     addon_trigger_name,
     annotations,
     checkpoint_summary,
-    condition,
-    json_annotation,
     now_iso,
     released_node,
 )
+from .objects import Pod, StateObject
 
 #: the pod annotation the add-on sets on a pod it restores from a snapshot
 RESTORE_FROM = "podsnapshot.gke.io/ps-name"
@@ -124,34 +123,34 @@ class KubeflowWorkspaceBackend(KubeBackend):
 
     async def workspace(self) -> str:
         if self._workspace is None:
-            pod = await self.call("get_pod", self.own_pod_name())
-            name = ((pod.get("metadata") or {}).get("labels") or {}).get(WORKSPACE_LABEL)
+            pod = await self.kube.get_pod(self.own_pod_name())
+            name = pod.labels.get(WORKSPACE_LABEL)
             if not name:
                 raise BackendError(
-                    f"{self.name}: pod {pod['metadata']['name']} has no {WORKSPACE_LABEL} label; "
+                    f"{self.name}: pod {pod.name} has no {WORKSPACE_LABEL} label; "
                     "set KubeflowWorkspaceBackend.workspace_name"
                 )
             self._workspace = name
         return self._workspace
 
-    async def get_owner(self) -> dict:
-        return await self.call("get_workspace", await self.workspace())
+    async def get_owner(self) -> StateObject:
+        return await self.kube.get_workspace(await self.workspace())
 
-    async def patch_owner(self, patch) -> dict:
-        return await self.call("patch_workspace", await self.workspace(), patch)
+    async def patch_owner(self, patch: dict | list) -> None:
+        await self.kube.patch_workspace(await self.workspace(), patch)
 
     async def release(self, sessions, shutdown_kernel) -> ReleaseFacts:
         pod_name = self.own_pod_name()
         started = time.monotonic()
         deadline = started + self.stop_timeout
         with retrying_until(deadline):
-            pod = await self.call("get_pod", pod_name)
-            start_uid = pod["metadata"]["uid"]
+            pod = await self.kube.get_pod(pod_name)
+            start_uid = pod.uid
             ws_name = await self.workspace()
-            ws = await self.call("get_workspace", ws_name)
-        snapshots = addon_snapshots(pod, ws)
+            ws = await self.kube.get_workspace(ws_name)
+        snapshots = addon_snapshots(pod.obj, ws.obj)
         fingerprint = await self.fingerprint(pod)
-        options = ((ws.get("spec") or {}).get("podTemplate") or {}).get("options") or {}
+        options = ((ws.obj.get("spec") or {}).get("podTemplate") or {}).get("options") or {}
         if options.get("imageConfig"):
             fingerprint["image_config"] = options["imageConfig"]
         if options.get("podConfig"):
@@ -201,9 +200,9 @@ class KubeflowWorkspaceBackend(KubeBackend):
             try:
                 with retrying_until(deadline):
                     current = await self._get_pod_or_none(pod_name)
-                    if current is not None and current["metadata"].get("uid") != start_uid:
+                    if current is not None and current.uid != start_uid:
                         return await self._restored(current)
-                    if current is None or current["metadata"].get("deletionTimestamp"):
+                    if current is None or current.deleting:
                         facts = await self._stopping(
                             ws_name, pod_name, snapshots, fingerprint, started
                         )
@@ -236,9 +235,9 @@ class KubeflowWorkspaceBackend(KubeBackend):
             "from the snapshot or the checkpoints."
         )
 
-    async def _get_pod_or_none(self, name: str) -> dict | None:
+    async def _get_pod_or_none(self, name: str) -> Pod | None:
         try:
-            return await self.call("get_pod", name)
+            return await self.kube.get_pod(name)
         except NotFound:
             return None
 
@@ -250,13 +249,13 @@ class KubeflowWorkspaceBackend(KubeBackend):
         """
         name = addon_trigger_name(ws_name)
         try:
-            trigger = await self.call("get_trigger", name)
+            trigger = await self.kube.get_trigger(name)
         except NotFound:
             return  # not created yet
-        triggered = condition(trigger, "Triggered")
-        if not triggered or triggered.get("status") != "False":
+        triggered = trigger.triggered
+        if not triggered or triggered.status != "False":
             return
-        why = triggered.get("message") or triggered.get("reason") or "Triggered=False"
+        why = triggered.message or triggered.reason or "Triggered=False"
         reason = f"the snapshot add-on's trigger {name} failed: {why}"
         self.record(EventType.SNAPSHOT_FAILED, error=reason, trigger=name)
         try:
@@ -281,10 +280,9 @@ class KubeflowWorkspaceBackend(KubeBackend):
     async def _stopping(self, ws_name, pod_name, snapshots, fingerprint, started) -> ReleaseFacts:
         facts: dict[str, Any] = {"backend": self.name, "workspace": ws_name, "pod": pod_name}
         try:
-            ws = await self.get_owner()
+            ann = (await self.get_owner()).annotations
         except KubeError:
-            ws = {}
-        ann = annotations(ws)
+            ann = {}
         snapshot = ann.get(ADDON_LAST) if snapshots else None
         if snapshot:
             self.record(
@@ -305,19 +303,18 @@ class KubeflowWorkspaceBackend(KubeBackend):
         )
         return ReleaseFacts(details=facts)
 
-    async def record_unseen_pause(self, owner: dict, pod: dict, info: dict[str, Any]) -> None:
+    async def record_unseen_pause(self, owner: StateObject, pod: Pod, info: dict[str, Any]) -> None:
         """The add-on finished the pause while this process was frozen (postCheckpoint stop).
 
         The snapshot's name is the add-on's ``last-checkpoint-name`` (or the
         restored pod's ``podsnapshot.gke.io/ps-name``); the pod stopped at the
         Workspace's ``status.pauseTime``.
         """
-        ann = annotations(owner)
-        pod_ann = (pod.get("metadata") or {}).get("annotations") or {}
-        snapshot = ann.get(ADDON_LAST) or pod_ann.get(RESTORE_FROM) or ann.get(A_SNAPSHOT)
-        stopped = pause_time(owner)
-        fingerprint = json_annotation(owner, A_FINGERPRINT) or {}
-        ws_name = owner["metadata"]["name"]
+        ann = owner.annotations
+        snapshot = ann.get(ADDON_LAST) or pod.annotations.get(RESTORE_FROM) or ann.get(A_SNAPSHOT)
+        stopped = pause_time(owner.obj)
+        fingerprint = owner.json(A_FINGERPRINT) or {}
+        ws_name = owner.name
         if snapshot:
             self.record(EventType.SNAPSHOT_READY, time_=stopped, name=snapshot, seconds=None)
             info["snapshot"] = snapshot
@@ -331,7 +328,7 @@ class KubeflowWorkspaceBackend(KubeBackend):
         )
         info["pause_recorded_later"] = True
 
-    async def _restored(self, pod: dict) -> ReleaseFacts:
+    async def _restored(self, pod: Pod) -> ReleaseFacts:
         self.client.reset()
         info = await self.came_back(pod, restored=True)
         return ReleaseFacts(
@@ -339,7 +336,7 @@ class KubeflowWorkspaceBackend(KubeBackend):
             came_back=info,
             details={
                 "backend": self.name,
-                "pod": pod["metadata"]["name"],
+                "pod": pod.name,
                 "snapshot": info.get("snapshot"),
             },
         )
