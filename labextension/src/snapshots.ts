@@ -8,9 +8,15 @@ import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { Widget } from '@lumino/widgets';
 
-import { PauseActions, surfaceErrors } from './actions';
-import { ICheckpointSummary, RESUMABLE_STATES, requestAPI } from './api';
+import { PauseActions } from './actions';
+import {
+  ICheckpointSummary,
+  RESUMABLE_STATES,
+  listCheckpoints,
+  requestAPI
+} from './api';
 import { formatBytes, shortReason } from './labels';
+import { surfaceErrors } from './notices';
 
 export class SnapshotsPanel extends Widget {
   constructor(
@@ -46,14 +52,11 @@ export class SnapshotsPanel extends Widget {
     }
     let checkpoints: ICheckpointSummary[] = [];
     try {
-      checkpoints = (
-        await requestAPI<{ checkpoints: ICheckpointSummary[] }>(
-          `checkpoints?path=${encodeURIComponent(path)}&verify=1`,
-          this._actions.model.serverSettings,
-          {},
-          false
-        )
-      ).checkpoints;
+      checkpoints = await listCheckpoints(
+        path,
+        this._actions.model.serverSettings,
+        true
+      );
     } catch (error) {
       const problem = document.createElement('p');
       problem.textContent = trans.__(
@@ -153,7 +156,11 @@ export class SnapshotsPanel extends Widget {
         { method: 'DELETE' }
       );
     } catch (error) {
-      this._actions.notifyError(path, (error as Error).message, String(error));
+      this._actions.notices.notify(
+        path,
+        (error as Error).message,
+        String(error)
+      );
     }
     await this.refresh();
   }
