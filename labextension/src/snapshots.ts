@@ -9,12 +9,7 @@ import { INotebookTracker } from '@jupyterlab/notebook';
 import { Widget } from '@lumino/widgets';
 
 import { PauseActions } from './actions';
-import {
-  ICheckpointSummary,
-  RESUMABLE_STATES,
-  listCheckpoints,
-  requestAPI
-} from './api';
+import { ICheckpointSummary, listCheckpoints, requestAPI } from './api';
 import { formatBytes, shortReason } from './labels';
 import { surfaceErrors } from './notices';
 
@@ -109,9 +104,7 @@ export class SnapshotsPanel extends Widget {
       trans.__('Resume from saved state %1', c.id)
     );
     const panel = this._notebooks.currentWidget;
-    const resumable = RESUMABLE_STATES.includes(
-      this._actions.session(path)?.state ?? 'running'
-    );
+    const resumable = this._actions.canResume(path); // the server's answer
     resume.disabled = !!c.problem || !resumable || !panel;
     resume.title = resumable ? '' : trans.__('Pause the notebook first');
     resume.onclick = () => {
@@ -172,7 +165,8 @@ export class SnapshotsPanel extends Widget {
     const key = JSON.stringify([
       path,
       session?.state,
-      session?.last_checkpoint?.id
+      session?.last_checkpoint?.id,
+      session?.can.resume
     ]);
     if (key !== this._key && this.isVisible) {
       this._key = key;
