@@ -213,6 +213,22 @@ export function postAPI<T>(
   });
 }
 
+/** A notebook's saved states, newest first; `verify` checks each one's hashes. */
+export async function listCheckpoints(
+  path: string,
+  settings: ServerConnection.ISettings,
+  verify = false
+): Promise<ICheckpointSummary[]> {
+  const query = `path=${encodeURIComponent(path)}${verify ? '&verify=1' : ''}`;
+  const answer = await requestAPI<{ checkpoints: ICheckpointSummary[] }>(
+    `checkpoints?${query}`,
+    settings,
+    {},
+    false
+  );
+  return answer.checkpoints;
+}
+
 /**
  * Ask the server for a spare kernel for a paused notebook whose resume offer is
  * showing, so that the resume does not wait for a kernel to start and import

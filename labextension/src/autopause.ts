@@ -11,9 +11,10 @@
 import { Notification } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 
-import { PauseActions, surfaceErrors } from './actions';
+import { PauseActions } from './actions';
 import { ISessionStatus, PauseState } from './api';
 import { formatDuration, formatTime, shortReason } from './labels';
+import { surfaceErrors } from './notices';
 
 export class AutoPauseNotices {
   constructor(
@@ -36,7 +37,7 @@ export class AutoPauseNotices {
       this._states.set(session.path, session.state);
       this._reportError(session);
       if (session.state === 'running' || session.state === 'ready') {
-        this._actions.dismissErrors(session.path);
+        this._actions.notices.dismiss(session.path);
       }
       const op = session.operation;
       const othersPause =
@@ -156,7 +157,7 @@ export class AutoPauseNotices {
       session.operation &&
       this._actions.ownOperations.has(session.operation.id);
     if (error && error !== previous && previous !== undefined && !own) {
-      this._actions.notifyError(
+      this._actions.notices.notify(
         session.path,
         `${session.path}: ${shortReason(error)}`,
         error

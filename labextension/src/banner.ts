@@ -12,9 +12,11 @@
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { Widget } from '@lumino/widgets';
 
-import { PauseActions, showDetails, surfaceErrors } from './actions';
+import { PauseActions } from './actions';
 import { ISavedStateUnrestored, ISessionStatus, prewarm } from './api';
+import { showDetails } from './dialogs';
 import { formatBytes, formatDuration, formatTime, shortReason } from './labels';
+import { surfaceErrors } from './notices';
 
 export class PauseBanner extends Widget {
   constructor(

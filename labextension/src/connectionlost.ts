@@ -22,10 +22,11 @@ import { TranslationBundle } from '@jupyterlab/translation';
 
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 
-import { PauseActions, surfaceErrors } from './actions';
+import { PauseActions } from './actions';
 import { IStatus, PauseState } from './api';
 import { formatDuration, formatTime } from './labels';
 import { PauseStatusModel } from './model';
+import { surfaceErrors } from './notices';
 
 /** The states of a pause that is under way: the server stops at its end. */
 const PAUSING: readonly PauseState[] = ['checkpointing', 'pausing'];

@@ -18,7 +18,7 @@
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 
-import { PauseActions, surfaceErrors } from './actions';
+import { PauseActions } from './actions';
 import {
   BUSY_STATES,
   ISessionStatus,
@@ -33,6 +33,7 @@ import {
   releaseKernel
 } from './kernelhold';
 import { formatBytes, formatTime, shortReason } from './labels';
+import { surfaceErrors } from './notices';
 
 /**
  * The server holds a kernel with the notebook's state (resumed, or running)

@@ -8,9 +8,10 @@ import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { Widget } from '@lumino/widgets';
 
-import { PauseActions, surfaceErrors } from './actions';
-import { ICheckpointSummary, RESUMABLE_STATES, requestAPI } from './api';
+import { PauseActions } from './actions';
+import { ICheckpointSummary, listCheckpoints, requestAPI } from './api';
 import { formatBytes, shortReason } from './labels';
+import { surfaceErrors } from './notices';
 
 export class SnapshotsPanel extends Widget {
   constructor(
@@ -46,14 +47,11 @@ export class SnapshotsPanel extends Widget {
     }
     let checkpoints: ICheckpointSummary[] = [];
     try {
-      checkpoints = (
-        await requestAPI<{ checkpoints: ICheckpointSummary[] }>(
-          `checkpoints?path=${encodeURIComponent(path)}&verify=1`,
-          this._actions.model.serverSettings,
-          {},
-          false
-        )
-      ).checkpoints;
+      checkpoints = await listCheckpoints(
+        path,
+        this._actions.model.serverSettings,
+        true
+      );
     } catch (error) {
       const problem = document.createElement('p');
       problem.textContent = trans.__(
@@ -106,9 +104,7 @@ export class SnapshotsPanel extends Widget {
       trans.__('Resume from saved state %1', c.id)
     );
     const panel = this._notebooks.currentWidget;
-    const resumable = RESUMABLE_STATES.includes(
-      this._actions.session(path)?.state ?? 'running'
-    );
+    const resumable = this._actions.canResume(path); // the server's answer
     resume.disabled = !!c.problem || !resumable || !panel;
     resume.title = resumable ? '' : trans.__('Pause the notebook first');
     resume.onclick = () => {
@@ -153,7 +149,11 @@ export class SnapshotsPanel extends Widget {
         { method: 'DELETE' }
       );
     } catch (error) {
-      this._actions.notifyError(path, (error as Error).message, String(error));
+      this._actions.notices.notify(
+        path,
+        (error as Error).message,
+        String(error)
+      );
     }
     await this.refresh();
   }
@@ -165,7 +165,8 @@ export class SnapshotsPanel extends Widget {
     const key = JSON.stringify([
       path,
       session?.state,
-      session?.last_checkpoint?.id
+      session?.last_checkpoint?.id,
+      session?.can.resume
     ]);
     if (key !== this._key && this.isVisible) {
       this._key = key;

@@ -8,7 +8,6 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
 import { Widget } from '@lumino/widgets';
 
-import { surfaceErrors } from './actions';
 import { ISessionStatus } from './api';
 import {
   describeSession,
@@ -19,6 +18,7 @@ import {
   stateLabel
 } from './labels';
 import { PauseStatusModel } from './model';
+import { surfaceErrors } from './notices';
 
 export class PauseStatusItem extends Widget {
   constructor(
