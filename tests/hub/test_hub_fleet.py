@@ -87,10 +87,13 @@ def test_the_fleet_counts_all_three_users_also_the_two_stopped_servers(fleet_hub
     assert fleet["totals"]["notebooks"] == 3 and fleet["totals"]["servers"] == 3
     for user in USERS:
         assert users[user]["gpu_hours"]["allocated"] > 0, users[user]
-        assert users[user]["capacity_outcomes"]["text"] == "unknown"  # LocalProcessSpawner
     assert users["alice"]["paused"] == 1 and users["alice"]["pauses"] == 1
     assert users["bob"]["paused"] == 1  # the stop saved (paused) its notebook
     assert users["carol"]["paused"] == 0
+    # LocalProcessSpawner: nobody can see nodes; carol released nothing
+    assert users["alice"]["capacity_outcomes"]["text"] == "node outcome unknown"
+    assert users["bob"]["capacity_outcomes"]["text"] == "node outcome unknown"
+    assert users["carol"]["capacity_outcomes"]["text"] == "-"
     # a paused server's release counts until now: it grows while it stays stopped
     released = users["alice"]["gpu_hours"]["released"]
     assert released > 0
