@@ -269,7 +269,7 @@ class FleetGroup:
         ]
         if not parts:
             return "node outcome unknown"
-        if self.released_unknown_s > 0:
+        if self.released_unknown_s >= 18:  # what rounds to 0.00 h is not said
             parts.append(f"unknown {self.released_unknown_s / 3600:.2f} h")
         return ", ".join(parts)
 
@@ -439,7 +439,8 @@ class Fleet:
 FLEET_CSS = (
     "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
     "td,th{border-bottom:1px solid #ddd;padding:.3em .8em;text-align:left}"
-    "td:nth-child(n+3){text-align:right}td:nth-child(9){text-align:left}"
+    "th{white-space:nowrap}td:nth-child(n+3){text-align:right}"
+    "td:nth-child(9){text-align:left;white-space:nowrap}"
     ".problem{color:#b00;font-weight:bold}"
 )
 

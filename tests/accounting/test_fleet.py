@@ -193,6 +193,17 @@ def test_rows_carry_the_reports_capacity_outcomes_and_the_rest_stays_unknown():
     bob = next(g for g in later.by("user") if g.key == "bob")
     assert bob.released_unknown_s == pytest.approx(4 * H)
     assert "reused 2.00 h" in later.to_html_table() and "node outcome unknown" in later.to_text()
+    # what is unknown is written from 0.01 h on
+    alice = rows["a.ipynb"]
+    assert (
+        "unknown"
+        not in build_fleet(
+            [replace(alice, released_s=alice.released_s + 10)], until
+        ).total.capacity_text
+    )
+    assert build_fleet(
+        [replace(alice, released_s=alice.released_s + 36)], until
+    ).total.capacity_text.endswith("unknown 0.01 h")
 
 
 @pytest.mark.parametrize(
