@@ -10,6 +10,7 @@ import math
 import os
 import stat
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -381,3 +382,20 @@ def test_a_backend_without_a_fleet_is_handed_nothing():
         assert publisher.published == 0
 
     asyncio.run(scenario())
+
+
+def test_every_figure_of_the_fleet_and_of_the_bill_is_defined_in_accounting_md():
+    """The fleet's JSON keys and the report's capacity figures are named in the docs."""
+    doc = (Path(__file__).parents[2] / "docs" / "accounting.md").read_text()
+    fleet = build_fleet([row(capacity=(CapacityOutcome("reused", 1.0),))], NOW).to_json()
+    group = fleet["totals"]
+    keys = set(fleet) - {"version"}
+    keys |= set(group) - {"key"}
+    keys |= set(group["gpu_hours"]) | set(group["capacity_outcomes"])
+    keys |= {"capacity", "outcome", "accelerator_seconds"}  # a row's outcomes
+    report = build_report(alice_events(), until=NOW, now=NOW).to_json()
+    keys |= set(report["totals"]["capacity"]) | set(report["totals"]["always_on_share"])
+    keys |= {k for k in report["pauses"][0] if k.endswith("_h") or k.startswith("node")}
+    keys.add("reused_by")
+    missing = sorted(k for k in keys if f"`{k}`" not in doc and f"`{k}," not in doc)
+    assert not missing, f"not defined in docs/accounting.md: {missing}"

@@ -42,6 +42,7 @@ FLEET_ROW = FleetRow(
 )
 
 DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "jupyter-pause.json"
+ACCOUNTING = Path(__file__).parents[2] / "docs" / "accounting.md"
 
 
 def ledger_with(events) -> Ledger:
@@ -247,3 +248,17 @@ def test_the_hub_serves_the_fleets_capacity_outcomes_and_what_is_unknown():
     got = {o: values[(outcome, (("outcome", o), *group))] for o in (*CAPACITY_OUTCOMES, "unknown")}
     # released 10 s at its row's time, 2 GPUs x 1 s more since: 12 s, 9 of them known
     assert got == {"reused": 4.0, "scaled-down": 5.0, "idle": 0.0, "kept-up": 0.0, "unknown": 3.0}
+
+
+def test_every_exported_metric_is_defined_in_accounting_md(clock):
+    metrics = PauseMetrics(ledger_with(alice_events()), SessionStore(None), clock=clock)
+    row = {"user": "alice", "server": "", "state": "paused", "paused_at": 1.0}
+    row |= {"resumes_at": 2.0, "released_hours_this_week": 0.5}
+    fleet = build_fleet([FLEET_ROW], 3.0)
+    exported = {name for name, _ in scrape(metrics)} | {
+        name for name, _ in scrape(FleetMetrics([row], fleet))
+    }
+    families = {re.sub(r"_(bucket|count|sum|created)$", "", n) for n in exported}
+    doc = ACCOUNTING.read_text()
+    missing = sorted(n for n in families if not re.search(rf"`{n}[`{{]", doc))
+    assert not missing, f"not defined in docs/accounting.md: {missing}"
