@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ..report.build import RELEASED_STATES
-from ..report.fleet import Fleet, FleetRow
+from ..report.fleet import CAPACITY_OUTCOMES, Fleet, FleetRow
 
 PREFIX = "jupyter_pause_hub"
 
@@ -94,6 +94,12 @@ class FleetMetrics(Collector):
         resumes = CounterMetricFamily(
             f"{PREFIX}_fleet_resumes", "Resumes of the fleet's notebooks.", labels=labels
         )
+        outcomes = GaugeMetricFamily(
+            f"{PREFIX}_fleet_released_outcome_seconds",
+            "Accelerator-seconds the fleet released by pausing, by what became of the node: "
+            "reused, scaled-down, idle, kept-up, or unknown (not seen, or not yet).",
+            labels=[*labels, "outcome"],
+        )
         storage = GaugeMetricFamily(
             f"{PREFIX}_fleet_storage_bytes",
             "Bytes the fleet's checkpoints (and snapshots) occupy, as last handed over.",
@@ -107,8 +113,14 @@ class FleetMetrics(Collector):
             notebooks.add_metric([*group, "true"], paused)
             notebooks.add_metric([*group, "false"], len(rows) - paused)
             resumes.add_metric(group, sum(r.resumes for r in rows))
+            split = dict.fromkeys(CAPACITY_OUTCOMES, 0.0)
+            for c in (c for r in rows for c in r.capacity):
+                split[c.outcome] += c.accelerator_seconds
+            split["unknown"] = sum(r.released_unknown_s for r in rows)
+            for outcome, value in split.items():
+                outcomes.add_metric([*group, outcome], value)
             storage.add_metric(group, sum(r.storage_bytes for r in rows))
-        yield from (*seconds.values(), notebooks, resumes, storage)
+        yield from (*seconds.values(), notebooks, resumes, outcomes, storage)
 
 
 def exposition(rows: list[dict[str, Any]], fleet: Fleet | None = None) -> bytes:

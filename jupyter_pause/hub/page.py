@@ -299,7 +299,8 @@ class FleetPage(ServiceHandler):
             f"paused now, as each server last handed its ledger over (at the latest when it "
             "stopped). Accelerator-hours since each server's ledger began; a paused "
             "notebook's release counts until now. Capacity outcome: what became of the "
-            "released time (unknown where the platform cannot see nodes). "
+            "released time (unknown where the platform cannot see nodes, and while a "
+            "paused server has not come back to say). "
             "<a href='.'>Servers</a></p>"
             f"{fleet.to_html_table()}</body></html>"
         )

@@ -159,6 +159,10 @@ def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
 # --------------------------------------------------------------------------- capacity
 
 
+#: the :class:`CapacitySplit` field of each capacity outcome
+_SPLIT_FIELDS = {REUSED: "reused", SCALED_DOWN: "scaled_down", IDLE: "idle", KEPT_UP: "kept_up"}
+
+
 @dataclass
 class CapacitySplit:
     """Accelerator-seconds released by pausing, split by what became of the node.
@@ -184,10 +188,13 @@ class CapacitySplit:
         return max(0.0, self.released - self.reused - self.scaled_down - self.idle - self.kept_up)
 
     def add(self, outcome: str, seconds: float) -> None:
-        field_ = {REUSED: "reused", SCALED_DOWN: "scaled_down", IDLE: "idle", KEPT_UP: "kept_up"}
-        name = field_.get(outcome)
+        name = _SPLIT_FIELDS.get(outcome)
         if name:
             setattr(self, name, getattr(self, name) + seconds)
+
+    def by_outcome(self) -> dict[str, float]:
+        """The accelerator-seconds of each outcome (``capacity.py`` names)."""
+        return {outcome: getattr(self, name) for outcome, name in _SPLIT_FIELDS.items()}
 
     def hours_json(self) -> dict[str, float]:
         h = 3600.0

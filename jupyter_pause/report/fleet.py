@@ -23,13 +23,14 @@ from dataclasses import dataclass, field, replace
 from html import escape
 from typing import Any
 
+from ..capacity import OUTCOMES
 from ..formatting import format_bytes, format_time, text_table
-from .build import ALLOCATED_STATES, RELEASED_STATES, STATES, Report, stats
+from .build import ALLOCATED_STATES, RELEASED_STATES, STATES, Report, split_released, stats
 
 #: resume latencies a row keeps (its notebook's latest ones)
 MAX_LATENCIES = 32
 #: what a capacity outcome may be (docs/accounting.md); a row without any is "unknown"
-CAPACITY_OUTCOMES = ("reused", "scaled-down", "idle", "kept-up")
+CAPACITY_OUTCOMES = OUTCOMES
 #: at most so many characters in a user, server, path or class name
 MAX_NAME = 1024
 
@@ -68,8 +69,14 @@ class FleetRow:
     resumes: int
     resume_latencies_s: tuple[float, ...] = ()  # its latest resumes, at most MAX_LATENCIES
     storage_bytes: int = 0
-    #: what became of its released time; empty: unknown (the backend cannot see nodes)
+    #: what became of its released time, as far as known (``CAPACITY_OUTCOME`` spans);
+    #: the rest of ``released_s`` is unknown (empty: the backend cannot see nodes)
     capacity: tuple[CapacityOutcome, ...] = ()
+
+    @property
+    def released_unknown_s(self) -> float:
+        """Released accelerator-seconds whose capacity outcome is not known."""
+        return max(0.0, self.released_s - sum(c.accelerator_seconds for c in self.capacity))
 
     @property
     def key(self) -> str:
@@ -177,7 +184,9 @@ def rows_from_report(report: Report, server: str) -> list[FleetRow]:
     """One row per notebook of a report over a server's whole ledger, as of its end.
 
     Build ``report`` with the checkpoint store's sizes (``storage=``) where the
-    server has them, so that the storage held is the store's.
+    server has them, so that the storage held is the store's.  Each row's
+    released time is split by the capacity outcomes the ledger recorded for it
+    (the report's own split); the rest stays unknown.
     """
     report.to_json()  # settles each notebook's storage held (given or from the ledger)
     rows = []
@@ -186,6 +195,8 @@ def rows_from_report(report: Report, server: str) -> list[FleetRow]:
         last = c.timeline[-1] if c.timeline else None
         resumes = [p for p in c.pauses if p.resume_requested is not None]
         latencies = [p.resume_latency_s for p in resumes if p.resume_latency_s is not None]
+        released = [(g.start, g.end, g.gpus) for g in c.timeline if g.state in RELEASED_STATES]
+        split = split_released(released, c.spans).by_outcome()
         rows.append(
             FleetRow(
                 user=s.user,
@@ -202,6 +213,11 @@ def rows_from_report(report: Report, server: str) -> list[FleetRow]:
                 resumes=len(resumes),
                 resume_latencies_s=tuple(latencies[-MAX_LATENCIES:]),
                 storage_bytes=c.storage_checkpoint + c.storage_snapshot,
+                capacity=tuple(
+                    CapacityOutcome(outcome, split[outcome])
+                    for outcome in CAPACITY_OUTCOMES
+                    if split[outcome] > 0
+                ),
             )
         )
     return rows
@@ -242,15 +258,18 @@ class FleetGroup:
 
     @property
     def capacity_text(self) -> str:
-        """ "unknown" until a row knows; then each outcome's hours (and what is unknown)."""
+        """Each outcome's hours (and what is unknown); "node outcome unknown" where no
+        row knows any; "-" where nothing was released."""
+        if self.released_s <= 0 and not self.capacity:
+            return "-"
         parts = [
             f"{outcome} {self.capacity[outcome] / 3600:.2f} h"
             for outcome in CAPACITY_OUTCOMES
             if self.capacity.get(outcome)
         ]
         if not parts:
-            return "unknown"
-        if self.released_unknown_s > 0:
+            return "node outcome unknown"
+        if self.released_unknown_s >= 18:  # what rounds to 0.00 h is not said
             parts.append(f"unknown {self.released_unknown_s / 3600:.2f} h")
         return ", ".join(parts)
 
@@ -284,8 +303,7 @@ def _group(key: str, rows: list[FleetRow]) -> FleetGroup:
     capacity: dict[str, float] = {}
     unknown = 0.0
     for row in rows:
-        if not row.capacity:
-            unknown += row.released_s
+        unknown += row.released_unknown_s
         for c in row.capacity:
             capacity[c.outcome] = capacity.get(c.outcome, 0.0) + c.accelerator_seconds
     return FleetGroup(
@@ -421,7 +439,8 @@ class Fleet:
 FLEET_CSS = (
     "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
     "td,th{border-bottom:1px solid #ddd;padding:.3em .8em;text-align:left}"
-    "td:nth-child(n+3){text-align:right}td:nth-child(9){text-align:left}"
+    "th{white-space:nowrap}td:nth-child(n+3){text-align:right}"
+    "td:nth-child(9){text-align:left;white-space:nowrap}"
     ".problem{color:#b00;font-weight:bold}"
 )
 

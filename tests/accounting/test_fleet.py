@@ -10,6 +10,7 @@ import math
 import os
 import stat
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +30,7 @@ from jupyter_pause.report.fleet import (
 from jupyter_pause.server.fleet import FleetPublisher, ledger_rows
 
 from .test_accounting_report import DAY2, H, alice_events, at
+from .test_report_capacity import T0, span
 
 NOW = at(DAY2, 12)
 
@@ -117,14 +119,92 @@ def test_groups_per_user_and_class_and_capacity_unknown_until_known():
     assert users["bob"].notebooks == 2 and users["bob"].storage_bytes == 10
     assert classes["gpu"].allocated_s == 4 * H
     assert users["bob"].resume_latency_s["median"] == 5.0
-    assert all(g.capacity_text == "unknown" for g in fleet.by("user"))
+    texts = {g.key: g.capacity_text for g in fleet.by("user")}
+    assert texts == {"alice": "node outcome unknown", "bob": "-"}  # bob released nothing
     known = replace(rows[0], capacity=(CapacityOutcome("scaled-down", 1800.0),))
     fleet = build_fleet([known, *rows[1:]], NOW)
     text = {g.key: g.capacity_text for g in fleet.by("user")}
-    assert text["alice"] == "scaled-down 0.50 h"
+    assert text["alice"] == "scaled-down 0.50 h, unknown 0.50 h"  # of its 1 h released
     assert "unknown" in fleet.to_text() and "capacity outcome" in fleet.to_text()
     assert "<td>alice</td>" in fleet.to_html()
     assert json.loads(json.dumps(fleet.to_json()))["totals"]["notebooks"] == 3
+
+
+def test_rows_carry_the_reports_capacity_outcomes_and_the_rest_stays_unknown():
+    """Two servers on Kubernetes nodes: alice's notebook was released 4 h (its node
+    idle 10 min, then scaled down), bob's two notebooks shared one node, one GPU
+    reused by a training job for 2 h; carol's backend could not see nodes."""
+    ledger = Ledger(":memory:", user="alice")
+    ledger.record(E.KERNEL_STARTED, path="a.ipynb", time_=T0, gpus=1)
+    ledger.record(E.ACCELERATOR_RELEASED, path="a.ipynb", time_=T0 + H, gpus=1)
+    ledger.record(E.CAPACITY_ACQUIRED, path="a.ipynb", time_=T0 + 5 * H)
+    for data in (span("idle", T0 + H, T0 + H + 600), span("scaled-down", T0 + H + 600, T0 + 5 * H)):
+        ledger.record(E.CAPACITY_OUTCOME, time_=data["start"], **data)
+    ledger.user = "bob"
+    for path in ("b1.ipynb", "b2.ipynb"):
+        ledger.record(E.KERNEL_STARTED, path=path, time_=T0, gpus=1, workload_class="train")
+        ledger.record(E.ACCELERATOR_RELEASED, path=path, time_=T0 + H, gpus=1)
+    for data in (  # bob is still paused at the row's time: his last hour is not known yet
+        span("reused", T0 + H, T0 + 3 * H, share=0.5, by_namespace="ml", by_class="training"),
+        span("kept-up", T0 + H, T0 + 5 * H, share=0.5),
+        span("kept-up", T0 + 3 * H, T0 + 5 * H, share=0.5),
+    ):
+        ledger.record(E.CAPACITY_OUTCOME, time_=data["start"], **data)
+    ledger.user = "carol"
+    ledger.record(E.KERNEL_STARTED, path="c.ipynb", time_=T0, gpus=2)
+    ledger.record(E.ACCELERATOR_RELEASED, path="c.ipynb", time_=T0 + H, gpus=2)
+    until = T0 + 6 * H
+    report = build_report(ledger, until=until, now=until)
+    rows = {r.path: r for r in rows_from_report(report, server="")}
+
+    def outcomes(r: FleetRow) -> dict[str, float]:
+        return {c.outcome: c.accelerator_seconds / H for c in r.capacity}
+
+    assert outcomes(rows["a.ipynb"]) == pytest.approx({"idle": 600 / H, "scaled-down": 4 - 600 / H})
+    assert rows["a.ipynb"].released_unknown_s == pytest.approx(0)
+    assert outcomes(rows["b1.ipynb"]) == pytest.approx({"reused": 1, "kept-up": 3})
+    assert rows["b1.ipynb"].released_s == pytest.approx(5 * H)
+    assert rows["b1.ipynb"].released_unknown_s == pytest.approx(H)  # T0+5h..T0+6h
+    assert rows["c.ipynb"].capacity == () and rows["c.ipynb"].released_s == 10 * H
+    assert [FleetRow.from_json(r.to_json()) for r in rows.values()] == list(rows.values())
+
+    # the fleet's groups are the report's own split, per user and per class
+    fleet = build_fleet(rows.values(), until)
+    data = report.to_json()
+    for group in fleet.by("user"):
+        cap = next(g["capacity"] for g in data["by_user"] if g["key"] == group.key)
+        assert group.capacity.get("reused", 0) / H == pytest.approx(cap["reused"])
+        assert group.capacity.get("scaled-down", 0) / H == pytest.approx(cap["scaled_down"])
+        assert group.capacity.get("idle", 0) / H == pytest.approx(cap["idle"])
+        assert group.capacity.get("kept-up", 0) / H == pytest.approx(cap["kept_up"])
+        assert group.released_unknown_s / H == pytest.approx(cap["unknown"])
+    users = {g.key: g.capacity_text for g in fleet.by("user")}
+    assert users == {
+        "alice": "scaled-down 3.83 h, idle 0.17 h",
+        "bob": "reused 2.00 h, kept-up 6.00 h, unknown 2.00 h",
+        "carol": "node outcome unknown",
+    }
+    classes = {g.key: g.capacity_text for g in fleet.by("workload_class")}
+    assert classes["train"] == users["bob"]
+    total = fleet.to_json()["totals"]["capacity_outcomes"]
+    assert total["known"] and total["hours"]["reused"] == pytest.approx(2)
+    assert total["unknown_hours"] == pytest.approx(2 + 10)  # bob's last hour x2, carol's 5 h x2
+    # carried to now, a paused row's release grows, and so does what is unknown of it
+    later = build_fleet(rows.values(), until + H)
+    bob = next(g for g in later.by("user") if g.key == "bob")
+    assert bob.released_unknown_s == pytest.approx(4 * H)
+    assert "reused 2.00 h" in later.to_html_table() and "node outcome unknown" in later.to_text()
+    # what is unknown is written from 0.01 h on
+    alice = rows["a.ipynb"]
+    assert (
+        "unknown"
+        not in build_fleet(
+            [replace(alice, released_s=alice.released_s + 10)], until
+        ).total.capacity_text
+    )
+    assert build_fleet(
+        [replace(alice, released_s=alice.released_s + 36)], until
+    ).total.capacity_text.endswith("unknown 0.01 h")
 
 
 @pytest.mark.parametrize(
@@ -302,3 +382,20 @@ def test_a_backend_without_a_fleet_is_handed_nothing():
         assert publisher.published == 0
 
     asyncio.run(scenario())
+
+
+def test_every_figure_of_the_fleet_and_of_the_bill_is_defined_in_accounting_md():
+    """The fleet's JSON keys and the report's capacity figures are named in the docs."""
+    doc = (Path(__file__).parents[2] / "docs" / "accounting.md").read_text()
+    fleet = build_fleet([row(capacity=(CapacityOutcome("reused", 1.0),))], NOW).to_json()
+    group = fleet["totals"]
+    keys = set(fleet) - {"version"}
+    keys |= set(group) - {"key"}
+    keys |= set(group["gpu_hours"]) | set(group["capacity_outcomes"])
+    keys |= {"capacity", "outcome", "accelerator_seconds"}  # a row's outcomes
+    report = build_report(alice_events(), until=NOW, now=NOW).to_json()
+    keys |= set(report["totals"]["capacity"]) | set(report["totals"]["always_on_share"])
+    keys |= {k for k in report["pauses"][0] if k.endswith("_h") or k.startswith("node")}
+    keys.add("reused_by")
+    missing = sorted(k for k in keys if f"`{k}`" not in doc and f"`{k}," not in doc)
+    assert not missing, f"not defined in docs/accounting.md: {missing}"

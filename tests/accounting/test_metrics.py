@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from jupyter_pause.hub.metrics import FleetMetrics
 from jupyter_pause.ledger import Ledger
 from jupyter_pause.lifecycle import SessionStore, State
 from jupyter_pause.report.build import build_report
-from jupyter_pause.report.fleet import FleetRow, build_fleet
+from jupyter_pause.report.fleet import CAPACITY_OUTCOMES, CapacityOutcome, FleetRow, build_fleet
 from jupyter_pause.server.metrics import PauseMetrics
 
 from ..fakes import FakeClock
@@ -41,6 +42,7 @@ FLEET_ROW = FleetRow(
 )
 
 DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "jupyter-pause.json"
+ACCOUNTING = Path(__file__).parents[2] / "docs" / "accounting.md"
 
 
 def ledger_with(events) -> Ledger:
@@ -229,3 +231,34 @@ def test_the_hub_serves_the_fleets_totals_per_user_and_class():
     assert values[(hub + "storage_bytes", group)] == 10000
     assert values[(hub + "notebooks", (("paused", "true"), *group))] == 1
     assert values[(hub + "notebooks", (("paused", "false"), *group))] == 1
+    # the capacity outcomes: none known here (the rows carry none)
+    outcome = hub + "released_outcome_seconds"
+    assert values[(outcome, (("outcome", "unknown"), *group))] == 22.0
+    assert values[(outcome, (("outcome", "reused"), *group))] == 0.0
+
+
+def test_the_hub_serves_the_fleets_capacity_outcomes_and_what_is_unknown():
+    known = replace(
+        FLEET_ROW,
+        capacity=(CapacityOutcome("reused", 4.0), CapacityOutcome("scaled-down", 5.0)),
+    )
+    values = scrape(FleetMetrics([], build_fleet([known], 3.0)))
+    outcome = "jupyter_pause_hub_fleet_released_outcome_seconds"
+    group = (("user", "alice"), ("workload_class", "gpu"))
+    got = {o: values[(outcome, (("outcome", o), *group))] for o in (*CAPACITY_OUTCOMES, "unknown")}
+    # released 10 s at its row's time, 2 GPUs x 1 s more since: 12 s, 9 of them known
+    assert got == {"reused": 4.0, "scaled-down": 5.0, "idle": 0.0, "kept-up": 0.0, "unknown": 3.0}
+
+
+def test_every_exported_metric_is_defined_in_accounting_md(clock):
+    metrics = PauseMetrics(ledger_with(alice_events()), SessionStore(None), clock=clock)
+    row = {"user": "alice", "server": "", "state": "paused", "paused_at": 1.0}
+    row |= {"resumes_at": 2.0, "released_hours_this_week": 0.5}
+    fleet = build_fleet([FLEET_ROW], 3.0)
+    exported = {name for name, _ in scrape(metrics)} | {
+        name for name, _ in scrape(FleetMetrics([row], fleet))
+    }
+    families = {re.sub(r"_(bucket|count|sum|created)$", "", n) for n in exported}
+    doc = ACCOUNTING.read_text()
+    missing = sorted(n for n in families if not re.search(rf"`{n}[`{{]", doc))
+    assert not missing, f"not defined in docs/accounting.md: {missing}"

@@ -79,7 +79,7 @@ def test_the_fleet_is_read_from_paused_workspaces_without_starting_them(
     # released from the pause until now: about two hours (x2 GPUs for alice)
     assert 2 * 1.9 < users["alice"]["gpu_hours"]["released"] < 2 * 2.1
     assert users["alice"]["paused"] == users["bob"]["paused"] == 1
-    assert fleet["totals"]["capacity_outcomes"]["text"] == "unknown"
+    assert fleet["totals"]["capacity_outcomes"]["text"] == "node outcome unknown"
     assert [g["key"] for g in fleet["by_class"]] == ["gpu"]
 
     # nothing was started, nothing written: the platform team only listed

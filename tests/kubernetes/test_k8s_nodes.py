@@ -13,19 +13,22 @@ checked against the emulator's own bookkeeping (``NodeBook``).
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 
 import pytest
 from conftest import FAST, NAMESPACE, WORKSPACE, Clock, NodePool, Scenario, ws_backend
 
+from jupyter_pause import cli as cli_mod
 from jupyter_pause.backends.base import ReleaseFacts
 from jupyter_pause.backends.kubernetes.client import KubeClient, KubeError
-from jupyter_pause.backends.kubernetes.common import parse_time
+from jupyter_pause.backends.kubernetes.common import A_FLEET, parse_time
 from jupyter_pause.backends.kubernetes.follow import follow_round
 from jupyter_pause.backends.kubernetes.podsnapshot import GkePodSnapshotBackend
 from jupyter_pause.backends.kubernetes.resume import start_resume
 from jupyter_pause.ledger import EventType, Ledger
 from jupyter_pause.report.build import build_report
+from jupyter_pause.server.fleet import FleetPublisher
 
 MONDAY = 1_767_571_200.0  # 2026-01-05 00:00 UTC
 MINUTE = 60.0
@@ -225,9 +228,10 @@ def test_nobody_followed_means_unknown(pool_cluster, sessions, shutdown_kernel):
     assert nb.spans() == [] and info["capacity_outcome"] == []
 
 
-def test_three_users_on_one_node_two_pause(pool_cluster, sessions, shutdown_kernel):
+def test_three_users_on_one_node_two_pause(pool_cluster, sessions, shutdown_kernel, capsys):
     """alice and bob pause, carol keeps working: the node stays up; a training job
-    from another namespace takes one freed GPU for two hours."""
+    from another namespace takes one freed GPU for two hours.  The fleet read from
+    the API (``report --fleet --kubernetes``) shows the same outcomes per user."""
     cluster = pool_cluster(gpus_per_node=3, max_nodes=1)
     node = cluster.nodes.add_node()["metadata"]["name"]
     users = {ns: Notebook(cluster, ns) for ns in ("alice", "bob", "carol")}
@@ -277,6 +281,29 @@ def test_three_users_on_one_node_two_pause(pool_cluster, sessions, shutdown_kern
     assert by_user["alice"]["node_hours_up"] == pytest.approx(6, abs=1 / 60)
     assert by_user["bob"]["node_hours_up"] == pytest.approx(5, abs=1 / 60)
     assert report["totals"]["capacity"]["node_hours_removed"] == 0
+
+    # each server hands its rows over (into its state ConfigMap); the platform team's
+    # fleet, read from the API, carries the outcomes its ledger recorded
+    cluster.advance(MINUTE)  # alice and bob run again
+    for nb in users.values():
+        publisher = FleetPublisher(
+            ledger=nb.ledger, backend=nb.backend(), interval=0, clock=cluster.clock
+        )
+        assert asyncio.run(publisher.publish()) == A_FLEET
+    argv = ["report", "--fleet", "--kubernetes", "--kubeconfig", cluster.kubeconfig]
+    argv += ["--context", "fleet", "-n", "alice", "-n", "bob", "-n", "carol"]
+    assert cli_mod.main([*argv, "--format", "json"]) == 0
+    fleet = {g["key"]: g for g in json.loads(capsys.readouterr().out)["by_user"]}
+    assert set(fleet) == {"alice", "bob", "carol"}
+    for user in ("alice", "bob"):
+        hours, cap = fleet[user]["capacity_outcomes"]["hours"], by_user[user]
+        assert hours.get("kept-up", 0) == pytest.approx(cap["kept_up"])
+        assert hours.get("reused", 0) == pytest.approx(cap["reused"])
+        assert fleet[user]["capacity_outcomes"]["unknown_hours"] == pytest.approx(0, abs=1e-6)
+    assert fleet["carol"]["capacity_outcomes"]["text"] == "-"  # released nothing
+    assert cli_mod.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "kept-up 6.00 h" in text and "reused 2.00 h, kept-up 3.00 h" in text, text
 
 
 def test_a_simulated_week_agrees_with_the_emulators_node_book(
