@@ -357,6 +357,8 @@ def checkpoint(
             index = _previous_index(nbdir, trust)
             incremental = _incremental(nbdir, ns, bool(names), full)
             txn = store.Transaction(nbdir)
+            early = store.uploads(dir, nbdir)  # a bucket: blobs go up as they are written
+            txn.on_staged = early.add if early is not None else None
             try:
                 result = _write_checkpoint(
                     txn,
@@ -381,22 +383,26 @@ def checkpoint(
                 if result.removed:
                     store.gc(nbdir, locked_already=True)
             except BaseException:
+                if early is not None:
+                    early.cancel()
                 txn.abort()
                 raise
-            _upload(dir, nbdir, result, progress)
+            if early is not None:
+                _upload(dir, nbdir, result, progress, early)
     except OSError as e:
         raise DiskError(str(nbdir), e) from e
     return result
 
 
-def _upload(dir, nbdir, result: CheckpointResult, progress: bool) -> None:
+def _upload(dir, nbdir, result: CheckpointResult, progress: bool, early) -> None:
     """With a bucket behind the folder: the checkpoint counts once it is committed there
-    (store.push); until then it is only in the local cache, and this raises."""
+    (store.push, after the blobs ``early`` sent while they were written); until then it
+    is only in the local cache, and this raises."""
     bucket = paths.bucket_of(dir)
-    if bucket is None:
-        return
     bar = Progress("uploading", 0, enabled=progress)
     t0 = time.monotonic()
+    early.report(bar)
+    early.wait()
     store.push(dir, nbdir, bar)
     result.store = bucket.url
     result.bytes_uploaded = bar.done
@@ -756,6 +762,7 @@ def restore(
     if lazy is None:
         lazy = lazy_mod.lazy_by_default(ns)
     lazy = bool(lazy) and not names and not partial
+    eager_all = not lazy and not names and not partial
     # a fresh kernel: what needs torch waits for its import in the background (lazy.py)
     defer_torch = lazy and not lazy_mod.module_ready("torch")
     imports = _BackgroundImports()
@@ -769,20 +776,29 @@ def restore(
         passed_over: dict[str, str] = {}
         for cid in candidates:
             try:
-                downloaded += store.fetch(dir, nbdir, cid, Progress("downloading", 0, progress))
-                loaded = _read_verified(
-                    nbdir,
-                    cid,
-                    names,
-                    trust,
-                    device_of_name,
-                    progress,
-                    partial,
-                    lazy,
-                    defer_torch,
-                    handoff,
-                    imports=imports,
+                # an eager restore of everything hashes every tensor it reads: what it
+                # downloads is not hashed before as well
+                fetched = store.fetch(
+                    dir, nbdir, cid, Progress("downloading", 0, progress), verify=not eager_all
                 )
+                downloaded += fetched.bytes
+                try:
+                    loaded = _read_verified(
+                        nbdir,
+                        cid,
+                        names,
+                        trust,
+                        device_of_name,
+                        progress,
+                        partial,
+                        lazy,
+                        defer_torch,
+                        handoff,
+                        imports=imports,
+                    )
+                except CorruptCheckpoint:  # a file it downloaded? out of the bucket, too
+                    store.reject(dir, nbdir, cid, fetched.unverified)
+                    raise
                 break
             except (CorruptCheckpoint, UntrustedCheckpoint) as e:
                 if checkpoint_id is not None or cid == candidates[-1]:

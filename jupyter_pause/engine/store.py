@@ -27,6 +27,7 @@ import shutil
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -995,16 +996,28 @@ def notebook_folders(dir=None) -> list[Path]:
     return [root / name for name in sorted(found)]
 
 
-def fetch(dir, nbdir: Path, checkpoint_id: str, progress=None, repair: bool = True) -> int:
+@dataclass(frozen=True)
+class Fetched:
+    """What :func:`fetch` brought from the bucket: ``bytes`` downloaded, and the files it
+    left for the caller to hash (``verify=False``)."""
+
+    bytes: int = 0
+    unverified: tuple[str, ...] = ()
+
+
+def fetch(
+    dir, nbdir: Path, checkpoint_id: str, progress=None, repair: bool = True, verify: bool = True
+) -> Fetched:
     """Download the tensor files of one checkpoint that the folder lacks (parallel ranged
     reads), each hashed whole before it is used: one that does not match its signed
     manifest is quarantined here and deleted from the bucket (a later pause uploads it
     anew) and raises :class:`CorruptCheckpoint`; with ``repair=False`` (a scrub, which
-    only reads) it is left for the caller to find.  Returns the bytes downloaded; 0
-    without a bucket."""
+    only reads) it is left for the caller to find.  ``verify=False``: the caller hashes
+    every tensor of the files as it reads them (an eager restore), so they are not hashed
+    twice; it hands them to :func:`reject` if one fails.  Nothing without a bucket."""
     mirror = _remote(dir, nbdir)
     if mirror is None:
-        return 0
+        return Fetched()
     with _FETCHING_LOCK:
         lock = _FETCHING.setdefault(str(nbdir), threading.Lock())
     with lock:  # the server's read-ahead and the kernel's restore may ask at once
@@ -1017,22 +1030,42 @@ def fetch(dir, nbdir: Path, checkpoint_id: str, progress=None, repair: bool = Tr
                     continue
             todo.append((rel, entry.bytes, path))
         if not todo:
-            return 0
+            return Fetched()
         makedirs(nbdir / BLOBS)
         if progress is not None:
             progress.add_total(sum(size for _, size, _ in todo))
         mirror.download(todo, progress.update if progress is not None else None)
-        if not repair:
-            return sum(size for _, size, _ in todo)
-        bad = [rel for rel, _, path in todo if check_blob(path, m.files[rel], full=True)]
-        for rel in bad:
-            quarantine(nbdir, rel, f"downloaded from {mirror.bucket.url}, hash mismatch")
-        if bad:
-            mirror.delete(bad)
-            raise CorruptCheckpoint(
-                "tensor data", ", ".join(bad), f"as stored in {mirror.bucket.url}; removed there"
-            )
-        return sum(size for _, size, _ in todo)
+        got = Fetched(sum(size for _, size, _ in todo), tuple(rel for rel, _, _ in todo))
+        if not repair or not verify:
+            return got
+        reject(dir, nbdir, checkpoint_id, got.unverified)
+        return Fetched(got.bytes)
+
+
+def reject(dir, nbdir: Path, checkpoint_id: str, downloaded) -> None:
+    """Hash whole the ``downloaded`` files of a checkpoint: one that does not match its
+    signed manifest is quarantined here and deleted from the bucket (a later pause uploads
+    it anew), and this raises :class:`CorruptCheckpoint`."""
+    mirror = _remote(dir, nbdir)
+    if mirror is None:
+        return
+    m = read_manifest(nbdir, checkpoint_id)
+    bad = [rel for rel in downloaded if check_blob(nbdir / rel, m.files[rel], full=True)]
+    for rel in bad:
+        quarantine(nbdir, rel, f"downloaded from {mirror.bucket.url}, hash mismatch")
+    if bad:
+        mirror.delete(bad)
+        raise CorruptCheckpoint(
+            "tensor data", ", ".join(bad), f"as stored in {mirror.bucket.url}; removed there"
+        )
+
+
+def uploads(dir, nbdir: Path) -> remote.Uploads | None:
+    """With a bucket behind the folder, a background upload of the blobs of a checkpoint
+    being written (:attr:`Transaction.on_staged`), so that it overlaps the writing;
+    :func:`push` then sends what is still missing and commits.  None without a bucket."""
+    mirror = _remote(dir, nbdir)
+    return None if mirror is None else mirror.uploads()
 
 
 def push(dir, nbdir: Path, progress=None, grace=remote.SWEEP_GRACE) -> list[str]:
@@ -1123,6 +1156,9 @@ class Transaction:
         os.mkdir(self.tmp, 0o700)
         os.mkdir(self.tmp / "staged", 0o700)
         self.staged: list[str] = []  # blob names staged for blobs/
+        #: ``on_staged(rel, path)`` hears each blob once staged (fsynced, final name): a
+        #: bucket's background upload (remote.Uploads.add)
+        self.on_staged: Callable[[str, Path], None] | None = None
         self.done = False
 
     def staging_path(self, name: str) -> Path:
@@ -1132,7 +1168,10 @@ class Transaction:
         """Rename a fully written, fsynced file to its content-addressed staged name."""
         os.rename(self.staging_path(tmp_name), self.staging_path(final_name))
         self.staged.append(final_name)
-        return f"{BLOBS}/{final_name}"
+        rel = f"{BLOBS}/{final_name}"
+        if self.on_staged is not None:
+            self.on_staged(rel, self.staging_path(final_name))
+        return rel
 
     def commit(self, manifest: Manifest) -> Path:
         key = signing.load_key()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import obstore
 import pytest
 import torch
 
-from jupyter_pause.engine import api, errors, paths, remote, store
+from jupyter_pause.engine import api, errors, paths, remote, store, tensors
 from tests.objectstores import Seaweed
 
 NB = "work/demo.ipynb"
@@ -114,6 +115,52 @@ def test_a_re_pause_after_a_small_change_uploads_under_a_megabyte(url, tmp_path,
     second = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
     assert first.bytes_uploaded > 2_000_000
     assert 0 < second.bytes_uploaded < 1_000_000
+
+
+def test_each_blob_is_uploaded_while_the_next_is_written(url, tmp_path, monkeypatch):
+    """The upload overlaps the writing of the local copy: the first object's blob is in
+    the bucket before the second object's is written (the signature still comes last)."""
+    new_cache(tmp_path, monkeypatch, "c")
+    ns = {"__name__": "__main__", "a": np.full(2_000_000, 1.0), "b": np.full(2_000_000, 2.0)}
+    write = tensors.write_safetensors
+    seen_before: list[list[str]] = []
+
+    def write_once_the_previous_blob_is_up(txn, tmp_name, storages, progress=None):
+        if txn.staged:  # wait (with a deadline) for the blob staged before to be up
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                up = [n for n in mirror(url).listing() if n.startswith("blobs/")]
+                if up:
+                    break
+                time.sleep(0.05)
+            seen_before.append(sorted(mirror(url).listing()))
+        return write(txn, tmp_name, storages, progress)
+
+    monkeypatch.setattr(tensors, "write_safetensors", write_once_the_previous_blob_is_up)
+    r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    assert seen_before and all(seen_before)
+    assert all(n.startswith("blobs/") for n in seen_before[-1])  # no signature yet
+    committed, blobs = referenced_in_bucket(url)
+    assert committed == [r.id] and len(blobs) >= 2
+    assert r.bytes_uploaded > 32_000_000
+
+
+def test_an_eager_restore_hashes_what_it_downloads_once(url, tmp_path, monkeypatch):
+    """The eager restore hashes every tensor as it reads it: the download is not hashed
+    whole before as well (a damaged download is still caught: the corruption test)."""
+    new_cache(tmp_path, monkeypatch, "a")
+    r = api.checkpoint(dir=url, notebook=NB, namespace=state(), progress=False)
+    new_cache(tmp_path, monkeypatch, "b")
+    whole = []
+    check = store.check_blob
+    monkeypatch.setattr(
+        store, "check_blob", lambda p, e, full=False: whole.append(p) if full else check(p, e)
+    )
+    out = {"__name__": "__main__"}
+    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+    assert rr.id == r.id and rr.bytes_downloaded > 1_000_000
+    assert whole == []
+    assert np.array_equal(out["table"], state()["table"])
 
 
 # ------------------------------------------------------------------ retention, delete, sweep
