@@ -778,8 +778,14 @@ def restore(
             try:
                 # an eager restore of everything hashes every tensor it reads: what it
                 # downloads is not hashed before as well
+                # downloads: a lazy restore's, file by file as it reads (_read_verified)
                 fetched = store.fetch(
-                    dir, nbdir, cid, Progress("downloading", 0, progress), verify=not eager_all
+                    dir,
+                    nbdir,
+                    cid,
+                    Progress("downloading", 0, progress),
+                    verify=not eager_all,
+                    only=() if lazy else None,
                 )
                 downloaded += fetched.bytes
                 try:
@@ -795,10 +801,12 @@ def restore(
                         defer_torch,
                         handoff,
                         imports=imports,
+                        dir=dir,
                     )
                 except CorruptCheckpoint:  # a file it downloaded? out of the bucket, too
                     store.reject(dir, nbdir, cid, fetched.unverified)
                     raise
+                downloaded += loaded.downloaded
                 break
             except (CorruptCheckpoint, UntrustedCheckpoint) as e:
                 if checkpoint_id is not None or cid == candidates[-1]:
@@ -836,6 +844,10 @@ def restore(
                 functools.partial(loader.remember_digest, m),
                 torch_later=later.gpu if later else None,
                 handed=loaded.handed,
+                fetch={
+                    rel: functools.partial(_fetch_later, dir, nbdir, m.id, rel)
+                    for rel in loaded.fetch_later
+                },
             )
             load.fallback = functools.partial(_older_copy, nbdir, m.id, device_of_name, ns)
             load.on_lost = functools.partial(_mark_lost, nbdir)  # no sound copy anywhere
@@ -954,13 +966,17 @@ def _read_verified(
     handoff=None,
     *,
     imports: _BackgroundImports,
+    dir=None,
 ):
     """Everything a restore needs from one checkpoint, verified (signature, binding, pickle
     HMAC, every needed tensor's hash) before anything is unpickled. With ``partial``,
     tensor files that fail their hash are left out and named instead of failing it all.
     ``defer_torch`` (lazy only): what needs torch is left for after its import.
     ``handoff``: the server's memory of this checkpoint's large files (handoff.py).
-    ``imports``: where the modules the restore will need start importing."""
+    ``imports``: where the modules the restore will need start importing. ``dir``: the
+    root; with a bucket behind it, a lazy restore downloads now only the files of what it
+    reads now (their headers for the others), and its reader each other file when it
+    reaches it (``fetch_later``)."""
     m = store.read_manifest(nbdir, checkpoint_id, trust=trust)
     if not defer_torch:
         imports.start(m)  # while the pickle is verified and the tensors read
@@ -1003,7 +1019,10 @@ def _read_verified(
             if m.storages[i].file in bad
         }
         needed = [i for i in needed if i not in damaged]
-    store.check_complete(nbdir, m, skip={m.storages[i].file for i in damaged})
+    missing: set[str] = set()  # lazy, from a bucket: files not here yet
+    if lazy and paths.bucket_of(dir) is not None:
+        missing = {rel for rel in {m.storages[i].file for i in needed} if not _have(nbdir, m, rel)}
+    store.check_complete(nbdir, m, skip={m.storages[i].file for i in damaged} | missing)
     data = store.verify_pickle(nbdir, m, trust=trust)
     total = sum(m.storages[i].nbytes for i in needed)
     bar = Progress("restore", total, enabled=progress)
@@ -1017,12 +1036,17 @@ def _read_verified(
         later = _torch_later(m, data, set(needed), device_of) if defer_torch else None
         if defer_torch:
             imports.start(m, without={"torch"} if later else set())
-        plan = tensors.plan_reads(nbdir, m, needed)
         now = set(_rng_storages(m)) if m.rng_record is not None else set()
         for o in m.objects.values():
             if sum(m.storages[i].nbytes for i in o.storages) < lazy_mod.EAGER_BELOW:
                 now.update(o.storages)
         gpu = later.gpu if later else set()
+        first = {m.storages[i].file for i in (now - gpu) & set(needed)} & missing
+        downloaded = store.fetch(
+            dir, nbdir, checkpoint_id, Progress("downloading", 0, progress), only=first
+        ).bytes
+        fetch_later = missing - first
+        plan = tensors.plan_reads(nbdir, m, needed, store.headers(dir, nbdir, fetch_later))
         buffers = tensors.read_storages(
             nbdir, m, sorted((now - gpu) & set(needed)), device_of, bar, as_numpy=defer_torch
         )
@@ -1052,6 +1076,8 @@ def _read_verified(
             (plan, set(buffers) & now),
             later,
             {i: h for i, (h, _view) in handed.items()},
+            downloaded,
+            fetch_later,
         )
     handed = handoff_mod.receive(handoff, checkpoint_id, m)
     buffers = tensors.read_storages(nbdir, m, needed, device_of, bar, handed=handed)
@@ -1076,6 +1102,25 @@ class _Verified:
     torch_later: _TorchLater | None = None
     #: lazy restores: storage index -> the server's memory its buffer maps (handoff.py)
     handed: dict = field(default_factory=dict)
+    #: lazy restores from a bucket: bytes downloaded before the restore returns, and the
+    #: files the reader downloads when it reaches them (_fetch_later)
+    downloaded: int = 0
+    fetch_later: set[str] = field(default_factory=set)
+
+
+def _have(nbdir, m: Manifest, rel: str) -> bool:
+    try:
+        return (nbdir / rel).stat().st_size == m.files[rel].bytes
+    except FileNotFoundError:
+        return False
+
+
+def _fetch_later(dir, nbdir, checkpoint_id: str, rel: str) -> None:
+    """A lazy reader's download of one file of the checkpoint it restores (parallel ranged
+    GETs, hashed whole; a damaged one is removed from the bucket and raises), under the
+    shared lock: a GC cannot take the file away meanwhile."""
+    with store.locked(nbdir, shared=True):
+        store.fetch(dir, nbdir, checkpoint_id, only={rel})
 
 
 @dataclass

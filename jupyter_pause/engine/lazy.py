@@ -173,6 +173,7 @@ class LazyLoad:
         on_storage,
         torch_later=None,
         handed=None,
+        fetch=None,
     ):
         self.m = manifest
         self.nbdir = nbdir
@@ -210,8 +211,18 @@ class LazyLoad:
         self._stop = False
         self._finished = False
         self._thread: threading.Thread | None = None
-        # open every file now, under the restore's lock: a later GC cannot take them away
-        self._fh = {rel: open(path, "rb", buffering=0) for path, rel, _items in plan}  # noqa: SIM115
+        #: files still in the bucket (a restore from it): file -> what downloads it, called
+        #: when the reader reaches the file, so a storage waits for its own file only
+        self.fetch: dict[str, Any] = fetch or {}
+        self._paths = {rel: path for path, rel, _items in plan}
+        self._unfetched: dict[str, Exception] = {}
+        # open every file here now, under the restore's lock: a later GC cannot take them
+        # away (a download takes the lock itself)
+        self._fh = {
+            rel: open(path, "rb", buffering=0)  # noqa: SIM115
+            for path, rel, _items in plan
+            if rel not in self.fetch
+        }
 
     # -- reading -------------------------------------------------------------
     def order(self) -> list[int]:
@@ -288,6 +299,15 @@ class LazyLoad:
         from . import tensors
 
         s = self.m.storages[i]
+        if rel not in self._fh:  # still in the bucket: download the file, then read it
+            if rel in self._unfetched:  # tried: its other storages fail the same way
+                raise self._unfetched[rel]
+            try:
+                self.fetch[rel]()
+            except Exception as e:
+                self._unfetched[rel] = e
+                raise
+            self._fh[rel] = open(self._paths[rel], "rb", buffering=0)  # noqa: SIM115
         _buf, digest = tensors._read_one(
             self._fh[rel],
             pos,

@@ -190,13 +190,13 @@ class Remote:
     # --------------------------------------------------------------- down
     def download(self, files: Iterable[tuple[str, int, Path]], progress=None) -> None:
         """Download files (name, size, local path) with parallel ranged GETs: each is
-        written into ``<path>.part-<pid>`` and renamed into place once complete."""
+        written into ``<path>.part-<pid>-<thread>`` and renamed into place once complete."""
         import obstore
 
         jobs = []
         done: list[tuple[Path, Path]] = []
         for name, size, path in files:
-            tmp = path.with_name(f"{path.name}.part-{os.getpid()}")
+            tmp = path.with_name(f"{path.name}.part-{os.getpid()}-{threading.get_ident()}")
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.ftruncate(fd, size)
@@ -231,6 +231,15 @@ class Remote:
             raise
         for tmp, path in done:
             os.replace(tmp, path)
+
+    def read_range(self, name: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of one file (a safetensors header, before its data)."""
+        import obstore
+
+        try:
+            return bytes(obstore.get_range(self.store, self.key(name), start=start, end=end))
+        except Exception as e:
+            raise self._fail("download", e) from e
 
     def _parallel(
         self, action: str, jobs: list[tuple[Callable, tuple]], width: int = PARALLEL

@@ -27,7 +27,8 @@ import shutil
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -1006,7 +1007,13 @@ class Fetched:
 
 
 def fetch(
-    dir, nbdir: Path, checkpoint_id: str, progress=None, repair: bool = True, verify: bool = True
+    dir,
+    nbdir: Path,
+    checkpoint_id: str,
+    progress=None,
+    repair: bool = True,
+    verify: bool = True,
+    only: Iterable[str] | None = None,
 ) -> Fetched:
     """Download the tensor files of one checkpoint that the folder lacks (parallel ranged
     reads), each hashed whole before it is used: one that does not match its signed
@@ -1014,16 +1021,23 @@ def fetch(
     anew) and raises :class:`CorruptCheckpoint`; with ``repair=False`` (a scrub, which
     only reads) it is left for the caller to find.  ``verify=False``: the caller hashes
     every tensor of the files as it reads them (an eager restore), so they are not hashed
-    twice; it hands them to :func:`reject` if one fails.  Nothing without a bucket."""
+    twice; it hands them to :func:`reject` if one fails.  ``only``: these files of the
+    checkpoint, not all (a lazy restore, file by file as it reads them).  Nothing without
+    a bucket."""
     mirror = _remote(dir, nbdir)
     if mirror is None:
         return Fetched()
+    # one download at a time of each file (the server's read-ahead, the kernel's restore
+    # and its lazy reader may ask at once), of different files at once
+    key = str(nbdir) if only is None else f"{nbdir}:{','.join(sorted(only))}"
     with _FETCHING_LOCK:
-        lock = _FETCHING.setdefault(str(nbdir), threading.Lock())
-    with lock:  # the server's read-ahead and the kernel's restore may ask at once
+        lock = _FETCHING.setdefault(key, threading.Lock())
+    with lock:
         m = read_manifest(nbdir, checkpoint_id)
         todo = []
         for rel, entry in m.files.items():
+            if only is not None and rel not in only:
+                continue
             path = nbdir / rel
             with contextlib.suppress(FileNotFoundError):
                 if path.stat().st_size == entry.bytes:
@@ -1040,6 +1054,27 @@ def fetch(
             return got
         reject(dir, nbdir, checkpoint_id, got.unverified)
         return Fetched(got.bytes)
+
+
+def headers(dir, nbdir: Path, rels: Iterable[str]) -> dict[str, tuple[int, bytes, dict]]:
+    """The safetensors headers of files in the bucket, not here (yet): rel -> (data start
+    offset, raw header bytes, parsed header), as :func:`read_safetensors_header`.  Nothing
+    without a bucket."""
+    mirror = _remote(dir, nbdir)
+    if mirror is None:
+        return {}
+
+    def one(rel: str) -> tuple[int, bytes, dict]:
+        (n,) = struct.unpack("<Q", mirror.read_range(rel, 0, 8))
+        raw = mirror.read_range(rel, 8, 8 + min(n, 100_000_000))
+        try:
+            return 8 + n, raw, json.loads(raw)
+        except ValueError:  # damaged: its hash against the manifest says so
+            return 8 + n, raw, {}
+
+    rels = list(rels)
+    with ThreadPoolExecutor(max(1, min(remote.PARALLEL, len(rels)))) as pool:
+        return dict(zip(rels, pool.map(one, rels), strict=True))
 
 
 def reject(dir, nbdir: Path, checkpoint_id: str, downloaded) -> None:

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from jupyter_pause.engine import api, errors, paths, remote, store, tensors
-from tests.objectstores import Seaweed
+from tests.objectstores import Gate, Seaweed
 
 NB = "work/demo.ipynb"
 
@@ -105,6 +105,40 @@ def test_fresh_cache_restores_from_the_bucket(url, tmp_path, monkeypatch, lazy):
     assert torch.equal(out["model"].weight, ns["model"].weight)
     assert np.array_equal(out["table"], ns["table"]) and out["step"] == 1
     assert [c.id for c in store.list_checkpoints(url, NB)] == [r.id]
+
+
+def test_a_lazy_restore_downloads_a_file_only_when_its_object_is_read(
+    url, seaweed, tmp_path, monkeypatch
+):
+    """Restore straight from the store: with the download of one large object's file held
+    at the store, the restore returns and another object loads; the held one follows once
+    its download is let through."""
+    new_cache(tmp_path, monkeypatch, "a")
+    ns = {
+        "__name__": "__main__",
+        "first": np.full(3_000_000, 1.0),  # 24 MB: above EAGER_BELOW, read in the background
+        "second": np.full(6_000_000, 2.0),  # 48 MB, read after the smaller one
+    }
+    r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    m = store.read_manifest(paths.notebook_dir(url, NB), r.id)
+    held = m.storages[m.objects["second"].storages[0]].file
+    gate = Gate(seaweed.endpoint, held.rsplit("/", 1)[-1])
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", gate.endpoint)
+        new_cache(tmp_path, monkeypatch, "b")
+        out = {"__name__": "__main__"}
+        rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=True)
+        assert set(rr.loading) == {"first", "second"}
+        assert api.lazy_mod.wait(["first"]) == {}
+        assert np.array_equal(out["first"], ns["first"])
+        assert gate.wait_held() and not gate.timed_out  # "second": still held at the store
+        assert "second" not in out
+        gate.release()
+        assert api.lazy_mod.wait() == {}
+        assert np.array_equal(out["second"], ns["second"]) and not gate.timed_out
+    finally:
+        api.lazy_mod.cancel()
+        gate.stop()
 
 
 def test_a_re_pause_after_a_small_change_uploads_under_a_megabyte(url, tmp_path, monkeypatch):
