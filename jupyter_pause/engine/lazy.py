@@ -216,6 +216,8 @@ class LazyLoad:
         self.fetch: dict[str, Any] = fetch or {}
         self._paths = {rel: path for path, rel, _items in plan}
         self._unfetched: dict[str, Exception] = {}
+        self._fetching = {rel: threading.Lock() for rel in self.fetch}
+        self._fetched: set[str] = set()
         # open every file here now, under the restore's lock: a later GC cannot take them
         # away (a download takes the lock itself)
         self._fh = {
@@ -300,13 +302,7 @@ class LazyLoad:
 
         s = self.m.storages[i]
         if rel not in self._fh:  # still in the bucket: download the file, then read it
-            if rel in self._unfetched:  # tried: its other storages fail the same way
-                raise self._unfetched[rel]
-            try:
-                self.fetch[rel]()
-            except Exception as e:
-                self._unfetched[rel] = e
-                raise
+            self._download(rel)
             self._fh[rel] = open(self._paths[rel], "rb", buffering=0)  # noqa: SIM115
         _buf, digest = tensors._read_one(
             self._fh[rel],
@@ -318,6 +314,32 @@ class LazyLoad:
             chunk=tensors.BACKGROUND_READ_CHUNK,
         )
         return digest
+
+    def _download(self, rel: str) -> None:
+        """Download file ``rel`` from the bucket once (by the reader, or ahead of it);
+        a failure is kept: the file's other storages fail the same way."""
+        with self._fetching[rel]:
+            if rel in self._unfetched:
+                raise self._unfetched[rel]
+            if rel in self._fetched:
+                return
+            try:
+                self.fetch[rel]()
+            except Exception as e:
+                self._unfetched[rel] = e
+                raise
+            self._fetched.add(rel)
+
+    def _download_ahead(self, order: list[int]) -> None:
+        """Download the files still in the bucket in the order the reader needs them, so
+        that the next file's download overlaps the reading of this one."""
+        files = list(dict.fromkeys(self.where[i][1] for i in order if i in self.where))
+        for rel in files:
+            if self._stop:
+                return
+            if rel in self.fetch:
+                with contextlib.suppress(Exception):  # the reader reports it, by name
+                    self._download(rel)
 
     def close(self) -> None:
         for f in self._fh.values():
@@ -346,8 +368,14 @@ class LazyLoad:
             self._cv.notify_all()
 
     def _run(self) -> None:
+        later = self.torch_later or set()
+        if self.fetch:  # the reader's order: what needs no torch first
+            order = self.order()
+            order = [i for i in order if i not in later] + [i for i in order if i in later]
+            threading.Thread(
+                target=self._download_ahead, args=(order,), name="jp-lazy-fetch", daemon=True
+            ).start()
         try:
-            later = self.torch_later or set()
             self.read([i for i in self.order() if i not in later])
             with self._cv:
                 while not self.torch_ready and not self._stop:

@@ -137,6 +137,7 @@ def test_a_lazy_restore_downloads_a_file_only_when_its_object_is_read(
         assert api.lazy_mod.wait() == {}
         assert np.array_equal(out["second"], ns["second"]) and not gate.timed_out
     finally:
+        gate.release()
         api.lazy_mod.cancel()
         gate.stop()
 
