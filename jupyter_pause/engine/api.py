@@ -1046,7 +1046,7 @@ def _read_verified(
             dir, nbdir, checkpoint_id, Progress("downloading", 0, progress), only=first
         ).bytes
         fetch_later = missing - first
-        plan = tensors.plan_reads(nbdir, m, needed, store.headers(dir, nbdir, fetch_later))
+        plan = tensors.plan_reads(nbdir, m, needed, store.headers(dir, nbdir, m, fetch_later))
         buffers = tensors.read_storages(
             nbdir, m, sorted((now - gpu) & set(needed)), device_of, bar, as_numpy=defer_torch
         )

@@ -1056,10 +1056,14 @@ def fetch(
         return Fetched(got.bytes)
 
 
-def headers(dir, nbdir: Path, rels: Iterable[str]) -> dict[str, tuple[int, bytes, dict]]:
-    """The safetensors headers of files in the bucket, not here (yet): rel -> (data start
-    offset, raw header bytes, parsed header), as :func:`read_safetensors_header`.  Nothing
-    without a bucket."""
+def headers(
+    dir, nbdir: Path, m: Manifest, rels: Iterable[str]
+) -> dict[str, tuple[int, bytes, dict]]:
+    """The safetensors headers of files of ``m`` in the bucket, not here (yet): rel ->
+    (data start offset, raw header bytes, parsed header), as
+    :func:`read_safetensors_header`.  A header that does not match the signed manifest
+    is deleted from the bucket (a later pause uploads the file anew) and raises
+    :class:`CorruptCheckpoint`.  Nothing without a bucket."""
     mirror = _remote(dir, nbdir)
     if mirror is None:
         return {}
@@ -1067,10 +1071,12 @@ def headers(dir, nbdir: Path, rels: Iterable[str]) -> dict[str, tuple[int, bytes
     def one(rel: str) -> tuple[int, bytes, dict]:
         (n,) = struct.unpack("<Q", mirror.read_range(rel, 0, 8))
         raw = mirror.read_range(rel, 8, 8 + min(n, 100_000_000))
-        try:
-            return 8 + n, raw, json.loads(raw)
-        except ValueError:  # damaged: its hash against the manifest says so
-            return 8 + n, raw, {}
+        if xxhash.xxh3_128_hexdigest(raw) != m.files[rel].header_xxh3:
+            mirror.delete([rel])
+            raise CorruptCheckpoint(
+                "tensor data", rel, f"header as stored in {mirror.bucket.url}; removed there"
+            )
+        return 8 + n, raw, json.loads(raw)
 
     rels = list(rels)
     with ThreadPoolExecutor(max(1, min(remote.PARALLEL, len(rels)))) as pool:

@@ -278,6 +278,33 @@ def test_a_corrupted_object_is_detected_and_the_older_checkpoint_restored(
     assert api.restore(dir=url, notebook=NB, namespace=out, progress=False).id == again.id
 
 
+def test_a_lazy_restore_finds_a_damaged_header_in_the_bucket_and_falls_back(
+    url, tmp_path, monkeypatch
+):
+    """A lazy restore reads the header of a large file from the bucket before the file
+    itself: one that does not match is removed from the bucket, and the restore falls
+    back to the older checkpoint."""
+    new_cache(tmp_path, monkeypatch, "c")
+    first = {"__name__": "__main__", "big": np.full(3_000_000, 1.0)}  # 24 MB: read later
+    old = api.checkpoint(dir=url, notebook=NB, namespace=first, progress=False)
+    second = {"__name__": "__main__", "big": np.full(3_000_000, 2.0)}
+    new = api.checkpoint(dir=url, notebook=NB, namespace=second, progress=False)
+    nbdir = paths.notebook_dir(url, NB)
+    m = store.read_manifest(nbdir, new.id)
+    victim = m.storages[m.objects["big"].storages[0]].file
+    data = bytearray((nbdir / victim).read_bytes())
+    data[20] ^= 0x01  # in the header, same size
+    obstore.put(mirror(url).store, mirror(url).key(victim), bytes(data))
+
+    new_cache(tmp_path, monkeypatch, "d")
+    out = {"__name__": "__main__"}
+    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=True)
+    assert rr.id == old.id and new.id in rr.passed_over
+    assert api.lazy_mod.wait() == {}
+    assert np.array_equal(out["big"], first["big"])
+    assert victim not in mirror(url).listing()  # removed from the bucket
+
+
 def test_wrong_credentials_are_named_and_a_retry_completes(url, tmp_path, monkeypatch):
     new_cache(tmp_path, monkeypatch, "c")
     good = os.environ["AWS_SECRET_ACCESS_KEY"]
