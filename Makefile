@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # are module-scoped); mostly waiting on kernels and servers, so more workers than cores
 PYTEST_WORKERS ?= 3
 
-.PHONY: lab test lint format bench build dist check-wheel browser kubectl strace prometheus hub-proxy clean
+.PHONY: lab test lint format bench bench-objectstore build dist check-wheel browser kubectl strace prometheus hub-proxy clean
 
 # --- set-up -------------------------------------------------------------
 $(STAMP): pyproject.toml labextension/package.json
@@ -69,6 +69,10 @@ bench: $(STAMP) $(PEERS)
 	$(BIN)/python benchmarks/bench_checkpoint.py $(BENCH_ARGS)
 	$(BIN)/python benchmarks/bench_server_latency.py
 	$(BIN)/python benchmarks/bench_autosave.py $(AUTOSAVE_BENCH_ARGS)
+	$(BIN)/python benchmarks/bench_objectstore.py $(OBJSTORE_BENCH_ARGS)
+
+# the bucket rows alone (a SeaweedFS it starts on 127.0.0.1)
+bench-objectstore: $(STAMP)
 	$(BIN)/python benchmarks/bench_objectstore.py $(OBJSTORE_BENCH_ARGS)
 
 # The sdist and the wheel in dist/, with the labextension prebuilt inside (by `build`,

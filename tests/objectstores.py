@@ -9,6 +9,8 @@ crashes and comes back.
 
 from __future__ import annotations
 
+import http.client
+import http.server
 import json
 import os
 import shutil
@@ -16,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -269,3 +272,87 @@ class FakeGCS:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+
+
+class Gate:
+    """An HTTP proxy on 127.0.0.1 in front of a store (``upstream``, e.g. a SeaweedFS's
+    S3 endpoint) that forwards every request as it is (the signature covers the Host
+    header, which it keeps) but holds the data GETs of one object (a ranged GET of at
+    least ``min_bytes``: a header read passes) until ``release()``, or until ``hold_for``
+    seconds have passed (``timed_out``).  ``held`` counts the requests held so far; ``wait_held()`` waits
+    for the first one on a condition."""
+
+    def __init__(self, upstream: str, key_part: str, min_bytes: int = 1 << 20, hold_for=60.0):
+        self.upstream = urllib.parse.urlsplit(upstream)
+        self.key_part = key_part
+        self.min_bytes = min_bytes
+        self.hold_for = hold_for
+        self.held = 0
+        self.timed_out = False
+        self.released = threading.Event()
+        self._cv = threading.Condition()
+        gate = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _forward(self):
+                gate._maybe_hold(self.command, self.path, self.headers.get("Range", ""))
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                conn = http.client.HTTPConnection(
+                    gate.upstream.hostname, gate.upstream.port, timeout=120
+                )
+                try:
+                    conn.request(self.command, self.path, body=body, headers=dict(self.headers))
+                    r = conn.getresponse()
+                    data = r.read()
+                    self.send_response(r.status, r.reason)
+                    for k, v in r.getheaders():
+                        if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                            self.send_header(k, v)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(data)
+                finally:
+                    conn.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def _maybe_hold(self, method: str, path: str, ranged: str) -> None:
+        if method != "GET" or self.key_part not in path or self.released.is_set():
+            return
+        if ranged.startswith("bytes="):
+            start, _, end = ranged[6:].partition("-")
+            if end and int(end) - int(start) + 1 < self.min_bytes:
+                return
+        with self._cv:
+            self.held += 1
+            self._cv.notify_all()
+        if not self.released.wait(self.hold_for):
+            self.timed_out = True  # let everything through from now on
+            self.released.set()
+
+    def wait_held(self, timeout: float = 60.0) -> bool:
+        with self._cv:
+            return self._cv.wait_for(lambda: self.held > 0, timeout)
+
+    def release(self) -> None:
+        self.released.set()
+
+    def stop(self) -> None:
+        self.release()
+        self.server.shutdown()
+        self.server.server_close()

@@ -374,6 +374,8 @@ def checkpoint(
                 changed=changed,
             )
             txn = store.Transaction(nbdir)
+            early = store.uploads(dir, nbdir)  # a bucket: blobs go up as they are written
+            txn.on_staged = early.add if early is not None else None
             try:
                 result = _write_checkpoint(txn, plan)
                 _OWN[str(nbdir)] = result.id
@@ -383,22 +385,26 @@ def checkpoint(
                 if result.removed:
                     store.gc(nbdir, locked_already=True)
             except BaseException:
+                if early is not None:
+                    early.cancel()
                 txn.abort()
                 raise
-            _upload(dir, nbdir, result, progress)
+            if early is not None:
+                _upload(dir, nbdir, result, progress, early)
     except OSError as e:
         raise DiskError(str(nbdir), e) from e
     return result
 
 
-def _upload(dir, nbdir, result: CheckpointResult, progress: bool) -> None:
+def _upload(dir, nbdir, result: CheckpointResult, progress: bool, early) -> None:
     """With a bucket behind the folder: the checkpoint counts once it is committed there
-    (store.push); until then it is only in the local cache, and this raises."""
+    (store.push, after the blobs ``early`` sent while they were written); until then it
+    is only in the local cache, and this raises."""
     bucket = paths.bucket_of(dir)
-    if bucket is None:
-        return
     bar = Progress("uploading", 0, enabled=progress)
     t0 = time.monotonic()
+    early.report(bar)
+    early.wait()
     store.push(dir, nbdir, bar)
     result.store = bucket.url
     result.bytes_uploaded = bar.done
@@ -774,6 +780,7 @@ def restore(
     if lazy is None:
         lazy = lazy_mod.lazy_by_default(ns)
     lazy = bool(lazy) and not names and not partial
+    eager_all = not lazy and not names and not partial
     # a fresh kernel: what needs torch waits for its import in the background (lazy.py)
     defer_torch = lazy and not lazy_mod.module_ready("torch")
     imports = _BackgroundImports()
@@ -792,20 +799,37 @@ def restore(
         passed_over: dict[str, str] = {}
         for cid in candidates:
             try:
-                downloaded += store.fetch(dir, nbdir, cid, Progress("downloading", 0, progress))
-                loaded = _read_verified(
+                # an eager restore of everything hashes every tensor it reads: what it
+                # downloads is not hashed before as well
+                # downloads: a lazy restore's, file by file as it reads (_read_verified)
+                fetched = store.fetch(
+                    dir,
                     nbdir,
                     cid,
-                    names,
-                    trust,
-                    device_of_name,
-                    progress,
-                    partial,
-                    lazy,
-                    defer_torch,
-                    handoff,
-                    imports=imports,
+                    Progress("downloading", 0, progress),
+                    verify=not eager_all,
+                    only=() if lazy else None,
                 )
+                downloaded += fetched.bytes
+                try:
+                    loaded = _read_verified(
+                        nbdir,
+                        cid,
+                        names,
+                        trust,
+                        device_of_name,
+                        progress,
+                        partial,
+                        lazy,
+                        defer_torch,
+                        handoff,
+                        imports=imports,
+                        dir=dir,
+                    )
+                except CorruptCheckpoint:  # a file it downloaded? out of the bucket, too
+                    store.reject(dir, nbdir, cid, fetched.unverified)
+                    raise
+                downloaded += loaded.downloaded
                 break
             except (CorruptCheckpoint, UntrustedCheckpoint) as e:
                 if cid == candidates[-1]:
@@ -843,6 +867,10 @@ def restore(
                 functools.partial(loader.remember_digest, m),
                 torch_later=later.gpu if later else None,
                 handed=loaded.handed,
+                fetch={
+                    rel: functools.partial(_fetch_later, dir, nbdir, m.id, rel)
+                    for rel in loaded.fetch_later
+                },
             )
             load.fallback = functools.partial(_older_copy, nbdir, m.id, device_of_name, ns)
             load.on_lost = functools.partial(_mark_lost, nbdir)  # no sound copy anywhere
@@ -961,13 +989,17 @@ def _read_verified(
     handoff=None,
     *,
     imports: _BackgroundImports,
+    dir=None,
 ):
     """Everything a restore needs from one checkpoint, verified (signature, binding, pickle
     HMAC, every needed tensor's hash) before anything is unpickled. With ``partial``,
     tensor files that fail their hash are left out and named instead of failing it all.
     ``defer_torch`` (lazy only): what needs torch is left for after its import.
     ``handoff``: the server's memory of this checkpoint's large files (handed.py).
-    ``imports``: where the modules the restore will need start importing."""
+    ``imports``: where the modules the restore will need start importing. ``dir``: the
+    root; with a bucket behind it, a lazy restore downloads now only the files of what it
+    reads now (their headers for the others), and its reader each other file when it
+    reaches it (``fetch_later``)."""
     m = store.read_manifest(nbdir, checkpoint_id, trust=trust)
     if not defer_torch:
         imports.start(m)  # while the pickle is verified and the tensors read
@@ -1010,7 +1042,10 @@ def _read_verified(
             if m.storages[i].file in bad
         }
         needed = [i for i in needed if i not in damaged]
-    store.check_complete(nbdir, m, skip={m.storages[i].file for i in damaged})
+    missing: set[str] = set()  # lazy, from a bucket: files not here yet
+    if lazy and paths.bucket_of(dir) is not None:
+        missing = {rel for rel in {m.storages[i].file for i in needed} if not _have(nbdir, m, rel)}
+    store.check_complete(nbdir, m, skip={m.storages[i].file for i in damaged} | missing)
     data = store.verify_pickle(nbdir, m, trust=trust)
     total = sum(m.storages[i].nbytes for i in needed)
     bar = Progress("restore", total, enabled=progress)
@@ -1024,12 +1059,17 @@ def _read_verified(
         later = _torch_later(m, data, set(needed), device_of) if defer_torch else None
         if defer_torch:
             imports.start(m, without={"torch"} if later else set())
-        plan = tensors.plan_reads(nbdir, m, needed)
         now = set(_rng_storages(m)) if m.rng_record is not None else set()
         for o in m.objects.values():
             if sum(m.storages[i].nbytes for i in o.storages) < lazy_mod.EAGER_BELOW:
                 now.update(o.storages)
         gpu = later.gpu if later else set()
+        first = {m.storages[i].file for i in (now - gpu) & set(needed)} & missing
+        downloaded = store.fetch(
+            dir, nbdir, checkpoint_id, Progress("downloading", 0, progress), only=first
+        ).bytes
+        fetch_later = missing - first
+        plan = tensors.plan_reads(nbdir, m, needed, store.headers(dir, nbdir, m, fetch_later))
         buffers = tensors.read_storages(
             nbdir, m, sorted((now - gpu) & set(needed)), device_of, bar, as_numpy=defer_torch
         )
@@ -1059,6 +1099,8 @@ def _read_verified(
             (plan, set(buffers) & now),
             later,
             {i: h for i, (h, _view) in handed.items()},
+            downloaded,
+            fetch_later,
         )
     received = handed_mod.receive(handoff, checkpoint_id, m)
     try:
@@ -1091,6 +1133,25 @@ class _Verified:
     torch_later: _TorchLater | None = None
     #: lazy restores: storage index -> the server's memory its buffer maps (handed.py)
     handed: dict = field(default_factory=dict)
+    #: lazy restores from a bucket: bytes downloaded before the restore returns, and the
+    #: files the reader downloads when it reaches them (_fetch_later)
+    downloaded: int = 0
+    fetch_later: set[str] = field(default_factory=set)
+
+
+def _have(nbdir, m: Manifest, rel: str) -> bool:
+    try:
+        return (nbdir / rel).stat().st_size == m.files[rel].bytes
+    except FileNotFoundError:
+        return False
+
+
+def _fetch_later(dir, nbdir, checkpoint_id: str, rel: str) -> None:
+    """A lazy reader's download of one file of the checkpoint it restores (parallel ranged
+    GETs, hashed whole; a damaged one is removed from the bucket and raises), under the
+    shared lock: a GC cannot take the file away meanwhile."""
+    with store.locked(nbdir, shared=True):
+        store.fetch(dir, nbdir, checkpoint_id, only={rel})
 
 
 @dataclass

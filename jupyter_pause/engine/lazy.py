@@ -174,6 +174,7 @@ class LazyLoad:
         on_storage,
         torch_later=None,
         handed=None,
+        fetch=None,
     ):
         self.m = manifest
         self.nbdir = nbdir
@@ -211,8 +212,20 @@ class LazyLoad:
         self._stop = False
         self._finished = False
         self._thread: threading.Thread | None = None
-        # open every file now, under the restore's lock: a later GC cannot take them away
-        self._fh = {rel: open(path, "rb", buffering=0) for path, rel, _items in plan}  # noqa: SIM115
+        #: files still in the bucket (a restore from it): file -> what downloads it, called
+        #: when the reader reaches the file, so a storage waits for its own file only
+        self.fetch: dict[str, Any] = fetch or {}
+        self._paths = {rel: path for path, rel, _items in plan}
+        self._unfetched: dict[str, Exception] = {}
+        self._fetching = {rel: threading.Lock() for rel in self.fetch}
+        self._fetched: set[str] = set()
+        # open every file here now, under the restore's lock: a later GC cannot take them
+        # away (a download takes the lock itself)
+        self._fh = {
+            rel: open(path, "rb", buffering=0)  # noqa: SIM115
+            for path, rel, _items in plan
+            if rel not in self.fetch
+        }
 
     # -- reading -------------------------------------------------------------
     def order(self) -> list[int]:
@@ -287,6 +300,9 @@ class LazyLoad:
         from . import tensors
 
         s = self.m.storages[i]
+        if rel not in self._fh:  # still in the bucket: download the file, then read it
+            self._download(rel)
+            self._fh[rel] = open(self._paths[rel], "rb", buffering=0)  # noqa: SIM115
         _buf, digest = tensors.read_storage(
             self._fh[rel],
             pos,
@@ -297,6 +313,32 @@ class LazyLoad:
             chunk=tensors.BACKGROUND_READ_CHUNK,
         )
         return digest
+
+    def _download(self, rel: str) -> None:
+        """Download file ``rel`` from the bucket once (by the reader, or ahead of it);
+        a failure is kept: the file's other storages fail the same way."""
+        with self._fetching[rel]:
+            if rel in self._unfetched:
+                raise self._unfetched[rel]
+            if rel in self._fetched:
+                return
+            try:
+                self.fetch[rel]()
+            except Exception as e:
+                self._unfetched[rel] = e
+                raise
+            self._fetched.add(rel)
+
+    def _download_ahead(self, order: list[int]) -> None:
+        """Download the files still in the bucket in the order the reader needs them, so
+        that the next file's download overlaps the reading of this one."""
+        files = list(dict.fromkeys(self.where[i][1] for i in order if i in self.where))
+        for rel in files:
+            if self._stop:
+                return
+            if rel in self.fetch:
+                with contextlib.suppress(Exception):  # the reader reports it, by name
+                    self._download(rel)
 
     def close(self) -> None:
         for f in self._fh.values():
@@ -325,8 +367,14 @@ class LazyLoad:
             self._cv.notify_all()
 
     def _run(self) -> None:
+        later = self.torch_later or set()
+        if self.fetch:  # the reader's order: what needs no torch first
+            order = self.order()
+            order = [i for i in order if i not in later] + [i for i in order if i in later]
+            threading.Thread(
+                target=self._download_ahead, args=(order,), name="jp-lazy-fetch", daemon=True
+            ).start()
         try:
-            later = self.torch_later or set()
             self.read([i for i in self.order() if i not in later])
             with self._cv:
                 while not self.torch_ready and not self._stop:

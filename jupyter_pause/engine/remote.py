@@ -168,6 +168,11 @@ class Remote:
 
         self._parallel("upload", [(one, (n, p)) for n, p in files], FILES_AT_ONCE)
 
+    def uploads(self) -> Uploads:
+        """A background upload that takes files while the caller is still writing others:
+        see :class:`Uploads`."""
+        return Uploads(self, self.listing())
+
     def delete(self, names: Iterable[str]) -> None:
         import obstore
 
@@ -185,13 +190,13 @@ class Remote:
     # --------------------------------------------------------------- down
     def download(self, files: Iterable[tuple[str, int, Path]], progress=None) -> None:
         """Download files (name, size, local path) with parallel ranged GETs: each is
-        written into ``<path>.part-<pid>`` and renamed into place once complete."""
+        written into ``<path>.part-<pid>-<thread>`` and renamed into place once complete."""
         import obstore
 
         jobs = []
         done: list[tuple[Path, Path]] = []
         for name, size, path in files:
-            tmp = path.with_name(f"{path.name}.part-{os.getpid()}")
+            tmp = path.with_name(f"{path.name}.part-{os.getpid()}-{threading.get_ident()}")
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.ftruncate(fd, size)
@@ -227,6 +232,15 @@ class Remote:
         for tmp, path in done:
             os.replace(tmp, path)
 
+    def read_range(self, name: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of one file (a safetensors header, before its data)."""
+        import obstore
+
+        try:
+            return bytes(obstore.get_range(self.store, self.key(name), start=start, end=end))
+        except Exception as e:
+            raise self._fail("download", e) from e
+
     def _parallel(
         self, action: str, jobs: list[tuple[Callable, tuple]], width: int = PARALLEL
     ) -> None:
@@ -252,6 +266,81 @@ class Remote:
             if isinstance(e, RemoteStoreError | OSError) and not _is_obstore(e):
                 raise e
             raise self._fail(action, e) from e
+
+
+class Uploads:
+    """Files uploaded in the background, :data:`FILES_AT_ONCE` at a time, while the caller
+    goes on writing others: the blobs of a checkpoint, each sent as soon as it is staged,
+    so that the upload overlaps the writing of the local copy.
+
+    ``add`` opens the file at once, so it may be renamed or unlinked afterwards (its
+    transaction commits it); a name ``listed`` already holds with that size is not sent
+    again.  Bytes are counted in ``total`` and ``sent`` until ``report(progress)`` hands
+    them, and those still to come, to a progress bar.  ``wait`` returns once every upload
+    has ended; failures are kept in ``failed``, not raised: what is not in the bucket then
+    is found by ``store.push``, which lists the bucket, uploads it, or fails with the
+    cause.  The signature, the commit, is never sent here."""
+
+    def __init__(self, remote: Remote, listed: dict[str, Listed]):
+        self.remote = remote
+        self.listed = listed
+        self.total = 0
+        self.sent = 0
+        self.failed: list[BaseException] = []
+        self._progress = None
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(FILES_AT_ONCE, thread_name_prefix="jp-upload")
+        self._stop = threading.Event()
+
+    def add(self, name: str, path: Path) -> None:
+        size = path.stat().st_size
+        known = self.listed.get(name)
+        if known is not None and known.size == size:
+            return
+        f = open(path, "rb", buffering=0)  # noqa: SIM115 (closed by _one)
+        with self._lock:
+            self.total += size
+            if self._progress is not None:
+                self._progress.add_total(size)
+        self._pool.submit(self._one, name, f, size)
+
+    def report(self, progress) -> None:
+        """From now on, count in ``progress`` (what was counted so far included)."""
+        with self._lock:
+            progress.add_total(self.total)
+            progress.update(self.sent)
+            self._progress = progress
+
+    def _one(self, name: str, f, size: int) -> None:
+        import obstore
+
+        with f:
+            if self._stop.is_set():
+                return
+            try:
+                obstore.put(
+                    self.remote.store,
+                    self.remote.key(name),
+                    f,
+                    chunk_size=PART,
+                    max_concurrency=PARALLEL // 2,
+                )
+            except BaseException as e:
+                self.failed.append(e)
+                return
+        with self._lock:
+            self.sent += size
+            if self._progress is not None:
+                self._progress.update(size)
+
+    def wait(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def cancel(self) -> None:
+        """Send nothing more; wait for what is being sent (a failed checkpoint's blobs are
+        swept like any blob no manifest references)."""
+        self._stop.set()
+        self._pool.shutdown(wait=True)
 
 
 def folders(bucket: paths.Bucket, rel: str) -> list[str]:

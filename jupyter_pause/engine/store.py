@@ -28,6 +28,8 @@ import shutil
 import struct
 import threading
 import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -1144,44 +1146,116 @@ def notebook_folders(dir=None) -> list[Path]:
     return [root / name for name in sorted(found)]
 
 
-def fetch(dir, nbdir: Path, checkpoint_id: str, progress=None, repair: bool = True) -> int:
+@dataclass(frozen=True)
+class Fetched:
+    """What :func:`fetch` brought from the bucket: ``bytes`` downloaded, and the files it
+    left for the caller to hash (``verify=False``)."""
+
+    bytes: int = 0
+    unverified: tuple[str, ...] = ()
+
+
+def fetch(
+    dir,
+    nbdir: Path,
+    checkpoint_id: str,
+    progress=None,
+    repair: bool = True,
+    verify: bool = True,
+    only: Iterable[str] | None = None,
+) -> Fetched:
     """Download the tensor files of one checkpoint that the folder lacks (parallel ranged
     reads), each hashed whole before it is used: one that does not match its signed
     manifest is quarantined here and deleted from the bucket (a later pause uploads it
     anew) and raises :class:`CorruptCheckpoint`; with ``repair=False`` (a scrub, which
-    only reads) it is left for the caller to find.  Returns the bytes downloaded; 0
-    without a bucket."""
+    only reads) it is left for the caller to find.  ``verify=False``: the caller hashes
+    every tensor of the files as it reads them (an eager restore), so they are not hashed
+    twice; it hands them to :func:`reject` if one fails.  ``only``: these files of the
+    checkpoint, not all (a lazy restore, file by file as it reads them).  Nothing without
+    a bucket."""
     mirror = _remote(dir, nbdir)
     if mirror is None:
-        return 0
+        return Fetched()
+    # one download at a time of each file (the server's read-ahead, the kernel's restore
+    # and its lazy reader may ask at once), of different files at once
+    key = str(nbdir) if only is None else f"{nbdir}:{','.join(sorted(only))}"
     with _FETCHING_LOCK:
-        lock = _FETCHING.setdefault(str(nbdir), threading.Lock())
-    with lock:  # the server's read-ahead and the kernel's restore may ask at once
+        lock = _FETCHING.setdefault(key, threading.Lock())
+    with lock:
         m = read_manifest(nbdir, checkpoint_id)
         todo = []
         for rel, entry in m.files.items():
+            if only is not None and rel not in only:
+                continue
             path = nbdir / rel
             with contextlib.suppress(FileNotFoundError):
                 if path.stat().st_size == entry.bytes:
                     continue
             todo.append((rel, entry.bytes, path))
         if not todo:
-            return 0
+            return Fetched()
         makedirs(nbdir / BLOBS)
         if progress is not None:
             progress.add_total(sum(size for _, size, _ in todo))
         mirror.download(todo, progress.update if progress is not None else None)
-        if not repair:
-            return sum(size for _, size, _ in todo)
-        bad = [rel for rel, _, path in todo if check_blob(path, m.files[rel], full=True)]
-        for rel in bad:
-            quarantine(nbdir, rel, f"downloaded from {mirror.bucket.url}, hash mismatch")
-        if bad:
-            mirror.delete(bad)
+        got = Fetched(sum(size for _, size, _ in todo), tuple(rel for rel, _, _ in todo))
+        if not repair or not verify:
+            return got
+        reject(dir, nbdir, checkpoint_id, got.unverified)
+        return Fetched(got.bytes)
+
+
+def headers(
+    dir, nbdir: Path, m: Manifest, rels: Iterable[str]
+) -> dict[str, tuple[int, bytes, dict]]:
+    """The safetensors headers of files of ``m`` in the bucket, not here (yet): rel ->
+    (data start offset, raw header bytes, parsed header), as
+    :func:`read_safetensors_header`.  A header that does not match the signed manifest
+    is deleted from the bucket (a later pause uploads the file anew) and raises
+    :class:`CorruptCheckpoint`.  Nothing without a bucket."""
+    mirror = _remote(dir, nbdir)
+    if mirror is None:
+        return {}
+
+    def one(rel: str) -> tuple[int, bytes, dict]:
+        (n,) = struct.unpack("<Q", mirror.read_range(rel, 0, 8))
+        raw = mirror.read_range(rel, 8, 8 + min(n, 100_000_000))
+        if xxhash.xxh3_128_hexdigest(raw) != m.files[rel].header_xxh3:
+            mirror.delete([rel])
             raise CorruptCheckpoint(
-                "tensor data", ", ".join(bad), f"as stored in {mirror.bucket.url}; removed there"
+                "tensor data", rel, f"header as stored in {mirror.bucket.url}; removed there"
             )
-        return sum(size for _, size, _ in todo)
+        return 8 + n, raw, json.loads(raw)
+
+    rels = list(rels)
+    with ThreadPoolExecutor(max(1, min(remote.PARALLEL, len(rels)))) as pool:
+        return dict(zip(rels, pool.map(one, rels), strict=True))
+
+
+def reject(dir, nbdir: Path, checkpoint_id: str, downloaded) -> None:
+    """Hash whole the ``downloaded`` files of a checkpoint: one that does not match its
+    signed manifest is quarantined here and deleted from the bucket (a later pause uploads
+    it anew), and this raises :class:`CorruptCheckpoint`."""
+    mirror = _remote(dir, nbdir)
+    if mirror is None:
+        return
+    m = read_manifest(nbdir, checkpoint_id)
+    bad = [rel for rel in downloaded if check_blob(nbdir / rel, m.files[rel], full=True)]
+    for rel in bad:
+        quarantine(nbdir, rel, f"downloaded from {mirror.bucket.url}, hash mismatch")
+    if bad:
+        mirror.delete(bad)
+        raise CorruptCheckpoint(
+            "tensor data", ", ".join(bad), f"as stored in {mirror.bucket.url}; removed there"
+        )
+
+
+def uploads(dir, nbdir: Path) -> remote.Uploads | None:
+    """With a bucket behind the folder, a background upload of the blobs of a checkpoint
+    being written (:attr:`Transaction.on_staged`), so that it overlaps the writing;
+    :func:`push` then sends what is still missing and commits.  None without a bucket."""
+    mirror = _remote(dir, nbdir)
+    return None if mirror is None else mirror.uploads()
 
 
 def push(dir, nbdir: Path, progress=None, grace=remote.SWEEP_GRACE) -> list[str]:
@@ -1272,6 +1346,9 @@ class Transaction:
         os.mkdir(self.tmp, 0o700)
         os.mkdir(self.tmp / "staged", 0o700)
         self.staged: list[str] = []  # blob names staged for blobs/
+        #: ``on_staged(rel, path)`` hears each blob once staged (fsynced, final name): a
+        #: bucket's background upload (remote.Uploads.add)
+        self.on_staged: Callable[[str, Path], None] | None = None
         self.done = False
 
     def staging_path(self, name: str) -> Path:
@@ -1281,7 +1358,10 @@ class Transaction:
         """Rename a fully written, fsynced file to its content-addressed staged name."""
         os.rename(self.staging_path(tmp_name), self.staging_path(final_name))
         self.staged.append(final_name)
-        return f"{BLOBS}/{final_name}"
+        rel = f"{BLOBS}/{final_name}"
+        if self.on_staged is not None:
+            self.on_staged(rel, self.staging_path(final_name))
+        return rel
 
     def commit(self, manifest: Manifest) -> Path:
         key = signing.load_key()

@@ -747,11 +747,16 @@ def read_storages(
     return out
 
 
-def plan_reads(nbdir, manifest, indices) -> list[tuple[Any, str, list[tuple[int, int]]]]:
+def plan_reads(
+    nbdir, manifest, indices, headers=None
+) -> list[tuple[Any, str, list[tuple[int, int]]]]:
     """[(path, file, [(byte position, storage index), ...]), ...] for the given storages,
-    each file's header read and checked against the manifest before any data is."""
+    each file's header read and checked against the manifest before any data is.
+    ``headers``: file -> its header as :func:`store.read_safetensors_header` gives it, for
+    files not here yet (a lazy restore from a bucket: store.headers)."""
     from . import store
 
+    headers = headers or {}
     by_file: dict[str, list[int]] = {}
     for i in indices:
         by_file.setdefault(manifest.storages[i].file, []).append(i)
@@ -761,7 +766,7 @@ def plan_reads(nbdir, manifest, indices) -> list[tuple[Any, str, list[tuple[int,
         path = nbdir / rel
         entry = manifest.files[rel]
         try:
-            start, raw, header = store.read_safetensors_header(path)
+            start, raw, header = headers.get(rel) or store.read_safetensors_header(path)
         except (OSError, ValueError) as e:
             owner = manifest.storages[idxs[0]].owner
             raise CorruptCheckpoint(owner, str(path), str(e)) from None

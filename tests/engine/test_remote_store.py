@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,8 +15,8 @@ import obstore
 import pytest
 import torch
 
-from jupyter_pause.engine import api, errors, paths, remote, store
-from tests.objectstores import Seaweed
+from jupyter_pause.engine import api, errors, paths, remote, store, tensors
+from tests.objectstores import Gate, Seaweed
 
 NB = "work/demo.ipynb"
 
@@ -106,6 +107,41 @@ def test_fresh_cache_restores_from_the_bucket(url, tmp_path, monkeypatch, lazy):
     assert [c.id for c in store.list_checkpoints(url, NB)] == [r.id]
 
 
+def test_a_lazy_restore_downloads_a_file_only_when_its_object_is_read(
+    url, seaweed, tmp_path, monkeypatch
+):
+    """Restore straight from the store: with the download of one large object's file held
+    at the store, the restore returns and another object loads; the held one follows once
+    its download is let through."""
+    new_cache(tmp_path, monkeypatch, "a")
+    ns = {
+        "__name__": "__main__",
+        "first": np.full(3_000_000, 1.0),  # 24 MB: above EAGER_BELOW, read in the background
+        "second": np.full(6_000_000, 2.0),  # 48 MB, read after the smaller one
+    }
+    r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    m = store.read_manifest(paths.notebook_dir(url, NB), r.id)
+    held = m.storages[m.objects["second"].storages[0]].file
+    gate = Gate(seaweed.endpoint, held.rsplit("/", 1)[-1])
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", gate.endpoint)
+        new_cache(tmp_path, monkeypatch, "b")
+        out = {"__name__": "__main__"}
+        rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=True)
+        assert set(rr.loading) == {"first", "second"}
+        assert api.lazy_mod.wait(["first"]) == {}
+        assert np.array_equal(out["first"], ns["first"])
+        assert gate.wait_held() and not gate.timed_out  # "second": still held at the store
+        assert "second" not in out
+        gate.release()
+        assert api.lazy_mod.wait() == {}
+        assert np.array_equal(out["second"], ns["second"]) and not gate.timed_out
+    finally:
+        gate.release()
+        api.lazy_mod.cancel()
+        gate.stop()
+
+
 def test_a_re_pause_after_a_small_change_uploads_under_a_megabyte(url, tmp_path, monkeypatch):
     new_cache(tmp_path, monkeypatch, "c")
     ns = state()
@@ -114,6 +150,52 @@ def test_a_re_pause_after_a_small_change_uploads_under_a_megabyte(url, tmp_path,
     second = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
     assert first.bytes_uploaded > 2_000_000
     assert 0 < second.bytes_uploaded < 1_000_000
+
+
+def test_each_blob_is_uploaded_while_the_next_is_written(url, tmp_path, monkeypatch):
+    """The upload overlaps the writing of the local copy: the first object's blob is in
+    the bucket before the second object's is written (the signature still comes last)."""
+    new_cache(tmp_path, monkeypatch, "c")
+    ns = {"__name__": "__main__", "a": np.full(2_000_000, 1.0), "b": np.full(2_000_000, 2.0)}
+    write = tensors.write_safetensors
+    seen_before: list[list[str]] = []
+
+    def write_once_the_previous_blob_is_up(txn, tmp_name, storages, progress=None):
+        if txn.staged:  # wait (with a deadline) for the blob staged before to be up
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                up = [n for n in mirror(url).listing() if n.startswith("blobs/")]
+                if up:
+                    break
+                time.sleep(0.05)
+            seen_before.append(sorted(mirror(url).listing()))
+        return write(txn, tmp_name, storages, progress)
+
+    monkeypatch.setattr(tensors, "write_safetensors", write_once_the_previous_blob_is_up)
+    r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    assert seen_before and all(seen_before)
+    assert all(n.startswith("blobs/") for n in seen_before[-1])  # no signature yet
+    committed, blobs = referenced_in_bucket(url)
+    assert committed == [r.id] and len(blobs) >= 2
+    assert r.bytes_uploaded > 32_000_000
+
+
+def test_an_eager_restore_hashes_what_it_downloads_once(url, tmp_path, monkeypatch):
+    """The eager restore hashes every tensor as it reads it: the download is not hashed
+    whole before as well (a damaged download is still caught: the corruption test)."""
+    new_cache(tmp_path, monkeypatch, "a")
+    r = api.checkpoint(dir=url, notebook=NB, namespace=state(), progress=False)
+    new_cache(tmp_path, monkeypatch, "b")
+    whole = []
+    check = store.check_blob
+    monkeypatch.setattr(
+        store, "check_blob", lambda p, e, full=False: whole.append(p) if full else check(p, e)
+    )
+    out = {"__name__": "__main__"}
+    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+    assert rr.id == r.id and rr.bytes_downloaded > 1_000_000
+    assert whole == []
+    assert np.array_equal(out["table"], state()["table"])
 
 
 # ------------------------------------------------------------------ retention, delete, sweep
@@ -194,6 +276,33 @@ def test_a_corrupted_object_is_detected_and_the_older_checkpoint_restored(
     new_cache(tmp_path, monkeypatch, "e")
     out = {"__name__": "__main__"}
     assert api.restore(dir=url, notebook=NB, namespace=out, progress=False).id == again.id
+
+
+def test_a_lazy_restore_finds_a_damaged_header_in_the_bucket_and_falls_back(
+    url, tmp_path, monkeypatch
+):
+    """A lazy restore reads the header of a large file from the bucket before the file
+    itself: one that does not match is removed from the bucket, and the restore falls
+    back to the older checkpoint."""
+    new_cache(tmp_path, monkeypatch, "c")
+    first = {"__name__": "__main__", "big": np.full(3_000_000, 1.0)}  # 24 MB: read later
+    old = api.checkpoint(dir=url, notebook=NB, namespace=first, progress=False)
+    second = {"__name__": "__main__", "big": np.full(3_000_000, 2.0)}
+    new = api.checkpoint(dir=url, notebook=NB, namespace=second, progress=False)
+    nbdir = paths.notebook_dir(url, NB)
+    m = store.read_manifest(nbdir, new.id)
+    victim = m.storages[m.objects["big"].storages[0]].file
+    data = bytearray((nbdir / victim).read_bytes())
+    data[20] ^= 0x01  # in the header, same size
+    obstore.put(mirror(url).store, mirror(url).key(victim), bytes(data))
+
+    new_cache(tmp_path, monkeypatch, "d")
+    out = {"__name__": "__main__"}
+    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=True)
+    assert rr.id == old.id and new.id in rr.passed_over
+    assert api.lazy_mod.wait() == {}
+    assert np.array_equal(out["big"], first["big"])
+    assert victim not in mirror(url).listing()  # removed from the bucket
 
 
 def test_wrong_credentials_are_named_and_a_retry_completes(url, tmp_path, monkeypatch):
