@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from datetime import timedelta
 from pathlib import Path
 
 ACCESS_KEY = "jupyter-pause-test"
@@ -74,6 +75,7 @@ class Seaweed:
         self.ports = {
             name: free_port()
             for name in ("master", "volume", "filer", "s3", "iam", "debug", "metrics")
+            + ("master.grpc", "volume.grpc", "filer.grpc", "s3.grpc")
         }
         self.proc: subprocess.Popen | None = None
         self.log = self.folder / "weed.log"
@@ -114,18 +116,18 @@ class Seaweed:
             "-ip.bind=127.0.0.1",
             f"-dir={data}",
             f"-master.port={p['master']}",
-            f"-master.port.grpc={free_port()}",
+            f"-master.port.grpc={p['master.grpc']}",
             "-master.volumeSizeLimitMB=256",
             "-master.electionTimeout=1s",  # a restart after a kill elects itself at once
             "-volume.preStopSeconds=0",
             "-volume.max=1000",  # each bucket is a collection with volumes of its own
             f"-volume.port={p['volume']}",
-            f"-volume.port.grpc={free_port()}",
+            f"-volume.port.grpc={p['volume.grpc']}",
             f"-filer.port={p['filer']}",
-            f"-filer.port.grpc={free_port()}",
+            f"-filer.port.grpc={p['filer.grpc']}",
             "-s3",
             f"-s3.port={p['s3']}",
-            f"-s3.port.grpc={free_port()}",
+            f"-s3.port.grpc={p['s3.grpc']}",
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
             "-s3.autoCreateBucket=false",  # a missing bucket is an error, as on AWS
@@ -187,6 +189,72 @@ class Seaweed:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.3)
+
+    def shell(self, command: str) -> str:
+        """One ``weed shell`` command against this server; its output."""
+        p = self.ports
+        args = [
+            weed_binary(),
+            "shell",
+            f"-master=127.0.0.1:{p['master']}.{p['master.grpc']}",
+            f"-filer=127.0.0.1:{p['filer']}.{p['filer.grpc']}",
+        ]
+        done = subprocess.run(
+            args, input=f"{command}\nexit\n", capture_output=True, text=True, timeout=60
+        )
+        return done.stdout
+
+    def fill_quota(self, bucket: str) -> None:
+        """Put ``bucket`` out of quota as SeaweedFS does it: a 1 MB quota, and once the
+        master counts more than that in the bucket, ``s3.bucket.quota.enforce`` makes it
+        read-only.  Returns once a write is refused."""
+        import obstore
+
+        store = self._store(bucket)
+        obstore.put(store, "quota-filler", os.urandom(2 << 20))  # incompressible
+        self.shell(f"s3.bucket.quota -name={bucket} -op=set -sizeMB=1")
+        self._until(lambda: "usage:0." not in self._bucket_line(bucket), f"{bucket} counted")
+        self.shell("s3.bucket.quota.enforce -apply")
+        self._until(lambda: not self._writable(store), f"{bucket} read-only")
+        obstore.delete(store, "quota-filler")  # reads and deletes are still allowed
+
+    def lift_quota(self, bucket: str) -> None:
+        """Remove the quota, which also makes the bucket writable again."""
+        self.shell(f"s3.bucket.quota -name={bucket} -op=remove")
+        self._until(lambda: self._writable(self._store(bucket)), f"{bucket} writable")
+
+    def _store(self, bucket: str):
+        from obstore.store import S3Store
+
+        return S3Store(
+            bucket,
+            client_options={"allow_http": True},
+            retry_config={"max_retries": 0, "retry_timeout": timedelta(seconds=5)},
+            **self._s3_kw(),
+        )
+
+    def _bucket_line(self, bucket: str) -> str:
+        lines = self.shell("s3.bucket.list").splitlines()
+        return next((line for line in lines if line.split() and line.split()[0] == bucket), "")
+
+    @staticmethod
+    def _writable(store) -> bool:
+        import obstore
+
+        try:
+            obstore.put(store, "quota-probe", b"x")
+        except Exception:
+            return False
+        obstore.delete(store, "quota-probe")
+        return True
+
+    @staticmethod
+    def _until(predicate, what: str, timeout: float = READY_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out waiting for {what}")
+            time.sleep(0.5)
 
     def kill(self) -> None:
         """SIGKILL: the store dies mid-request, as a crashed node would."""

@@ -141,3 +141,30 @@ def test_a_store_that_is_down_leaves_the_kernel_running_and_a_retry_pauses(
         assert client.evaluate(kernel_id, CHECK) == EXPECTED
     finally:
         store.stop()
+
+
+def test_a_bucket_out_of_quota_leaves_the_kernel_running_and_a_retry_pauses(
+    node, seaweed, bucket, monkeypatch
+):
+    url = f"s3://{bucket}/ck"
+    client = node("a", seaweed, url).start()
+    kernel_id = client.open_notebook(NB)["kernel"]["id"]
+    assert client.execute(kernel_id, CODE).ok
+
+    seaweed.fill_quota(bucket)
+    op = client.wait(client.pause(NB))
+    assert op["outcome"] == "failed"
+    assert "checkpoint store " + url in op["error"] and "out of quota" in op["error"], op
+    session = client.session_status(NB)
+    assert session["state"] == "running" and session["kernel_id"] == kernel_id
+    assert client.evaluate(kernel_id, CHECK) == EXPECTED  # nothing was released
+    assert committed(seaweed, url, monkeypatch) == []
+
+    seaweed.lift_quota(bucket)
+    op = client.wait(client.pause(NB))
+    assert op["outcome"] == "succeeded", op
+    assert len(committed(seaweed, url, monkeypatch)) == 2  # the one kept locally went up too
+    op = client.wait(client.resume(NB))
+    assert op["outcome"] == "succeeded", op
+    kernel_id = client.session_status(NB)["kernel_id"]
+    assert client.evaluate(kernel_id, CHECK) == EXPECTED

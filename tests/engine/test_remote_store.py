@@ -217,6 +217,28 @@ def test_a_missing_bucket_is_named(seaweed, tmp_path, monkeypatch):
         api.checkpoint(dir="s3://no-such-bucket/ck", notebook=NB, namespace=state(), progress=False)
 
 
+def test_a_bucket_out_of_quota_is_named_the_local_copy_kept_and_a_retry_completes(
+    seaweed, url, bucket, tmp_path, monkeypatch
+):
+    new_cache(tmp_path, monkeypatch, "c")
+    seaweed.fill_quota(bucket)
+    ns = state()
+    with pytest.raises(errors.RemoteStoreError, match="refused the request.*out of quota"):
+        api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    nbdir = paths.notebook_dir(url, NB)
+    assert len(store.checkpoint_ids(nbdir)) == 1  # kept locally
+    assert remote.committed(mirror(url).listing()) == []
+
+    seaweed.lift_quota(bucket)
+    r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    committed, _ = referenced_in_bucket(url)
+    assert committed == [*store.checkpoint_ids(nbdir)] and committed[-1] == r.id  # both up
+    new_cache(tmp_path, monkeypatch, "d")
+    out = {"__name__": "__main__"}
+    assert api.restore(dir=url, notebook=NB, namespace=out, progress=False).id == r.id
+    assert torch.equal(out["model"].weight, ns["model"].weight)
+
+
 def test_store_killed_mid_upload_then_back_a_retry_completes_and_nothing_is_orphaned(
     tmp_path, monkeypatch
 ):
