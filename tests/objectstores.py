@@ -9,6 +9,8 @@ crashes and comes back.
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import os
 import shutil
@@ -16,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -271,8 +274,72 @@ class Seaweed:
                 self.kill()
 
 
+class _XmlPut(http.server.BaseHTTPRequestHandler):
+    """Passes every request on to fake-gcs-server; an XML API object PUT (what
+    object_store uploads a file with, in one request up to 16 MB) is sent to the route
+    fake-gcs-server serves it on, that of a signed-URL upload, which takes the same
+    request, and its answer gets the ``ETag`` header GCS sends.  Multipart XML uploads
+    (larger files) fake-gcs-server does not serve at all, and neither does this."""
+
+    protocol_version = "HTTP/1.1"
+    upstream = ""  # set on the subclass made per server
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _forward(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        url = self.upstream + self.path
+        split = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(split.query, keep_blank_values=True)
+        xml_put = (
+            self.command == "PUT"
+            and split.path.count("/") >= 2
+            and not split.path.startswith(("/storage/", "/upload/"))
+            and not {"uploadId", "partNumber"} & set(query)
+        )
+        if xml_put:
+            url += ("&" if split.query else "?") + "X-Goog-Algorithm=GOOG4-RSA-SHA256"
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+        request = urllib.request.Request(url, data=body, method=self.command, headers=headers)
+        try:
+            response = urllib.request.urlopen(request, timeout=120)
+        except urllib.error.HTTPError as e:
+            response = e
+        except OSError:  # the server is down: so is this, for the client
+            self._cut()
+            return
+        with response:
+            data = response.read()
+            if self.server.down:  # killed while this answer was on its way
+                self._cut()
+                return
+            self.send_response(response.status)
+            for k, v in response.headers.items():
+                if k.lower() not in ("content-length", "connection", "transfer-encoding", "date"):
+                    self.send_header(k, v)
+            if xml_put and response.status == 200:
+                self.send_header("ETag", '"{}"'.format(json.loads(data).get("md5Hash", "")))
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            for start in range(0, len(data), 1 << 20):
+                if self.server.down:
+                    self._cut()
+                    return
+                self.wfile.write(data[start : start + (1 << 20)])
+
+    def _cut(self) -> None:
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _forward
+
+
 class FakeGCS:
-    """fake-gcs-server on 127.0.0.1, data in ``folder``."""
+    """fake-gcs-server on 127.0.0.1, data in ``folder``, reached through a small adapter
+    (:class:`_XmlPut`) that keeps its port while the server is killed and started again."""
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
@@ -280,15 +347,26 @@ class FakeGCS:
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
         self.log = self.folder / "gcs.log"
+        handler = type("XmlPut", (_XmlPut,), {"upstream": f"http://127.0.0.1:{self.port}"})
+        self.adapter = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.adapter.daemon_threads = True
+        self.adapter.down = False  # set by kill(): answers still on their way are cut
+        threading.Thread(target=self.adapter.serve_forever, daemon=True).start()
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def client_endpoint(self) -> str:
+        """Where clients (object_store) go: the adapter."""
+        return f"http://127.0.0.1:{self.adapter.server_address[1]}"
+
     def env(self) -> dict[str, str]:
-        return {"STORAGE_EMULATOR_HOST": self.endpoint}
+        return {"STORAGE_EMULATOR_HOST": self.client_endpoint}
 
     def start(self) -> None:
+        self.adapter.down = False
         root = self.folder / "data"
         root.mkdir(exist_ok=True)
         args = [
@@ -329,11 +407,22 @@ class FakeGCS:
         )
         urllib.request.urlopen(req, timeout=30).close()
 
+    def kill(self) -> None:
+        """SIGKILL: the store dies mid-request."""
+        self.adapter.down = True
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+                self.kill()
+
+    def close(self) -> None:
+        self.stop()
+        self.adapter.shutdown()
+        self.adapter.server_close()
