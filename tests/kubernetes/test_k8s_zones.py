@@ -18,6 +18,7 @@ from conftest import FAST, NAMESPACE, NodePool, Scenario, cli, pod_backend
 from k8s_emulator.volumes import CONFLICT, GKE_ZONE_LABEL, ZONE_LABEL, storage_class
 
 from jupyter_pause.client import LocalServer
+from tests.objectstores import Seaweed
 
 REPO = Path(__file__).resolve().parents[2]
 ZONES = ("us-central1-a", "us-central1-b")
@@ -107,29 +108,27 @@ CHECK = "print([n, float(big.sum())])"
 EXPECTED = [7, float(sum(range(600_000)))]
 
 
-def test_a_resume_in_the_other_zone_restores_from_the_bucket_and_says_so(
-    zonal_cluster, seaweed, bucket, tmp_path, capsys
-):
-    """The layout of docs/kubernetes.md: the notebooks and the server's state on the
-    regional disk, the live state in the bucket, the cache on the node.  The pod comes
-    back on a node of the other zone, whose cache never saw the checkpoint."""
-    cluster = zonal_cluster
-    cluster.add_gke_notebook(home_class="regional-rwo")
-    url = f"s3://{bucket}/ck"
+@pytest.fixture
+def pod_server(tmp_path):
+    """``pod_server(cluster, store, url, node)``: a real Jupyter server as the process of
+    the pod ``nb-0`` on ``node``, with the layout of docs/kubernetes.md: the notebooks and
+    the server's state on the regional disk, the live state in the bucket, the cache on
+    the node's disk, the user's key a Secret mounted in every pod."""
     regional = tmp_path / "regional-disk"  # the notebooks, sessions.json, the ledger
     (regional / "notebooks").mkdir(parents=True)
     nb = {"cells": [], "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
           "nbformat": 4, "nbformat_minor": 5}  # fmt: skip
     (regional / "notebooks" / NB).write_text(json.dumps(nb))
-    key = tmp_path / "secret"  # the user's key: a Secret, mounted in every pod
+    key = tmp_path / "secret"
+    servers = []
 
-    def server_in_the_pod(node: str) -> LocalServer:
+    def make(cluster, store, url: str, node: str) -> LocalServer:
         data = tmp_path / node / "data"  # the node's disk: the cache
         (data / "pause").mkdir(parents=True, mode=0o700)
         if key.exists():
             shutil.copy2(key, data / "pause" / "secret")
         env = {
-            **seaweed.env(),
+            **store.env(),
             "KUBECONFIG": cluster.kubeconfig,
             "POD_NAME": "nb-0",
             "POD_NAMESPACE": NAMESPACE,
@@ -140,7 +139,7 @@ def test_a_resume_in_the_other_zone_restores_from_the_bucket_and_says_so(
         backend = "GkePodSnapshotBackend"
         args = [f"--{backend}.{k}={v}" for k, v in {**FAST, "snapshot_timeout": 30.0}.items()]
         args.append(f"--{backend}.kube_context=sa-pod-snapshot")
-        return LocalServer(
+        server = LocalServer(
             regional / "notebooks",
             regional / "state",
             backend="gke-pod-snapshot",
@@ -148,18 +147,36 @@ def test_a_resume_in_the_other_zone_restores_from_the_bucket_and_says_so(
             checkpoints=url,
             extra_args=args,
         )
+        servers.append(server)
+        return server
 
-    a = server_in_the_pod("node-a")
-    try:
-        client = a.start()
-        kernel_id = client.open_notebook(NB)["kernel"]["id"]
-        assert client.execute(kernel_id, CODE).ok
-        op = client.wait(client.pause(NB))
-        assert op["outcome"] == "succeeded", op
-        cluster.wait_for(lambda: cluster.pod() is None, what="pod gone")
-        shutil.copy2(tmp_path / "node-a" / "data" / "pause" / "secret", key)
-    finally:
-        a.stop()
+    def keep_key(node: str) -> None:
+        shutil.copy2(tmp_path / node / "data" / "pause" / "secret", key)
+
+    make.keep_key = keep_key
+    make.data = lambda node: tmp_path / node / "data"
+    yield make
+    for server in servers:
+        server.stop()
+
+
+def test_a_resume_in_the_other_zone_restores_from_the_bucket_and_says_so(
+    zonal_cluster, seaweed, bucket, pod_server, capsys
+):
+    """The pod comes back on a node of the other zone, whose cache never saw the
+    checkpoint."""
+    cluster = zonal_cluster
+    cluster.add_gke_notebook(home_class="regional-rwo")
+    url = f"s3://{bucket}/ck"
+    a = pod_server(cluster, seaweed, url, "node-a")
+    client = a.start()
+    kernel_id = client.open_notebook(NB)["kernel"]["id"]
+    assert client.execute(kernel_id, CODE).ok
+    op = client.wait(client.pause(NB))
+    assert op["outcome"] == "succeeded", op
+    cluster.wait_for(lambda: cluster.pod() is None, what="pod gone")
+    pod_server.keep_key("node-a")
+    a.stop()
 
     cluster.add_workload("team-b", "trainer", gpus=1)  # zone a's GPU is taken
     cluster.nodes.add_node(zone=ZONES[1])
@@ -168,15 +185,42 @@ def test_a_resume_in_the_other_zone_restores_from_the_bucket_and_says_so(
     pod = cluster.wait_for(lambda: cluster.pod_ready(), what="pod back")
     assert zone_of(cluster, pod["spec"]["nodeName"]) == ZONES[1]
 
-    b = server_in_the_pod("node-b")
+    client = pod_server(cluster, seaweed, url, "node-b").start()
+    assert not list(pod_server.data("node-b").glob("pause/checkpoint-cache/*/*/*"))
+    assert client.session_status(NB)["state"] == "paused"
+    op = client.wait(client.resume(NB))
+    assert op["outcome"] == "succeeded", op
+    assert any("downloaded from " + url in m for m in op["messages"]), op["messages"]
+    kernel_id = client.session_status(NB)["kernel_id"]
+    assert client.evaluate(kernel_id, CHECK) == EXPECTED
+
+
+def test_the_pod_is_kept_until_the_upload_commits(zonal_cluster, pod_server, tmp_path):
+    """The store down at the pause: no snapshot, the pod and its GPU kept, the kernel
+    running; once the store is back, a retry pauses and only then lets the pod go."""
+    cluster = zonal_cluster
+    cluster.add_gke_notebook(home_class="regional-rwo")
+    store = Seaweed(tmp_path / "weed")
+    store.start()
     try:
-        client = b.start()
-        assert not list((tmp_path / "node-b" / "data").glob("pause/checkpoint-cache/*/*/*"))
-        assert client.session_status(NB)["state"] == "paused"
-        op = client.wait(client.resume(NB))
-        assert op["outcome"] == "succeeded", op
-        assert any("downloaded from " + url in m for m in op["messages"]), op["messages"]
-        kernel_id = client.session_status(NB)["kernel_id"]
+        store.create_bucket("pod-kept")
+        url = "s3://pod-kept/ck"
+        client = pod_server(cluster, store, url, "node-a").start()
+        kernel_id = client.open_notebook(NB)["kernel"]["id"]
+        assert client.execute(kernel_id, CODE).ok
+        uid = cluster.pod()["metadata"]["uid"]
+
+        store.kill()
+        op = client.wait(client.pause(NB))
+        assert op["outcome"] == "failed" and "checkpoint store " + url in op["error"], op
+        assert cluster.pod_ready()["metadata"]["uid"] == uid  # the same pod, its GPU held
+        assert cluster.emu.get("StatefulSet", NAMESPACE, "nb")["spec"]["replicas"] == 1
+        assert not cluster.emu.list("PodSnapshotManualTrigger", NAMESPACE)
         assert client.evaluate(kernel_id, CHECK) == EXPECTED
+
+        store.start()
+        op = client.wait(client.pause(NB))
+        assert op["outcome"] == "succeeded", op
+        cluster.wait_for(lambda: cluster.pod() is None, what="pod gone")
     finally:
-        b.stop()
+        store.stop()
