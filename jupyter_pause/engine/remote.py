@@ -123,7 +123,7 @@ def describe(e: BaseException) -> str:
             + (f": {message.group(1)}" if message else "")
             + "): the bucket may be out of quota or space; see the store's log"
         )
-    if "connect" in full.lower() or "connection" in full.lower():
+    if "connect" in full.lower() or "error sending request" in full:
         return f"the store does not answer ({line})"
     return line
 

@@ -261,7 +261,7 @@ def test_store_killed_mid_upload_then_back_a_retry_completes_and_nothing_is_orph
         monkeypatch.setattr(remote.Remote, "upload", upload_then_kill)
         ns = {"__name__": "__main__"}
         ns.update({f"big{i}": np.full(3_000_000, float(i)) for i in range(4)})  # 4 x 24 MB
-        with pytest.raises(errors.RemoteStoreError):
+        with pytest.raises(errors.RemoteStoreError, match="the store does not answer"):
             api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
         monkeypatch.setattr(remote.Remote, "upload", upload)
         nbdir = paths.notebook_dir(url, NB)
@@ -445,7 +445,9 @@ def test_store_killed_mid_restore_then_back_a_retry_restores(tmp_path, monkeypat
 
         monkeypatch.setattr(remote.Remote, "download", download_then_kill)
         out = {"__name__": "__main__"}
-        with pytest.raises(errors.RemoteStoreError, match="killed-restore"):
+        with pytest.raises(
+            errors.RemoteStoreError, match="killed-restore/ck: the store does not answer"
+        ):
             api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
         monkeypatch.setattr(remote.Remote, "download", download)
         assert "big" not in out
@@ -588,7 +590,7 @@ def test_gs_store_killed_mid_upload_then_back_a_retry_completes(own_gcs, tmp_pat
 
     monkeypatch.setattr(remote.Remote, "upload", upload_then_kill)
     ns = eight_mb_arrays()
-    with pytest.raises(errors.RemoteStoreError, match="gs://killed/ck"):
+    with pytest.raises(errors.RemoteStoreError, match="gs://killed/ck: the store does not answer"):
         api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
     monkeypatch.setattr(remote.Remote, "upload", upload)
     nbdir = paths.notebook_dir(url, NB)
@@ -628,7 +630,9 @@ def test_gs_store_killed_mid_restore_then_back_a_retry_restores(own_gcs, tmp_pat
 
     monkeypatch.setattr(remote.Remote, "download", download_then_kill)
     out = {"__name__": "__main__"}
-    with pytest.raises(errors.RemoteStoreError, match="killed-restore"):
+    with pytest.raises(
+        errors.RemoteStoreError, match="killed-restore/ck: the store does not answer"
+    ):
         api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
     monkeypatch.setattr(remote.Remote, "download", download)
     assert "big0" not in out
