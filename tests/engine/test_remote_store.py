@@ -25,6 +25,12 @@ def url(bucket):
     return f"s3://{bucket}/ck"
 
 
+@pytest.fixture(params=["s3", "gs"])
+def either_url(request):
+    """The same test on SeaweedFS and on fake-gcs-server."""
+    return request.getfixturevalue("url" if request.param == "s3" else "gs_url")
+
+
 def client(url):
     return remote.open_store(paths.parse_bucket(url))
 
@@ -122,7 +128,8 @@ def referenced_in_bucket(url) -> tuple[list[str], list[str]]:
     return remote.committed(listing), sorted(n for n in listing if n.startswith("blobs/"))
 
 
-def test_retention_and_delete_free_only_unshared_blobs(url, tmp_path, monkeypatch):
+def test_retention_and_delete_free_only_unshared_blobs(either_url, tmp_path, monkeypatch):
+    url = either_url
     new_cache(tmp_path, monkeypatch, "c")
     shared = np.arange(400_000, dtype=np.float64)
     ids = []
@@ -148,7 +155,8 @@ def test_retention_and_delete_free_only_unshared_blobs(url, tmp_path, monkeypatc
     assert [c.id for c in store.list_checkpoints(url, NB)] == ids[2:]
 
 
-def test_the_sweep_removes_what_crashed_uploads_left(url, tmp_path, monkeypatch):
+def test_the_sweep_removes_what_crashed_uploads_left(either_url, tmp_path, monkeypatch):
+    url = either_url
     new_cache(tmp_path, monkeypatch, "c")
     r = api.checkpoint(dir=url, notebook=NB, namespace=state(), progress=False)
     m = mirror(url)
@@ -285,12 +293,13 @@ def test_store_killed_mid_upload_then_back_a_retry_completes_and_nothing_is_orph
 
 
 # ------------------------------------------------------------------ verify and gc on a bucket
-def test_verify_and_gc_work_on_a_bucket(url, tmp_path, monkeypatch, capsys):
+def test_verify_and_gc_work_on_a_bucket(either_url, tmp_path, monkeypatch, capsys):
     import json
 
     from jupyter_pause import cli
     from jupyter_pause.commands.kube import gc_checkpoints
 
+    url = either_url
     new_cache(tmp_path, monkeypatch, "c")
     ids = [
         api.checkpoint(dir=url, notebook=NB, namespace=state(n), keep=5, progress=False).id
