@@ -336,10 +336,12 @@ class Crash(BaseException):
     """The writer dies in the middle of an upload (what reached the bucket stays)."""
 
 
-def test_random_pause_resume_delete_crash_cycles_leave_no_orphan(url, tmp_path, monkeypatch):
+def test_random_pause_resume_delete_crash_cycles_leave_no_orphan(either_url, tmp_path, monkeypatch):
     import random
 
     from jupyter_pause.engine.manifest import MANIFEST, Manifest
+
+    url = either_url
 
     rng = random.Random(28)
     real_upload = remote.Remote.upload
