@@ -274,6 +274,9 @@ class Seaweed:
                 self.kill()
 
 
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no *_proxy
+
+
 class _XmlPut(http.server.BaseHTTPRequestHandler):
     """Passes every request on to fake-gcs-server; an XML API object PUT (what
     object_store uploads a file with, in one request up to 16 MB) is sent to the route
@@ -304,7 +307,7 @@ class _XmlPut(http.server.BaseHTTPRequestHandler):
         headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
         request = urllib.request.Request(url, data=body, method=self.command, headers=headers)
         try:
-            response = urllib.request.urlopen(request, timeout=120)
+            response = _DIRECT.open(request, timeout=120)
         except urllib.error.HTTPError as e:
             response = e
         except OSError:  # the server is down: so is this, for the client
