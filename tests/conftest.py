@@ -74,4 +74,4 @@ def fake_gcs(tmp_path_factory):
     server = FakeGCS(tmp_path_factory.mktemp("fake-gcs"))
     server.start()
     yield server
-    server.stop()
+    server.close()

@@ -9,6 +9,7 @@ crashes and comes back.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import http.server
 import json
@@ -23,6 +24,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from datetime import timedelta
 from pathlib import Path
 
 ACCESS_KEY = "jupyter-pause-test"
@@ -77,6 +79,7 @@ class Seaweed:
         self.ports = {
             name: free_port()
             for name in ("master", "volume", "filer", "s3", "iam", "debug", "metrics")
+            + ("master.grpc", "volume.grpc", "filer.grpc", "s3.grpc")
         }
         self.proc: subprocess.Popen | None = None
         self.log = self.folder / "weed.log"
@@ -117,18 +120,18 @@ class Seaweed:
             "-ip.bind=127.0.0.1",
             f"-dir={data}",
             f"-master.port={p['master']}",
-            f"-master.port.grpc={free_port()}",
+            f"-master.port.grpc={p['master.grpc']}",
             "-master.volumeSizeLimitMB=256",
             "-master.electionTimeout=1s",  # a restart after a kill elects itself at once
             "-volume.preStopSeconds=0",
             "-volume.max=1000",  # each bucket is a collection with volumes of its own
             f"-volume.port={p['volume']}",
-            f"-volume.port.grpc={free_port()}",
+            f"-volume.port.grpc={p['volume.grpc']}",
             f"-filer.port={p['filer']}",
-            f"-filer.port.grpc={free_port()}",
+            f"-filer.port.grpc={p['filer.grpc']}",
             "-s3",
             f"-s3.port={p['s3']}",
-            f"-s3.port.grpc={free_port()}",
+            f"-s3.port.grpc={p['s3.grpc']}",
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
             "-s3.autoCreateBucket=false",  # a missing bucket is an error, as on AWS
@@ -191,6 +194,72 @@ class Seaweed:
                     raise
                 time.sleep(0.3)
 
+    def shell(self, command: str) -> str:
+        """One ``weed shell`` command against this server; its output."""
+        p = self.ports
+        args = [
+            weed_binary(),
+            "shell",
+            f"-master=127.0.0.1:{p['master']}.{p['master.grpc']}",
+            f"-filer=127.0.0.1:{p['filer']}.{p['filer.grpc']}",
+        ]
+        done = subprocess.run(
+            args, input=f"{command}\nexit\n", capture_output=True, text=True, timeout=60
+        )
+        return done.stdout
+
+    def fill_quota(self, bucket: str) -> None:
+        """Put ``bucket`` out of quota as SeaweedFS does it: a 1 MB quota, and once the
+        master counts more than that in the bucket, ``s3.bucket.quota.enforce`` makes it
+        read-only.  Returns once a write is refused."""
+        import obstore
+
+        store = self._store(bucket)
+        obstore.put(store, "quota-filler", os.urandom(2 << 20))  # incompressible
+        self.shell(f"s3.bucket.quota -name={bucket} -op=set -sizeMB=1")
+        self._until(lambda: "usage:0." not in self._bucket_line(bucket), f"{bucket} counted")
+        self.shell("s3.bucket.quota.enforce -apply")
+        self._until(lambda: not self._writable(store), f"{bucket} read-only")
+        obstore.delete(store, "quota-filler")  # reads and deletes are still allowed
+
+    def lift_quota(self, bucket: str) -> None:
+        """Remove the quota, which also makes the bucket writable again."""
+        self.shell(f"s3.bucket.quota -name={bucket} -op=remove")
+        self._until(lambda: self._writable(self._store(bucket)), f"{bucket} writable")
+
+    def _store(self, bucket: str):
+        from obstore.store import S3Store
+
+        return S3Store(
+            bucket,
+            client_options={"allow_http": True},
+            retry_config={"max_retries": 0, "retry_timeout": timedelta(seconds=5)},
+            **self._s3_kw(),
+        )
+
+    def _bucket_line(self, bucket: str) -> str:
+        lines = self.shell("s3.bucket.list").splitlines()
+        return next((line for line in lines if line.split() and line.split()[0] == bucket), "")
+
+    @staticmethod
+    def _writable(store) -> bool:
+        import obstore
+
+        try:
+            obstore.put(store, "quota-probe", b"x")
+        except Exception:
+            return False
+        obstore.delete(store, "quota-probe")
+        return True
+
+    @staticmethod
+    def _until(predicate, what: str, timeout: float = READY_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out waiting for {what}")
+            time.sleep(0.5)
+
     def kill(self) -> None:
         """SIGKILL: the store dies mid-request, as a crashed node would."""
         if self.proc and self.proc.poll() is None:
@@ -206,8 +275,75 @@ class Seaweed:
                 self.kill()
 
 
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no *_proxy
+
+
+class _XmlPut(http.server.BaseHTTPRequestHandler):
+    """Passes every request on to fake-gcs-server; an XML API object PUT (what
+    object_store uploads a file with, in one request up to 16 MB) is sent to the route
+    fake-gcs-server serves it on, that of a signed-URL upload, which takes the same
+    request, and its answer gets the ``ETag`` header GCS sends.  Multipart XML uploads
+    (larger files) fake-gcs-server does not serve at all, and neither does this."""
+
+    protocol_version = "HTTP/1.1"
+    upstream = ""  # set on the subclass made per server
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _forward(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        url = self.upstream + self.path
+        split = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(split.query, keep_blank_values=True)
+        xml_put = (
+            self.command == "PUT"
+            and split.path.count("/") >= 2
+            and not split.path.startswith(("/storage/", "/upload/"))
+            and not {"uploadId", "partNumber"} & set(query)
+        )
+        if xml_put:
+            url += ("&" if split.query else "?") + "X-Goog-Algorithm=GOOG4-RSA-SHA256"
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+        request = urllib.request.Request(url, data=body, method=self.command, headers=headers)
+        try:
+            response = _DIRECT.open(request, timeout=120)
+        except urllib.error.HTTPError as e:
+            response = e
+        except OSError:  # the server is down: so is this, for the client
+            self._cut()
+            return
+        with response:
+            data = response.read()
+            if self.server.down:  # killed while this answer was on its way
+                self._cut()
+                return
+            self.send_response(response.status)
+            for k, v in response.headers.items():
+                if k.lower() not in ("content-length", "connection", "transfer-encoding", "date"):
+                    self.send_header(k, v)
+            if xml_put and response.status == 200:
+                self.send_header("ETag", '"{}"'.format(json.loads(data).get("md5Hash", "")))
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            for start in range(0, len(data), 1 << 20):
+                if self.server.down:
+                    self._cut()
+                    return
+                self.wfile.write(data[start : start + (1 << 20)])
+
+    def _cut(self) -> None:
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _forward
+
+
 class FakeGCS:
-    """fake-gcs-server on 127.0.0.1, data in ``folder``."""
+    """fake-gcs-server on 127.0.0.1, data in ``folder``, reached through a small adapter
+    (:class:`_XmlPut`) that keeps its port while the server is killed and started again."""
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
@@ -215,15 +351,26 @@ class FakeGCS:
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
         self.log = self.folder / "gcs.log"
+        handler = type("XmlPut", (_XmlPut,), {"upstream": f"http://127.0.0.1:{self.port}"})
+        self.adapter = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.adapter.daemon_threads = True
+        self.adapter.down = False  # set by kill(): answers still on their way are cut
+        threading.Thread(target=self.adapter.serve_forever, daemon=True).start()
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def client_endpoint(self) -> str:
+        """Where clients (object_store) go: the adapter."""
+        return f"http://127.0.0.1:{self.adapter.server_address[1]}"
+
     def env(self) -> dict[str, str]:
-        return {"STORAGE_EMULATOR_HOST": self.endpoint}
+        return {"STORAGE_EMULATOR_HOST": self.client_endpoint}
 
     def start(self) -> None:
+        self.adapter.down = False
         root = self.folder / "data"
         root.mkdir(exist_ok=True)
         args = [
@@ -264,14 +411,25 @@ class FakeGCS:
         )
         urllib.request.urlopen(req, timeout=30).close()
 
+    def kill(self) -> None:
+        """SIGKILL: the store dies mid-request."""
+        self.adapter.down = True
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+                self.kill()
+
+    def close(self) -> None:
+        self.stop()
+        self.adapter.shutdown()
+        self.adapter.server_close()
 
 
 class Gate:

@@ -11,7 +11,7 @@ import pytest
 
 from jupyter_pause.client import ClientError, LocalServer
 from jupyter_pause.engine import paths, remote
-from tests.objectstores import Seaweed
+from tests.objectstores import FakeGCS, Seaweed
 
 REPO = Path(__file__).resolve().parent.parent
 NB = "demo.ipynb"
@@ -32,7 +32,9 @@ def node(tmp_path):
     (root / NB).write_text(json.dumps(nb))
     servers = []
 
-    def make(name: str, store: Seaweed, url: str, state: Path | None = None) -> LocalServer:
+    def make(
+        name: str, store: Seaweed | FakeGCS, url: str, state: Path | None = None
+    ) -> LocalServer:
         data = tmp_path / name / "data"
         first = tmp_path / "a" / "data" / "pause" / "secret"
         if name != "a" and first.exists():  # the user's key came along, nothing else
@@ -53,7 +55,7 @@ def node(tmp_path):
         server.stop()
 
 
-def committed(store: Seaweed, url: str, monkeypatch) -> list[str]:
+def committed(store: Seaweed | FakeGCS, url: str, monkeypatch) -> list[str]:
     for k, v in store.env().items():
         monkeypatch.setenv(k, v)
     b = paths.parse_bucket(url)
@@ -141,3 +143,83 @@ def test_a_store_that_is_down_leaves_the_kernel_running_and_a_retry_pauses(
         assert client.evaluate(kernel_id, CHECK) == EXPECTED
     finally:
         store.stop()
+
+
+def test_a_bucket_out_of_quota_leaves_the_kernel_running_and_a_retry_pauses(
+    node, seaweed, bucket, monkeypatch
+):
+    url = f"s3://{bucket}/ck"
+    client = node("a", seaweed, url).start()
+    kernel_id = client.open_notebook(NB)["kernel"]["id"]
+    assert client.execute(kernel_id, CODE).ok
+
+    seaweed.fill_quota(bucket)
+    op = client.wait(client.pause(NB))
+    assert op["outcome"] == "failed"
+    assert "checkpoint store " + url in op["error"] and "out of quota" in op["error"], op
+    session = client.session_status(NB)
+    assert session["state"] == "running" and session["kernel_id"] == kernel_id
+    assert client.evaluate(kernel_id, CHECK) == EXPECTED  # nothing was released
+    assert committed(seaweed, url, monkeypatch) == []
+
+    seaweed.lift_quota(bucket)
+    op = client.wait(client.pause(NB))
+    assert op["outcome"] == "succeeded", op
+    assert len(committed(seaweed, url, monkeypatch)) == 2  # the one kept locally went up too
+    op = client.wait(client.resume(NB))
+    assert op["outcome"] == "succeeded", op
+    kernel_id = client.session_status(NB)["kernel_id"]
+    assert client.evaluate(kernel_id, CHECK) == EXPECTED
+
+
+# ------------------------------------------------------------------ GCS (fake-gcs-server)
+def test_gs_a_fresh_server_on_another_node_restores_the_notebook_from_the_bucket(
+    node, fake_gcs, monkeypatch
+):
+    fake_gcs.create_bucket("gs-nodes")
+    url = "gs://gs-nodes/ck"
+    a = node("a", fake_gcs, url)
+    pause_with_state(a.start())
+    assert len(committed(fake_gcs, url, monkeypatch)) == 1  # durable before the release
+    a.stop()
+
+    b = node("b", fake_gcs, url, state=a.state_dir)  # the data volume did not follow
+    client = b.start()
+    assert client.session_status(NB)["state"] == "paused"
+    op = client.wait(client.resume(NB))
+    assert op["outcome"] == "succeeded", op
+    assert any("downloaded from " + url in m for m in op["messages"]), op["messages"]
+    kernel_id = client.session_status(NB)["kernel_id"]
+    assert client.evaluate(kernel_id, CHECK) == EXPECTED
+
+
+def test_gs_a_store_that_is_down_leaves_the_kernel_running_and_a_retry_pauses(
+    node, tmp_path, monkeypatch
+):
+    store = FakeGCS(tmp_path / "gcs")
+    store.start()
+    try:
+        store.create_bucket("gs-down")
+        url = "gs://gs-down/ck"
+        client = node("a", store, url).start()
+        kernel_id = client.open_notebook(NB)["kernel"]["id"]
+        assert client.execute(kernel_id, CODE).ok
+
+        store.kill()
+        op = client.wait(client.pause(NB))
+        assert op["outcome"] == "failed"
+        assert "checkpoint store " + url in op["error"], op
+        session = client.session_status(NB)
+        assert session["state"] == "running" and session["kernel_id"] == kernel_id
+        assert client.evaluate(kernel_id, CHECK) == EXPECTED  # nothing was released
+
+        store.start()  # back, on its own data
+        op = client.wait(client.pause(NB))
+        assert op["outcome"] == "succeeded", op
+        assert len(committed(store, url, monkeypatch)) == 1
+        op = client.wait(client.resume(NB))
+        assert op["outcome"] == "succeeded", op
+        kernel_id = client.session_status(NB)["kernel_id"]
+        assert client.evaluate(kernel_id, CHECK) == EXPECTED
+    finally:
+        store.close()

@@ -116,7 +116,14 @@ def describe(e: BaseException) -> str:
             f"access denied ({code or status or line}): check the credentials "
             "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or GOOGLE_APPLICATION_CREDENTIALS)"
         )
-    if "connect" in full.lower() or "connection" in full.lower():
+    if code and status.startswith("5"):  # how SeaweedFS answers a write to a full bucket
+        message = re.search(r"<Message>([^<]*)</Message>", full)
+        return (
+            f"the store refused the request ({status} {code}"
+            + (f": {message.group(1)}" if message else "")
+            + "): the bucket may be out of quota or space; see the store's log"
+        )
+    if "connect" in full.lower() or "error sending request" in full:
         return f"the store does not answer ({line})"
     return line
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from jupyter_pause.engine import api, errors, paths, remote, store, tensors
-from tests.objectstores import Gate, Seaweed
+from tests.objectstores import FakeGCS, Gate, Seaweed
 
 NB = "work/demo.ipynb"
 
@@ -24,6 +24,12 @@ NB = "work/demo.ipynb"
 @pytest.fixture
 def url(bucket):
     return f"s3://{bucket}/ck"
+
+
+@pytest.fixture(params=["s3", "gs"])
+def either_url(request):
+    """The same test on SeaweedFS and on fake-gcs-server."""
+    return request.getfixturevalue("url" if request.param == "s3" else "gs_url")
 
 
 def client(url):
@@ -204,7 +210,8 @@ def referenced_in_bucket(url) -> tuple[list[str], list[str]]:
     return remote.committed(listing), sorted(n for n in listing if n.startswith("blobs/"))
 
 
-def test_retention_and_delete_free_only_unshared_blobs(url, tmp_path, monkeypatch):
+def test_retention_and_delete_free_only_unshared_blobs(either_url, tmp_path, monkeypatch):
+    url = either_url
     new_cache(tmp_path, monkeypatch, "c")
     shared = np.arange(400_000, dtype=np.float64)
     ids = []
@@ -230,7 +237,8 @@ def test_retention_and_delete_free_only_unshared_blobs(url, tmp_path, monkeypatc
     assert [c.id for c in store.list_checkpoints(url, NB)] == ids[2:]
 
 
-def test_the_sweep_removes_what_crashed_uploads_left(url, tmp_path, monkeypatch):
+def test_the_sweep_removes_what_crashed_uploads_left(either_url, tmp_path, monkeypatch):
+    url = either_url
     new_cache(tmp_path, monkeypatch, "c")
     r = api.checkpoint(dir=url, notebook=NB, namespace=state(), progress=False)
     m = mirror(url)
@@ -326,6 +334,28 @@ def test_a_missing_bucket_is_named(seaweed, tmp_path, monkeypatch):
         api.checkpoint(dir="s3://no-such-bucket/ck", notebook=NB, namespace=state(), progress=False)
 
 
+def test_a_bucket_out_of_quota_is_named_the_local_copy_kept_and_a_retry_completes(
+    seaweed, url, bucket, tmp_path, monkeypatch
+):
+    new_cache(tmp_path, monkeypatch, "c")
+    seaweed.fill_quota(bucket)
+    ns = state()
+    with pytest.raises(errors.RemoteStoreError, match="refused the request.*out of quota"):
+        api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    nbdir = paths.notebook_dir(url, NB)
+    assert len(store.checkpoint_ids(nbdir)) == 1  # kept locally
+    assert remote.committed(mirror(url).listing()) == []
+
+    seaweed.lift_quota(bucket)
+    r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    committed, _ = referenced_in_bucket(url)
+    assert committed == [*store.checkpoint_ids(nbdir)] and committed[-1] == r.id  # both up
+    new_cache(tmp_path, monkeypatch, "d")
+    out = {"__name__": "__main__"}
+    assert api.restore(dir=url, notebook=NB, namespace=out, progress=False).id == r.id
+    assert torch.equal(out["model"].weight, ns["model"].weight)
+
+
 def test_store_killed_mid_upload_then_back_a_retry_completes_and_nothing_is_orphaned(
     tmp_path, monkeypatch
 ):
@@ -348,7 +378,7 @@ def test_store_killed_mid_upload_then_back_a_retry_completes_and_nothing_is_orph
         monkeypatch.setattr(remote.Remote, "upload", upload_then_kill)
         ns = {"__name__": "__main__"}
         ns.update({f"big{i}": np.full(3_000_000, float(i)) for i in range(4)})  # 4 x 24 MB
-        with pytest.raises(errors.RemoteStoreError):
+        with pytest.raises(errors.RemoteStoreError, match="the store does not answer"):
             api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
         monkeypatch.setattr(remote.Remote, "upload", upload)
         nbdir = paths.notebook_dir(url, NB)
@@ -372,11 +402,12 @@ def test_store_killed_mid_upload_then_back_a_retry_completes_and_nothing_is_orph
 
 
 # ------------------------------------------------------------------ verify and gc on a bucket
-def test_verify_and_gc_work_on_a_bucket(url, tmp_path, monkeypatch, capsys):
+def test_verify_and_gc_work_on_a_bucket(either_url, tmp_path, monkeypatch, capsys):
     import json
 
     from jupyter_pause import cli
 
+    url = either_url
     new_cache(tmp_path, monkeypatch, "c")
     ids = [
         api.checkpoint(dir=url, notebook=NB, namespace=state(n), keep=5, progress=False).id
@@ -413,10 +444,12 @@ class Crash(BaseException):
     """The writer dies in the middle of an upload (what reached the bucket stays)."""
 
 
-def test_random_pause_resume_delete_crash_cycles_leave_no_orphan(url, tmp_path, monkeypatch):
+def test_random_pause_resume_delete_crash_cycles_leave_no_orphan(either_url, tmp_path, monkeypatch):
     import random
 
     from jupyter_pause.engine.manifest import MANIFEST, Manifest
+
+    url = either_url
 
     rng = random.Random(28)
     real_upload = remote.Remote.upload
@@ -531,7 +564,9 @@ def test_store_killed_mid_restore_then_back_a_retry_restores(tmp_path, monkeypat
 
         monkeypatch.setattr(remote.Remote, "download", download_then_kill)
         out = {"__name__": "__main__"}
-        with pytest.raises(errors.RemoteStoreError, match="killed-restore"):
+        with pytest.raises(
+            errors.RemoteStoreError, match="killed-restore/ck: the store does not answer"
+        ):
             api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
         monkeypatch.setattr(remote.Remote, "download", download)
         assert "big" not in out
@@ -551,7 +586,7 @@ def test_gs_a_checkpoint_in_a_gcs_bucket_restores_on_another_machine(
     PUT: the checkpoint is put there, file by file under the same keys, with the JSON
     API, as another machine's pause would have uploaded it."""
     fake_gcs.create_bucket("gcs-ckpt")
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.endpoint)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.client_endpoint)
     url = "gs://gcs-ckpt/ck"
     local = tmp_path / "writer"
     ns = state()
@@ -582,6 +617,148 @@ def test_gs_a_checkpoint_in_a_gcs_bucket_restores_on_another_machine(
     assert rr.id == old.id and out["step"] == 9
     b = paths.parse_bucket(url)
     assert victim not in remote.Remote(b, f"{nbdir.parent.name}/{nbdir.name}").listing()
+
+
+@pytest.fixture
+def gs_url(fake_gcs, request, monkeypatch):
+    """A fresh bucket on the session's fake-gcs-server, the emulator variable set."""
+    import re
+    import secrets
+
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
+    name = f"{name}-{secrets.token_hex(3)}"
+    fake_gcs.create_bucket(name)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.client_endpoint)
+    return f"gs://{name}/ck"
+
+
+def test_gs_a_pause_uploads_to_the_bucket_and_another_machine_restores(
+    gs_url, tmp_path, monkeypatch
+):
+    url = gs_url
+    new_cache(tmp_path, monkeypatch, "node-a")
+    ns = state()
+    first = api.checkpoint(dir=url, notebook=NB, namespace=ns, keep=2, progress=False)
+    assert first.store == url and first.bytes_uploaded >= first.bytes_written > 1_000_000
+    ns["step"] = 2
+    second = api.checkpoint(dir=url, notebook=NB, namespace=ns, keep=2, progress=False)
+    assert 0 < second.bytes_uploaded < 1_000_000  # the blobs are shared
+    committed, blobs = referenced_in_bucket(url)
+    assert committed == [first.id, second.id]
+
+    new_cache(tmp_path, monkeypatch, "node-b")
+    out = {"__name__": "__main__"}
+    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+    assert rr.id == second.id and any("downloaded from " + url in n for n in rr.notes)
+    assert torch.equal(out["model"].weight, ns["model"].weight) and out["step"] == 2
+    assert np.array_equal(out["table"], ns["table"])
+
+    store.delete_checkpoint(url, NB, second.id)
+    committed, after = referenced_in_bucket(url)
+    assert committed == [first.id] and after == blobs  # every blob still used by the first
+
+
+def test_gs_a_missing_bucket_is_an_error_of_the_store_and_a_retry_completes(
+    fake_gcs, tmp_path, monkeypatch
+):
+    """GCS answers 404 ``NoSuchBucket``, translated as on S3; fake-gcs-server answers 500
+    with the missing folder: the error names the store and passes the server's words on."""
+    import secrets
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.client_endpoint)
+    new_cache(tmp_path, monkeypatch, "c")
+    name = f"missing-{secrets.token_hex(3)}"
+    url = f"gs://{name}/ck"
+    with pytest.raises(errors.RemoteStoreError, match=f"checkpoint store {url}: .*{name}"):
+        api.checkpoint(dir=url, notebook=NB, namespace=state(), progress=False)
+    assert store.checkpoint_ids(paths.notebook_dir(url, NB)) == []  # nothing half-made
+    fake_gcs.create_bucket(name)
+    r = api.checkpoint(dir=url, notebook=NB, namespace=state(), progress=False)
+    assert referenced_in_bucket(url)[0] == [r.id]
+
+
+@pytest.fixture
+def own_gcs(tmp_path, monkeypatch):
+    """A fake-gcs-server of the test's own, to kill."""
+    server = FakeGCS(tmp_path / "gcs")
+    server.start()
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", server.client_endpoint)
+    yield server
+    server.close()
+
+
+def eight_mb_arrays(n: int = 4) -> dict:
+    """``n`` blobs of 8 MB: each goes up in one request (fake-gcs-server takes no
+    multipart XML upload)."""
+    ns = {"__name__": "__main__"}
+    ns.update({f"big{i}": np.full(1_000_000, float(i)) for i in range(n)})
+    return ns
+
+
+def test_gs_store_killed_mid_upload_then_back_a_retry_completes(own_gcs, tmp_path, monkeypatch):
+    own_gcs.create_bucket("killed")
+    url = "gs://killed/ck"
+    new_cache(tmp_path, monkeypatch, "c")
+    upload = remote.Remote.upload
+
+    def upload_then_kill(self, files, progress=None):
+        def kill_after_the_first(n):  # the others are still on their way
+            own_gcs.kill()
+
+        upload(self, files, kill_after_the_first)
+
+    monkeypatch.setattr(remote.Remote, "upload", upload_then_kill)
+    ns = eight_mb_arrays()
+    with pytest.raises(errors.RemoteStoreError, match="gs://killed/ck: the store does not answer"):
+        api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    monkeypatch.setattr(remote.Remote, "upload", upload)
+    nbdir = paths.notebook_dir(url, NB)
+    assert len(store.checkpoint_ids(nbdir)) == 1  # kept locally
+    own_gcs.start()  # the same data folder
+    assert referenced_in_bucket(url)[0] == []  # nothing committed by the cut-off pause
+    r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    store.sweep(url, nbdir, grace=timedelta(0))
+    committed, blobs = referenced_in_bucket(url)
+    assert committed == [*store.checkpoint_ids(nbdir)] and committed[-1] == r.id
+    assert set(blobs) <= store.referenced_files(nbdir)  # no orphan
+    new_cache(tmp_path, monkeypatch, "d")
+    out = {"__name__": "__main__"}
+    api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+    assert all(np.array_equal(out[f"big{i}"], ns[f"big{i}"]) for i in range(4))
+
+
+def test_gs_store_killed_mid_restore_then_back_a_retry_restores(own_gcs, tmp_path, monkeypatch):
+    own_gcs.create_bucket("killed-restore")
+    url = "gs://killed-restore/ck"
+    new_cache(tmp_path, monkeypatch, "writer")
+    ns = eight_mb_arrays(12)
+    api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+
+    cache = new_cache(tmp_path, monkeypatch, "reader")
+    download = remote.Remote.download
+
+    def download_then_kill(self, files, progress=None):
+        files = list(files)
+        if not any(name.startswith("blobs/") for name, _, _ in files):
+            return download(self, files, progress)  # the small files come first
+
+        def kill_after_the_first_piece(n):  # the other ranges are still on their way
+            own_gcs.kill()
+
+        download(self, files, kill_after_the_first_piece)
+
+    monkeypatch.setattr(remote.Remote, "download", download_then_kill)
+    out = {"__name__": "__main__"}
+    with pytest.raises(
+        errors.RemoteStoreError, match="killed-restore/ck: the store does not answer"
+    ):
+        api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+    monkeypatch.setattr(remote.Remote, "download", download)
+    assert "big0" not in out
+    assert not list(cache.rglob("*.part-*"))  # no half file left to be mistaken
+    own_gcs.start()
+    api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+    assert all(np.array_equal(out[f"big{i}"], ns[f"big{i}"]) for i in range(12))
 
 
 def test_a_checkpoint_of_which_only_small_files_are_here_does_not_stop_the_next_pause(

@@ -300,8 +300,10 @@ class Cluster:
         accelerator: str = "nvidia-tesla-t4",
         policy: bool = True,
         namespace: str = NAMESPACE,
+        home_class: str | None = None,
     ) -> dict:
-        """A gVisor StatefulSet running the server, matched by a manual PodSnapshotPolicy."""
+        """A gVisor StatefulSet running the server, matched by a manual PodSnapshotPolicy;
+        with ``home_class``, its home volume from a claim template of that StorageClass."""
         if policy and not self.emu.find("PodSnapshotStorageConfig", None, "notebooks-storage"):
             self.emu.create(
                 "PodSnapshotStorageConfig",
@@ -339,6 +341,18 @@ class Cluster:
                 }
             },
         )
+        claims = []
+        if home_class:
+            claims.append(
+                {
+                    "metadata": {"name": "home"},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": home_class,
+                        "resources": {"requests": {"storage": "100Gi"}},
+                    },
+                }
+            )
         sts = self.emu.create(
             "StatefulSet",
             namespace,
@@ -347,6 +361,7 @@ class Cluster:
                 "spec": {
                     "replicas": 1,
                     "serviceName": name,
+                    **({"volumeClaimTemplates": claims} if claims else {}),
                     "selector": {"matchLabels": {"app": name}},
                     "template": {
                         "metadata": {"labels": {"app": name, "jupyter-pause.io/snapshot": "true"}},

@@ -64,7 +64,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from . import server
+from . import server, volumes
 from .nodes import NodePool, NodePoolController
 from .server import ApiError, KubeEmulator, match_selector_obj, now_iso
 
@@ -651,6 +651,9 @@ class Controllers:
         labels["statefulset.kubernetes.io/pod-name"] = pod_name
         spec = json.loads(json.dumps(template.get("spec") or {}))
         spec = {k: v for k, v in spec.items() if v is not None}
+        claims = volumes.claim_volumes(self.emu, ns, sts, pod_name)
+        if claims:
+            spec["volumes"] = [*(spec.get("volumes") or []), *claims]
         pod = self.emu.create(
             "Pod",
             ns,

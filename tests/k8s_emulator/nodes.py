@@ -45,7 +45,7 @@ import contextlib
 import threading
 from dataclasses import dataclass, field
 
-from . import server
+from . import server, volumes
 from .server import ApiError, KubeEmulator
 
 GPU = "nvidia.com/gpu"
@@ -72,6 +72,9 @@ class NodePool:
     scale_up_seconds: float = 0.0  # on the cluster's clock
     scale_down_unneeded_time: float = 600.0  # --scale-down-unneeded-time
     scale_down_utilization_threshold: float = 0.5  # --scale-down-gpu-utilization-threshold
+    #: the pool's node locations (a regional pool spans several); nodes added without
+    #: a zone, and the autoscaler's, go to the first
+    zones: tuple[str, ...] = ("us-central1-a",)
 
 
 def pod_gpus(pod: dict) -> int:
@@ -189,10 +192,13 @@ class NodePoolController:
         return server.CLOCK.time()
 
     # -- nodes
-    def add_node(self, gpus: int | None = None, labels: dict | None = None) -> dict:
+    def add_node(
+        self, gpus: int | None = None, labels: dict | None = None, zone: str | None = None
+    ) -> dict:
         self.count += 1
         name = f"gke-{self.pool.name}-{self.count:04x}"
         gpus = self.pool.gpus_per_node if gpus is None else gpus
+        zone = zone or self.pool.zones[0]
         node = self.emu.create(
             "Node",
             None,
@@ -205,6 +211,8 @@ class NodePoolController:
                         COMPUTE_CLASS_LABEL: self.pool.compute_class,
                         "kubernetes.io/hostname": name,
                         "node.kubernetes.io/instance-type": "n1-standard-8",
+                        volumes.ZONE_LABEL: zone,
+                        volumes.GKE_ZONE_LABEL: zone,
                         **(labels or {}),
                     },
                 },
@@ -253,6 +261,8 @@ class NodePoolController:
         for node in sorted(self.nodes(), key=lambda n: n["metadata"]["name"]):
             if node["metadata"]["name"] == exclude or not self._schedulable(node, pod):
                 continue
+            if not volumes.fits_volumes(self.emu, pod, node):
+                continue
             if self.free_gpus(node) >= pod_gpus(pod):
                 return node
         return None
@@ -276,6 +286,7 @@ class NodePoolController:
             )
 
         self.emu.mutate("Pod", ns, name, bind)
+        volumes.provision(self.emu, pod, node, self.pool.zones)
         self.event(
             ns,
             pod,
@@ -289,10 +300,31 @@ class NodePoolController:
 
     def _scale_up(self, pod: dict) -> None:
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        nodes = self.nodes()
         msg = (
-            f"0/{len(self.nodes())} nodes are available: Insufficient {GPU}. preemption: "
+            f"0/{len(nodes)} nodes are available: Insufficient {GPU}. preemption: "
             "0/0 nodes are available: No preemption victims found for incoming pod."
         )
+        # the scheduler's FitError: per node, the first filter that failed (NodeResourcesFit
+        # runs before VolumeBinding), each reason with its count, sorted
+        why: dict[str, int] = {}
+        claims = [v for v in pod["spec"].get("volumes") or [] if v.get("persistentVolumeClaim")]
+        for n in nodes if claims else ():
+            if not self._schedulable(n, pod):
+                reason = "node(s) didn't match Pod's node affinity/selector"
+            elif self.free_gpus(n) < pod_gpus(pod):
+                reason = f"Insufficient {GPU}"
+            elif not volumes.fits_volumes(self.emu, pod, n):
+                reason = volumes.CONFLICT
+            else:
+                continue
+            why[reason] = why.get(reason, 0) + 1
+        if volumes.CONFLICT in why:
+            reasons = ", ".join(sorted(f"{count} {reason}" for reason, count in why.items()))
+            msg = (
+                f"0/{len(nodes)} nodes are available: {reasons}. preemption: 0/{len(nodes)} "
+                f"nodes are available: {len(nodes)} No preemption victims found for incoming pod."
+            )
 
         def unschedulable(p):
             conds = p.setdefault("status", {}).setdefault("conditions", [])
