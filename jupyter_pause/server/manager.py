@@ -220,8 +220,6 @@ class PauseManager:
             raise PauseError(f"no operation {operation_id!r}", status=404)
         return op
 
-    # ----------------------------------------------------------- checkpoints
-
     # ------------------------------------------------------------ operations
 
     async def _prepare(self, path: str, kind: str) -> tuple[Session, dict[str, dict]]:
