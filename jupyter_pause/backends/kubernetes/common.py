@@ -53,7 +53,7 @@ from traitlets import Bool, Float, Unicode
 
 from ...clock import SYSTEM, Clock
 from ...ledger import EventType
-from ..base import BackendError, PauseBackend, StartupReport
+from ..base import BackendError, PauseBackend, ReleaseFacts, StartupReport
 from . import compat
 from .client import AsyncKubeClient, KubeClient, KubeError, NotFound, own_pod, retrying_until
 from .nodes import NodeFollow, ReleasedNode, pod_gpus
@@ -430,6 +430,18 @@ class KubeBackend(PauseBackend):
             self.log.warning("jupyter-pause: could not record the failure", exc_info=True)
 
     # -- coming back ---------------------------------------------------------
+
+    async def _restored(self, pod: Pod) -> ReleaseFacts:
+        """This process is the copy restored from the snapshot: stop nothing, settle the
+        bookkeeping, and say so as what the release came to."""
+        self.client.reset()  # connections were cut by the snapshot
+        info = await self.came_back(pod, restored=True)
+        await self.after_came_back(info, pod, restored=True)
+        return ReleaseFacts(
+            restored_from="snapshot",
+            came_back=info,
+            details={"backend": self.name, "pod": pod.name, "snapshot": info.get("snapshot")},
+        )
 
     async def came_back(self, pod: Pod, *, restored: bool) -> dict[str, Any]:
         """The server runs again after a pause; settle the bookkeeping.

@@ -324,21 +324,6 @@ class GkePodSnapshotBackend(KubeBackend):
 
     # -- coming back ------------------------------------------------------------
 
-    async def _restored(self, pod: Pod) -> ReleaseFacts:
-        """This process is the copy restored from the snapshot: do not stop anything."""
-        self.client.reset()  # connections were cut by the snapshot
-        info = await self.came_back(pod, restored=True)
-        await self.after_came_back(info, pod, restored=True)
-        return ReleaseFacts(
-            restored_from="snapshot",
-            came_back=info,
-            details={
-                "backend": self.name,
-                "pod": pod.name,
-                "snapshot": info.get("snapshot"),
-            },
-        )
-
     async def after_came_back(self, info: dict[str, Any], pod: Pod, *, restored: bool) -> None:
         """Delete every snapshot of this pod's trigger, whatever the state says.
 

@@ -328,19 +328,6 @@ class KubeflowWorkspaceBackend(KubeBackend):
         )
         info["pause_recorded_later"] = True
 
-    async def _restored(self, pod: Pod) -> ReleaseFacts:
-        self.client.reset()
-        info = await self.came_back(pod, restored=True)
-        return ReleaseFacts(
-            restored_from="snapshot",
-            came_back=info,
-            details={
-                "backend": self.name,
-                "pod": pod.name,
-                "snapshot": info.get("snapshot"),
-            },
-        )
-
     def describe(self) -> dict[str, Any]:
         out = super().describe()
         out["workspace"] = self._workspace
