@@ -132,6 +132,18 @@ async def wait_until(condition, timeout=60, what="the condition", interval=0.1):
         await asyncio.sleep(interval)
 
 
+def held_cell(release, deadline=300):
+    """A cell that keeps its kernel busy until the test creates the file ``release``
+    (or ``deadline`` seconds pass, so that a failed test leaves no kernel spinning):
+    a busy window that no loaded machine can make too short to see."""
+    return (
+        "import os, time\n"
+        f"end = time.monotonic() + {deadline}\n"
+        f"while not os.path.exists({str(release)!r}) and time.monotonic() < end:\n"
+        "    time.sleep(0.02)"
+    )
+
+
 def gate_code(folder, *, exit_code=None):
     """Kernel code defining ``gate``, an object whose pickling (during a
     checkpoint's write, with the notebook's lock held) announces itself with

@@ -16,7 +16,7 @@ from jupyter_pause.idle_policy import (
     resolve_class,
 )
 
-from .helpers import api, execute, session_status, start_session, wait_for_state
+from .helpers import api, execute, held_cell, session_status, start_session, wait_for_state
 
 THRESHOLD = 3
 STEPPED_THRESHOLD = 600
@@ -115,19 +115,21 @@ class HeldClock:
         self.held = None
 
 
-async def test_a_busy_kernel_printing_nothing_is_never_paused(jp_fetch, jp_serverapp, jp_root_dir):
+async def test_a_busy_kernel_printing_nothing_is_never_paused(
+    jp_fetch, jp_serverapp, jp_root_dir, tmp_path
+):
     watcher = jp_serverapp.web_app.settings["jupyter_pause_idle"]
     watcher.clock = clock = HeldClock()  # no idle time passes until the cell runs
     path = write_notebook(jp_root_dir, "busy.ipynb")
     kernel_id = await open_notebook(jp_fetch, jp_serverapp, path)
     client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
     client.start_channels()
+    release = tmp_path / "release"
     try:
         # a send before the shell socket is connected can be lost
         await client.wait_for_ready(timeout=60)
-        client.execute(
-            "import time; time.sleep(THRESHOLD * 3)".replace("THRESHOLD", str(THRESHOLD))
-        )
+        # silent and busy until the test has looked, however slow the machine
+        client.execute(held_cell(release))
         await wait_for_state(jp_serverapp, kernel_id, "busy")
         clock.release()
         await asyncio.sleep(THRESHOLD * 2)
@@ -139,6 +141,7 @@ async def test_a_busy_kernel_printing_nothing_is_never_paused(jp_fetch, jp_serve
         assert "busy" in entry["reasons"][0]
         assert activity["server"]["idle"] is False
     finally:
+        release.touch()
         client.stop_channels()
     assert not ledger_events(jp_serverapp, path, "pause-requested")
 
