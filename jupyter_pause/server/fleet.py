@@ -134,8 +134,10 @@ class FleetPublisher:
         if self._soon is not None:
             self._soon.cancel()
             self._soon = None
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        task, self._task = self._task, None
+        while task is not None and not task.done():
+            # again if need be: Python 3.11's wait_for drops a cancel that lands as
+            # its awaitable finishes (a hand-over that the local backend ends at once)
+            task.cancel()
+            await asyncio.wait({task}, timeout=1)
         await self.publish()
