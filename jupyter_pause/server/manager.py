@@ -174,6 +174,9 @@ class PauseManager:
         self.resume_gate = resume_gate if resume_gate is not None else ResumeGate(machine_limit())
         self.operations: dict[str, Operation] = {}
         self._tasks: set[asyncio.Task] = set()
+        #: kernel-start listeners under way (tasks of Jupyter's event bus, which nobody
+        #: awaits): :meth:`close` waits for them, so none is left pending on the loop
+        self._listening: set[asyncio.Task] = set()
         self._reading_ahead: dict[str, threading.Event] = {}  # path -> its stop
         self._handing_over: set[handoff.Fill] = set()  # memory filled for restores
         self._running: dict[str, asyncio.Task] = {}  # operation id -> its task
@@ -328,12 +331,19 @@ class PauseManager:
         if self._closed or not kernel_id or data.get("status", "success") != "success":
             return
         if data.get("action") == "start":
-            for _ in range(50):
-                live = await self.jupyter_sessions()
-                if any(m["kernel"]["id"] == kernel_id for m in live.values()):
-                    await self.sync()
-                    return
-                await asyncio.sleep(0.1)
+            task = asyncio.current_task()
+            self._listening.add(task)
+            try:
+                for _ in range(50):  # a kernel without a session (prewarmed) is not waited for long
+                    if self._closed:
+                        return
+                    live = await self.jupyter_sessions()
+                    if any(m["kernel"]["id"] == kernel_id for m in live.values()):
+                        await self.sync()
+                        return
+                    await asyncio.sleep(0.1)
+            finally:
+                self._listening.discard(task)
         elif data.get("action") == "shutdown":
             self.kernel_stopped(kernel_id, time.time())
 
@@ -1901,6 +1911,8 @@ class PauseManager:
         self._give_up_waiting()
         for task in list(self._tasks):
             task.cancel()
+        if self._listening:  # they see _closed within a moment, and end
+            await asyncio.wait(set(self._listening), timeout=30)
         self.activity.close()
         await self.prewarmer.shutdown()
 
