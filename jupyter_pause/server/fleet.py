@@ -103,6 +103,8 @@ class FleetPublisher:
 
     async def publish(self) -> str | None:
         """One hand-over; where it went, or None (nowhere to, or it failed)."""
+        if not self.backend.keeps_fleet():
+            return None  # no rows to make: measuring every checkpoint folder is not free
         async with self._lock:
             try:
                 rows = await asyncio.to_thread(self.rows)
