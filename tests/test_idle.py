@@ -16,7 +16,15 @@ from jupyter_pause.idle_policy import (
     resolve_class,
 )
 
-from .helpers import api, execute, held_cell, session_status, start_session, wait_for_state
+from .helpers import (
+    api,
+    execute,
+    held_cell,
+    session_status,
+    start_client,
+    start_session,
+    wait_for_state,
+)
 
 THRESHOLD = 3
 STEPPED_THRESHOLD = 600
@@ -122,8 +130,7 @@ async def test_a_busy_kernel_printing_nothing_is_never_paused(
     watcher.clock = clock = HeldClock()  # no idle time passes until the cell runs
     path = write_notebook(jp_root_dir, "busy.ipynb")
     kernel_id = await open_notebook(jp_fetch, jp_serverapp, path)
-    client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
-    client.start_channels()
+    client = start_client(jp_serverapp, kernel_id)
     release = tmp_path / "release"
     try:
         # a send before the shell socket is connected can be lost
