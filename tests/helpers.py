@@ -17,6 +17,16 @@ async def start_session(jp_fetch, path):
     return json.loads(r.body)
 
 
+def start_client(jp_serverapp, kernel_id):
+    """A client of the server's kernel, its channels started: without the heartbeat,
+    which the kernel manager makes needless, and whose thread, stopped as it starts
+    (a client closed at once), spins making sockets until zmq refuses ("Too many open
+    files" in a test worker, thousands of descriptors meanwhile)."""
+    client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
+    client.start_channels(hb=False)
+    return client
+
+
 async def wait_for_state(jp_serverapp, kernel_id, state="idle", timeout=60):
     """Wait until the server reports ``state`` for the kernel.
 
@@ -25,7 +35,7 @@ async def wait_for_state(jp_serverapp, kernel_id, state="idle", timeout=60):
     """
     kernel = jp_serverapp.kernel_manager.get_kernel(kernel_id)
     client = kernel.client()
-    client.start_channels()
+    client.start_channels(hb=False)  # see start_client
     try:
         for _ in range(int(timeout / 0.2)):
             if kernel.execution_state == state:
@@ -40,9 +50,7 @@ async def wait_for_state(jp_serverapp, kernel_id, state="idle", timeout=60):
 
 async def execute(jp_serverapp, kernel_id, code, timeout=60):
     """Run ``code`` in the kernel as a user cell; returns the text of its result."""
-    kernel = jp_serverapp.kernel_manager.get_kernel(kernel_id)
-    client = kernel.client()
-    client.start_channels()
+    client = start_client(jp_serverapp, kernel_id)
     outputs = []
 
     def hook(msg):
@@ -130,6 +138,18 @@ async def wait_until(condition, timeout=60, what="the condition", interval=0.1):
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"{what} did not happen within {timeout} s")
         await asyncio.sleep(interval)
+
+
+def held_cell(release, deadline=300):
+    """A cell that keeps its kernel busy until the test creates the file ``release``
+    (or ``deadline`` seconds pass, so that a failed test leaves no kernel spinning):
+    a busy window that no loaded machine can make too short to see."""
+    return (
+        "import os, time\n"
+        f"end = time.monotonic() + {deadline}\n"
+        f"while not os.path.exists({str(release)!r}) and time.monotonic() < end:\n"
+        "    time.sleep(0.02)"
+    )
 
 
 def gate_code(folder, *, exit_code=None):

@@ -15,6 +15,7 @@ from .helpers import (
     operate,
     running_notebook,
     session_status,
+    start_client,
     start_session,
     wait_for_state,
     wait_operation,
@@ -165,8 +166,7 @@ async def test_deleting_a_checkpoint_while_the_kernel_writes_one_answers_409_at_
     assert (await operate(jp_fetch, "checkpoint", notebook_path))["outcome"] == "succeeded"
     earlier_id = (await session_status(jp_fetch, notebook_path))["last_checkpoint"]["id"]
     await execute(jp_serverapp, kernel_id, gate_code(tmp_path))
-    client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
-    client.start_channels()
+    client = start_client(jp_serverapp, kernel_id)
     try:
         await client.wait_for_ready(timeout=60)
         client.execute("%checkpoint")

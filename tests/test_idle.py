@@ -20,7 +20,9 @@ from .fakes import FakeClock
 from .helpers import (
     api,
     execute,
+    held_cell,
     session_status,
+    start_client,
     start_session,
     wait_for_state,
     wait_until,
@@ -133,16 +135,13 @@ async def test_a_busy_kernel_printing_nothing_is_never_paused(
     watcher = jp_serverapp.web_app.settings["jupyter_pause_idle"]
     path = write_notebook(jp_root_dir, "busy.ipynb")
     kernel_id = await open_notebook(jp_fetch, jp_serverapp, path)
-    done = tmp_path / "done"
-    client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
-    client.start_channels()
+    client = start_client(jp_serverapp, kernel_id)
+    release = tmp_path / "release"
     try:
         # a send before the shell socket is connected can be lost
         await client.wait_for_ready(timeout=60)
-        # silent and busy until the test is over
-        client.execute(
-            f"import os, time\nwhile not os.path.exists({str(done)!r}): time.sleep(0.05)"
-        )
+        # silent and busy until the test has looked, however slow the machine
+        client.execute(held_cell(release))
         await wait_for_state(jp_serverapp, kernel_id, "busy")
         clock.advance(THRESHOLD * 2)
         await watcher.check()
@@ -154,7 +153,7 @@ async def test_a_busy_kernel_printing_nothing_is_never_paused(
         assert "busy" in entry["reasons"][0]
         assert activity["server"]["idle"] is False
     finally:
-        done.touch()
+        release.touch()
         client.stop_channels()
     assert not ledger_events(jp_serverapp, path, "pause-requested")
 

@@ -15,6 +15,7 @@ from .helpers import (
     operate,
     running_notebook,
     session_status,
+    start_client,
     torch_gate,
     wait_for_state,
     wait_operation,
@@ -242,8 +243,7 @@ async def test_single_flight_under_concurrent_requests(jp_fetch, jp_serverapp, n
 async def kernel_busy_with(jp_serverapp, kernel_id, code):
     """The kernel runs ``code`` as a cell (not awaited); the block starts once the server
     sees it busy."""
-    client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
-    client.start_channels()
+    client = start_client(jp_serverapp, kernel_id)
     try:
         # a send before the shell socket is connected can be lost
         await client.wait_for_ready(timeout=60)

@@ -1,6 +1,8 @@
 """Pre-warmed spare kernels (server/prewarm.py) with a real server and real kernels, and
 the checkpoint read ahead while a resume's kernel starts."""
 
+import asyncio
+
 import pytest
 
 from jupyter_pause.engine import handoff
@@ -228,3 +230,36 @@ async def test_with_the_newest_checkpoint_damaged_the_fill_and_the_restore_agree
     name, n = where.split("\r")[-1].strip().split("|")
     assert name.startswith("/memfd:jupyter-pause-") and n == "1"
     assert await wait_until(lambda: not memfd_links(), 60, "the fill to let go of its memory")
+
+
+def calls_into_kernels():
+    """The tasks now in a call into a kernel (each with a kernel client open)."""
+
+    def awaiting(coro):
+        while coro is not None:
+            yield getattr(coro, "__qualname__", "")
+            coro = getattr(coro, "cr_await", None)
+
+    return [
+        t
+        for t in asyncio.all_tasks()
+        if not t.done() and "call_in_kernel" in awaiting(t.get_coro())
+    ]
+
+
+async def test_a_stop_during_a_warm_up_closes_its_kernel_client(
+    jp_fetch, jp_serverapp, notebook_path
+):
+    """The warm-up's call into its kernel has ended, its client closed, when the server
+    stops (seen in CI: each warm-up still running at a stop kept its client's zmq
+    context and heartbeat thread, 14 file descriptors, for good, until the test process
+    ran out: "Too many open files")."""
+    await paused_notebook(jp_fetch, jp_serverapp, notebook_path)
+    code, answer = await api(
+        jp_fetch, "sessions", "prewarm", method="POST", body={"path": notebook_path}
+    )
+    assert code == 202, answer
+    await wait_until(calls_into_kernels, what="the warm-up's call into the spare")
+    (pause,) = jp_serverapp.extension_manager.extension_apps["jupyter_pause"]
+    await asyncio.wait_for(pause.stop_extension(), 120)
+    assert calls_into_kernels() == []

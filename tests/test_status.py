@@ -8,7 +8,7 @@ import tornado.httpclient
 
 from jupyter_pause import __version__
 
-from .helpers import start_session, wait_for_state
+from .helpers import held_cell, start_client, start_session, wait_for_state
 
 
 async def get_status(jp_fetch):
@@ -17,7 +17,7 @@ async def get_status(jp_fetch):
 
 
 async def test_status_lists_a_notebook_session_with_its_real_state(
-    jp_fetch, jp_serverapp, notebook_path
+    jp_fetch, jp_serverapp, notebook_path, tmp_path
 ):
     model = await start_session(jp_fetch, notebook_path)
     kernel_id = model["kernel"]["id"]
@@ -35,17 +35,18 @@ async def test_status_lists_a_notebook_session_with_its_real_state(
     assert session["last_activity"]
 
     # a busy kernel is reported busy, not from a stale cache
-    km = jp_serverapp.kernel_manager.get_kernel(kernel_id)
-    client = km.client()
-    client.start_channels()
+    client = start_client(jp_serverapp, kernel_id)
+    release = tmp_path / "release"
     try:
         # a send before the shell socket is connected can be lost
         await client.wait_for_ready(timeout=60)
-        client.execute("import time; time.sleep(3)")
+        # busy until the test has looked: a loaded machine cannot end it unseen
+        client.execute(held_cell(release))
         await wait_for_state(jp_serverapp, kernel_id, "busy")
         (session,) = (await get_status(jp_fetch))["sessions"]
         assert session["execution_state"] == "busy"
     finally:
+        release.touch()
         client.stop_channels()
 
 
@@ -78,8 +79,7 @@ async def test_kernels_started_by_the_server_load_the_magics(jp_fetch, jp_server
     model = await start_session(jp_fetch, notebook_path)
     kernel_id = model["kernel"]["id"]
     await wait_for_state(jp_serverapp, kernel_id, "idle")
-    client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
-    client.start_channels()
+    client = start_client(jp_serverapp, kernel_id)
     try:
         await client.wait_for_ready(timeout=30)
         reply = await client.execute_interactive(

@@ -130,6 +130,12 @@ class PauseBackend(LoggingConfigurable):
         :class:`BackendError` when that place did not take them."""
         return None
 
+    def keeps_fleet(self) -> bool:
+        """Whether :meth:`publish_fleet` may hand the rows anywhere: where it cannot,
+        they are never made (nor the checkpoint store measured on disk for them).
+        Backends that override :meth:`publish_fleet` may (say so more precisely)."""
+        return type(self).publish_fleet is not PauseBackend.publish_fleet
+
     def describe(self) -> dict[str, Any]:
         """Backend facts for ``GET status``."""
         return {"name": self.name, "scope": self.scope}

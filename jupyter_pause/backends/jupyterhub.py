@@ -323,6 +323,9 @@ class JupyterHubBackend(PauseBackend):
 
     # -- the fleet ---------------------------------------------------------------
 
+    def keeps_fleet(self) -> bool:
+        return bool(self.service_url)
+
     async def publish_fleet(self, rows) -> str | None:
         """``PUT api/fleet/{user}/{server}`` at the service, with the server's token:
         the service keeps the rows, so the fleet counts this server while it is stopped."""

@@ -286,7 +286,13 @@ class PauseApp(ExtensionApp):
             jupyter_pause_ledger=self.ledger,
             jupyter_pause_version=__version__,
         )
-        IOLoop.current().add_callback(self._startup)
+        IOLoop.current().add_callback(self._begin_startup)
+
+    def _begin_startup(self):
+        """The loop runs: start the background work, unless the server already stops (a
+        stop that came first has nothing to wait for; nothing may start after it)."""
+        if getattr(self, "_stop_task", None) is None:
+            self._startup_task = asyncio.ensure_future(self._startup())
 
     def _register_metrics(self, clock):
         """``jupyter_pause_*`` on the server's ``/metrics`` (Jupyter's registry)."""
@@ -329,6 +335,8 @@ class PauseApp(ExtensionApp):
         else:
             self.log.info("jupyter-pause: auto-pause off (c.PauseApp.auto_pause = False)")
         report = await self.backend_instance.startup()
+        if getattr(self, "_stop_task", None) is not None:
+            return  # the server stops already: no resume begins, no hand-over either
         await self.manager.came_back(report)
         self.fleet.start()
         self.log.info(
@@ -440,6 +448,12 @@ class PauseApp(ExtensionApp):
     async def _stop(self):
         """Called by Jupyter Server before it shuts kernels down: pause every live
         notebook (within ``shutdown_grace``), then close."""
+        startup = getattr(self, "_startup_task", None)
+        if startup is not None:
+            # a stop right after the start: the loops and leases that the start-up
+            # begins are begun before they are stopped here, never after (a task left
+            # running on a closed loop, a close that waited for it)
+            await asyncio.gather(startup, return_exceptions=True)
         if getattr(self, "metrics", None) is not None:
             REGISTRY.unregister(self.metrics)
             self.metrics = None

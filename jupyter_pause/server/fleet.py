@@ -103,6 +103,8 @@ class FleetPublisher:
 
     async def publish(self) -> str | None:
         """One hand-over; where it went, or None (nowhere to, or it failed)."""
+        if not self.backend.keeps_fleet():
+            return None  # no rows to make: measuring every checkpoint folder is not free
         async with self._lock:
             try:
                 rows = await asyncio.to_thread(self.rows)
@@ -134,8 +136,10 @@ class FleetPublisher:
         if self._soon is not None:
             self._soon.cancel()
             self._soon = None
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        task, self._task = self._task, None
+        while task is not None and not task.done():
+            # again if need be: Python 3.11's wait_for drops a cancel that lands as
+            # its awaitable finishes (a hand-over that the local backend ends at once)
+            task.cancel()
+            await asyncio.wait({task}, timeout=1)
         await self.publish()

@@ -102,7 +102,10 @@ async def call_in_kernel(kernel_manager, function: str, timeout: float = 60, **k
         f"{function!r}, {json.dumps(json.dumps(kwargs))})"
     )
     client = kernel_manager.client()
-    client.start_channels()
+    # no heartbeat: the kernel's death is watched below, and jupyter_client's heartbeat
+    # thread, stopped as it starts (a call that ends at once), spins making sockets
+    # until zmq refuses ("Too many open files"), thousands of descriptors meanwhile
+    client.start_channels(hb=False)
     died = asyncio.ensure_future(wait_for_death(kernel_manager))
     call = asyncio.ensure_future(_execute(client, expression, timeout))
     try:

@@ -756,7 +756,7 @@ class PauseManager:
         self.recorder.fail(session, op, message)
 
     async def close(self) -> None:
-        self.reconciler.close()
+        await self.reconciler.close()
         self.recovery.close()
         self.prewarmer.stop_preparing()
         self.give_up_waiting()

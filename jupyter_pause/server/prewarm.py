@@ -61,7 +61,9 @@ class Prewarmer:
                 kernel_name=kernel_name, path=posixpath.dirname(path), env=env
             )
             self._spares[path] = kernel_id
-            self._warming[path] = asyncio.ensure_future(self._warm_up(kernel_id))
+            self._warming[path] = warming = asyncio.ensure_future(self._warm_up(kernel_id))
+            self._tasks.add(warming)  # kept past _forget, for shutdown to end it
+            warming.add_done_callback(self._tasks.discard)
         self._arm(path)
         return kernel_id
 
@@ -91,6 +93,13 @@ class Prewarmer:
     async def shutdown(self) -> None:
         for path in list(self._spares):
             await self.discard(path)
+        # a warm-up still under way (its spare discarded or adopted) ends now, with its
+        # kernel client's channels closed: a task left pending when the loop closes
+        # keeps that client's heartbeat thread and zmq context (14 descriptors) forever
+        tasks = [t for t in self._tasks if not t.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     # ------------------------------------------------- preparing a resume
 

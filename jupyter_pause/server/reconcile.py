@@ -79,14 +79,20 @@ class Reconciler:
         self.released_kernels: set[str] = set()
         self._death_watched: set[str] = set()  # kernels whose restarter tells us of a death
         self._tasks: set[asyncio.Task] = set()
+        #: kernel-start listeners under way (tasks of Jupyter's event bus, which nobody
+        #: awaits): :meth:`close` waits for them, so none is left pending on the loop
+        self._listening: set[asyncio.Task] = set()
         self._closed = False
         activity.listeners.append(self.on_activity)
 
-    def close(self) -> None:
-        """The server stops: events are no longer heard, and a death being settled ends."""
+    async def close(self) -> None:
+        """The server stops: events are no longer heard, a death being settled ends, and
+        the kernel-start listeners under way see it within a moment and end."""
         self._closed = True
         for task in list(self._tasks):
             task.cancel()
+        if self._listening:
+            await asyncio.wait(set(self._listening), timeout=30)
 
     def _spawn(self, coro) -> None:
         task = asyncio.ensure_future(coro)
@@ -180,12 +186,19 @@ class Reconciler:
         if self._closed or not kernel_id or data.get("status", "success") != "success":
             return
         if data.get("action") == "start":
-            for _ in range(50):
-                live = await self.jupyter_sessions()
-                if any(m["kernel"]["id"] == kernel_id for m in live.values()):
-                    await self.sync()
-                    return
-                await asyncio.sleep(0.1)
+            task = asyncio.current_task()
+            self._listening.add(task)
+            try:
+                for _ in range(50):  # a kernel without a session (a spare) is not waited long
+                    if self._closed:
+                        return
+                    live = await self.jupyter_sessions()
+                    if any(m["kernel"]["id"] == kernel_id for m in live.values()):
+                        await self.sync()
+                        return
+                    await asyncio.sleep(0.1)
+            finally:
+                self._listening.discard(task)
         elif data.get("action") == "shutdown":
             self.kernel_stopped(kernel_id, time.time())
 

@@ -3,8 +3,12 @@ pauses by hand (``GET sessions/unsaveable``)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from .errors import PauseError
 from .kernels import KernelCallError, call_in_kernel
+from .manager import BUSY_GRACE
 
 
 async def unsaveable(manager, path: str) -> dict[str, str]:
@@ -14,8 +18,13 @@ async def unsaveable(manager, path: str) -> dict[str, str]:
     if path not in live:
         raise PauseError(f"{path!r} has no running kernel", status=409)
     kernel_id = live[path]["kernel"]["id"]
-    if manager.execution_state(kernel_id) == "busy":
-        raise PauseError(f"the kernel of {path!r} is busy running a cell", status=409)
+    # as a pause does, wait a moment: the busy may be the end of a cell, or of this
+    # read's own previous call, that the server's IOPub listener has not seen end yet
+    deadline = time.monotonic() + BUSY_GRACE
+    while manager.execution_state(kernel_id) == "busy":
+        if time.monotonic() > deadline:
+            raise PauseError(f"the kernel of {path!r} is busy running a cell", status=409)
+        await asyncio.sleep(0.1)
     try:
         km = manager.kernel_manager.get_kernel(kernel_id)
         return await call_in_kernel(km, "unsaveable", timeout=min(60, manager.kernel_call_timeout))

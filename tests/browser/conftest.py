@@ -136,6 +136,17 @@ def write_notebook(root: Path, name: str, sources: list[str]) -> str:
     return name
 
 
+def first_source_on_disk(root: Path, name: str) -> str | None:
+    """The source of the notebook's first cell as saved on disk, or None while a save is
+    under way: Jupyter writes a notebook in place (its "atomic" writing keeps a copy for
+    a crash, not the file whole for readers), so a read meanwhile gets an empty or
+    partial file."""
+    try:
+        return "".join(json.loads((root / name).read_text())["cells"][0]["source"])
+    except json.JSONDecodeError:
+        return None
+
+
 STATUS = "[data-jp-pause='status']"
 #: the visible text (the item also holds a live region for screen readers)
 STATUS_TEXT = "[data-jp-pause='status'] > span:first-child"

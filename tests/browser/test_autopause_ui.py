@@ -5,7 +5,15 @@ import json
 
 import pytest
 
-from .conftest import STATUS, STATUS_TEXT, current_cells, wait_status, write_notebook
+from ..helpers import wait_for
+from .conftest import (
+    STATUS,
+    STATUS_TEXT,
+    current_cells,
+    first_source_on_disk,
+    wait_status,
+    write_notebook,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -42,8 +50,9 @@ def test_auto_pause_is_visible_before_during_and_after(lab_factory, page, screen
     page.keyboard.press("End")
     page.keyboard.type("  # typed, never saved")
     wait_status(page, "Pause: Paused", timeout=60_000)
-    saved = json.loads((lab.root / "idle.ipynb").read_text())
-    assert "typed, never saved" in "".join(saved["cells"][0]["source"])
+    # (read whole: a save by JupyterLab's own autosave may be writing it in place)
+    source = wait_for(lambda: first_source_on_disk(lab.root, "idle.ipynb"), 30, "a whole file")
+    assert "typed, never saved" in source
 
     # it says what happened, and why, and keeps saying it
     notice = page.locator(".Toastify__toast", has_text="was paused automatically")

@@ -55,8 +55,13 @@ def the_tab_has_the_state(lab, page, name):
 
 def test_a_scheduled_resume_is_followed_by_the_open_tab(shared_lab, page):
     lab, name = shared_lab, "scheduled.ipynb"
-    opened_and_paused(lab, page, name, resume_at=time.time() + 20)
+    # due only once the tab has seen the pause: a resume that fell due during a slow
+    # pause left the tab no moment to show "Paused" (seen under load: a 90 s timeout)
+    opened_and_paused(lab, page, name, resume_at=time.time() + 3600)
     assert session_of(lab, name)["schedule"]["kind"] == "scheduled"
+    body = {"path": name, "resume_at": time.time() + 2}
+    answer = lab.api("PUT", "jupyter-pause/api/sessions/schedule", body)  # replaces it
+    assert answer["schedule"]["kind"] == "scheduled"
 
     wait_for(lambda: session_of(lab, name)["state"] in ("ready", "running"), "the resume")
     ready_at = time.monotonic()

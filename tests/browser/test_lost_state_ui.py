@@ -14,6 +14,7 @@ import pytest
 from ..helpers import wait_for
 from .conftest import (
     current_cells,
+    first_source_on_disk,
     jupyter_kernels_for,
     run_cell,
     session_of,
@@ -138,8 +139,7 @@ def test_percent_pause_saves_the_notebook_file(lab, page):
     assert session_of(lab, "magic.ipynb")["paused_by"] == "magic"
 
     def saved():
-        source = json.loads((lab.root / "magic.ipynb").read_text())["cells"][0]["source"]
-        return "typed, never saved" in "".join(source)
+        return "typed, never saved" in (first_source_on_disk(lab.root, "magic.ipynb") or "")
 
     wait_for(saved, 30, what="the edit saved to disk")
 
