@@ -203,8 +203,8 @@ class PauseApp(ExtensionApp):
         self._make_private_folders()
         self.ledger = Ledger(Path(self.state_dir) / "ledger.sqlite3", user=user)
         self._connect_event_bus()
-        self.backend_instance = self._make_backend()
         clock = SYSTEM  # one clock for all: wall to show and schedule, monotonic to measure
+        self.backend_instance = self._make_backend(clock)
         # the policies stand above the manager and are built after it: they reach it as
         # ports, which find them when first called; the idle watcher's when it is on
         # a kernel's class is decided when it starts, for the ledger's rows whether or not
@@ -366,7 +366,7 @@ class PauseApp(ExtensionApp):
                 int(max(pausing)),
             )
 
-    def _make_backend(self) -> PauseBackend:
+    def _make_backend(self, clock) -> PauseBackend:
         cls = self.backend_class
         if cls is None:
             from ..backends import backend_class_for
@@ -376,6 +376,7 @@ class PauseApp(ExtensionApp):
             parent=self,
             log=self.log,
             ledger=self.ledger,
+            clock=clock,
             state_dir=self.state_dir,
             checkpoint_dir=self._checkpoint_location(),
         )
