@@ -11,12 +11,14 @@ from jupyter_pause.report.build import build_report
 from .helpers import execute, operate, start_session, wait_for_state, wait_until
 
 
-@pytest.fixture
-def jp_server_config(jp_server_config):
+@pytest.fixture(params=[True, False], ids=["auto-pause", "auto-pause-off"])
+def jp_server_config(jp_server_config, request):
     return {
         **jp_server_config,
         "PauseApp": {
             **jp_server_config["PauseApp"],
+            # the class is the ledger's as much as the idle policy's: off, it is still known
+            "auto_pause": request.param,
             # no idle check runs during the test: the first would come in an hour
             "idle_check_interval": 3600,
             "workload_classes": {"training": {"idle_threshold": 7200}},
