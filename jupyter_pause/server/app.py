@@ -205,8 +205,6 @@ class PauseApp(ExtensionApp):
         self._connect_event_bus()
         clock = SYSTEM  # one clock for all: wall to show and schedule, monotonic to measure
         self.backend_instance = self._make_backend(clock)
-        # the policies stand above the manager and are built after it: they reach it as
-        # ports, which find them when first called; the idle watcher's when it is on
         # a kernel's class is decided when it starts, for the ledger's rows whether or not
         # the idle policies are on
         classifier = WorkloadClassifier(
@@ -216,6 +214,8 @@ class PauseApp(ExtensionApp):
             contents_manager=self.serverapp.contents_manager,
             log=self.log,
         )
+        # the policies stand above the manager and are built after it: they reach it as
+        # ports, which find them when first called; the idle watcher's when it is on
         on = self.auto_pause
         policies = Policies(
             workload_class=classifier.classify if on else None,
