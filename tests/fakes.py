@@ -15,8 +15,10 @@ from pathlib import Path
 from jupyter_pause.backends.base import PauseBackend, ReleaseFacts
 from jupyter_pause.clock import SYSTEM
 from jupyter_pause.engine import api as engine
+from jupyter_pause.idle_policy import load_classes
 from jupyter_pause.ledger import Ledger
 from jupyter_pause.lifecycle import SessionStore
+from jupyter_pause.server.classify import WorkloadClassifier
 from jupyter_pause.server.kernels import KernelCallError
 from jupyter_pause.server.manager import PauseManager
 from jupyter_pause.server.ports import Policies
@@ -199,11 +201,13 @@ def make_manager(
 ):
     """A PauseManager over fakes, its checkpoints and session file under ``tmp_path``."""
     kernels = FakeKernelManager()
+    contents = FakeContentsManager(notebooks)
+    log = logging.getLogger("test")
     checkpoint_dir = tmp_path / "checkpoints"
     manager = PauseManager(
         kernel_manager=kernels,
         session_manager=FakeSessionManager(kernels),
-        contents_manager=FakeContentsManager(notebooks),
+        contents_manager=contents,
         store=store or SessionStore(tmp_path / "sessions.json"),
         ledger=Ledger(),
         backend=FakeBackend(),
@@ -211,10 +215,17 @@ def make_manager(
         keep_checkpoints=3,
         kernel_call_timeout=60,
         idle_wait_timeout=60,
-        log=logging.getLogger("test"),
+        log=log,
         activity=FakeActivity(clock),
         call=kernel_call(checkpoint_dir),
         clock=clock,
+        classifier=WorkloadClassifier(
+            classes=load_classes(),
+            default_class="gpu-interactive",
+            kernel_manager=kernels,
+            contents_manager=contents,
+            log=log,
+        ),
         policies=policies,
     )
     manager.recovered.set()  # nothing to recover unless a test calls recover()

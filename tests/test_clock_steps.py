@@ -13,6 +13,7 @@ from jupyter_pause.idle_policy import load_classes
 from jupyter_pause.ledger import EventType
 from jupyter_pause.lifecycle import State
 from jupyter_pause.server.activity import ActivityMonitor, KernelActivity
+from jupyter_pause.server.classify import WorkloadClassifier
 from jupyter_pause.server.idle_watcher import IdleWatcher, iso
 from jupyter_pause.server.scheduler import ResumeScheduler
 
@@ -52,9 +53,13 @@ def watcher_for(manager, clock):
         activity=manager.activity,
         ledger=manager.ledger,
         kernel_manager=manager.kernel_manager,
-        contents_manager=manager.contents_manager,
-        classes=load_classes(classes),
-        default_class="gpu-interactive",
+        classifier=WorkloadClassifier(
+            classes=load_classes(classes),
+            default_class="gpu-interactive",
+            kernel_manager=manager.kernel_manager,
+            contents_manager=manager.contents_manager,
+            log=manager.log,
+        ),
         interval=3600,
         log=manager.log,
         clock=clock,

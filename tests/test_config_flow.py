@@ -11,6 +11,8 @@ from jupyter_pause.engine import paths
 from jupyter_pause.server.app import PauseApp
 from jupyter_pause.server.kernels import PauseKernelManager
 
+from .fakes import FakeClock
+
 PACKAGE = Path(jupyter_pause.__file__).parent
 
 
@@ -36,14 +38,16 @@ def test_the_hub_backend_records_its_pause_in_the_state_dir_it_is_given(tmp_path
     assert backend.read_state() == {"pause": {"at": 1}}
 
 
-def test_the_app_hands_its_dirs_to_the_backend(tmp_path):
+def test_the_app_hands_its_dirs_and_clock_to_the_backend(tmp_path):
     app = PauseApp(
         backend="local", state_dir=str(tmp_path / "state"), checkpoint_dir=str(tmp_path / "ck")
     )
     app.ledger = None
-    backend = app._make_backend()
+    clock = FakeClock()
+    backend = app._make_backend(clock)
     assert backend.state_dir == str(tmp_path / "state")
     assert backend.checkpoint_dir == str(tmp_path / "ck")
+    assert backend.clock is clock
 
 
 def test_the_kernel_manager_hands_kernels_the_settings_it_is_given(tmp_path):

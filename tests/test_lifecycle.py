@@ -354,6 +354,7 @@ def test_sessions_round_trip_with_their_lease():
 
 async def test_the_idle_watcher_acts_only_through_the_operations_it_is_given(tmp_path):
     from jupyter_pause.idle_policy import load_classes
+    from jupyter_pause.server.classify import WorkloadClassifier
     from jupyter_pause.server.idle_watcher import IdleWatcher
 
     clock = FakeClock()
@@ -367,11 +368,15 @@ async def test_the_idle_watcher_acts_only_through_the_operations_it_is_given(tmp
         activity=manager.activity,
         ledger=manager.ledger,
         kernel_manager=manager.kernel_manager,
-        contents_manager=manager.contents_manager,
-        classes=load_classes(
-            {"gpu-interactive": {"idle_threshold": 60, "min_running_time": 0, "warn_before": 0}}
+        classifier=WorkloadClassifier(
+            classes=load_classes(
+                {"gpu-interactive": {"idle_threshold": 60, "min_running_time": 0, "warn_before": 0}}
+            ),
+            default_class="gpu-interactive",
+            kernel_manager=manager.kernel_manager,
+            contents_manager=manager.contents_manager,
+            log=manager.log,
         ),
-        default_class="gpu-interactive",
         interval=3600,
         log=manager.log,
         clock=clock,

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from traitlets import Instance, Unicode, Union, default
 from traitlets.config import LoggingConfigurable
 
+from ..clock import SYSTEM, Clock
 from ..engine import paths
 
 if TYPE_CHECKING:
@@ -97,10 +98,13 @@ class PauseBackend(LoggingConfigurable):
     def _default_state_dir(self):
         return str(paths.pause_data_dir())
 
-    def __init__(self, ledger=None, **kwargs):
+    def __init__(self, ledger=None, clock: Clock = SYSTEM, **kwargs):
         super().__init__(**kwargs)
         #: the server's ledger, for events only the platform sees (snapshots, capacity)
         self.ledger = ledger
+        #: the server's wall clock (``PauseApp`` hands it down; tests step it): when the
+        #: platform's rows and annotations happened
+        self.clock = clock
 
     async def release(self, sessions: list[Session], shutdown_kernel: Callable) -> ReleaseFacts:
         """Free the accelerator of ``sessions`` after their checkpoints are durable.

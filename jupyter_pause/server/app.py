@@ -34,6 +34,7 @@ from ..lifecycle import SessionStore
 from ..version import __version__
 from .autosave import Autosaver
 from .capacity import ResumeGate, machine_limit
+from .classify import WorkloadClassifier
 from .explain import policy_summary
 from .fleet import FleetPublisher
 from .handlers import ROUTES
@@ -202,13 +203,22 @@ class PauseApp(ExtensionApp):
         self._make_private_folders()
         self.ledger = Ledger(Path(self.state_dir) / "ledger.sqlite3", user=user)
         self._connect_event_bus()
-        self.backend_instance = self._make_backend()
         clock = SYSTEM  # one clock for all: wall to show and schedule, monotonic to measure
+        self.backend_instance = self._make_backend(clock)
+        # a kernel's class is decided when it starts, for the ledger's rows whether or not
+        # the idle policies are on
+        classifier = WorkloadClassifier(
+            classes=load_classes(self.workload_classes),
+            default_class=self.default_workload_class,
+            kernel_manager=self.serverapp.kernel_manager,
+            contents_manager=self.serverapp.contents_manager,
+            log=self.log,
+        )
         # the policies stand above the manager and are built after it: they reach it as
         # ports, which find them when first called; the idle watcher's when it is on
         on = self.auto_pause
         policies = Policies(
-            workload_class=(lambda s: self.idle_watcher.workload_class(s)) if on else None,
+            workload_class=classifier.classify if on else None,
             auto_pause_status=(lambda s: self.idle_watcher.auto_pause_status(s)) if on else None,
             after_pause=lambda s: self.scheduler.predict(s),
         )
@@ -226,6 +236,7 @@ class PauseApp(ExtensionApp):
             log=self.log,
             clock=clock,
             resume_gate=ResumeGate(self.max_concurrent_resumes),
+            classifier=classifier,
             policies=policies,
         )
         self._prepare_kernels(self.manager.kernel_settings())
@@ -249,21 +260,19 @@ class PauseApp(ExtensionApp):
                 activity=self.manager.activity,
                 ledger=self.ledger,
                 kernel_manager=self.serverapp.kernel_manager,
-                contents_manager=self.serverapp.contents_manager,
-                classes=load_classes(self.workload_classes),
-                default_class=self.default_workload_class,
+                classifier=classifier,
                 interval=self.idle_check_interval,
                 log=self.log,
                 clock=clock,
             )
             self._warn_about_culling()
-            if any(c.autosave_every is not None for c in self.idle_watcher.classes.values()):
+            if any(c.autosave_every is not None for c in classifier.classes.values()):
                 self.autosaver = Autosaver(
                     operations=self.manager,
                     store=self.manager.store,
                     activity=self.manager.activity,
                     ledger=self.ledger,
-                    workload_class=self.idle_watcher.workload_class,
+                    workload_class=classifier.classify,
                     log=self.log,
                     clock=clock,
                 )
@@ -330,7 +339,7 @@ class PauseApp(ExtensionApp):
             self.idle_watcher.start()
             self.log.info(
                 "jupyter-pause: auto-pause on (c.PauseApp.workload_classes to change): %s",
-                policy_summary(self.idle_watcher.classes, self.default_workload_class),
+                policy_summary(self.idle_watcher.classifier.classes, self.default_workload_class),
             )
         else:
             self.log.info("jupyter-pause: auto-pause off (c.PauseApp.auto_pause = False)")
@@ -352,7 +361,7 @@ class PauseApp(ExtensionApp):
         cull = getattr(kernel_manager, "cull_idle_timeout", 0) or 0
         pausing = [
             c.idle_threshold
-            for c in self.idle_watcher.classes.values()
+            for c in self.idle_watcher.classifier.classes.values()
             if c.acts and c.action == "pause"
         ]
         if cull and pausing and cull <= max(pausing):
@@ -365,7 +374,7 @@ class PauseApp(ExtensionApp):
                 int(max(pausing)),
             )
 
-    def _make_backend(self) -> PauseBackend:
+    def _make_backend(self, clock) -> PauseBackend:
         cls = self.backend_class
         if cls is None:
             from ..backends import backend_class_for
@@ -375,6 +384,7 @@ class PauseApp(ExtensionApp):
             parent=self,
             log=self.log,
             ledger=self.ledger,
+            clock=clock,
             state_dir=self.state_dir,
             checkpoint_dir=self._checkpoint_location(),
         )

@@ -53,7 +53,7 @@ def saved_state_unrestored(session: Session) -> dict[str, Any] | None:
 
 async def explain(session: Session, resolve_class=None) -> dict[str, Any]:
     """The ``paused_by``, ``policy`` and ``saved_state_unrestored`` fields of a
-    session in ``GET status``; ``resolve_class`` is the idle watcher's, when
+    session in ``GET status``; ``resolve_class`` is the workload classifier's, when
     auto-pause is on."""
     policy = None
     if resolve_class is not None:

@@ -15,14 +15,14 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from jupyter_server.utils import ensure_async
 from tornado.ioloop import PeriodicCallback
 
 from .. import nvml
 from ..clock import SYSTEM, Clock, Instant
-from ..idle_policy import ActivityFacts, Verdict, WorkloadClass, judge, resolve_class
+from ..idle_policy import ActivityFacts, Verdict, WorkloadClass, judge
 from ..ledger import EventType
 from ..lifecycle import OperationInProgress, State
+from .classify import WorkloadClassifier
 from .errors import PauseError
 
 
@@ -52,31 +52,22 @@ class IdleWatcher:
         activity,
         ledger,
         kernel_manager,
-        contents_manager,
-        classes: dict[str, WorkloadClass],
-        default_class: str,
+        classifier: WorkloadClassifier,
         interval: float,
         log,
         clock: Clock = SYSTEM,
     ):
-        if default_class not in classes:
-            raise ValueError(
-                f"default workload class {default_class!r} is not one of {sorted(classes)}"
-            )
         self.operations = operations
         self.store = store
         self.activity = activity
         self.ledger = ledger
         self.kernel_manager = kernel_manager
-        self.contents_manager = contents_manager
-        self.classes = classes
-        self.default_class = default_class
+        self.classifier = classifier
         self.interval = interval
         self.log = log
         self.clock = clock
         self._warned: set[str] = set()
         self._auto_checkpointed: dict[str, Instant] = {}
-        self._resolved: dict[str, tuple[str, str]] = {}  # kernel id -> (class, source)
         self._gpu_cache: dict[str, tuple[float, float | None]] = {}  # kernel id -> (monotonic, %)
         self._callback: PeriodicCallback | None = None
 
@@ -89,45 +80,6 @@ class IdleWatcher:
             self._callback.stop()
 
     # ---------------------------------------------------------------- facts
-
-    async def workload_class(self, session) -> tuple[WorkloadClass, str]:
-        """The session's class, resolved once per kernel (notebook metadata,
-        kernelspec, environment, default).  A session without a kernel keeps
-        the class it last ran under (recorded in the session): a status of a
-        thousand paused notebooks reads none of them."""
-        key = session.kernel_id or session.path
-        if key not in self._resolved and not session.kernel_id and session.workload_class:
-            self._resolved[key] = session.workload_class, "recorded"
-        if key not in self._resolved:
-            notebook_metadata = kernelspec_metadata = None
-            try:
-                model = await ensure_async(self.contents_manager.get(session.path, content=True))
-                notebook_metadata = dict(model["content"].get("metadata", {}))
-            except Exception:
-                self.log.debug("jupyter-pause: no notebook metadata for %s", session.path)
-            if session.kernel_name:
-                try:
-                    spec_manager = self.kernel_manager.kernel_spec_manager
-                    spec = await ensure_async(spec_manager.get_kernel_spec(session.kernel_name))
-                    kernelspec_metadata = spec.metadata
-                except Exception:
-                    self.log.debug("jupyter-pause: no kernelspec %s", session.kernel_name)
-            self._resolved[key] = resolve_class(
-                notebook_metadata=notebook_metadata,
-                kernelspec_metadata=kernelspec_metadata,
-                default=self.default_class,
-            )
-        name, source = self._resolved[key]
-        if name not in self.classes:
-            self.log.warning(
-                "jupyter-pause: unknown workload class %r for %s; using %r",
-                name,
-                session.path,
-                self.default_class,
-            )
-            name, source = self.default_class, f"default (unknown class {name!r})"
-        session.workload_class = name
-        return self.classes[name], source
 
     def verdict(self, session, policy: WorkloadClass, now: float | None = None) -> Verdict | None:
         """``now``: on the monotonic clock."""
@@ -174,7 +126,7 @@ class IdleWatcher:
             ):
                 self._warned.discard(path)
                 continue
-            policy, _ = await self.workload_class(session)
+            policy, _ = await self.classifier.classify(session)
             verdict = self.verdict(session, policy)
             if verdict is None:
                 continue
@@ -235,7 +187,7 @@ class IdleWatcher:
         """The ``auto_pause`` field of a session in ``GET status``."""
         if session.state not in (State.RUNNING, State.READY) or not session.kernel_id:
             return None
-        policy, _ = await self.workload_class(session)
+        policy, _ = await self.classifier.classify(session)
         verdict = self.verdict(session, policy)
         if verdict is None or verdict.seconds_left is None or not verdict.idle:
             return None
@@ -261,7 +213,7 @@ class IdleWatcher:
             kernel = (live.get(path) or {}).get("kernel") or {}
             if not session.kernel_id or kernel.get("id") != session.kernel_id:
                 continue
-            policy, source = await self.workload_class(session)
+            policy, source = await self.classifier.classify(session)
             verdict = self.verdict(session, policy, now)
             activity = self.activity.for_path(path)
             if verdict is None or activity is None:

@@ -50,6 +50,7 @@ from ..protocol import CheckpointReply, RestoreReply, user_skipped
 from .activity import ActivityMonitor
 from .capacity import ResumeGate, machine_limit
 from .catalogue import Catalogue
+from .classify import WorkloadClassifier
 from .errors import PauseError
 from .explain import status_rows
 from .kernels import KernelCallError, KernelDied, call_in_kernel
@@ -85,6 +86,7 @@ class PauseManager:
         call=call_in_kernel,
         clock: Clock = SYSTEM,
         resume_gate: ResumeGate | None = None,
+        classifier: WorkloadClassifier,
         policies: Policies = Policies(),
     ):
         self.kernel_manager = kernel_manager
@@ -123,8 +125,10 @@ class PauseManager:
             catalogue=self.catalogue,
             activity=self.activity,
             prewarmer=self.prewarmer,
+            classifier=classifier,
             log=log,
         )
+        self.classifier = classifier
         #: how to run a kernel_ops function in a kernel (a fake in unit tests)
         self.call = call
         #: the owner written into the lease of every operation this process runs
@@ -669,6 +673,7 @@ class PauseManager:
                 self.recorder.record(EventType.CAPACITY_ACQUIRED, session, op)
             kernel_id, started_here = await self.reconciler.kernel_for_resume(session, op)
             if started_here:
+                await self.classifier.classify(session)
                 self.recorder.record(EventType.KERNEL_STARTED, session, op)
             self.recorder.move(session, State.RESTORING, op, "restoring the checkpoint")
             self.recorder.record(EventType.RESTORE_STARTED, session, op)

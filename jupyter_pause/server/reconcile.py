@@ -21,6 +21,7 @@ from ..ledger import EventType
 from ..lifecycle import LiveState, LostState, Operation, Session, SessionStore, State
 from .activity import ActivityMonitor
 from .catalogue import Catalogue
+from .classify import WorkloadClassifier
 from .errors import PauseError
 from .prewarm import Prewarmer
 from .recorder import Recorder
@@ -61,6 +62,7 @@ class Reconciler:
         catalogue: Catalogue,
         activity: ActivityMonitor,
         prewarmer: Prewarmer,
+        classifier: WorkloadClassifier,
         log,
     ):
         self.kernel_manager = kernel_manager
@@ -71,6 +73,7 @@ class Reconciler:
         self.catalogue = catalogue
         self.activity = activity
         self.prewarmer = prewarmer
+        self.classifier = classifier
         self.log = log
         #: notebooks resumed whose first cell has not run yet
         self.first_cell_pending: set[str] = set()
@@ -136,6 +139,16 @@ class Reconciler:
         ``stopped_at`` is when a kernel that is gone stopped, if known.
         """
         live = await self.jupyter_sessions()
+        # the classes of kernels new to their notebooks, read before any session moves:
+        # their first row (kernel-started) carries the class
+        classes = {}
+        for path, model in live.items():
+            kernel, known = model["kernel"], self.store.sessions.get(path)
+            if kernel["id"] not in self.released_kernels and (
+                known is None or known.kernel_id != kernel["id"]
+            ):
+                policy, _ = await self.classifier.resolve(path, kernel["id"], kernel.get("name"))
+                classes[path] = policy.name
         for path, model in list(live.items()):
             session = self.store.get(path)
             kernel = model["kernel"]
@@ -149,6 +162,7 @@ class Reconciler:
                 # kernel) until the user runs a cell in it.
                 session.kernel_id = kernel["id"]
                 session.kernel_name = kernel.get("name")
+                session.workload_class = classes.get(path, session.workload_class)
                 session.state_checkpoint = None  # an empty kernel, started on purpose
                 self.recorder.record(EventType.KERNEL_STARTED, session, None, started_by="user")
                 if session.state in (State.PAUSED, State.FAILED):
@@ -457,6 +471,7 @@ class Reconciler:
             if kernel_id != session.kernel_id:
                 session.kernel_id = kernel_id
                 session.kernel_name = live["kernel"].get("name")
+                await self.classifier.classify(session)
                 self.recorder.record(EventType.KERNEL_STARTED, session, op, started_by="user")
             await self.prewarmer.discard(path)
             return kernel_id, False

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 
 import pytest
@@ -22,7 +23,7 @@ from conftest import FAST, NAMESPACE, WORKSPACE, Clock, NodePool, Scenario, ws_b
 from jupyter_pause import cli as cli_mod
 from jupyter_pause.backends.base import ReleaseFacts
 from jupyter_pause.backends.kubernetes.client import KubeClient, KubeError
-from jupyter_pause.backends.kubernetes.common import A_FLEET, parse_time
+from jupyter_pause.backends.kubernetes.common import A_FLEET, A_PAUSED_AT, A_RESUMED_AT, parse_time
 from jupyter_pause.backends.kubernetes.follow import follow_round
 from jupyter_pause.backends.kubernetes.podsnapshot import GkePodSnapshotBackend
 from jupyter_pause.backends.kubernetes.resume import start_resume
@@ -75,7 +76,7 @@ class Notebook:
         self.ledger.record(
             EventType.ACCELERATOR_RELEASED,
             path="work.ipynb",
-            time_=self.cluster.clock.time(),
+            time_=facts.released_at or time.time(),
             gpus=1,
             **{k: v for k, v in facts.details.items() if k == "node"},
         )
@@ -424,6 +425,56 @@ def test_a_simulated_week_agrees_with_the_emulators_node_book(
                   f"scaled-down {c['scaled_down']:6.2f} idle {c['idle']:5.2f} "
                   f"kept-up {c['kept_up']:6.2f} node-h up {c['node_hours_up']:6.2f} "
                   f"removed {c['node_hours_removed']:6.2f}")  # fmt: skip
+
+
+def test_a_pod_snapshot_week_is_on_the_clock_it_is_given(pool_cluster, sessions, shutdown_kernel):
+    """A workweek of pod-snapshot pauses at 17:00 and resumes at 8:00 (a new node each
+    morning, 2 minutes to come up) on the cluster's fake clock: every row the backend
+    writes, the release the manager records from its facts and the state annotations
+    are on that clock, and the ledger's accelerator-hours are within 1 % of the
+    emulator's own book of the pod's GPU."""
+    cluster = pool_cluster(gpus_per_node=1, scale_up_seconds=120)
+    cluster.nodes.add_node()
+    nb = Notebook(cluster, NAMESPACE)
+    t0 = cluster.clock.time()
+    hour, day = 3600.0, 86400.0
+    for d in range(5):
+        cluster.advance(t0 + d * day + 17 * hour - cluster.clock.time())
+        facts = nb.pause(sessions, shutdown_kernel)
+        assert facts.released_at == cluster.clock.time()
+        assert parse_time(cluster.state()[A_PAUSED_AT]) == pytest.approx(t0 + d * day + 17 * hour)
+        cluster.advance(t0 + (d + 1) * day + 8 * hour - cluster.clock.time())
+        nb.resume()
+        cluster.ctl.settle()
+        for _ in range(10):  # the autoscaler brings a node up
+            if cluster.pod_ready(f"{nb.name}-0", NAMESPACE):
+                break
+            cluster.advance(MINUTE)
+        nb.came_back()
+        assert parse_time(cluster.state()[A_RESUMED_AT]) == pytest.approx(cluster.clock.time())
+    end = cluster.clock.time()
+    rows = nb.ledger.events()
+    assert {e.type for e in rows} >= {
+        EventType.SNAPSHOT_REQUESTED,
+        EventType.SNAPSHOT_READY,
+        EventType.WORKSPACE_STOPPED,
+        EventType.ACCELERATOR_RELEASED,
+        EventType.CAPACITY_ACQUIRED,
+        EventType.STATE_CHANGED,
+    }
+    off_clock = [(e.type.value, e.time) for e in rows if not t0 <= e.time <= end]
+    assert not off_clock, off_clock
+
+    # the emulator's book of the pod's GPU, against the ledger's report
+    held = sum(
+        min(a.end if a.end is not None else end, end) - max(a.start, t0)
+        for a in cluster.nodes.book.allocations
+        if a.namespace == NAMESPACE
+    )
+    expected = {"allocated": held / hour, "released": (end - t0 - held) / hour}
+    got = build_report(rows, since=t0, until=end, now=end).to_json()["totals"]["gpu_hours"]
+    for key, hours in expected.items():
+        assert abs(got[key] - hours) <= 0.01 * hours, (key, got, expected)
 
 
 def test_kubeflow_workspace_node_followed_and_recorded(pool_cluster, sessions, shutdown_kernel):

@@ -51,7 +51,6 @@ from typing import Any
 
 from traitlets import Bool, Float, Unicode
 
-from ...clock import SYSTEM, Clock
 from ...ledger import EventType
 from ..base import BackendError, PauseBackend, ReleaseFacts, StartupReport
 from . import compat
@@ -314,14 +313,10 @@ class KubeBackend(PauseBackend):
         "without waiting for the user (reported in StartupReport.info['auto_resume'])",
     ).tag(config=True)
 
-    def __init__(
-        self, ledger=None, client: KubeClient | None = None, clock: Clock = SYSTEM, **kwargs
-    ):
+    def __init__(self, ledger=None, client: KubeClient | None = None, **kwargs):
         super().__init__(ledger=ledger, **kwargs)
         self._client = client
         self._kube: AsyncKubeClient | None = None
-        #: the wall clock of the node bookkeeping (when the pod let go of its node)
-        self.clock = clock
 
     # -- plumbing ----------------------------------------------------------
 
@@ -353,11 +348,12 @@ class KubeBackend(PauseBackend):
             )
         return name
 
-    def record(self, type_: EventType, **data) -> None:
+    def record(self, type_: EventType, *, time_: float | None = None, **data) -> None:
+        """A server-wide row, at ``time_`` (default: now, on the backend's clock)."""
         if self.ledger is None:
             return
         try:
-            self.ledger.record(type_, **data)
+            self.ledger.record(type_, time_=self.clock.time() if time_ is None else time_, **data)
         except Exception:  # the ledger must never break a pause
             self.log.warning(
                 "jupyter-pause: could not write %s to the ledger", type_, exc_info=True
@@ -523,7 +519,7 @@ class KubeBackend(PauseBackend):
             state="ready",
             message=None if restored else info["cold_start_reason"],
             restored_from=path,
-            resumed_at=now_iso(),
+            resumed_at=now_iso(self.clock.time()),
             resume_operation=None,
             pause_recorded=None,
             node=None,

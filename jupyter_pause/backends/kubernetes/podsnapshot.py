@@ -158,7 +158,7 @@ class GkePodSnapshotBackend(KubeBackend):
                 state="snapshotting",
                 message="taking the pod snapshot",
                 backend=self.name,
-                paused_at=now_iso(),
+                paused_at=now_iso(self.clock.time()),
                 fingerprint=fingerprint,
                 checkpoints=checkpoint_summary(sessions),
                 resume_at=schedule_summary(sessions),
@@ -202,15 +202,18 @@ class GkePodSnapshotBackend(KubeBackend):
             return await self._restored(r.pod)
         except BackendError as e:
             return await self._fail(str(e), trigger)
-        self.record(EventType.SNAPSHOT_READY, name=snapshot, seconds=seconds)
+        released = self.clock.time()  # scaled to 0: the pod lets go of its node
+        self.record(EventType.SNAPSHOT_READY, time_=released, name=snapshot, seconds=seconds)
         gpus = fingerprint.get("gpu_count") or fingerprint.get("gpus_visible")
-        self.record(EventType.WORKSPACE_STOPPED, statefulset=sts_name, pod=pod_name)
+        self.record(EventType.WORKSPACE_STOPPED, time_=released, statefulset=sts_name, pod=pod_name)
         self.record(
             EventType.ACCELERATOR_RELEASED,
+            time_=released,
             gpus=gpus,
             gpu_model=fingerprint.get("gpu_model") or fingerprint.get("accelerator"),
         )
         return ReleaseFacts(
+            released_at=released,
             details={
                 "backend": self.name,
                 "snapshot": snapshot,
@@ -219,7 +222,7 @@ class GkePodSnapshotBackend(KubeBackend):
                 "pod": pod_name,
                 "snapshot_seconds": seconds,
                 "node": left.node if left else None,
-            }
+            },
         )
 
     async def _create_trigger(self, trigger: str, pod_name: str, sts: StatefulSet) -> None:

@@ -163,7 +163,7 @@ class KubeflowWorkspaceBackend(KubeBackend):
                 state="snapshotting" if snapshots else "paused",
                 message="taking the pod snapshot" if snapshots else None,
                 backend=self.name,
-                paused_at=now_iso(),
+                paused_at=now_iso(self.clock.time()),
                 fingerprint=fingerprint,
                 checkpoints=checkpoint_summary(sessions),
                 resume_at=schedule_summary(sessions),
