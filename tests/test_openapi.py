@@ -4,6 +4,7 @@ methods as the server, and real responses that match its schemas."""
 import asyncio
 import json
 import re
+import typing
 from pathlib import Path
 
 import jsonschema
@@ -15,6 +16,7 @@ import yaml
 import jupyter_pause
 from jupyter_pause.ledger import EventType
 from jupyter_pause.lifecycle import LiveState, State
+from jupyter_pause.protocol import CallProgress
 from jupyter_pause.server.handlers import NAMESPACE, ROUTES
 
 from .helpers import start_session, wait_for_state, wait_operation
@@ -147,6 +149,8 @@ def test_enums_match_the_code(spec):
     assert schemas["EventType"]["enum"] == [t.value for t in EventType]
     assert schemas["State"]["enum"] == [s.value for s in State]
     assert schemas["Session"]["properties"]["live_state"]["enum"] == [s.value for s in LiveState]
+    phases = typing.get_args(typing.get_type_hints(CallProgress)["phase"])
+    assert schemas["CallProgress"]["properties"]["phase"]["enum"] == list(phases)
 
 
 # ------------------------------------------------------------- routes
