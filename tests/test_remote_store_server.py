@@ -4,12 +4,14 @@ leaves the kernel running); a fresh server on another node, with another data di
 and an empty cache, restores the notebook from the bucket."""
 
 import json
+import re
 import shutil
 import time
 from pathlib import Path
 
 import pytest
 
+from jupyter_pause.cli import main
 from jupyter_pause.client import ClientError, LocalServer
 from jupyter_pause.engine import paths, remote
 from tests.objectstores import FakeGCS, Gate, Seaweed
@@ -184,7 +186,7 @@ class Through:
 
 
 def test_a_pause_says_how_far_its_upload_is_until_the_checkpoint_is_in_the_bucket(
-    node, seaweed, bucket, monkeypatch
+    node, seaweed, bucket, monkeypatch, capsys
 ):
     """With the uploads of the tensor files held at the store, GET status and the
     operation say "uploading", bytes done of the files' total, while the kernel keeps
@@ -214,6 +216,9 @@ def test_a_pause_says_how_far_its_upload_is_until_the_checkpoint_is_in_the_bucke
         assert row["state"] == "checkpointing" and row["kernel_id"] == kernel_id
         assert committed(seaweed, url, monkeypatch) == []  # not durable: nothing released
         assert '"progress"' not in (server.state_dir / "sessions.json").read_text()
+        assert main(["status", NB, "--url", client.base_url, "--token", client.token]) == 0
+        said = capsys.readouterr().out
+        assert re.search(r"\n  uploading \d+\.\d / \d+\.\d MB\n", said), said
     finally:
         gate.release()
     try:
