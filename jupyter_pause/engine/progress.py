@@ -37,7 +37,8 @@ _LISTENER: ContextVar[Listener | None] = ContextVar("jupyter_pause_progress", de
 @contextlib.contextmanager
 def reported_to(listener: Listener | None) -> Iterator[None]:
     """Every :class:`Progress` made inside (on this thread) also calls ``listener(phase,
-    done, total)``, from the thread that counts: at its first count, then at most every
+    done, total)``, from the thread that counts: at its first count or total (a download
+    held before its first byte says how much it waits for), then at most every
     :data:`REPORT_EVERY` seconds, and once it is done.  ``None``: nobody listens."""
     token = _LISTENER.set(listener)
     try:
@@ -72,6 +73,8 @@ class Progress:
 
     def add_total(self, n: int) -> None:
         self.total += n
+        if self._listener is not None:
+            self._report()
 
     def update(self, n: int) -> None:
         self.done += n
