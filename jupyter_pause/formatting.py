@@ -29,8 +29,11 @@ def format_bytes(n: float | None) -> str:
 
 def format_bytes_of(done: float, total: float) -> str:
     """How far a transfer is, in the unit of its total: ``"3.1 / 8.0 GB"``."""
-    unit = format_bytes(total).split(" ")[1]
-    scale = 1000 ** _SIZE_UNITS.index(unit)
+    scale = 1
+    for unit in _SIZE_UNITS:
+        if abs(total) < 1000 * scale or unit == _SIZE_UNITS[-1]:
+            break
+        scale *= 1000
     if unit == "B":
         return f"{done:.0f} / {total:.0f} B"
     return f"{done / scale:.1f} / {total / scale:.1f} {unit}"
