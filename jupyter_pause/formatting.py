@@ -27,6 +27,18 @@ def format_bytes(n: float | None) -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def format_bytes_of(done: float, total: float) -> str:
+    """How far a transfer is, in the unit of its total: ``"3.1 / 8.0 GB"``."""
+    scale = 1
+    for unit in _SIZE_UNITS:
+        if abs(total) < 1000 * scale or unit == _SIZE_UNITS[-1]:
+            break
+        scale *= 1000
+    if unit == "B":
+        return f"{done:.0f} / {total:.0f} B"
+    return f"{done / scale:.1f} / {total / scale:.1f} {unit}"
+
+
 def format_seconds(s: float) -> str:
     """A duration for people: ``"4.2 s"``, ``"3 min 05 s"``, ``"2 h 05 min"``."""
     if s < 60:

@@ -3,6 +3,8 @@
 The server calls these through :func:`jupyter_pause.server.kernels.call_in_kernel`
 as a silent user expression; each returns plain JSON-able data.  They are thin
 on purpose: the checkpoint logic is the engine's, the lifecycle the server's.
+While a checkpoint or a restore runs, how far it is goes to the server as display
+data of its call (:func:`_progress_to_server`).
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ import json
 import sys
 import threading
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
 from .magics import ServerLink, ServerLinkError
-from .protocol import CheckpointReply, RestoreReply, user_skipped
+from .protocol import PROGRESS_MIME, CallProgress, CheckpointReply, RestoreReply, user_skipped
 
 # The nonce planted at pause, held only in this process's memory.  A kernel
 # that still knows it after a resume is the very process that was paused
@@ -62,14 +65,15 @@ def checkpoint(
         for k, v in (("pause_nonce", nonce), ("operation_id", operation), (AUTOSAVE, autosave))
         if v
     } or None
-    result = engine_checkpoint(
-        notebook=notebook,
-        dir=dir,
-        keep=keep,
-        metadata=metadata,
-        progress=False,
-        lost_from=lost_from,
-    )
+    with _progress_to_server():
+        result = engine_checkpoint(
+            notebook=notebook,
+            dir=dir,
+            keep=keep,
+            metadata=metadata,
+            progress=False,
+            lost_from=lost_from,
+        )
     if nonce:
         _live_nonce = nonce
     return CheckpointReply(
@@ -105,9 +109,10 @@ def restore(
     from .engine import lazy
     from .engine.api import restore as engine_restore
 
-    result = engine_restore(
-        checkpoint_id, notebook=notebook, dir=dir, handoff=handoff, or_older=or_older
-    )
+    with _progress_to_server():
+        result = engine_restore(
+            checkpoint_id, notebook=notebook, dir=dir, handoff=handoff, or_older=or_older
+        )
     load = lazy.active()
     if operation and load is not None and result.loading:
         load.on_damage = functools.partial(_report_damage, notebook, result.id, operation)
@@ -124,6 +129,43 @@ def restore(
         bytes_loading=result.bytes_loading,
         **gpu_usage(),
     ).to_json()
+
+
+@contextlib.contextmanager
+def _progress_to_server() -> Iterator[None]:
+    """While inside, the engine's progress goes to the server: each ``(phase, done,
+    total)`` as a :class:`CallProgress` in display data of the server's call (IOPub, its
+    parent the call's request, captured here), which ``call_in_kernel`` reads; a
+    notebook's frontend sent no such request and shows nothing.  Sent from whichever
+    thread counts, and never after the call (a lazy restore's reads go on without it).
+    Nothing outside a kernel."""
+    from IPython import get_ipython
+
+    from .engine.progress import reported_to
+
+    publisher = getattr(get_ipython(), "display_pub", None)
+    session = getattr(publisher, "session", None)
+    socket = getattr(publisher, "pub_socket", None)
+    if session is None or socket is None:
+        yield
+        return
+    parent = publisher.parent_header
+    call_ended = threading.Event()
+
+    def send(phase: str, done: int, total: int) -> None:
+        if call_ended.is_set():
+            return
+        data = CallProgress(phase=phase, done=done, total=total).to_json()
+        content = {"data": {PROGRESS_MIME: data}, "metadata": {}, "transient": {}}
+        # only a display: a checkpoint never fails because the server could not be told
+        with contextlib.suppress(Exception):
+            session.send(socket, "display_data", content, parent=parent, ident=publisher.topic)
+
+    try:
+        with reported_to(send):
+            yield
+    finally:
+        call_ended.set()
 
 
 def _report_damage(

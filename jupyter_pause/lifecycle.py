@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .engine import durable
+from .protocol import CallProgress
 
 
 class State(str, Enum):
@@ -181,9 +182,22 @@ class Operation:
     #: long it stays unrenewed with :class:`jupyter_pause.clock.StampAges`)
     owner: str = ""
     heartbeat: float = field(default_factory=time.time)
+    #: how far the kernel call running now has got (a pause's write and upload, a
+    #: resume's download and read), as the kernel says; None between calls.  In memory
+    #: only: the call dies with this process, so the session file never holds it
+    progress: CallProgress | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return _fields(self)
+        data = _fields(self)
+        data["progress"] = self.progress.to_json() if self.progress else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Operation:
+        data = dict(data)
+        progress = data.get("progress")
+        data["progress"] = CallProgress.from_json(progress) if progress else None
+        return cls(**data)
 
 
 @dataclass
@@ -241,7 +255,7 @@ class Session:
         data["state"] = State(data["state"])
         data["live_state"] = LiveState(data.get("live_state", "unknown"))
         op = data.get("operation")
-        data["operation"] = Operation(**op) if op else None
+        data["operation"] = Operation.from_json(op) if op else None
         lost = data.get("lost")
         data["lost"] = LostState(**lost) if lost else None
         known = cls.__dataclass_fields__
@@ -331,8 +345,9 @@ class SessionStore:
         if not self.path:
             return
         durable.makedirs(self.path.parent)
-        payload = json.dumps(
-            {"version": 1, "sessions": {p: s.to_json() for p, s in self.sessions.items()}},
-            indent=1,
-        )
+        sessions = {p: s.to_json() for p, s in self.sessions.items()}
+        for session in sessions.values():
+            if session["operation"] is not None:
+                del session["operation"]["progress"]  # in memory only (Operation.progress)
+        payload = json.dumps({"version": 1, "sessions": sessions}, indent=1)
         durable.write_file(self.path, payload.encode())

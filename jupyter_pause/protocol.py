@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from .formatting import format_bytes_of
+
+#: the MIME type of :class:`CallProgress` in the display data a kernel sends on IOPub,
+#: its parent the server's call (``kernel_ops`` sends it, ``call_in_kernel`` reads it)
+PROGRESS_MIME = "application/vnd.jupyter-pause.progress+json"
 
 
 def user_skipped(skipped: dict[str, str]) -> dict[str, str]:
@@ -65,3 +71,18 @@ class RestoreReply(_Reply):
     bytes_loading: int = 0
     gpus: int | None = None
     gpu_model: str | None = None
+
+
+@dataclass(frozen=True)
+class CallProgress(_Reply):
+    """How far a long kernel call has got, sent while it runs: its phase now (a
+    checkpoint writes, then uploads to a bucket; a restore downloads, then reads), and
+    the bytes done of those the phase knows of so far."""
+
+    phase: Literal["writing", "uploading", "downloading", "reading"]
+    done: int
+    total: int
+
+    def text(self) -> str:
+        """``"uploading 3.1 / 8.0 GB"``."""
+        return f"{self.phase} {format_bytes_of(self.done, self.total)}"

@@ -438,12 +438,21 @@ class Gate:
     header, which it keeps) but holds the data GETs of one object (a ranged GET of at
     least ``min_bytes``: a header read passes) until ``release()``, or until ``hold_for``
     seconds have passed (``timed_out``).  ``held`` counts the requests held so far; ``wait_held()`` waits
-    for the first one on a condition."""
+    for the first one on a condition.  ``method="PUT"`` holds uploads instead: the PUTs
+    (whole objects, multipart parts) of at least ``min_bytes`` to keys with ``key_part``."""
 
-    def __init__(self, upstream: str, key_part: str, min_bytes: int = 1 << 20, hold_for=60.0):
+    def __init__(
+        self,
+        upstream: str,
+        key_part: str,
+        min_bytes: int = 1 << 20,
+        hold_for=60.0,
+        method: str = "GET",
+    ):
         self.upstream = urllib.parse.urlsplit(upstream)
         self.key_part = key_part
         self.min_bytes = min_bytes
+        self.method = method
         self.hold_for = hold_for
         self.held = 0
         self.timed_out = False
@@ -458,8 +467,8 @@ class Gate:
                 pass
 
             def _forward(self):
-                gate._maybe_hold(self.command, self.path, self.headers.get("Range", ""))
                 length = int(self.headers.get("Content-Length") or 0)
+                gate._maybe_hold(self.command, self.path, self.headers.get("Range", ""), length)
                 body = self.rfile.read(length) if length else None
                 conn = http.client.HTTPConnection(
                     gate.upstream.hostname, gate.upstream.port, timeout=120
@@ -489,8 +498,10 @@ class Gate:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    def _maybe_hold(self, method: str, path: str, ranged: str) -> None:
-        if method != "GET" or self.key_part not in path or self.released.is_set():
+    def _maybe_hold(self, method: str, path: str, ranged: str, length: int) -> None:
+        if method != self.method or self.key_part not in path or self.released.is_set():
+            return
+        if method == "PUT" and length < self.min_bytes:
             return
         if ranged.startswith("bytes="):
             start, _, end = ranged[6:].partition("-")

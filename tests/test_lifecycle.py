@@ -25,6 +25,7 @@ from jupyter_pause.lifecycle import (
     SessionStore,
     State,
 )
+from jupyter_pause.protocol import CallProgress
 from jupyter_pause.server.errors import PauseError
 
 from .fakes import FakeClock, make_manager
@@ -347,6 +348,19 @@ def test_sessions_round_trip_with_their_lease():
     again = Session.from_json(session.to_json())
     assert again.operation.owner == "me:1:x" and again.operation.heartbeat == 12.5
     assert again.state == State.READY and again.live_state == LiveState.FRESH
+
+
+def test_an_operation_s_progress_is_shown_and_never_written(tmp_path):
+    store = SessionStore(tmp_path / "sessions.json")
+    op = store.begin(NB, "pause")
+    op.progress = CallProgress("uploading", 3, 8)
+    store.save()
+    shown = store.sessions[NB].to_json()["operation"]["progress"]
+    assert shown == {"phase": "uploading", "done": 3, "total": 8}
+    assert op.to_json()["progress"] == shown
+    assert "progress" not in (tmp_path / "sessions.json").read_text()
+    assert SessionStore(tmp_path / "sessions.json").sessions[NB].operation.progress is None
+    assert Session.from_json(store.sessions[NB].to_json()) == store.sessions[NB]
 
 
 # ------------------------------------------------------------- the idle watcher

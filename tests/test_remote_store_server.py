@@ -4,14 +4,17 @@ leaves the kernel running); a fresh server on another node, with another data di
 and an empty cache, restores the notebook from the bucket."""
 
 import json
+import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 
+from jupyter_pause.cli import main
 from jupyter_pause.client import ClientError, LocalServer
 from jupyter_pause.engine import paths, remote
-from tests.objectstores import FakeGCS, Seaweed
+from tests.objectstores import FakeGCS, Gate, Seaweed
 
 REPO = Path(__file__).resolve().parent.parent
 NB = "demo.ipynb"
@@ -170,6 +173,106 @@ def test_a_bucket_out_of_quota_leaves_the_kernel_running_and_a_retry_pauses(
     assert op["outcome"] == "succeeded", op
     kernel_id = client.session_status(NB)["kernel_id"]
     assert client.evaluate(kernel_id, CHECK) == EXPECTED
+
+
+class Through:
+    """A store reached through a :class:`Gate`: its credentials, the gate's endpoint."""
+
+    def __init__(self, store: Seaweed, gate: Gate):
+        self.store, self.gate = store, gate
+
+    def env(self) -> dict[str, str]:
+        return {**self.store.env(), "AWS_ENDPOINT_URL": self.gate.endpoint}
+
+
+def until_progress(client, phase: str, timeout: float = 60) -> tuple[dict, dict]:
+    """The notebook's row of GET status, and its operation's progress, once that is in
+    ``phase`` (polled, with a deadline)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        row = client.session_status(NB)
+        progress = (row["operation"] or {}).get("progress") or {}
+        if progress.get("phase") == phase or time.monotonic() > deadline:
+            assert progress.get("phase") == phase, row
+            return row, progress
+        time.sleep(0.1)
+
+
+def test_a_pause_says_how_far_its_upload_is_until_the_checkpoint_is_in_the_bucket(
+    node, seaweed, bucket, monkeypatch, capsys
+):
+    """With the uploads of the tensor files held at the store, GET status and the
+    operation say "uploading", bytes done of the files' total, while the kernel keeps
+    running and nothing is committed; let through, the pause ends, and the progress
+    is gone (it was never written to the session file)."""
+    url = f"s3://{bucket}/ck"
+    gate = Gate(seaweed.endpoint, "/blobs/", method="PUT", hold_for=120)
+    try:
+        server = node("a", Through(seaweed, gate), url)
+        client = server.start()
+        kernel_id = client.open_notebook(NB)["kernel"]["id"]
+        code = "import numpy as np\nbig = np.arange(3_000_000.0)\nmore = np.ones(1_000_000)\n"
+        assert client.execute(kernel_id, code).ok
+        op = client.pause(NB)
+        assert gate.wait_held(), "no upload reached the store"
+        row, progress = until_progress(client, "uploading")
+        assert 0 <= progress["done"] < progress["total"], progress
+        assert progress["total"] >= 32_000_000, progress  # both arrays' files, at least
+        assert client.operation(op["id"])["progress"]["total"] == progress["total"]
+        assert row["state"] == "checkpointing" and row["kernel_id"] == kernel_id
+        assert committed(seaweed, url, monkeypatch) == []  # not durable: nothing released
+        assert '"progress"' not in (server.state_dir / "sessions.json").read_text()
+        assert main(["status", NB, "--url", client.base_url, "--token", client.token]) == 0
+        said = capsys.readouterr().out
+        assert re.search(r"\n  uploading \d+\.\d / \d+\.\d MB\n", said), said
+    finally:
+        gate.release()
+    try:
+        op = client.wait(op)
+        assert op["outcome"] == "succeeded", op
+        assert op["progress"] is None
+        assert len(committed(seaweed, url, monkeypatch)) == 1
+        listing = remote.Remote(paths.parse_bucket(url), "").listing()
+        uploaded = sum(e.size for name, e in listing.items() if "/blobs/" in f"/{name}")
+        assert progress["total"] == uploaded  # the files the checkpoint sent, all counted
+        assert not gate.timed_out
+    finally:
+        gate.stop()
+
+
+def test_a_resume_from_the_bucket_says_how_far_its_download_is(node, seaweed, bucket, monkeypatch):
+    """A resume on a node without the checkpoint: with the tensor files' downloads held
+    at the store, the operation says "downloading", bytes done of the files' total; let
+    through, the notebook is back."""
+    url = f"s3://{bucket}/ck"
+    a = node("a", seaweed, url)
+    client = a.start()
+    kernel_id = client.open_notebook(NB)["kernel"]["id"]
+    code = "import numpy as np\nbig = np.arange(1_500_000.0)\nmore = np.ones(1_000_000)\n"
+    assert client.execute(kernel_id, code).ok  # each under 16 MiB: read before it returns
+    assert client.wait(client.pause(NB))["outcome"] == "succeeded"
+    a.stop()
+    gate = Gate(seaweed.endpoint, "/blobs/", hold_for=120)
+    try:
+        client = node("b", Through(seaweed, gate), url, state=a.state_dir).start()
+        op = client.resume(NB)
+        assert gate.wait_held(), "no download reached the store"
+        row, progress = until_progress(client, "downloading")
+        assert 0 <= progress["done"] < progress["total"], progress
+        assert progress["total"] >= 20_000_000, progress  # both arrays' files, at least
+        assert row["state"] == "restoring", row
+    finally:
+        gate.release()
+    try:
+        op = client.wait(op)
+        assert op["outcome"] == "succeeded", op
+        assert op["progress"] is None and not gate.timed_out
+        kernel_id = client.session_status(NB)["kernel_id"]
+        assert client.evaluate(kernel_id, "print(float(big.sum() + more.sum()))") == float(
+            sum(range(1_500_000)) + 1_000_000
+        )
+    finally:
+        gate.stop()
 
 
 # ------------------------------------------------------------------ GCS (fake-gcs-server)

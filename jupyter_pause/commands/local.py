@@ -18,6 +18,7 @@ from typing import Any
 
 from ..client import ClientError, PauseClient
 from ..formatting import format_age
+from ..protocol import CallProgress
 
 
 class NoServer(Exception):
@@ -89,8 +90,10 @@ def cmd_status(client: PauseClient, args) -> int:
         saved = s.get("last_checkpoint") or {}
         saved_text = f"{saved['id']} ({saved['bytes']:,} B)" if saved else "-"
         schedule = s.get("schedule")
+        progress = (s.get("operation") or {}).get("progress")
         lines.append(
             f"{s['path']:32} {s['state']:22} {format_age(now - s['since']):>8}  {saved_text}"
+            + (f"\n  {CallProgress.from_json(progress).text()}" if progress else "")
             + (f"\n  resumes at: {_when(schedule['at'])} ({schedule['kind']})" if schedule else "")
             + (f"\n  error: {s['error']}" if s.get("error") else "")
         )

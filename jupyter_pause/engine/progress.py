@@ -5,18 +5,46 @@ takes more than a second, and always a one-line summary at the end. Inside a
 kernel the bar is an IPython display that is updated in place
 (``update_display``), so it lives in the cell's output; elsewhere it is a
 carriage-return line on stderr.
+
+A caller that wants the numbers, not a bar (the server, through ``kernel_ops``), runs
+the operation inside :func:`reported_to`: every bar made there also tells its listener
+how far it is, from whichever thread counts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 
 from ..formatting import format_bytes, format_seconds
 
 ENV_AFTER = "JUPYTER_PAUSE_PROGRESS_AFTER"  # seconds before the bar appears (tests set 0)
+
+#: a bar's label as the phase a listener hears (protocol.CallProgress.phase)
+PHASES = {"checkpoint": "writing", "restore": "reading"}
+REPORT_EVERY = 0.25  # seconds between two reports to a listener
+
+#: ``listener(phase, done, total)``: whom the bars made now report to
+Listener = Callable[[str, int, int], None]
+_LISTENER: ContextVar[Listener | None] = ContextVar("jupyter_pause_progress", default=None)
+
+
+@contextlib.contextmanager
+def reported_to(listener: Listener | None) -> Iterator[None]:
+    """Every :class:`Progress` made inside (on this thread) also calls ``listener(phase,
+    done, total)``, from the thread that counts: at its first count or total (a download
+    held before its first byte says how much it waits for), then at most every
+    :data:`REPORT_EVERY` seconds, and once it is done.  ``None``: nobody listens."""
+    token = _LISTENER.set(listener)
+    try:
+        yield
+    finally:
+        _LISTENER.reset(token)
 
 
 def _in_kernel() -> bool:
@@ -40,12 +68,18 @@ class Progress:
         self.shown = False
         self._kernel = _in_kernel() if enabled else False
         self._display_id = uuid.uuid4().hex
+        self._listener = _LISTENER.get()
+        self._reported: float | None = None
 
     def add_total(self, n: int) -> None:
         self.total += n
+        if self._listener is not None:
+            self._report()
 
     def update(self, n: int) -> None:
         self.done += n
+        if self._listener is not None:
+            self._report()
         if not self.enabled:
             return
         now = time.monotonic()
@@ -53,6 +87,13 @@ class Progress:
             return
         self._last = now
         self._render(self.bar(now))
+
+    def _report(self) -> None:
+        now = time.monotonic()
+        last = self._reported
+        if last is None or now - last >= REPORT_EVERY or self.done >= self.total:
+            self._reported = now
+            self._listener(PHASES.get(self.label, self.label), self.done, self.total)
 
     def bar(self, now: float | None = None) -> str:
         elapsed = max((now or time.monotonic()) - self.start, 1e-9)

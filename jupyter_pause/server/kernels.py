@@ -7,7 +7,8 @@ Two jobs:
   user action) and tells each kernel which notebook it belongs to.
 * :func:`call_in_kernel` runs one function of :mod:`jupyter_pause.kernel_ops`
   inside a kernel and returns its JSON result, without touching the user's
-  execution counter or history.
+  execution counter or history; how far a long call has got (the kernel's
+  :class:`~jupyter_pause.protocol.CallProgress`) is handed to ``on_progress`` as it runs.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ import ast
 import asyncio
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 from jupyter_server.services.kernels.kernelmanager import ServerKernelManager
 from traitlets import Dict
+
+from ..protocol import PROGRESS_MIME, CallProgress
 
 NOTEBOOK_ENV = "JUPYTER_PAUSE_NOTEBOOK"
 SERVER_URL_ENV = "JUPYTER_PAUSE_SERVER_URL"
@@ -90,12 +94,20 @@ class PauseKernelManager(ServerKernelManager):
         return extra
 
 
-async def call_in_kernel(kernel_manager, function: str, timeout: float = 60, **kwargs: Any) -> Any:
+async def call_in_kernel(
+    kernel_manager,
+    function: str,
+    timeout: float = 60,
+    on_progress: Callable[[CallProgress], None] | None = None,
+    **kwargs: Any,
+) -> Any:
     """Call ``jupyter_pause.kernel_ops.<function>(**kwargs)`` in a kernel.
 
     The call travels as a *user expression* of a silent execute request: it
     leaves no trace in the notebook (no execution count, no history, no
-    output) and its JSON return value comes back in the reply.
+    output) and its JSON return value comes back in the reply.  What the call
+    says of its progress meanwhile (display data of :data:`PROGRESS_MIME` on
+    IOPub, under this request) goes to ``on_progress``.
     """
     expression = (
         "__import__('jupyter_pause.kernel_ops', fromlist=['_']).call("
@@ -107,7 +119,7 @@ async def call_in_kernel(kernel_manager, function: str, timeout: float = 60, **k
     # until zmq refuses ("Too many open files"), thousands of descriptors meanwhile
     client.start_channels(hb=False)
     died = asyncio.ensure_future(wait_for_death(kernel_manager))
-    call = asyncio.ensure_future(_execute(client, expression, timeout))
+    call = asyncio.ensure_future(_execute(client, expression, timeout, on_progress))
     try:
         await asyncio.wait({call, died}, return_when=asyncio.FIRST_COMPLETED)
         if not call.done():
@@ -132,7 +144,16 @@ async def call_in_kernel(kernel_manager, function: str, timeout: float = 60, **k
     return payload.get("result")
 
 
-async def _execute(client, expression: str, timeout: float) -> dict:
+async def _execute(
+    client, expression: str, timeout: float, on_progress: Callable[[CallProgress], None] | None
+) -> dict:
+    def output(msg: dict) -> None:  # the IOPub messages of this request alone
+        if on_progress is None or msg["header"]["msg_type"] != "display_data":
+            return
+        progress = msg["content"].get("data", {}).get(PROGRESS_MIME)
+        if progress is not None:
+            on_progress(CallProgress.from_json(progress))
+
     await client.wait_for_ready(timeout=min(timeout, 60))
     return await client.execute_interactive(
         "",
@@ -140,7 +161,7 @@ async def _execute(client, expression: str, timeout: float) -> dict:
         store_history=False,
         user_expressions={"result": expression},
         timeout=timeout,
-        output_hook=lambda msg: None,
+        output_hook=output,
     )
 
 

@@ -20,6 +20,7 @@ we wait on it is noticed within a second (:func:`~.kernels.wait_for_death`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import posixpath
 import socket
@@ -46,7 +47,7 @@ from ..lifecycle import (
     SessionStore,
     State,
 )
-from ..protocol import CheckpointReply, RestoreReply, user_skipped
+from ..protocol import CallProgress, CheckpointReply, RestoreReply, user_skipped
 from .activity import ActivityMonitor
 from .capacity import ResumeGate, machine_limit
 from .catalogue import Catalogue
@@ -543,6 +544,7 @@ class PauseManager:
                 km,
                 "checkpoint",
                 timeout=self.kernel_call_timeout,
+                on_progress=functools.partial(_show_progress, op),
                 notebook=session.path,
                 dir=self.kernel_checkpoint_dir,
                 nonce=nonce,
@@ -566,6 +568,8 @@ class PauseManager:
             if report:
                 self.recorder.fail(session, op, error)
             return False
+        finally:
+            op.progress = None
         session.last_checkpoint = {
             "id": result.id,
             "time": time.time(),
@@ -683,6 +687,7 @@ class PauseManager:
                     km,
                     "restore",
                     timeout=self.kernel_call_timeout,
+                    on_progress=functools.partial(_show_progress, op),
                     notebook=path,
                     dir=self.kernel_checkpoint_dir,
                     checkpoint_id=chosen.id if chosen else checkpoint_id,
@@ -691,6 +696,7 @@ class PauseManager:
                     operation=op.id,
                 )
             finally:
+                op.progress = None
                 self.prewarmer.handed_over(fill)  # the kernel has taken what it takes
             result = RestoreReply.from_json(reply)
             nonce = await self.call(km, "live_nonce", timeout=30)
@@ -789,6 +795,11 @@ class PauseManager:
                 task = self._running.get(op.id)
                 if task is not None:  # never admitted later, while the server stops
                     task.cancel()
+
+
+def _show_progress(op: Operation, progress: CallProgress) -> None:
+    """What the kernel says of the call it runs for ``op``, shown until the call ends."""
+    op.progress = progress
 
 
 async def _release_at_shutdown(sessions: list[Session], shutdown_kernel) -> ReleaseFacts:

@@ -56,6 +56,16 @@ export interface IOperation {
   step: string;
   messages: string[];
   options: Record<string, unknown>;
+  /** How far the kernel call running now has got; null between calls. */
+  progress?: ICallProgress | null;
+}
+
+/** Python's `CallProgress`: "uploading 3.1 / 8.0 GB". */
+export interface ICallProgress {
+  phase: 'writing' | 'uploading' | 'downloading' | 'reading';
+  /** Bytes of the phase done, of the `total` it knows of so far. */
+  done: number;
+  total: number;
 }
 
 export interface ICheckpointSummary {

@@ -14,7 +14,7 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import { Poll } from '@lumino/polling';
 
 import { IOperation, postAPI, requestAPI } from './api';
-import { formatDuration, shortReason } from './labels';
+import { describeProgress, formatDuration, shortReason } from './labels';
 import { PauseStatusModel } from './model';
 import { ErrorNotices, detailsAction } from './notices';
 
@@ -114,7 +114,16 @@ export class OperationFollower {
       op,
       this._model.serverSettings,
       running => {
-        if (running.step) {
+        if (running.progress) {
+          Notification.update({
+            id,
+            message: trans.__(
+              '%1: %2',
+              verb,
+              describeProgress(running.progress, trans)
+            )
+          });
+        } else if (running.step) {
           Notification.update({
             id,
             message: trans.__('%1: %2', verb, running.step)

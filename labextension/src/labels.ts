@@ -4,7 +4,7 @@
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 
-import { ISessionStatus, PauseState } from './api';
+import { ICallProgress, ISessionStatus, PauseState } from './api';
 
 /**
  * The status bar's word for each state.  `running` is "Live", not
@@ -55,9 +55,11 @@ export function formatDuration(
   return trans.__('%1 h %2 min', hours, minutes % 60);
 }
 
+const SIZE_UNITS = ['B', 'KB', 'MB', 'GB', 'TB'];
+
 /** Decimal units, as the server's reports use: "1.9 GB", "512 MB". */
 export function formatBytes(bytes: number): string {
-  const units = ['B', 'KB', 'MB', 'GB', 'TB'];
+  const units = SIZE_UNITS;
   let value = bytes;
   let unit = 0;
   while (value >= 1000 && unit < units.length - 1) {
@@ -65,6 +67,38 @@ export function formatBytes(bytes: number): string {
     unit++;
   }
   return `${value.toFixed(value < 10 && unit > 0 ? 1 : 0)} ${units[unit]}`;
+}
+
+/** How far a transfer is, in the unit of its total: "3.1 / 8.0 GB". */
+export function formatBytesOf(done: number, total: number): string {
+  const units = SIZE_UNITS;
+  let scale = 1;
+  let unit = 0;
+  while (total / scale >= 1000 && unit < units.length - 1) {
+    scale *= 1000;
+    unit++;
+  }
+  const digits = unit > 0 ? 1 : 0;
+  return `${(done / scale).toFixed(digits)} / ${(total / scale).toFixed(digits)} ${units[unit]}`;
+}
+
+/** What a running kernel call says of itself: "uploading 3.1 / 8.0 GB". */
+export function describeProgress(
+  progress: ICallProgress,
+  trans: TranslationBundle
+): string {
+  const amount = formatBytesOf(progress.done, progress.total);
+  switch (progress.phase) {
+    case 'writing':
+      return trans.__('writing %1', amount);
+    case 'uploading':
+      return trans.__('uploading %1', amount);
+    case 'downloading':
+      return trans.__('downloading %1', amount);
+    case 'reading':
+      return trans.__('reading %1', amount);
+  }
+  return `${progress.phase} ${amount}`;
 }
 
 /** "12:31" today, else the date too. */
@@ -97,7 +131,10 @@ export function unsavedNames(skipped: Record<string, string> = {}): string[] {
     .sort();
 }
 
-/** The status bar text: "Pause: Paused · 12 min", "Pause: Live · auto-pause in 4 min". */
+/**
+ * The status bar text: "Pause: Paused · 12 min", "Pause: Live · auto-pause in 4 min",
+ * "Pause: Saving state · uploading 3.1 / 8.0 GB".
+ */
 export function describeSession(
   session: ISessionStatus,
   trans: TranslationBundle,
@@ -111,6 +148,10 @@ export function describeSession(
       label,
       formatDuration(secondsLeft, trans)
     );
+  }
+  const progress = session.operation?.progress;
+  if (progress && session.operation?.outcome === 'running') {
+    return trans.__('Pause: %1 · %2', label, describeProgress(progress, trans));
   }
   if (session.state === 'paused' && session.schedule) {
     return trans.__(

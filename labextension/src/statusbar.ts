@@ -10,6 +10,7 @@ import { Widget } from '@lumino/widgets';
 
 import { ISessionStatus } from './api';
 import {
+  describeProgress,
   describeSession,
   formatBytes,
   formatDuration,
@@ -127,6 +128,10 @@ export class PauseStatusItem extends Widget {
           formatTime(session.since)
         )
       ]);
+      const progress = session.operation?.progress;
+      if (progress && session.operation?.outcome === 'running') {
+        rows.push([trans.__('Progress'), describeProgress(progress, trans)]);
+      }
       const last = session.last_checkpoint;
       rows.push([
         trans.__('Saved state'),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 import tracemalloc
 
 import numpy as np
@@ -59,6 +60,21 @@ def test_progress_format():
     assert (
         "50.0%" in text and "1.0 GB/2.0 GB" in text and "500.0 MB/s" in text and "ETA 2.0 s" in text
     )
+
+
+def test_bars_made_while_reported_to_a_listener_tell_it_from_any_thread():
+    heard = []
+    with progress.reported_to(lambda *said: heard.append(said)):
+        bar = progress.Progress("checkpoint", 0, enabled=False)
+    outside = progress.Progress("uploading", 10, enabled=False)
+    bar.add_total(300)  # told before the first byte: what it waits for
+    worker = threading.Thread(target=lambda: [bar.update(1) for _ in range(300)])
+    worker.start()
+    worker.join()
+    outside.update(10)
+    assert heard[0] == ("writing", 0, 300)  # the phase, not the bar's label
+    assert heard[-1] == ("writing", 300, 300)  # and its end
+    assert len(heard) <= 301 and all(phase == "writing" for phase, _, _ in heard)
 
 
 def test_streaming_memory_stays_near_one_tensor(ck):
