@@ -10,7 +10,8 @@ on a local SeaweedFS (``weed server -s3``, started here on 127.0.0.1):
             fastest single raw run of each round is printed too, a stricter figure
             that also picks the luckiest of three samples against one of ours)
   restore   restore() from the bucket into an empty cache (download + verify + load)
-            / a raw parallel ranged download of the same bytes into memory
+            / a raw parallel ranged download of the same bytes into memory (16 in
+            flight, as the restore), allocated in the timing as the restore's is
   re-pause  bytes uploaded by a checkpoint after one small change (target < 1 MB)
 
 Each round uses a new prefix (nothing deduplicated across rounds) and alternates the
@@ -65,17 +66,21 @@ def raw_upload(store, arrays: list, prefix: str, parallel: int) -> float:
 
 
 def raw_download(store, sizes: list[int], prefix: str, parallel: int = 16) -> float:
+    """Ranged GETs into memory allocated in the timing, as a restore must (its tensors'):
+    fresh, untouched pages (``np.empty``), first touched by the copy."""
+    import numpy as np
     import obstore
 
     part = 16 << 20
-    bufs = [bytearray(s) for s in sizes]
     jobs = [(i, s) for i, size in enumerate(sizes) for s in range(0, size, part)]
     t0 = time.perf_counter()
+    bufs = [np.empty(s, dtype=np.uint8) for s in sizes]
 
     def get(job):
         i, start = job
         end = min(start + part, sizes[i])
-        bufs[i][start:end] = obstore.get_range(store, f"{prefix}/{i}", start=start, end=end)
+        got = obstore.get_range(store, f"{prefix}/{i}", start=start, end=end)
+        bufs[i][start:end] = np.frombuffer(got, dtype=np.uint8)
 
     with ThreadPoolExecutor(parallel) as pool:
         list(pool.map(get, jobs))
