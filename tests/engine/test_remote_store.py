@@ -233,48 +233,6 @@ def test_an_eager_restore_hashes_what_it_downloads_once(url, tmp_path, monkeypat
     assert np.array_equal(out["table"], state()["table"])
 
 
-def test_an_eager_restore_reads_a_file_while_the_next_downloads(url, tmp_path, monkeypatch):
-    """The eager restore reads (and hashes) each tensor file as soon as it is in place:
-    the last file's download starts here only once a tensor of the first has been read,
-    and the restore completes with every byte right."""
-    new_cache(tmp_path, monkeypatch, "a")
-    ns = {"__name__": "__main__", "a": np.full(2_000_000, 1.0), "b": np.full(2_000_000, 2.0)}
-    r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
-    new_cache(tmp_path, monkeypatch, "b")
-    events: list[str] = []
-    read = tensors.read_storage
-
-    def read_and_note(f, pos, s, *args, **kwargs):
-        events.append(f"read {s.file}")
-        return read(f, pos, s, *args, **kwargs)
-
-    download = remote.Remote.download
-
-    def one_by_one(self, files, progress=None, placed=None):
-        files = list(files)
-        if not any(name.startswith("blobs/") for name, _, _ in files):
-            return download(self, files, progress, placed)  # the small files come first
-        for n, file in enumerate(files):
-            if n == len(files) - 1:  # the last one: once a tensor was read (a deadline)
-                deadline = time.monotonic() + 30
-                while not any(e.startswith("read") for e in events):
-                    if time.monotonic() > deadline:
-                        break
-                    time.sleep(0.01)
-            download(self, [file], progress, placed)
-            events.append(f"placed {file[0]}")
-
-    monkeypatch.setattr(tensors, "read_storage", read_and_note)
-    monkeypatch.setattr(remote.Remote, "download", one_by_one)
-    out = {"__name__": "__main__"}
-    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
-    assert rr.id == r.id and rr.bytes_downloaded > 32_000_000
-    placed = [e for e in events if e.startswith("placed")]
-    assert len(placed) >= 2  # a and b (and the RNG state's)
-    assert events.index("read " + placed[0].split()[1]) < events.index(placed[-1])
-    assert np.array_equal(out["a"], ns["a"]) and np.array_equal(out["b"], ns["b"])
-
-
 # ------------------------------------------------------------------ retention, delete, sweep
 def referenced_in_bucket(url) -> tuple[list[str], list[str]]:
     listing = mirror(url).listing()
