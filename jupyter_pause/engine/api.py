@@ -800,22 +800,17 @@ def restore(
         for cid in candidates:
             try:
                 # an eager restore of everything hashes every tensor it reads: what it
-                # downloads is not hashed before as well, and it reads each file as soon
-                # as it is in, while the others download (store.Arriving); a lazy
-                # restore downloads file by file as it reads (_read_verified)
-                arriving = None
-                if eager_all and not handoff and paths.bucket_of(dir) is not None:
-                    arriving = store.Arriving(dir, nbdir, cid, Progress("downloading", 0, progress))
-                    fetched = store.Fetched()
-                else:
-                    fetched = store.fetch(
-                        dir,
-                        nbdir,
-                        cid,
-                        Progress("downloading", 0, progress),
-                        verify=not eager_all,
-                        only=() if lazy else None,
-                    )
+                # downloads is not hashed before as well
+                # downloads: a lazy restore's, file by file as it reads (_read_verified)
+                fetched = store.fetch(
+                    dir,
+                    nbdir,
+                    cid,
+                    Progress("downloading", 0, progress),
+                    verify=not eager_all,
+                    only=() if lazy else None,
+                )
+                downloaded += fetched.bytes
                 try:
                     loaded = _read_verified(
                         nbdir,
@@ -830,21 +825,11 @@ def restore(
                         handoff,
                         imports=imports,
                         dir=dir,
-                        arriving=arriving,
                     )
                 except CorruptCheckpoint:  # a file it downloaded? out of the bucket, too
-                    if arriving is not None:
-                        fetched = arriving.settle()
-                    downloaded += fetched.bytes
                     store.reject(dir, nbdir, cid, fetched.unverified)
                     raise
-                except BaseException:
-                    if arriving is not None:  # the download ends before the lock is let go
-                        arriving.settle()
-                    raise
-                if arriving is not None:
-                    fetched = arriving.result()
-                downloaded += fetched.bytes + loaded.downloaded
+                downloaded += loaded.downloaded
                 break
             except (CorruptCheckpoint, UntrustedCheckpoint) as e:
                 if cid == candidates[-1]:
@@ -1005,7 +990,6 @@ def _read_verified(
     *,
     imports: _BackgroundImports,
     dir=None,
-    arriving: store.Arriving | None = None,
 ):
     """Everything a restore needs from one checkpoint, verified (signature, binding, pickle
     HMAC, every needed tensor's hash) before anything is unpickled. With ``partial``,
@@ -1015,9 +999,7 @@ def _read_verified(
     ``imports``: where the modules the restore will need start importing. ``dir``: the
     root; with a bucket behind it, a lazy restore downloads now only the files of what it
     reads now (their headers for the others), and its reader each other file when it
-    reaches it (``fetch_later``). ``arriving``: the checkpoint's files still downloading
-    (eager restores from a bucket): their headers come from the bucket, and each file is
-    read once it is in."""
+    reaches it (``fetch_later``)."""
     m = store.read_manifest(nbdir, checkpoint_id, trust=trust)
     if not defer_torch:
         imports.start(m)  # while the pickle is verified and the tensors read
@@ -1063,8 +1045,6 @@ def _read_verified(
     missing: set[str] = set()  # lazy, from a bucket: files not here yet
     if lazy and paths.bucket_of(dir) is not None:
         missing = {rel for rel in {m.storages[i].file for i in needed} if not _have(nbdir, m, rel)}
-    elif arriving is not None:
-        missing = set(arriving.missing)
     store.check_complete(nbdir, m, skip={m.storages[i].file for i in damaged} | missing)
     data = store.verify_pickle(nbdir, m, trust=trust)
     total = sum(m.storages[i].nbytes for i in needed)
@@ -1128,16 +1108,7 @@ def _read_verified(
         if received:  # (the plan's headers are read again by the read: a few kB)
             plan = tensors.plan_reads(nbdir, m, needed)
             over = handed_mod.buffers_over(received, plan, m, device_of)
-        buffers = tensors.read_storages(
-            nbdir,
-            m,
-            needed,
-            device_of,
-            bar,
-            handed=over,
-            headers=store.headers(dir, nbdir, m, missing) if missing else None,
-            wait=arriving.wait if arriving is not None else None,
-        )
+        buffers = tensors.read_storages(nbdir, m, needed, device_of, bar, handed=over)
     finally:
         for handed in received.values():
             handed.close()

@@ -164,6 +164,7 @@ class Remote:
         """Upload files (name relative to the notebook folder, local path), a few at a
         time, each large one in parallel parts read by obstore itself; ``progress(n)``
         hears each file's size once it is up."""
+        import obstore
 
         def one(name: str, path: Path) -> None:
             with open(path, "rb", buffering=0) as f:
@@ -193,38 +194,22 @@ class Remote:
             raise self._fail("delete", e) from e
 
     # --------------------------------------------------------------- down
-    def download(self, files: Iterable[tuple[str, int, Path]], progress=None, placed=None) -> None:
-        """Download files (name, size, local path) with parallel ranged GETs, in the order
-        given: each is written into ``<path>.part-<pid>-<thread>`` and renamed into place
-        once complete, when ``placed(path)`` hears of it (the others may still be on their
-        way).  A failure removes what is not in place yet."""
+    def download(self, files: Iterable[tuple[str, int, Path]], progress=None) -> None:
+        """Download files (name, size, local path) with parallel ranged GETs: each is
+        written into ``<path>.part-<pid>-<thread>`` and renamed into place once complete."""
         import obstore
 
         jobs = []
-        pending: list[tuple[Path, Path]] = []
-        left: dict[Path, int] = {}  # temp file -> pieces still to write
-        lock = threading.Lock()
-
-        def piece_done(tmp: Path, path: Path) -> None:
-            with lock:
-                left[tmp] -= 1
-                if left[tmp]:
-                    return
-                os.replace(tmp, path)
-                pending.remove((tmp, path))
-            if placed is not None:
-                placed(path)
-
+        done: list[tuple[Path, Path]] = []
         for name, size, path in files:
             tmp = path.with_name(f"{path.name}.part-{os.getpid()}-{threading.get_ident()}")
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.ftruncate(fd, size)
             os.close(fd)
-            pending.append((tmp, path))
-            left[tmp] = max(1, -(-size // PART))
+            done.append((tmp, path))
 
-            def piece(name=name, tmp=tmp, path=path, start=0, end=0):
+            def piece(name=name, tmp=tmp, start=0, end=0):
                 data = obstore.get_range(self.store, self.key(name), start=start, end=end)
                 fd = os.open(tmp, os.O_WRONLY)
                 try:
@@ -233,25 +218,25 @@ class Remote:
                     os.close(fd)
                 if progress:
                     progress(end - start)
-                piece_done(tmp, path)
 
-            def whole(name=name, tmp=tmp, path=path):
+            def whole(name=name, tmp=tmp):
                 data = obstore.get(self.store, self.key(name)).bytes()
                 with open(tmp, "wb") as f:
                     f.write(memoryview(data))
-                piece_done(tmp, path)
 
             if size == 0:
                 jobs.append((whole, ()))
             for start in range(0, size, PART):
-                jobs.append((piece, (name, tmp, path, start, min(start + PART, size))))
+                jobs.append((piece, (name, tmp, start, min(start + PART, size))))
         try:
             self._parallel("download", jobs)
         except BaseException:
-            for tmp, _ in pending:
+            for tmp, _ in done:
                 with contextlib.suppress(FileNotFoundError):
                     tmp.unlink()
             raise
+        for tmp, path in done:
+            os.replace(tmp, path)
 
     def read_range(self, name: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of one file (a safetensors header, before its data)."""

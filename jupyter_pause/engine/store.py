@@ -1163,7 +1163,6 @@ def fetch(
     repair: bool = True,
     verify: bool = True,
     only: Iterable[str] | None = None,
-    placed: Callable[[str], None] | None = None,
 ) -> Fetched:
     """Download the tensor files of one checkpoint that the folder lacks (parallel ranged
     reads), each hashed whole before it is used: one that does not match its signed
@@ -1172,9 +1171,8 @@ def fetch(
     only reads) it is left for the caller to find.  ``verify=False``: the caller hashes
     every tensor of the files as it reads them (an eager restore), so they are not hashed
     twice; it hands them to :func:`reject` if one fails.  ``only``: these files of the
-    checkpoint, not all (a lazy restore, file by file as it reads them).  Files come in
-    the order of their names (the order a restore reads them in), and ``placed(rel)``
-    hears of each once it is in place (:class:`Arriving`).  Nothing without a bucket."""
+    checkpoint, not all (a lazy restore, file by file as it reads them).  Nothing without
+    a bucket."""
     mirror = _remote(dir, nbdir)
     if mirror is None:
         return Fetched()
@@ -1185,103 +1183,26 @@ def fetch(
         lock = _FETCHING.setdefault(key, threading.Lock())
     with lock:
         m = read_manifest(nbdir, checkpoint_id)
-        todo = [(rel, m.files[rel].bytes, nbdir / rel) for rel in _absent(nbdir, m, only)]
+        todo = []
+        for rel, entry in m.files.items():
+            if only is not None and rel not in only:
+                continue
+            path = nbdir / rel
+            with contextlib.suppress(FileNotFoundError):
+                if path.stat().st_size == entry.bytes:
+                    continue
+            todo.append((rel, entry.bytes, path))
         if not todo:
             return Fetched()
         makedirs(nbdir / BLOBS)
         if progress is not None:
             progress.add_total(sum(size for _, size, _ in todo))
-        mirror.download(
-            todo,
-            progress.update if progress is not None else None,
-            placed and (lambda path: placed(path.relative_to(nbdir).as_posix())),
-        )
+        mirror.download(todo, progress.update if progress is not None else None)
         got = Fetched(sum(size for _, size, _ in todo), tuple(rel for rel, _, _ in todo))
         if not repair or not verify:
             return got
         reject(dir, nbdir, checkpoint_id, got.unverified)
         return Fetched(got.bytes)
-
-
-def _absent(nbdir: Path, m: Manifest, only: Iterable[str] | None = None) -> list[str]:
-    """The tensor files of ``m`` (of ``only``) the folder lacks whole, by name."""
-    only = None if only is None else set(only)
-    out = []
-    for rel, entry in sorted(m.files.items()):
-        if only is not None and rel not in only:
-            continue
-        with contextlib.suppress(FileNotFoundError):
-            if (nbdir / rel).stat().st_size == entry.bytes:
-                continue
-        out.append(rel)
-    return out
-
-
-class Arriving:
-    """The tensor files of one checkpoint that the folder lacks, downloading in the
-    background (:func:`fetch` with ``verify=False``), each usable once it is in place:
-    an eager restore reads and hashes the first while the others are still on their way,
-    so that the read of the local copy no longer follows the whole download.
-
-    ``missing``: the files being fetched (known before any is).  ``wait(rel)`` returns
-    once ``rel`` is in place, at once for a file that is not missing, and raises what
-    stopped the download.  ``result()`` waits for the end and gives what :func:`fetch`
-    gives, or raises the same; ``settle()`` waits for the end and gives the files placed,
-    whatever became of the others (a restore that failed: they are to be hashed)."""
-
-    def __init__(self, dir, nbdir: Path, checkpoint_id: str, progress=None):
-        m = read_manifest(nbdir, checkpoint_id)
-        self.missing = frozenset(_absent(nbdir, m))
-        self._sizes = {rel: m.files[rel].bytes for rel in self.missing}
-        self._placed: set[str] = set()
-        self._fetched: Fetched | None = None
-        self._error: BaseException | None = None
-        self._cv = threading.Condition()
-        self._thread = threading.Thread(
-            target=self._run,
-            args=(dir, nbdir, checkpoint_id, progress),
-            name="jp-fetch",
-            daemon=True,
-        )
-        self._thread.start()
-
-    def _run(self, dir, nbdir: Path, checkpoint_id: str, progress) -> None:
-        try:
-            fetched = fetch(dir, nbdir, checkpoint_id, progress, verify=False, placed=self._place)
-        except BaseException as e:
-            fetched, error = None, e
-        else:
-            error = None
-        with self._cv:
-            self._fetched, self._error = fetched, error
-            self._cv.notify_all()
-
-    def _place(self, rel: str) -> None:
-        with self._cv:
-            self._placed.add(rel)
-            self._cv.notify_all()
-
-    def _ended(self) -> bool:
-        return self._fetched is not None or self._error is not None
-
-    def wait(self, rel: str) -> None:
-        with self._cv:
-            while rel in self.missing and rel not in self._placed and not self._ended():
-                self._cv.wait()
-            if rel in self._placed or rel not in self.missing or self._error is None:
-                return
-            raise self._error
-
-    def result(self) -> Fetched:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._fetched or Fetched()
-
-    def settle(self) -> Fetched:
-        self._thread.join()
-        placed = sorted(self._placed)
-        return Fetched(sum(self._sizes.get(rel, 0) for rel in placed), tuple(placed))
 
 
 def headers(

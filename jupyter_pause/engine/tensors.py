@@ -689,15 +689,7 @@ def check_device(device: str, owner: str) -> None:
 
 # ----------------------------------------------------------------- reading
 def read_storages(
-    nbdir,
-    manifest,
-    indices,
-    device_of,
-    progress=None,
-    as_numpy=False,
-    handed=None,
-    headers=None,
-    wait=None,
+    nbdir, manifest, indices, device_of, progress=None, as_numpy=False, handed=None
 ) -> dict[int, Any]:
     """Read the given storages into freshly allocated buffers on their target devices,
     checking each against its xxh3 digest as it streams in. Raises CorruptCheckpoint naming
@@ -714,13 +706,11 @@ def read_storages(
     still importing torch can read them (a lazy restore; :func:`buffers.as_torch` later).
     ``handed``: {storage index: (handed.Handed, its buffer)} (``handed.buffers_over``),
     buffers over memory the server filled with some of the files; one that verifies is
-    taken as it is, not read (engine/handed.py). The caller closes what it received.
-    ``headers``, ``wait``: files still downloading (store.Arriving): their headers, as
-    :func:`plan_reads` takes them, and ``wait(file)`` returns once that one is in."""
+    taken as it is, not read (engine/handed.py). The caller closes what it received."""
     from . import store
 
     over = handed or {}
-    plan = plan_reads(nbdir, manifest, indices, headers)
+    plan = plan_reads(nbdir, manifest, indices)
     # read; a helper thread allocates and maps each CPU buffer just ahead of us
     cpu = [
         (i, "numpy" if as_numpy else manifest.storages[i].kind, manifest.storages[i].nbytes)
@@ -732,8 +722,6 @@ def read_storages(
     out: dict[int, Any] = {}
     with Prefaulter(cpu) as pre:
         for path, rel, items in plan:
-            if wait is not None:
-                wait(rel)
             with open(path, "rb", buffering=0) as f:
                 with contextlib.suppress(AttributeError, OSError):
                     os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)

@@ -581,15 +581,15 @@ def test_store_killed_mid_restore_then_back_a_retry_restores(tmp_path, monkeypat
         cache = new_cache(tmp_path, monkeypatch, "reader")
         download = remote.Remote.download
 
-        def download_then_kill(self, files, progress=None, placed=None):
+        def download_then_kill(self, files, progress=None):
             files = list(files)
             if not any(name.startswith("blobs/") for name, _, _ in files):
-                return download(self, files, progress, placed)  # the small files come first
+                return download(self, files, progress)  # the small files come first
 
             def kill_after_the_first_piece(n):  # the other ranges are still on their way
                 server.kill()
 
-            download(self, files, kill_after_the_first_piece, placed)
+            download(self, files, kill_after_the_first_piece)
 
         monkeypatch.setattr(remote.Remote, "download", download_then_kill)
         out = {"__name__": "__main__"}
@@ -766,15 +766,15 @@ def test_gs_store_killed_mid_restore_then_back_a_retry_restores(own_gcs, tmp_pat
     cache = new_cache(tmp_path, monkeypatch, "reader")
     download = remote.Remote.download
 
-    def download_then_kill(self, files, progress=None, placed=None):
+    def download_then_kill(self, files, progress=None):
         files = list(files)
         if not any(name.startswith("blobs/") for name, _, _ in files):
-            return download(self, files, progress, placed)  # the small files come first
+            return download(self, files, progress)  # the small files come first
 
         def kill_after_the_first_piece(n):  # the other ranges are still on their way
             own_gcs.kill()
 
-        download(self, files, kill_after_the_first_piece, placed)
+        download(self, files, kill_after_the_first_piece)
 
     monkeypatch.setattr(remote.Remote, "download", download_then_kill)
     out = {"__name__": "__main__"}
