@@ -162,9 +162,8 @@ class Remote:
     # --------------------------------------------------------------- up
     def upload(self, files: Iterable[tuple[str, Path]], progress=None) -> None:
         """Upload files (name relative to the notebook folder, local path), a few at a
-        time, each large one in parallel parts read by obstore itself; ``progress(n)``
+        time, each large one in parallel parts (:func:`put_file`); ``progress(n)``
         hears each file's size once it is up."""
-        import obstore
 
         def one(name: str, path: Path) -> None:
             with open(path, "rb", buffering=0) as f:
