@@ -5,13 +5,18 @@ on a local SeaweedFS (``weed server -s3``, started here on 127.0.0.1):
 
   upload    checkpoint() of a model to s3:// (local cache write + upload + commit)
             / the best raw parallel upload of the same bytes from memory with obstore
-            (16 MiB parts; 8, 16 and 32 requests in flight, the best one counts)
+            (16 MiB parts; 8, 16 and 32 files and parts in flight, each timed in each
+            round: the setting with the lowest median counts, paired by round; the
+            fastest single raw run of each round is printed too, a stricter figure
+            that also picks the luckiest of three samples against one of ours)
   restore   restore() from the bucket into an empty cache (download + verify + load)
-            / a raw parallel ranged download of the same bytes into memory
+            / a raw parallel ranged download of the same bytes into memory (16 in
+            flight, as the restore), allocated in the timing as the restore's is
   re-pause  bytes uploaded by a checkpoint after one small change (target < 1 MB)
 
 Each round uses a new prefix (nothing deduplicated across rounds) and alternates the
-order of the pair.  GB/s is printed beside GKE Pod Snapshots' ~0.1 GB/s (8.3 GiB in
+order of the pair.  CPU seconds (user + system) of this process and of SeaweedFS are
+printed beside each: on a small machine both share the cores.  GB/s is printed beside GKE Pod Snapshots' ~0.1 GB/s (8.3 GiB in
 115-127 s).  Size: ``--size-gb`` or ``$BENCH_OBJSTORE_GB``.
 """
 
@@ -60,22 +65,60 @@ def raw_upload(store, arrays: list, prefix: str, parallel: int) -> float:
     return time.perf_counter() - t0
 
 
-def raw_download(store, sizes: list[int], prefix: str, parallel: int = 16) -> float:
+def raw_download(
+    store, sizes: list[int], prefix: str, parallel: int = 16, touched: bool = False
+) -> float:
+    """Ranged GETs into memory allocated in the timing, as a restore must (its tensors'):
+    fresh, untouched pages (``np.empty``), first touched by the copy.  ``touched``: into
+    memory allocated and written before the timing (not a restore's case: a lower bound)."""
+    import numpy as np
     import obstore
 
     part = 16 << 20
-    bufs = [bytearray(s) for s in sizes]
     jobs = [(i, s) for i, size in enumerate(sizes) for s in range(0, size, part)]
+    if touched:
+        bufs = [np.ones(s, dtype=np.uint8) for s in sizes]
     t0 = time.perf_counter()
+    if not touched:
+        bufs = [np.empty(s, dtype=np.uint8) for s in sizes]
 
     def get(job):
         i, start = job
         end = min(start + part, sizes[i])
-        bufs[i][start:end] = obstore.get_range(store, f"{prefix}/{i}", start=start, end=end)
+        got = obstore.get_range(store, f"{prefix}/{i}", start=start, end=end)
+        bufs[i][start:end] = np.frombuffer(got, dtype=np.uint8)
 
     with ThreadPoolExecutor(parallel) as pool:
         list(pool.map(get, jobs))
     return time.perf_counter() - t0
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU time of a process (this one by default), threads included."""
+    if pid is None:
+        t = os.times()
+        return t.user + t.system
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Timed:
+    """Wall and CPU seconds (ours, the server's) of a block."""
+
+    def __init__(self, server_pid: int):
+        self.server_pid = server_pid
+
+    def __enter__(self):
+        self.t0, self.c0, self.s0 = (
+            time.perf_counter(), cpu_seconds(), cpu_seconds(self.server_pid)
+        )  # fmt: skip
+        return self
+
+    def __exit__(self, *exc):
+        self.wall = time.perf_counter() - self.t0
+        self.cpu = cpu_seconds() - self.c0
+        self.server_cpu = cpu_seconds(self.server_pid) - self.s0
+        return False
 
 
 def main() -> int:
@@ -97,7 +140,7 @@ def main() -> int:
     try:
         server.create_bucket("bench")
         os.environ.update(server.env())
-        return run(args, work)
+        return run(args, work, server.proc.pid)
     finally:
         server.stop()
         import shutil
@@ -105,7 +148,7 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run(args, work: Path) -> int:
+def run(args, work: Path, server_pid: int) -> int:
     from jupyter_pause.engine import api, paths, remote
 
     size = int(args.size_gb * 1e9)
@@ -116,23 +159,27 @@ def run(args, work: Path) -> int:
     print(
         f"object store: SeaweedFS on 127.0.0.1; model {total / 1e9:.2f} GB in {len(arrays)} tensors"
     )
-    rows = {"upload": [], "raw upload": [], "restore": [], "raw download": [], "repause": []}
-    best_parallel = {}
+    settings = (8, 16, 32)
+    rows: dict[str, list] = {
+        "upload": [], "restore": [], "raw download": [], "touched": [], "repause": []
+    }  # fmt: skip
+    raw_up: list[dict[int, Timed]] = []  # per round: parallel setting -> its raw upload
     for r in range(args.rounds):
         url = f"s3://bench/round{r}"
         os.environ[paths.ENV_CACHE] = str(work / f"cache-{r}")
 
         def ours(url=url):
-            t0 = time.perf_counter()
-            res = api.checkpoint(dir=url, notebook="bench.ipynb", namespace=ns, progress=False)
-            rows["upload"].append(time.perf_counter() - t0)
-            return res
+            with Timed(server_pid) as t:
+                api.checkpoint(dir=url, notebook="bench.ipynb", namespace=ns, progress=False)
+            rows["upload"].append(t)
 
         def raw(r=r):
-            times = {p: raw_upload(store, arrays, f"raw{r}-{p}", p) for p in (8, 16, 32)}
-            best = min(times, key=times.get)
-            best_parallel[r] = best
-            rows["raw upload"].append(times[best])
+            times = {}
+            for p in settings:
+                with Timed(server_pid) as t:
+                    raw_upload(store, arrays, f"raw{r}-{p}", p)
+                times[p] = t
+            raw_up.append(times)
 
         if r % 2:
             raw()
@@ -148,13 +195,20 @@ def run(args, work: Path) -> int:
 
         def restore(url=url):
             out = {"__name__": "__main__"}
-            t0 = time.perf_counter()
-            api.restore(dir=url, notebook="bench.ipynb", namespace=out, progress=False, lazy=False)
-            rows["restore"].append(time.perf_counter() - t0)
+            with Timed(server_pid) as t:
+                api.restore(
+                    dir=url, notebook="bench.ipynb", namespace=out, progress=False, lazy=False
+                )
+            rows["restore"].append(t)
 
         def download(r=r):
             sizes = [a.nbytes for a in arrays]
-            rows["raw download"].append(raw_download(store, sizes, f"raw{r}-{best_parallel[r]}"))
+            with Timed(server_pid) as t:
+                raw_download(store, sizes, f"raw{r}-{settings[0]}")
+            rows["raw download"].append(t)
+            rows["touched"].append(
+                raw_download(store, sizes, f"raw{r}-{settings[0]}", touched=True)
+            )
 
         if r % 2:
             download()
@@ -167,24 +221,43 @@ def run(args, work: Path) -> int:
         for d in (f"cache-{r}", f"fresh-{r}"):
             shutil.rmtree(work / d, ignore_errors=True)
 
-    def med(k):
-        return statistics.median(rows[k])
+    best = min(settings, key=lambda p: statistics.median(t[p].wall for t in raw_up))
+    rows["raw upload"] = [t[best] for t in raw_up]
 
-    up = [a / b for a, b in zip(rows["upload"], rows["raw upload"], strict=True)]
-    down = [a / b for a, b in zip(rows["restore"], rows["raw download"], strict=True)]
+    def med(k, what="wall"):
+        return statistics.median(getattr(t, what) for t in rows[k])
+
+    def ratios(a, b):
+        return [x.wall / y.wall for x, y in zip(rows[a], rows[b], strict=True)]
+
+    def spread(xs):
+        return f"{statistics.median(xs):.2f} [{min(xs):.2f}-{max(xs):.2f}]"
+
+    up = ratios("upload", "raw upload")
+    strict = [o.wall / min(t.wall for t in times.values()) for o, times in zip(rows["upload"], raw_up, strict=True)]  # fmt: skip
+    down = ratios("restore", "raw download")
     gb = total / 1e9
-    print(f"{'':28}{'seconds':>9}{'GB/s':>7}   ratio (median of rounds) [target]")
-    print(f"{'checkpoint to the bucket':28}{med('upload'):9.2f}{gb / med('upload'):7.2f}   "
-          f"{statistics.median(up):.2f} x raw upload [<= 1.1]")  # fmt: skip
-    print(f"{'raw parallel upload':28}{med('raw upload'):9.2f}{gb / med('raw upload'):7.2f}   "
-          f"(best of 8/16/32 in flight: {sorted(set(best_parallel.values()))})")  # fmt: skip
-    print(f"{'restore from the bucket':28}{med('restore'):9.2f}{gb / med('restore'):7.2f}   "
-          f"{statistics.median(down):.2f} x raw download [<= 1.1]")  # fmt: skip
-    print(f"{'raw ranged download':28}{med('raw download'):9.2f}{gb / med('raw download'):7.2f}")
+    print(f"{'':28}{'seconds':>9}{'GB/s':>7}{'CPU s':>7}{'server':>8}"
+          "   ratio: median [min-max] of rounds [target]")  # fmt: skip
+
+    def line(label, k, tail=""):
+        print(f"{label:28}{med(k):9.2f}{gb / med(k):7.2f}{med(k, 'cpu'):7.1f}"
+              f"{med(k, 'server_cpu'):8.1f}   {tail}")  # fmt: skip
+
+    line("checkpoint to the bucket", "upload", f"{spread(up)} x raw upload [<= 1.1]")
+    line("raw parallel upload", "raw upload", f"({best} in flight: the best median of {settings})")
+    print(f"{'':28}{'':31}   {spread(strict)} x the fastest raw run of each round")
+    line("restore from the bucket", "restore", f"{spread(down)} x raw download [<= 1.1]")
+    line("raw ranged download", "raw download", f"({remote.PARALLEL} in flight)")
+    touched = [x.wall / y for x, y in zip(rows["restore"], rows["touched"], strict=True)]
+    print(f"{'  into memory touched before':28}{statistics.median(rows['touched']):9.2f}"
+          f"{'':22}   {spread(touched)} x (a lower bound: no allocation)")  # fmt: skip
     print(
-        f"{'re-pause after 1 change':28}{'':9}{'':7}   {max(rows['repause']) / 1e3:.1f} kB uploaded [< 1 MB]"
+        f"{'re-pause after 1 change':28}{'':31}   {max(rows['repause']) / 1e3:.1f} kB uploaded [< 1 MB]"
     )
     print(f"{'GKE Pod Snapshots':28}{'':9}{GKE_POD_SNAPSHOT_GBPS:7.2f}   (8.3 GiB in 115-127 s)")
+    print("raw uploads per round, s: " + "; ".join(
+        ", ".join(f"{p}: {t[p].wall:.1f}" for p in settings) for t in raw_up))  # fmt: skip
     return 0
 
 

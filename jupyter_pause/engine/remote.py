@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
+import mmap
 import os
 import re
 import threading
@@ -161,15 +162,12 @@ class Remote:
     # --------------------------------------------------------------- up
     def upload(self, files: Iterable[tuple[str, Path]], progress=None) -> None:
         """Upload files (name relative to the notebook folder, local path), a few at a
-        time, each large one in parallel parts read by obstore itself; ``progress(n)``
+        time, each large one in parallel parts (:func:`put_file`); ``progress(n)``
         hears each file's size once it is up."""
-        import obstore
 
         def one(name: str, path: Path) -> None:
-            size = path.stat().st_size
-            obstore.put(
-                self.store, self.key(name), path, chunk_size=PART, max_concurrency=PARALLEL // 2
-            )
+            with open(path, "rb", buffering=0) as f:
+                size = put_file(self.store, self.key(name), f)
             if progress:
                 progress(size)
 
@@ -275,6 +273,27 @@ class Remote:
             raise self._fail(action, e) from e
 
 
+def put_file(store, key: str, f) -> int:
+    """Upload the open file ``f`` (read-only, never changed again: a staged blob or a
+    committed file) to ``key``, in parallel parts; returns its size.  The parts are sent
+    straight from a mapping of the file, from the page cache where it was just written:
+    read into buffers of the client's instead, every byte would be copied once more, into
+    fresh memory, on the cores the upload needs."""
+    import obstore
+
+    size = os.fstat(f.fileno()).st_size
+    if size == 0:
+        obstore.put(store, key, b"")
+        return 0
+    with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mapped:
+        view = memoryview(mapped)
+        try:
+            obstore.put(store, key, view, chunk_size=PART, max_concurrency=PARALLEL // 2)
+        finally:
+            view.release()
+    return size
+
+
 class Uploads:
     """Files uploaded in the background, :data:`FILES_AT_ONCE` at a time, while the caller
     goes on writing others: the blobs of a checkpoint, each sent as soon as it is staged,
@@ -319,19 +338,11 @@ class Uploads:
             self._progress = progress
 
     def _one(self, name: str, f, size: int) -> None:
-        import obstore
-
         with f:
             if self._stop.is_set():
                 return
             try:
-                obstore.put(
-                    self.remote.store,
-                    self.remote.key(name),
-                    f,
-                    chunk_size=PART,
-                    max_concurrency=PARALLEL // 2,
-                )
+                put_file(self.remote.store, self.remote.key(name), f)
             except BaseException as e:
                 self.failed.append(e)
                 return

@@ -186,6 +186,35 @@ def test_each_blob_is_uploaded_while_the_next_is_written(url, tmp_path, monkeypa
     assert r.bytes_uploaded > 32_000_000
 
 
+def test_files_are_uploaded_from_a_mapping_of_them(url, tmp_path, monkeypatch):
+    """Each file goes up from a read-only mapping (the page cache the write filled), not
+    read through a file object into fresh buffers; a multi-part file and an empty one
+    arrive byte for byte."""
+    sent = []
+    put = obstore.put
+
+    def note(store, key, data, **kwargs):
+        sent.append((key, type(data).__name__))
+        return put(store, key, data, **kwargs)
+
+    monkeypatch.setattr(obstore, "put", note)
+    big = tmp_path / "big"
+    big.write_bytes(os.urandom(remote.PART + 12345))  # two parts
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    m = mirror(url)
+    m.upload([("x/big", big), ("x/empty", empty)])
+    assert dict(sent) == {m.key("x/big"): "memoryview", m.key("x/empty"): "bytes"}
+    assert bytes(obstore.get(m.store, m.key("x/big")).bytes()) == big.read_bytes()
+    assert bytes(obstore.get(m.store, m.key("x/empty")).bytes()) == b""
+
+    sent.clear()  # the early uploads of a checkpoint's blobs too
+    new_cache(tmp_path, monkeypatch, "c")
+    api.checkpoint(dir=url, notebook=NB, namespace=state(), progress=False)
+    blobs = {kind for key, kind in sent if "/blobs/" in key}
+    assert blobs == {"memoryview"}
+
+
 def test_an_eager_restore_hashes_what_it_downloads_once(url, tmp_path, monkeypatch):
     """The eager restore hashes every tensor as it reads it: the download is not hashed
     whole before as well (a damaged download is still caught: the corruption test)."""
