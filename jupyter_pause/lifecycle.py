@@ -192,6 +192,10 @@ class Operation:
         data["progress"] = self.progress.to_json() if self.progress else None
         return data
 
+    def show(self, progress: CallProgress) -> None:
+        """What the kernel says of the call it runs for this operation (until it ends)."""
+        self.progress = progress
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Operation:
         data = dict(data)

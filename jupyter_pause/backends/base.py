@@ -31,6 +31,7 @@ from traitlets.config import LoggingConfigurable
 
 from ..clock import SYSTEM, Clock
 from ..engine import paths
+from ..lifecycle import SHUTDOWN_REASON
 
 if TYPE_CHECKING:
     from ..lifecycle import Session
@@ -114,6 +115,20 @@ class PauseBackend(LoggingConfigurable):
         Raise :class:`BackendError` to leave everything running.
         """
         raise NotImplementedError
+
+    async def release_at_shutdown(
+        self, sessions: list[Session], shutdown_kernel: Callable
+    ) -> ReleaseFacts:
+        """The release of a pause at server shutdown, the same on every platform: the
+        kernels stop (as the server's own clean-up would stop them); the platform stops
+        the server already."""
+        released_at = None
+        for session in sessions:
+            if session.kernel_id:
+                released_at = await shutdown_kernel(session.kernel_id)
+        if released_at is None:
+            return ReleaseFacts()
+        return ReleaseFacts(released_at=released_at, details={"reason": SHUTDOWN_REASON})
 
     async def acquire(self, session: Session, report_waiting: Callable[[str], None]) -> None:
         """Make compute available before a restore; call ``report_waiting(reason)``

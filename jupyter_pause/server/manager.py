@@ -20,7 +20,6 @@ we wait on it is noticed within a second (:func:`~.kernels.wait_for_death`).
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import posixpath
 import socket
@@ -30,7 +29,6 @@ from typing import Any
 
 from jupyter_server.utils import ensure_async
 
-from ..backends.base import ReleaseFacts
 from ..clock import SYSTEM, Clock
 from ..engine import paths as checkpoint_paths
 from ..engine import store as checkpoint_store
@@ -47,7 +45,7 @@ from ..lifecycle import (
     SessionStore,
     State,
 )
-from ..protocol import CallProgress, CheckpointReply, RestoreReply, user_skipped
+from ..protocol import CheckpointReply, RestoreReply, user_skipped
 from .activity import ActivityMonitor
 from .capacity import ResumeGate, machine_limit
 from .catalogue import Catalogue
@@ -420,7 +418,7 @@ class PauseManager:
             # the server stops: each notebook is paused on its own, and only its kernel
             # is stopped (never the backend's release, which would stop the server or
             # take the pod away a second time)
-            release = _release_at_shutdown if at_shutdown else self.backend.release
+            release = self.backend.release_at_shutdown if at_shutdown else self.backend.release
             if self.backend.scope == "server" and not at_shutdown:
                 # the accelerator belongs to the pod: every notebook goes with it
                 others = await self._checkpoint_others(session, op)
@@ -544,7 +542,7 @@ class PauseManager:
                 km,
                 "checkpoint",
                 timeout=self.kernel_call_timeout,
-                on_progress=functools.partial(_show_progress, op),
+                on_progress=op.show,
                 notebook=session.path,
                 dir=self.kernel_checkpoint_dir,
                 nonce=nonce,
@@ -687,7 +685,7 @@ class PauseManager:
                     km,
                     "restore",
                     timeout=self.kernel_call_timeout,
-                    on_progress=functools.partial(_show_progress, op),
+                    on_progress=op.show,
                     notebook=path,
                     dir=self.kernel_checkpoint_dir,
                     checkpoint_id=chosen.id if chosen else checkpoint_id,
@@ -795,20 +793,3 @@ class PauseManager:
                 task = self._running.get(op.id)
                 if task is not None:  # never admitted later, while the server stops
                     task.cancel()
-
-
-def _show_progress(op: Operation, progress: CallProgress) -> None:
-    """What the kernel says of the call it runs for ``op``, shown until the call ends."""
-    op.progress = progress
-
-
-async def _release_at_shutdown(sessions: list[Session], shutdown_kernel) -> ReleaseFacts:
-    """The release of a pause at server shutdown, on every backend: the kernel stops
-    (as the server's own clean-up would stop it); the platform already stops the server."""
-    released_at = None
-    for session in sessions:
-        if session.kernel_id:
-            released_at = await shutdown_kernel(session.kernel_id)
-    if released_at is None:
-        return ReleaseFacts()
-    return ReleaseFacts(released_at=released_at, details={"reason": SHUTDOWN_REASON})
