@@ -231,13 +231,16 @@ def kernel_torch_gate(folder, *, deadline=300):
 def wait_for(condition, timeout=60, what="the condition", interval=0.2):
     """The blocking twin of :func:`wait_until`, for tests that drive whole
     processes (servers, hubs) from a plain thread: poll ``condition()`` until it
-    is truthy, return its value; only the deadline says it did not happen."""
+    is truthy, return its value; only the deadline says it did not happen.
+
+    ``what`` may be a callable, asked only then (say, for the tail of a log)."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
+            what = what() if callable(what) else what
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)
 

@@ -231,19 +231,33 @@ c.JupyterHub.load_roles = {roles!r}
             preexec_fn=ignore_sigint if self.in_background else None,
         )
 
-        def up():
+        def alive() -> None:
+            """Fail fast where waiting cannot help: a port of ours was taken (the
+            hub, its proxy, or the service it starts, which the Hub restarts in a
+            loop), or the hub exited."""
             if "already in use" in self.log_path.read_text(errors="replace")[log_size:]:
                 raise PortTaken(f"a port of the hub was taken:\n{self.log_tail()}")
             if self.process.poll() is not None:
                 raise AssertionError(f"jupyterhub exited:\n{self.log_tail()}")
+
+        def up():
+            alive()
             try:
                 return self.api("GET", "")[0] == 200
             except (OSError, http.client.HTTPException):  # not up, or not (yet) the hub
                 return False
 
-        wait_for(up, timeout, "the hub to answer")
+        def service_up():
+            alive()
+            return self.service_up()
+
+        wait_for(up, timeout, lambda: f"the hub to answer:\n{self.log_tail()}")
         if self.service is not None:
-            wait_for(self.service_up, timeout, "the jupyter-pause service to answer")
+            wait_for(
+                service_up,
+                timeout,
+                lambda: f"the jupyter-pause service to answer:\n{self.log_tail()}",
+            )
 
     def service_up(self) -> bool:
         try:
