@@ -347,6 +347,7 @@ def checkpoint(
     tracked_names = set(held) & set(required)
     memory.check()  # near its memory limit: refuse now, rather than be killed half way
 
+    store.wait_for_copies(nbdir)  # a restore's copies of the bucket's files: reused here
     try:
         with store.locked(nbdir):
             store.gc(nbdir, locked_already=True)  # stale temp folders of dead writers
@@ -780,7 +781,6 @@ def restore(
     if lazy is None:
         lazy = lazy_mod.lazy_by_default(ns)
     lazy = bool(lazy) and not names and not partial
-    eager_all = not lazy and not names and not partial
     # a fresh kernel: what needs torch waits for its import in the background (lazy.py)
     defer_torch = lazy and not lazy_mod.module_ready("torch")
     imports = _BackgroundImports()
@@ -799,36 +799,20 @@ def restore(
         passed_over: dict[str, str] = {}
         for cid in candidates:
             try:
-                # an eager restore of everything hashes every tensor it reads: what it
-                # downloads is not hashed before as well
-                # downloads: a lazy restore's, file by file as it reads (_read_verified)
-                fetched = store.fetch(
-                    dir,
+                loaded = _read_verified(
                     nbdir,
                     cid,
-                    Progress("downloading", 0, progress),
-                    verify=not eager_all,
-                    only=() if lazy else None,
+                    names,
+                    trust,
+                    device_of_name,
+                    progress,
+                    partial,
+                    lazy,
+                    defer_torch,
+                    handoff,
+                    imports=imports,
+                    dir=dir,
                 )
-                downloaded += fetched.bytes
-                try:
-                    loaded = _read_verified(
-                        nbdir,
-                        cid,
-                        names,
-                        trust,
-                        device_of_name,
-                        progress,
-                        partial,
-                        lazy,
-                        defer_torch,
-                        handoff,
-                        imports=imports,
-                        dir=dir,
-                    )
-                except CorruptCheckpoint:  # a file it downloaded? out of the bucket, too
-                    store.reject(dir, nbdir, cid, fetched.unverified)
-                    raise
                 downloaded += loaded.downloaded
                 break
             except (CorruptCheckpoint, UntrustedCheckpoint) as e:
@@ -973,6 +957,7 @@ def restore(
             stacklevel=2,
         )
     bar.finish(result.summary())
+    store.keep_copies(nbdir, m, loaded.copies)  # what came straight from the bucket
     return result
 
 
@@ -1029,6 +1014,24 @@ def _read_verified(
         if m.storages[i].kind == "torch"
     }:
         tensors.check_device(dev, owner)
+    device_of = lambda s: device_of_name(s.device)  # noqa: E731
+    missing: set[str] = set()  # with a bucket behind the folder: files not here (yet)
+    if paths.bucket_of(dir) is not None:
+        missing = {rel for rel in {m.storages[i].file for i in needed} if not _have(nbdir, m, rel)}
+    streamed: set[str] = set()  # eager: read from the bucket straight into memory
+    fetched = store.Fetched()
+    if missing and not lazy:
+        streamed = set() if partial else _streamable(m, missing, needed, device_of)
+        # a restore of everything hashes every tensor it reads: what it downloads is
+        # not hashed whole before as well
+        fetched = store.fetch(
+            dir,
+            nbdir,
+            checkpoint_id,
+            Progress("downloading", 0, progress),
+            verify=bool(names) or partial,
+            only=missing - streamed,
+        )
     damaged: dict[int, str] = {}  # storage index -> why (partial restores only)
     if partial:
         bad = {}
@@ -1042,14 +1045,11 @@ def _read_verified(
             if m.storages[i].file in bad
         }
         needed = [i for i in needed if i not in damaged]
-    missing: set[str] = set()  # lazy, from a bucket: files not here yet
-    if lazy and paths.bucket_of(dir) is not None:
-        missing = {rel for rel in {m.storages[i].file for i in needed} if not _have(nbdir, m, rel)}
-    store.check_complete(nbdir, m, skip={m.storages[i].file for i in damaged} | missing)
+    absent = missing if lazy else streamed
+    store.check_complete(nbdir, m, skip={m.storages[i].file for i in damaged} | absent)
     data = store.verify_pickle(nbdir, m, trust=trust)
     total = sum(m.storages[i].nbytes for i in needed)
     bar = Progress("restore", total, enabled=progress)
-    device_of = lambda s: device_of_name(s.device)  # noqa: E731
     if lazy:
         # every header checked; the small objects' and the RNG state's tensors read now,
         # so damage there still makes a restore fall back to an older checkpoint; the
@@ -1102,17 +1102,60 @@ def _read_verified(
             downloaded,
             fetch_later,
         )
+    buffers, copies = {}, []
+    from_bucket = [i for i in needed if m.storages[i].file in streamed]
+    if from_bucket:
+        buffers, copies = tensors.download_storages(
+            dir, nbdir, m, from_bucket, Progress("downloading", 0, progress)
+        )
+        bar.update(sum(m.storages[i].nbytes for i in from_bucket))
+    here = [i for i in needed if m.storages[i].file not in streamed]
     received = handed_mod.receive(handoff, checkpoint_id, m)
     try:
         over = {}
         if received:  # (the plan's headers are read again by the read: a few kB)
-            plan = tensors.plan_reads(nbdir, m, needed)
+            plan = tensors.plan_reads(nbdir, m, here)
             over = handed_mod.buffers_over(received, plan, m, device_of)
-        buffers = tensors.read_storages(nbdir, m, needed, device_of, bar, handed=over)
+        buffers.update(tensors.read_storages(nbdir, m, here, device_of, bar, handed=over))
+    except CorruptCheckpoint:  # a file it downloaded? out of the bucket, too
+        store.reject(dir, nbdir, checkpoint_id, fetched.unverified)
+        raise
     finally:
         for handed in received.values():
             handed.close()
-    return _Verified(m, data, buffers, wanted, to_load, total, damaged, bar)
+    return _Verified(
+        m,
+        data,
+        buffers,
+        wanted,
+        to_load,
+        total,
+        damaged,
+        bar,
+        downloaded=fetched.bytes + sum(m.files[rel].bytes for rel in streamed),
+        copies=copies,
+    )
+
+
+def _streamable(m: Manifest, rels: set[str], needed, device_of) -> set[str]:
+    """The files an eager restore reads from the bucket straight into memory
+    (tensors.download_storages): those of which it needs every tensor, all bound for the
+    CPU, so that their copy here can be written whole from its buffers afterwards.  A
+    GPU's buffers are filled from the file here, through a staging copy."""
+    need = set(needed)
+    by_file: dict[str, list[int]] = {}
+    for i, s in enumerate(m.storages):
+        by_file.setdefault(s.file, []).append(i)
+    return {
+        rel
+        for rel in rels
+        if all(
+            i in need and (s.kind == "numpy" or device_of(s) == "cpu")
+            for i in by_file.get(rel, ())
+            for s in (m.storages[i],)
+        )  # fmt: skip
+        and set(m.files[rel].tensors) == {m.storages[i].key for i in by_file.get(rel, ())}
+    }
 
 
 @dataclass
@@ -1133,10 +1176,13 @@ class _Verified:
     torch_later: _TorchLater | None = None
     #: lazy restores: storage index -> the server's memory its buffer maps (handed.py)
     handed: dict = field(default_factory=dict)
-    #: lazy restores from a bucket: bytes downloaded before the restore returns, and the
-    #: files the reader downloads when it reaches them (_fetch_later)
+    #: from a bucket: bytes downloaded before the restore returns; lazy: the files the
+    #: reader downloads when it reaches them (_fetch_later)
     downloaded: int = 0
     fetch_later: set[str] = field(default_factory=set)
+    #: eager, from a bucket: the files read straight into memory, to be written here
+    #: once the restore has returned (store.keep_copies)
+    copies: list[store.Copy] = field(default_factory=list)
 
 
 def _have(nbdir, m: Manifest, rel: str) -> bool:

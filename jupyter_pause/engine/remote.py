@@ -22,6 +22,7 @@ parallel multipart uploads and ranged reads, S3 and GCS): docs/engine.md says wh
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import hmac
@@ -38,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 from . import paths
 from .errors import RemoteStoreError
@@ -236,6 +238,43 @@ class Remote:
             raise
         for tmp, path in done:
             os.replace(tmp, path)
+
+    def read_into(self, files: dict[str, list[tuple[int, Any]]], on_part=None) -> None:
+        """Read byte ranges of files straight into memory (a restore's buffers), with
+        parallel ranged GETs of at most :data:`PART` bytes: ``files`` maps a name to its
+        pieces, ``(offset, array)`` with flat uint8 arrays, sorted by offset and not
+        overlapping; adjacent pieces are read together.  ``on_part(name, filled)`` hears,
+        after each GET, the ``(piece index, bytes)`` it filled.  Nothing is written to disk."""
+        import numpy as np
+        import obstore
+
+        def part(name: str, start: int, end: int) -> None:
+            pieces = files[name]
+            got = obstore.get_range(self.store, self.key(name), start=start, end=end)
+            data = np.frombuffer(got, dtype=np.uint8)
+            filled = []
+            k = max(0, bisect.bisect_right(pieces, start, key=lambda p: p[0]) - 1)
+            while k < len(pieces) and pieces[k][0] < end:
+                off, arr = pieces[k]
+                lo, hi = max(start, off), min(end, off + len(arr))
+                if lo < hi:
+                    arr[lo - off : hi - off] = data[lo - start : hi - start]
+                    filled.append((k, hi - lo))
+                k += 1
+            if on_part is not None:
+                on_part(name, filled)
+
+        jobs = []
+        for name, pieces in files.items():
+            spans: list[list[int]] = []  # [start, end) of runs of adjacent pieces
+            for off, arr in pieces:
+                if spans and spans[-1][1] == off:
+                    spans[-1][1] = off + len(arr)
+                elif len(arr):
+                    spans.append([off, off + len(arr)])
+            for start, end in spans:
+                jobs += [(part, (name, s, min(s + PART, end))) for s in range(start, end, PART)]
+        self._parallel("download", jobs)
 
     def read_range(self, name: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of one file (a safetensors header, before its data)."""

@@ -1243,11 +1243,151 @@ def reject(dir, nbdir: Path, checkpoint_id: str, downloaded) -> None:
     bad = [rel for rel in downloaded if check_blob(nbdir / rel, m.files[rel], full=True)]
     for rel in bad:
         quarantine(nbdir, rel, f"downloaded from {mirror.bucket.url}, hash mismatch")
+    _unpublish(mirror, bad)
+
+
+def _unpublish(mirror: remote.Remote, bad: list[str]) -> None:
+    """Files found damaged in the bucket: delete them there (the next pause uploads them
+    anew) and raise :class:`CorruptCheckpoint`, so the restore falls back."""
     if bad:
         mirror.delete(bad)
         raise CorruptCheckpoint(
             "tensor data", ", ".join(bad), f"as stored in {mirror.bucket.url}; removed there"
         )
+
+
+def stream(dir, nbdir: Path, m: Manifest, plan, buffers: dict[int, Any], progress=None) -> int:
+    """Read files of ``m`` that the folder lacks from the bucket straight into memory:
+    ``plan`` is :func:`tensors.plan_reads`'s (headers from :func:`headers`), ``buffers``
+    a flat uint8 array for each storage it names.  Each tensor is hashed against the
+    signed manifest once its last byte is in (parallel ranged GETs come in any order);
+    a file with one that does not match is deleted from the bucket and this raises
+    :class:`CorruptCheckpoint`.  Nothing is written here: :func:`keep_copies` does, once
+    the restore returned.  Returns the bytes read."""
+    mirror = _remote(dir, nbdir)
+    files = {rel: [(pos, buffers[i]) for pos, i in items] for _path, rel, items in plan}
+    indices = {rel: [i for _pos, i in items] for _path, rel, items in plan}
+    left = {rel: [len(buffers[i]) for i in idx] for rel, idx in indices.items()}
+    bad: set[str] = set()
+    lock = threading.Lock()
+
+    def check(rel: str, k: int) -> None:
+        i = indices[rel][k]
+        if xxhash.xxh3_128_hexdigest(memoryview(buffers[i])) != m.storages[i].xxh3:
+            with lock:
+                bad.add(rel)
+
+    def on_part(rel: str, filled) -> None:
+        complete = []
+        with lock:
+            for k, n in filled:
+                left[rel][k] -= n
+                if not left[rel][k]:
+                    complete.append(k)
+        for k in complete:
+            check(rel, k)
+        if progress is not None:
+            progress.update(sum(n for _, n in filled))
+
+    for rel, sizes in left.items():  # empty tensors: no GET fills them
+        for k in (k for k, n in enumerate(sizes) if not n):
+            check(rel, k)
+    mirror.read_into(files, on_part)
+    _unpublish(mirror, sorted(bad))
+    return sum(len(buffers[i]) for idx in indices.values() for i in idx)
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A file a restore read straight from the bucket into memory, to be written here
+    (:func:`keep_copies`): its raw safetensors header and, for each of its tensors,
+    ``(data offset, tensor key, flat uint8 array)``."""
+
+    rel: str
+    header: bytes
+    tensors: list[tuple[int, str, Any]]
+
+
+# notebook folder -> the threads writing copies there (keep_copies, wait_for_copies)
+_COPYING: dict[str, list[threading.Thread]] = {}
+_COPYING_LOCK = threading.Lock()
+COPY_CHUNK = 8 << 20  # bytes staged, hashed and written at a time
+
+
+def keep_copies(nbdir: Path, m: Manifest, copies: list[Copy]) -> None:
+    """Write, on a thread of its own, the local copy of files a restore read straight from
+    the bucket (:func:`stream`), so that the restore returns at the speed of the download
+    and the next checkpoint or restore on this machine still finds them here.  The next
+    checkpoint of this process waits for it (:func:`wait_for_copies`)."""
+    if not copies:
+        return
+    thread = threading.Thread(
+        target=_write_copies, args=(nbdir, m, copies), name="jp-copies", daemon=True
+    )
+    with _COPYING_LOCK:
+        _COPYING.setdefault(str(nbdir), []).append(thread)
+    thread.start()
+
+
+def wait_for_copies(nbdir: Path) -> None:
+    """Return once the copies :func:`keep_copies` is writing into ``nbdir`` are written."""
+    with _COPYING_LOCK:
+        threads = _COPYING.pop(str(nbdir), [])
+    for thread in threads:
+        thread.join()
+
+
+def _write_copies(nbdir: Path, m: Manifest, copies: list[Copy]) -> None:
+    for copy in copies:
+        try:
+            with locked(nbdir, shared=True):  # a GC cannot take it away half written
+                makedirs(nbdir / BLOBS)
+                _write_copy(nbdir, m.files[copy.rel], copy)
+        except Exception:  # a cache: a restore downloads, and a checkpoint writes, what
+            continue  # it lacks (a full disk, a tensor changed since it was restored)
+
+
+def _write_copy(nbdir: Path, entry: FileEntry, copy: Copy) -> None:
+    """One file, written as a checkpoint writes its own (a temp file, fsynced, renamed,
+    the folder fsynced) from a staging buffer, each tensor hashed as it is staged: a
+    tensor the kernel changed meanwhile does not match its signed hash, and the file is
+    not kept."""
+    path = nbdir / copy.rel
+    with contextlib.suppress(FileNotFoundError):
+        if path.stat().st_size == entry.bytes:
+            return  # another restore, or the server's read-ahead, brought it
+    tmp = path.with_name(f"{path.name}.part-{os.getpid()}-{threading.get_ident()}")
+    stage = memoryview(bytearray(COPY_CHUNK))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.ftruncate(fd, entry.bytes)
+        _pwrite_all(fd, memoryview(struct.pack("<Q", len(copy.header)) + copy.header), 0)
+        for pos, key, arr in copy.tensors:
+            src = memoryview(arr).cast("B")
+            h = xxhash.xxh3_128()
+            for off in range(0, len(src), COPY_CHUNK):
+                part = stage[: min(COPY_CHUNK, len(src) - off)]
+                part[:] = src[off : off + len(part)]
+                h.update(part)
+                _pwrite_all(fd, part, pos + off)
+            if h.hexdigest() != entry.tensors[key]:
+                raise ValueError(f"tensor {key!r} changed since it was restored")
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    remember_verified(path)
+
+
+def _pwrite_all(fd: int, view: memoryview, pos: int) -> None:
+    while len(view):
+        n = os.pwrite(fd, view, pos)
+        view, pos = view[n:], pos + n
 
 
 def uploads(dir, nbdir: Path) -> remote.Uploads | None:

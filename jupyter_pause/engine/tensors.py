@@ -747,6 +747,33 @@ def read_storages(
     return out
 
 
+def download_storages(dir, nbdir, manifest, indices, progress=None):
+    """Read the given CPU storages, whose files the folder lacks, from the bucket behind it
+    straight into freshly allocated buffers (their headers first, checked against the
+    manifest; each tensor hashed once its bytes are in: store.stream).  Returns
+    ({storage index: flat uint8 buffer}, [store.Copy of each file]) : what the caller
+    hands to ``store.keep_copies`` once the restore is done."""
+    from . import store
+
+    rels = sorted({manifest.storages[i].file for i in indices})
+    headers = store.headers(dir, nbdir, manifest, rels)
+    plan = plan_reads(nbdir, manifest, indices, headers)
+    buffers = {
+        i: _empty(manifest.storages[i].kind, manifest.storages[i].nbytes)
+        for _path, _rel, items in plan
+        for _pos, i in items
+    }
+    flat = {i: buf.numpy() if hasattr(buf, "numpy") else buf for i, buf in buffers.items()}
+    store.stream(dir, nbdir, manifest, plan, flat, progress)
+    copies = [
+        store.Copy(
+            rel, headers[rel][1], [(pos, manifest.storages[i].key, flat[i]) for pos, i in items]
+        )
+        for _path, rel, items in plan
+    ]
+    return buffers, copies
+
+
 def plan_reads(
     nbdir, manifest, indices, headers=None
 ) -> list[tuple[Any, str, list[tuple[int, int]]]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -231,6 +232,103 @@ def test_an_eager_restore_hashes_what_it_downloads_once(url, tmp_path, monkeypat
     assert rr.id == r.id and rr.bytes_downloaded > 1_000_000
     assert whole == []
     assert np.array_equal(out["table"], state()["table"])
+
+
+@pytest.fixture
+def held_copies(monkeypatch):
+    """The local copies an eager restore writes once it has returned, held until the
+    test sets the event, or until a checkpoint of this process waits for them."""
+    go = threading.Event()
+    write, wait = store._write_copies, store.wait_for_copies
+
+    def held(*args):
+        go.wait(120)
+        write(*args)
+
+    def waited(nbdir):
+        if store._COPYING.get(str(nbdir)):  # (not the first checkpoint's, with none)
+            go.set()
+        wait(nbdir)
+
+    monkeypatch.setattr(store, "_write_copies", held)
+    monkeypatch.setattr(store, "wait_for_copies", waited)
+    return go
+
+
+def test_an_eager_restore_reads_the_bucket_straight_into_memory_then_keeps_a_copy(
+    url, tmp_path, monkeypatch, held_copies
+):
+    """No tensor file is downloaded to disk and read back: the restore returns with
+    nothing written here, and the copy comes after, whole and verified."""
+    new_cache(tmp_path, monkeypatch, "a")
+    ns = state()
+    r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    download = remote.Remote.download
+
+    def small_files_only(self, files, progress=None):
+        files = list(files)
+        assert not [name for name, _, _ in files if name.startswith("blobs/")]
+        return download(self, files, progress)
+
+    monkeypatch.setattr(remote.Remote, "download", small_files_only)
+    new_cache(tmp_path, monkeypatch, "b")
+    nbdir = paths.notebook_dir(url, NB)
+    out = {"__name__": "__main__"}
+    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+    assert rr.bytes_downloaded > 2_000_000
+    assert torch.equal(out["model"].weight, ns["model"].weight)
+    assert np.array_equal(out["table"], ns["table"])
+    m = store.read_manifest(nbdir, r.id)
+    assert not [rel for rel in m.files if (nbdir / rel).exists()]  # nothing written yet
+    held_copies.set()
+    store.wait_for_copies(nbdir)
+    assert not list(nbdir.rglob("*.part-*"))
+    for rel, entry in m.files.items():
+        assert store.check_blob(nbdir / rel, entry, full=True) is None, rel
+
+
+def test_a_checkpoint_after_a_restore_from_the_bucket_waits_for_its_copies(
+    url, tmp_path, monkeypatch, held_copies
+):
+    """Right after the restore, a checkpoint finds the restored tensors' files here and
+    writes none of them again."""
+    new_cache(tmp_path, monkeypatch, "a")
+    ns = state()
+    api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    new_cache(tmp_path, monkeypatch, "b")
+    out = {"__name__": "__main__"}
+    api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+    out["step"] = 2
+    again = api.checkpoint(dir=url, notebook=NB, namespace=out, progress=False)
+    assert again.bytes_written < 100_000, again.summary()
+    assert again.bytes_uploaded < 100_000
+
+
+def test_a_tensor_changed_before_its_copy_is_written_is_not_kept(
+    url, tmp_path, monkeypatch, held_copies
+):
+    """The copy is hashed as it is written: a tensor the notebook changed in place
+    meanwhile no longer matches its signed hash, so its file is not kept under that
+    name, and the next checkpoint saves the change."""
+    new_cache(tmp_path, monkeypatch, "a")
+    r = api.checkpoint(dir=url, notebook=NB, namespace=state(), progress=False)
+    new_cache(tmp_path, monkeypatch, "b")
+    nbdir = paths.notebook_dir(url, NB)
+    out = {"__name__": "__main__"}
+    api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+    out["table"][0] = -1.0
+    held_copies.set()
+    store.wait_for_copies(nbdir)
+    m = store.read_manifest(nbdir, r.id)
+    table = m.storages[m.objects["table"].storages[0]].file
+    assert not (nbdir / table).exists()
+    assert all((nbdir / rel).exists() for rel in m.files if rel != table)
+    assert not list(nbdir.rglob("*.part-*"))
+    api.checkpoint(dir=url, notebook=NB, namespace=out, progress=False)
+    new_cache(tmp_path, monkeypatch, "c")
+    back = {"__name__": "__main__"}
+    api.restore(dir=url, notebook=NB, namespace=back, progress=False, lazy=False)
+    assert back["table"][0] == -1.0 and np.array_equal(back["table"][1:], state()["table"][1:])
 
 
 # ------------------------------------------------------------------ retention, delete, sweep
@@ -566,6 +664,23 @@ def test_an_interrupted_multipart_upload_is_aborted_by_the_sweep(url, tmp_path, 
     assert unfinished_uploads(url) == []
 
 
+def kill_after_the_first_part(monkeypatch, kill):
+    """The store is killed once the first ranged GET of an eager restore's tensor data
+    has come in (the others are still on their way).  Returns what undoes it."""
+    read_into = remote.Remote.read_into
+
+    def read_then_kill(self, files, on_part=None):
+        def killing(name, filled):
+            kill()
+            if on_part is not None:
+                on_part(name, filled)
+
+        read_into(self, files, killing)
+
+    monkeypatch.setattr(remote.Remote, "read_into", read_then_kill)
+    return lambda: monkeypatch.setattr(remote.Remote, "read_into", read_into)
+
+
 def test_store_killed_mid_restore_then_back_a_retry_restores(tmp_path, monkeypatch):
     server = Seaweed(tmp_path / "weed")
     server.start()
@@ -579,25 +694,13 @@ def test_store_killed_mid_restore_then_back_a_retry_restores(tmp_path, monkeypat
         api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
 
         cache = new_cache(tmp_path, monkeypatch, "reader")
-        download = remote.Remote.download
-
-        def download_then_kill(self, files, progress=None):
-            files = list(files)
-            if not any(name.startswith("blobs/") for name, _, _ in files):
-                return download(self, files, progress)  # the small files come first
-
-            def kill_after_the_first_piece(n):  # the other ranges are still on their way
-                server.kill()
-
-            download(self, files, kill_after_the_first_piece)
-
-        monkeypatch.setattr(remote.Remote, "download", download_then_kill)
+        undo = kill_after_the_first_part(monkeypatch, server.kill)
         out = {"__name__": "__main__"}
         with pytest.raises(
             errors.RemoteStoreError, match="killed-restore/ck: the store does not answer"
         ):
             api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
-        monkeypatch.setattr(remote.Remote, "download", download)
+        undo()
         assert "big" not in out
         assert not list(cache.rglob("*.part-*"))  # no half file left to be mistaken
         server.start()
@@ -764,25 +867,13 @@ def test_gs_store_killed_mid_restore_then_back_a_retry_restores(own_gcs, tmp_pat
     api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
 
     cache = new_cache(tmp_path, monkeypatch, "reader")
-    download = remote.Remote.download
-
-    def download_then_kill(self, files, progress=None):
-        files = list(files)
-        if not any(name.startswith("blobs/") for name, _, _ in files):
-            return download(self, files, progress)  # the small files come first
-
-        def kill_after_the_first_piece(n):  # the other ranges are still on their way
-            own_gcs.kill()
-
-        download(self, files, kill_after_the_first_piece)
-
-    monkeypatch.setattr(remote.Remote, "download", download_then_kill)
+    undo = kill_after_the_first_part(monkeypatch, own_gcs.kill)
     out = {"__name__": "__main__"}
     with pytest.raises(
         errors.RemoteStoreError, match="killed-restore/ck: the store does not answer"
     ):
         api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
-    monkeypatch.setattr(remote.Remote, "download", download)
+    undo()
     assert "big0" not in out
     assert not list(cache.rglob("*.part-*"))  # no half file left to be mistaken
     own_gcs.start()
