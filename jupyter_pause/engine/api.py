@@ -957,7 +957,7 @@ def restore(
             stacklevel=2,
         )
     bar.finish(result.summary())
-    store.keep_copies(nbdir, m, loaded.copies)  # what came straight from the bucket
+    store.keep_copies(nbdir, loaded.copies)  # what came straight from the bucket
     return result
 
 
@@ -1143,19 +1143,18 @@ def _streamable(m: Manifest, rels: set[str], needed, device_of) -> set[str]:
     CPU, so that their copy here can be written whole from its buffers afterwards.  A
     GPU's buffers are filled from the file here, through a staging copy."""
     need = set(needed)
-    by_file: dict[str, list[int]] = {}
+    of_file: dict[str, list[int]] = {}
     for i, s in enumerate(m.storages):
-        by_file.setdefault(s.file, []).append(i)
-    return {
-        rel
-        for rel in rels
-        if all(
+        of_file.setdefault(s.file, []).append(i)
+
+    def whole_on_cpu(rel: str) -> bool:
+        storages = [m.storages[i] for i in of_file.get(rel, ())]
+        return set(m.files[rel].tensors) == {s.key for s in storages} and all(
             i in need and (s.kind == "numpy" or device_of(s) == "cpu")
-            for i in by_file.get(rel, ())
-            for s in (m.storages[i],)
-        )  # fmt: skip
-        and set(m.files[rel].tensors) == {m.storages[i].key for i in by_file.get(rel, ())}
-    }
+            for i, s in zip(of_file.get(rel, ()), storages, strict=True)
+        )
+
+    return {rel for rel in rels if whole_on_cpu(rel)}
 
 
 @dataclass

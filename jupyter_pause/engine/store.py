@@ -1300,10 +1300,11 @@ def stream(dir, nbdir: Path, m: Manifest, plan, buffers: dict[int, Any], progres
 @dataclass(frozen=True)
 class Copy:
     """A file a restore read straight from the bucket into memory, to be written here
-    (:func:`keep_copies`): its raw safetensors header and, for each of its tensors,
-    ``(data offset, tensor key, flat uint8 array)``."""
+    (:func:`keep_copies`): its manifest entry, its raw safetensors header and, for each
+    of its tensors, ``(data offset, tensor key, flat uint8 array)``."""
 
     rel: str
+    entry: FileEntry
     header: bytes
     tensors: list[tuple[int, str, Any]]
 
@@ -1314,7 +1315,7 @@ _COPYING_LOCK = threading.Lock()
 COPY_CHUNK = 8 << 20  # bytes staged, hashed and written at a time
 
 
-def keep_copies(nbdir: Path, m: Manifest, copies: list[Copy]) -> None:
+def keep_copies(nbdir: Path, copies: list[Copy]) -> None:
     """Write, on a thread of its own, the local copy of files a restore read straight from
     the bucket (:func:`stream`), so that the restore returns at the speed of the download
     and the next checkpoint or restore on this machine still finds them here.  The next
@@ -1322,7 +1323,7 @@ def keep_copies(nbdir: Path, m: Manifest, copies: list[Copy]) -> None:
     if not copies:
         return
     thread = threading.Thread(
-        target=_write_copies, args=(nbdir, m, copies), name="jp-copies", daemon=True
+        target=_write_copies, args=(nbdir, copies), name="jp-copies", daemon=True
     )
     with _COPYING_LOCK:
         _COPYING.setdefault(str(nbdir), []).append(thread)
@@ -1337,22 +1338,22 @@ def wait_for_copies(nbdir: Path) -> None:
         thread.join()
 
 
-def _write_copies(nbdir: Path, m: Manifest, copies: list[Copy]) -> None:
+def _write_copies(nbdir: Path, copies: list[Copy]) -> None:
     for copy in copies:
         try:
             with locked(nbdir, shared=True):  # a GC cannot take it away half written
                 makedirs(nbdir / BLOBS)
-                _write_copy(nbdir, m.files[copy.rel], copy)
+                _write_copy(nbdir, copy)
         except Exception:  # a cache: a restore downloads, and a checkpoint writes, what
             continue  # it lacks (a full disk, a tensor changed since it was restored)
 
 
-def _write_copy(nbdir: Path, entry: FileEntry, copy: Copy) -> None:
+def _write_copy(nbdir: Path, copy: Copy) -> None:
     """One file, written as a checkpoint writes its own (a temp file, fsynced, renamed,
     the folder fsynced) from a staging buffer, each tensor hashed as it is staged: a
     tensor the kernel changed meanwhile does not match its signed hash, and the file is
     not kept."""
-    path = nbdir / copy.rel
+    path, entry = nbdir / copy.rel, copy.entry
     with contextlib.suppress(FileNotFoundError):
         if path.stat().st_size == entry.bytes:
             return  # another restore, or the server's read-ahead, brought it

@@ -751,7 +751,7 @@ def download_storages(dir, nbdir, manifest, indices, progress=None):
     """Read the given CPU storages, whose files the folder lacks, from the bucket behind it
     straight into freshly allocated buffers (their headers first, checked against the
     manifest; each tensor hashed once its bytes are in: store.stream).  Returns
-    ({storage index: flat uint8 buffer}, [store.Copy of each file]) : what the caller
+    ({storage index: flat uint8 buffer}, [store.Copy of each file]): what the caller
     hands to ``store.keep_copies`` once the restore is done."""
     from . import store
 
@@ -767,7 +767,10 @@ def download_storages(dir, nbdir, manifest, indices, progress=None):
     store.stream(dir, nbdir, manifest, plan, flat, progress)
     copies = [
         store.Copy(
-            rel, headers[rel][1], [(pos, manifest.storages[i].key, flat[i]) for pos, i in items]
+            rel,
+            manifest.files[rel],
+            headers[rel][1],
+            [(pos, manifest.storages[i].key, flat[i]) for pos, i in items],
         )
         for _path, rel, items in plan
     ]
