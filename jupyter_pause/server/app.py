@@ -312,6 +312,7 @@ class PauseApp(ExtensionApp):
             storage=lambda: manager.catalogue.measure_storage(list(manager.store.sessions)),
             ttl=self.metrics_cache_seconds,
             clock=clock,
+            log=self.log,
         )
         REGISTRY.register(self.metrics)
 

@@ -69,9 +69,14 @@ def clock():
     return FakeClock(at(DAY2, 12))
 
 
+def in_place(replay):
+    """Run the ledger's replay in the scrape, so a test reads its figures at once."""
+    replay()
+
+
 def test_counters_and_histograms_are_the_reports_figures(clock):
     events = alice_events() + bob_events()
-    metrics = PauseMetrics(ledger_with(events), SessionStore(None), clock=clock)
+    metrics = PauseMetrics(ledger_with(events), SessionStore(None), clock=clock, run=in_place)
     m = scrape(metrics)
     report = build_report(events, until=clock.time(), now=clock.time()).to_json()
     totals = report["totals"]
@@ -127,7 +132,7 @@ def test_bytes_written_and_stored_and_a_failed_pause(clock):
     ledger.record("checkpoint-failed", path="n.ipynb", time_=t + 5, error="disk full")
     ledger.record("operation-failed", path="n.ipynb", time_=t + 5, operation="pause")
     metrics = PauseMetrics(
-        ledger, SessionStore(None), storage=lambda: {"n.ipynb": 1234}, clock=clock
+        ledger, SessionStore(None), storage=lambda: {"n.ipynb": 1234}, clock=clock, run=in_place
     )
     m = scrape(metrics)
     assert m[("jupyter_pause_checkpoint_written_bytes_total", ())] == 1010
@@ -145,7 +150,7 @@ def test_sessions_by_state_are_read_at_each_scrape_and_the_ledger_once_per_ttl(c
     store.get("a.ipynb").state = State.PAUSED
     store.get("b.ipynb").state = State.PAUSED
     store.get("c.ipynb")
-    metrics = PauseMetrics(ledger, store, ttl=5.0, clock=clock)
+    metrics = PauseMetrics(ledger, store, ttl=5.0, clock=clock, run=in_place)
 
     def sessions(m):
         return {dict(k[1])["state"]: v for k, v in m.items() if k[0] == "jupyter_pause_sessions"}
@@ -166,6 +171,47 @@ def test_sessions_by_state_are_read_at_each_scrape_and_the_ledger_once_per_ttl(c
     clock.advance(5)
     third = scrape(metrics)
     assert third[("jupyter_pause_pauses_total", (("outcome", "succeeded"),))] == 3
+
+
+def test_a_scrape_never_waits_for_the_replay_of_the_ledger(clock):
+    """A scrape runs on the server's event loop: it starts a replay and returns with
+    the last figures (none before the first replay ended: the sessions only, no
+    counter read as zero); one replay at a time, however often it is scraped."""
+    ledger = ledger_with(alice_events())
+    store = SessionStore(None)
+    store.get("a.ipynb").state = State.PAUSED
+    started = []
+    metrics = PauseMetrics(ledger, store, ttl=5.0, clock=clock, run=started.append)
+
+    first = scrape(metrics)
+    assert first[("jupyter_pause_sessions", (("state", "paused"),))] == 1
+    assert not [k for k in first if k[0] != "jupyter_pause_sessions"]
+    assert len(started) == 1 and len(scrape(metrics)) == len(first)
+    assert len(started) == 1  # the one replay under way, not a second
+
+    started.pop()()  # the replay ends
+    second = scrape(metrics)
+    assert second[("jupyter_pause_pauses_total", (("outcome", "succeeded"),))] == 2
+    assert not started
+
+    ledger.record("pause-requested", path="c.ipynb", time_=clock.time())
+    ledger.record("accelerator-released", path="c.ipynb", time_=clock.time() + 1)
+    clock.advance(6)
+    third = scrape(metrics)  # stale: the last figures, and the next replay started
+    assert third[("jupyter_pause_pauses_total", (("outcome", "succeeded"),))] == 2
+    assert len(started) == 1
+    started.pop()()
+    fourth = scrape(metrics)
+    assert fourth[("jupyter_pause_pauses_total", (("outcome", "succeeded"),))] == 3
+
+
+def test_a_replay_that_fails_keeps_the_last_figures(clock):
+    ledger = ledger_with(alice_events())
+    metrics = PauseMetrics(ledger, SessionStore(None), ttl=5.0, clock=clock, run=in_place)
+    assert scrape(metrics)[("jupyter_pause_pauses_total", (("outcome", "succeeded"),))] == 2
+    ledger.close()  # the server stops
+    clock.advance(6)
+    assert scrape(metrics)[("jupyter_pause_pauses_total", (("outcome", "succeeded"),))] == 2
 
 
 # ---------------------------------------------------------------------- the dashboard
@@ -199,7 +245,9 @@ def test_metric_names_are_read_from_promql():
 
 
 def test_every_dashboard_panel_asks_only_for_exported_metrics(clock):
-    metrics = PauseMetrics(ledger_with(alice_events()), SessionStore(None), clock=clock)
+    metrics = PauseMetrics(
+        ledger_with(alice_events()), SessionStore(None), clock=clock, run=in_place
+    )
     row = {"user": "alice", "server": "", "state": "paused", "paused_at": 1.0}
     row |= {"resumes_at": 2.0, "released_hours_this_week": 0.5}
     fleet = build_fleet([FLEET_ROW], 3.0)
@@ -251,7 +299,9 @@ def test_the_hub_serves_the_fleets_capacity_outcomes_and_what_is_unknown():
 
 
 def test_every_exported_metric_is_defined_in_accounting_md(clock):
-    metrics = PauseMetrics(ledger_with(alice_events()), SessionStore(None), clock=clock)
+    metrics = PauseMetrics(
+        ledger_with(alice_events()), SessionStore(None), clock=clock, run=in_place
+    )
     row = {"user": "alice", "server": "", "state": "paused", "paused_at": 1.0}
     row |= {"resumes_at": 2.0, "released_hours_this_week": 0.5}
     fleet = build_fleet([FLEET_ROW], 3.0)
