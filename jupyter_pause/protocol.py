@@ -18,15 +18,20 @@ from .formatting import format_bytes_of
 #: its parent the server's call (``kernel_ops`` sends it, ``call_in_kernel`` reads it)
 PROGRESS_MIME = "application/vnd.jupyter-pause.progress+json"
 
+#: why a checkpoint skipped a module it did not pickle: a restore imports it again by
+#: name, so a person need not hear of it (one that cannot be imported again is news)
+MODULE_REIMPORTED = "module (re-imported by name on restore)"
+
 
 def user_skipped(skipped: dict[str, str]) -> dict[str, str]:
     """The names of a checkpoint's ``skipped`` ({name: why it was not saved}) that are news
-    to a person: their own variables.  IPython's history and internals (one entry, named
-    ``<IPython history>``) and modules, which a restore imports again, are left out."""
+    to a person: their own variables, and modules a restore cannot import again.
+    IPython's history and internals (one entry, named ``<IPython history>``) and modules
+    a restore imports again are left out."""
     return {
         name: why
         for name, why in skipped.items()
-        if not name.startswith("<") and not why.startswith(("module", "IPython"))
+        if not name.startswith("<") and why != MODULE_REIMPORTED and not why.startswith("IPython")
     }
 
 

@@ -17,6 +17,17 @@ def test_only_the_users_own_variables_are_news():
     assert list(user_skipped(skipped)) == ["lock"]
 
 
+def test_a_module_that_cannot_be_imported_again_is_news():
+    import types
+
+    made = types.ModuleType("made_in_a_cell")  # no file, not in sys.modules
+    ns = {"made": made, "json": json}
+    _, skipped, _ = namespace.select(ns, {})
+    assert set(skipped) == {"made", "json"}
+    assert list(user_skipped(skipped)) == ["made"]
+    assert "cannot be imported again" in user_skipped(skipped)["made"]
+
+
 def test_a_reply_survives_json_and_a_kernel_may_leave_fields_out():
     reply = CheckpointReply(id="c1", bytes=10, seconds=0.5, skipped={"g": "a generator"})
     assert CheckpointReply.from_json(json.loads(json.dumps(reply.to_json()))) == reply

@@ -17,6 +17,8 @@ import sys
 import threading
 import types
 
+from ..protocol import MODULE_REIMPORTED
+
 # IPython's own names in user_ns (history, output cache, helpers)
 IPYTHON_NAMES = {
     "In",
@@ -119,7 +121,7 @@ def quick_skip(name: str, obj, hidden: dict) -> str | None:
     if isinstance(obj, types.ModuleType):
         if module_name(obj) is None:
             return f"module {obj.__name__!r}, which cannot be imported again (not restored)"
-        return "module (re-imported by name on restore)"
+        return MODULE_REIMPORTED
     if isinstance(obj, _IN_MEMORY_STREAMS):
         return None  # a buffer, not a file: pickled with its contents and position
     for typ, reason in _UNSAVABLE_TYPES:
