@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from jupyter_pause.lifecycle import BUSY_STATES, OPERATION_STATES, State
+from jupyter_pause.protocol import MODULE_REIMPORTED
 
 API_TS = Path(__file__).parents[1] / "labextension" / "src" / "api.ts"
 
@@ -29,6 +30,13 @@ def test_the_kernel_guards_groups_of_states_are_the_servers():
     assert set(typescript_states("RESUMABLE_STATES")) == {
         s.value for s in OPERATION_STATES["resume"]
     }
+
+
+def test_the_frontend_hides_the_skipped_modules_the_server_hides():
+    """``unsavedNames`` (labels.ts) leaves out what ``protocol.user_skipped`` leaves out."""
+    source = (API_TS.parent / "labels.ts").read_text()
+    constant = re.search(r"export const MODULE_REIMPORTED = '([^']*)'", source)
+    assert constant and constant.group(1) == MODULE_REIMPORTED
 
 
 def test_the_readme_names_the_toolbar_buttons_the_schema_puts_there():

@@ -122,11 +122,24 @@ export function shortReason(error: string, max = 120): string {
   return `${first.slice(0, cut > 0 ? cut : max)}…`;
 }
 
-/** The user's own variables a checkpoint could not save (no internals). */
+/**
+ * Why a checkpoint skipped a module a restore imports again by name: no news to a
+ * person.  Python's `protocol.MODULE_REIMPORTED` (tests/test_labextension_states.py
+ * checks that the two are equal).
+ */
+export const MODULE_REIMPORTED = 'module (re-imported by name on restore)';
+
+/**
+ * What a checkpoint could not save that a person should hear of: their own
+ * variables, and modules a restore cannot import again (Python's `user_skipped`).
+ */
 export function unsavedNames(skipped: Record<string, string> = {}): string[] {
   return Object.keys(skipped)
     .filter(
-      name => !name.startsWith('<') && !skipped[name].startsWith('module')
+      name =>
+        !name.startsWith('<') &&
+        skipped[name] !== MODULE_REIMPORTED &&
+        !skipped[name].startsWith('IPython')
     )
     .sort();
 }
