@@ -1256,14 +1256,14 @@ def _unpublish(mirror: remote.Remote, bad: list[str]) -> None:
         )
 
 
-def stream(dir, nbdir: Path, m: Manifest, plan, buffers: dict[int, Any], progress=None) -> int:
+def stream(dir, nbdir: Path, m: Manifest, plan, buffers: dict[int, Any], progress=None) -> None:
     """Read files of ``m`` that the folder lacks from the bucket straight into memory:
     ``plan`` is :func:`tensors.plan_reads`'s (headers from :func:`headers`), ``buffers``
     a flat uint8 array for each storage it names.  Each tensor is hashed against the
     signed manifest once its last byte is in (parallel ranged GETs come in any order);
     a file with one that does not match is deleted from the bucket and this raises
     :class:`CorruptCheckpoint`.  Nothing is written here: :func:`keep_copies` does, once
-    the restore returned.  Returns the bytes read."""
+    the restore returned."""
     mirror = _remote(dir, nbdir)
     files = {rel: [(pos, buffers[i]) for pos, i in items] for _path, rel, items in plan}
     indices = {rel: [i for _pos, i in items] for _path, rel, items in plan}
@@ -1294,7 +1294,6 @@ def stream(dir, nbdir: Path, m: Manifest, plan, buffers: dict[int, Any], progres
             check(rel, k)
     mirror.read_into(files, on_part)
     _unpublish(mirror, sorted(bad))
-    return sum(len(buffers[i]) for idx in indices.values() for i in idx)
 
 
 @dataclass(frozen=True)
