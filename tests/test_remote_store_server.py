@@ -6,7 +6,6 @@ and an empty cache, restores the notebook from the bucket."""
 import json
 import re
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from jupyter_pause.cli import main
 from jupyter_pause.client import ClientError, LocalServer
 from jupyter_pause.engine import paths, remote
+from tests.helpers import wait_for
 from tests.objectstores import FakeGCS, Gate, Seaweed
 
 REPO = Path(__file__).resolve().parent.parent
@@ -188,14 +188,14 @@ class Through:
 def until_progress(client, phase: str, timeout: float = 60) -> tuple[dict, dict]:
     """The notebook's row of GET status, and its operation's progress, once that is in
     ``phase`` (polled, with a deadline)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        row = client.session_status(NB)
+    seen: dict = {}
+
+    def reached():
+        seen["row"] = row = client.session_status(NB)
         progress = (row["operation"] or {}).get("progress") or {}
-        if progress.get("phase") == phase or time.monotonic() > deadline:
-            assert progress.get("phase") == phase, row
-            return row, progress
-        time.sleep(0.1)
+        return (row, progress) if progress.get("phase") == phase else None
+
+    return wait_for(reached, timeout, lambda: f"{phase!r} progress: {seen.get('row')}")
 
 
 def test_a_pause_says_how_far_its_upload_is_until_the_checkpoint_is_in_the_bucket(
