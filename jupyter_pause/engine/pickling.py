@@ -30,6 +30,7 @@ import dataclasses
 import functools
 import importlib
 import io
+import itertools
 import marshal
 import os
 import pickle
@@ -41,7 +42,7 @@ import weakref
 from typing import Any
 
 from . import namespace as ns_mod
-from . import tensors
+from . import sharing, tensors
 from .errors import CheckpointError
 
 PROTOCOL = 5
@@ -268,6 +269,8 @@ def reduce_parametrized(module):
     """A module with parametrizations (``weight_norm``, ``orthogonal``, ...): torch refuses
     to pickle it ("only supported through state_dict()") because its class is made on the
     fly. Saved as its original class plus its state; rebuilt with torch's own helpers."""
+    if not hasattr(module, "parametrizations"):
+        return NotImplemented  # another class of torch's parametrize module
     return (
         _make_parametrized,
         (type(module).__bases__[0],),
@@ -309,25 +312,8 @@ def _make_cached_property(func, attrname, doc):
 
 
 # ----------------------------------------------------------------- by-value decisions
-def _by_value(obj) -> bool:
-    """True if ``obj`` (a function or class) cannot be found again by module + qualname."""
-    module = getattr(obj, "__module__", None)
-    qualname = getattr(obj, "__qualname__", "")
-    if module == "__main__" or module is None:
-        return True
-    if "<locals>" in qualname or "<lambda>" in qualname:
-        return True
-    found = sys.modules.get(module)
-    for part in qualname.split("."):
-        found = getattr(found, part, None)
-    # e.g. namedtuple's _make (module "collections", qualname "Point._make")
-    return found is not obj
-
-
-def _class_by_value(cls) -> bool:
-    if cls.__module__ == "builtins" or not isinstance(cls.__dict__.get("__module__"), str):
-        return False  # C types: never rebuild by value
-    return _by_value(cls)
+_by_value = sharing.by_value
+_class_by_value = sharing.class_by_value
 
 
 def _code_names(code, out: set) -> set:
@@ -429,6 +415,57 @@ def reduce_class(cls):
     )
 
 
+# ----------------------------------------------------------------- chunks
+CHUNK = 8192  # items per chunk (StatePickler.chunks)
+CHUNK_MIN = 2 * CHUNK  # a container with fewer items is pickled whole
+
+
+def _chunked(kind, *parts):  # replaced by the unpickler
+    raise RuntimeError("this pickle must be loaded with jupyter_pause.restore()")
+
+
+def _object_array(shape, order, writeable, *parts):  # replaced by the unpickler
+    raise RuntimeError("this pickle must be loaded with jupyter_pause.restore()")
+
+
+class _Chunked:
+    """A variable's large container, as the chunks its items were pickled in."""
+
+    def __init__(self, kind: str, parts: list[bytes]):
+        self.kind, self.parts = kind, parts
+
+
+_CHUNKABLE = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset", dict: "dict"}
+
+
+def _slices(obj, kind: str):
+    """Lists of ``obj``'s items, CHUNK at a time (a dict's as [keys, values])."""
+    if kind == "dict":
+        keys, values = iter(obj), iter(obj.values())
+        for _ in range(0, len(obj), CHUNK):
+            part = list(itertools.islice(keys, CHUNK))
+            yield [*part, *itertools.islice(values, len(part))]
+        return
+    items = iter(obj)
+    for _ in range(0, len(obj), CHUNK):
+        yield list(itertools.islice(items, CHUNK))
+
+
+def _join(kind: str, parts: list) -> Any:
+    """The container :func:`_slices` cut into ``parts`` (the lists, unpickled)."""
+    if kind == "dict":
+        out: dict = {}
+        for part in parts:
+            half = len(part) // 2
+            out.update(zip(part[:half], part[half:], strict=True))
+        return out
+    items = itertools.chain.from_iterable(parts)
+    return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
+
+
+sharing.identity_free(_Chunked)
+
+
 # ----------------------------------------------------------------- the pickler
 class StatePickler(pickle.Pickler):
     def __init__(
@@ -437,10 +474,13 @@ class StatePickler(pickle.Pickler):
         collector: tensors.Collector,
         namespace: dict | None,
         check_classes: bool = True,
+        roots: dict[int, Any] | None = None,
     ):
         super().__init__(file, protocol=PROTOCOL)
         self.collector = collector
         self.namespace = namespace
+        #: id -> object of every variable of the checkpoint (engine/sharing.py)
+        self.roots = roots if roots is not None else {}
         #: try to rebuild each class saved by value before calling it saved (check_rebuilds)
         self.check_classes = check_classes
         torch = sys.modules.get("torch")
@@ -475,16 +515,17 @@ class StatePickler(pickle.Pickler):
         if field_base is not None:
             d[field_base] = lambda o: (getattr, (dataclasses, o.name))
         if np is not None:
-            d[np.ndarray] = collector.reduce_numpy
+            d[np.ndarray] = self._reduce_ndarray
             d[np.memmap] = self._reduce_memmap
             d[np.recarray] = self._reduce_recarray
+        d[_Chunked] = self._reduce_chunked
         self._dispatch = d
-        self._class_cache: dict[type, Any] = {}
+        self._by_class: dict[type, Any] = {}  # cls -> its handler (_handler_for)
         # every object the pickler is asked to save, in order (a C call per object, no
-        # Python frame), for shared_ids(): copying the memo instead cost ~170 bytes per
-        # memoised object (a dict of tuples), 1.1 GiB beside 600 MB of small objects
+        # Python frame), read by seen() (engine/sharing.py)
         self._visited: list = []
         self.persistent_id = self._visited.append  # returns None: nothing is persistent
+        self._chunk_ids: list = []  # what the chunks pickled apart showed (their ids)
 
     def _reduce_function(self, func):
         if not _by_value(func):
@@ -496,25 +537,90 @@ class StatePickler(pickle.Pickler):
             code += [k for k in c.co_consts if isinstance(k, types.CodeType)]
         return reduce_function(func, self.namespace)
 
-    def shared_ids(self) -> set[int]:
-        """ids of the objects pickled so far whose identity matters: those another variable
-        may share (mutable containers, instances, tensors, cell code). Immutable values,
-        and classes and functions found by name, are left out: sharing them is harmless
-        (and every record shares them). Forgets the objects visited so far."""
-        free = _identity_free()
-        out = set()
-        for obj in self._visited:
-            t = type(obj)
-            if t in free:
-                continue
-            if t is types.FunctionType:
-                if not _by_value(obj):
-                    continue
-            elif isinstance(obj, type) and not _class_by_value(obj):
-                continue
-            out.add(id(obj))
-        self._visited.clear()
+    def seen(self) -> sharing.Seen:
+        """What the objects pickled so far show of their sharing (engine/sharing.py). Ends
+        the pickle: its memo is cleared and the objects visited are forgotten."""
+        self.clear_memo()  # its references would count as the objects' own
+        out = sharing.seen(self._visited, self.roots)
+        if self._chunk_ids:
+            out.ids = sharing.merge_ids(out.ids, *self._chunk_ids)
+            self._chunk_ids = []
         return out
+
+    def close(self) -> None:
+        """Free this pickler now: its dispatch table holds its own bound methods, a cycle
+        only the cyclic collector would break, and a checkpoint runs with it paused (a
+        pickler per chunk then kept its memo's table: 107 MB beside 420,000 dicts)."""
+        self.clear_memo()
+        self._dispatch = {}
+        self._by_class = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- large containers, pickled in chunks ---------------------------------------
+    def chunks(self, parts) -> list[bytes] | None:
+        """Each of ``parts`` (lists of a container's items, emptied here) pickled on its
+        own, or None when one holds an object that something else holds too: then the
+        container needs the one memo of the pickle it is in.
+
+        One memo over millions of objects costs most of a pickle's time (its table no
+        longer fits any cache: 1.4 million small dicts pickle in 2.8 s with one memo,
+        0.4 s in memos of 10,000). A chunk's objects are each held by one object only
+        (engine/sharing.py), so no other chunk and no other variable can hold them, and
+        copies cannot come back where one object was. Items that hold nothing (str, int,
+        ...) need no such check."""
+        out = []
+        for part in parts:
+            if sharing.ATOMIC.issuperset(set(map(type, part))):
+                out.append(pickle.dumps(part, protocol=PROTOCOL))
+                continue
+            buf = io.BytesIO()
+            with StatePickler(
+                buf, self.collector, self.namespace, self.check_classes, self.roots
+            ) as sub:
+                sub.dump(part)
+                sub.clear_memo()
+                part.clear()  # the items' references from this list are not theirs
+                found = sharing.seen(sub._visited, self.roots, skip=1)
+            if found.shared:
+                return None
+            self.code_names |= sub.code_names
+            self._chunk_ids.extend([found.ids, *sub._chunk_ids])
+            out.append(buf.getvalue())
+        return out
+
+    def dump_root(self, obj) -> None:
+        """Pickle ``obj``, a variable, in chunks (:meth:`chunks`) if it is a large list,
+        tuple, set or dict; as one pickle otherwise."""
+        kind = _CHUNKABLE.get(type(obj))
+        parts = None
+        if kind is not None and len(obj) >= CHUNK_MIN:
+            parts = self.chunks(_slices(obj, kind))
+        if parts is None:
+            self.dump(obj)
+        else:
+            self.dump(_Chunked(kind, parts))
+
+    @staticmethod
+    def _reduce_chunked(c):
+        return (_chunked, (c.kind, *c.parts))
+
+    def _reduce_ndarray(self, a):
+        if not a.dtype.hasobject:
+            return self.collector.reduce_numpy(a)
+        self.collector.object_array(a)
+        if a.dtype.kind == "O" and a.size >= CHUNK_MIN:  # strings in pandas without pyarrow
+            order = "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
+            flat = a.ravel(order=order)
+            spans = range(0, flat.size, CHUNK)
+            parts = self.chunks(flat[i : i + CHUNK].tolist() for i in spans)
+            if parts is not None:
+                return (_object_array, (a.shape, order, bool(a.flags.writeable), *parts))
+        return NotImplemented  # numpy's own: the items in this pickle's memo
 
     def _reduce_memmap(self, a):
         """A ``numpy.memmap`` that maps a whole file region comes back as a memmap of that
@@ -576,59 +682,69 @@ class StatePickler(pickle.Pickler):
     def reducer_override(self, obj):
         cls = type(obj)
         handler = self._dispatch.get(cls)
+        if handler is None:
+            handler = self._by_class.get(cls, _UNKNOWN)
+            if handler is _UNKNOWN:
+                handler = self._by_class[cls] = self._handler_for(cls)
         if handler is not None:
             return handler(obj)
-        if self._tensor_base is not None:
-            is_tensor = self._class_cache.get(cls)
-            if is_tensor is None:
-                is_tensor = self._class_cache[cls] = issubclass(cls, self._tensor_base)
-            if is_tensor:
-                return self.collector.reduce_torch(obj)
-            if cls.__module__ == "torch.nn.utils.parametrize" and hasattr(obj, "parametrizations"):
-                return reduce_parametrized(obj)
         if isinstance(obj, type) and _class_by_value(obj):
             if self.check_classes:
                 check_rebuilds(obj, self.namespace)
             return reduce_class(obj)
         return NotImplemented
 
-
-# exact types whose sharing between variables does not matter (immutable values, markers)
-_IDENTITY_FREE = frozenset(
-    {
-        str,
-        bytes,
-        int,
-        float,
-        complex,
-        bool,
-        type(None),
-        tuple,
-        frozenset,
-        range,
-        slice,
-        types.CodeType,
-        types.ModuleType,
-        types.BuiltinFunctionType,
-        _ModuleDict,
-        _NamespaceRef,
-        _EmptyCell,
-    }
-)
+    def _handler_for(self, cls: type):
+        """How instances of ``cls``, a class without an entry in the dispatch table, are
+        reduced here; None: as pickle does."""
+        if self._tensor_base is not None:
+            if issubclass(cls, self._tensor_base):
+                return self.collector.reduce_torch
+            if cls.__module__ == "torch.nn.utils.parametrize":
+                return reduce_parametrized  # a module with parametrizations, or as pickle does
+        pandas_block = _pandas_block()
+        if pandas_block is not None and issubclass(cls, pandas_block):
+            return reduce_pandas_block
+        return None
 
 
-_with_numpy: frozenset | None = None
+_UNKNOWN = object()
 
 
-def _identity_free() -> frozenset:
-    # numpy's dtypes are cached singletons: every array of one dtype refers to the same one
-    global _with_numpy
+def _pandas_block() -> type | None:
+    """pandas' Block, the base of the blocks a DataFrame keeps its columns in."""
+    internals = sys.modules.get("pandas._libs.internals")
+    block = getattr(internals, "Block", None)
+    return block if isinstance(block, type) else None
+
+
+def reduce_pandas_block(block):
+    """A pandas block as pandas reduces it, but with the array it holds rather than the
+    contiguous copy pandas makes of a view (``df.iloc[a:b]`` of several columns): the view
+    then keeps sharing its frame's memory after a restore, as it did before, and it is
+    the same array at the next checkpoint, so the block's records can be copied again
+    (engine/records.py). A restore links the blocks that share memory as pandas links
+    them (copy on write: tensors.link_pandas_blocks)."""
+    reduced = block.__reduce_ex__(PROTOCOL)
     np = sys.modules.get("numpy")
-    if np is None:
-        return _IDENTITY_FREE
-    if _with_numpy is None:
-        _with_numpy = _IDENTITY_FREE | {type(np.dtype(c)) for c in "?bBhHiIlLqQefdgFDGSUV"}
-    return _with_numpy
+    values = getattr(block, "values", None)
+    if (
+        np is not None
+        and isinstance(reduced, tuple)
+        and len(reduced) >= 2
+        and isinstance(reduced[1], tuple)
+        and reduced[1]
+        and type(values) is np.ndarray
+        and type(reduced[1][0]) is np.ndarray
+        and reduced[1][0] is not values
+        and reduced[1][0].shape == values.shape
+        and reduced[1][0].dtype == values.dtype
+    ):
+        return (reduced[0], (values, *reduced[1][1:]), *reduced[2:])
+    return reduced
+
+
+sharing.identity_free(_ModuleDict, _NamespaceRef, _EmptyCell)
 
 
 DEEP_RECURSION_LIMIT = 100_000
@@ -673,7 +789,8 @@ def probe(obj, namespace) -> str | None:
     """Pickle ``obj`` alone to nowhere; return why it cannot be saved, or None."""
 
     def dump():
-        StatePickler(_NullWriter(), tensors.Collector(), namespace).dump(obj)
+        with StatePickler(_NullWriter(), tensors.Collector(), namespace) as p:
+            p.dump(obj)
 
     try:
         try:
@@ -713,7 +830,8 @@ def _rebuild_fails(cls: type, namespace: dict | None) -> str | None:
     buf = io.BytesIO()
     collector = tensors.Collector()
     try:
-        StatePickler(buf, collector, namespace, check_classes=False).dump(cls)
+        with StatePickler(buf, collector, namespace, check_classes=False) as p:
+            p.dump(cls)
     except Exception:
         return None  # it does not pickle: saving it says why
     if collector.storages:
@@ -742,11 +860,33 @@ class _Resolving:
 
     def __init__(self, file, loader, namespace):
         super().__init__(file)
+        self._loader, self._namespace = loader, namespace
         self._special = {
             ("jupyter_pause.engine.tensors", "_rebuild_tensor"): loader.rebuild_tensor,
             ("jupyter_pause.engine.tensors", "_rebuild_array"): loader.rebuild_array,
             ("jupyter_pause.engine.pickling", "_namespace"): lambda: namespace,
+            ("jupyter_pause.engine.pickling", "_chunked"): self._chunked,
+            ("jupyter_pause.engine.pickling", "_object_array"): self._object_array,
         }
+
+    def _part(self, data: bytes):
+        """One chunk (StatePickler.chunks): a pickle of its own, in this one's verified
+        bytes, loaded with a memo of its own."""
+        return StateUnpickler(io.BytesIO(data), self._loader, self._namespace).load()
+
+    def _chunked(self, kind, *parts):
+        return _join(kind, [self._part(p) for p in parts])
+
+    def _object_array(self, shape, order, writeable, *parts):
+        import numpy as np
+
+        size = 1
+        for n in shape:
+            size *= n
+        items = itertools.chain.from_iterable(map(self._part, parts))
+        out = np.fromiter(items, dtype=object, count=size).reshape(shape, order=order)
+        out.flags.writeable = writeable
+        return out
 
     def find_class(self, module, name):
         special = self._special.get((module, name))

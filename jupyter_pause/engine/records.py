@@ -9,66 +9,95 @@ the manifest maps positions to storages (so a view in one group of a tensor in a
 still shares memory after a restore, and each storage's digest, checked on every
 checkpoint, decides whether its bytes are written again).
 
-Grouping: each variable is pickled alone first; the ids of the objects in its memo whose
-identity matters (:meth:`StatePickler.shared_ids`) are compared with those of the groups
-so far, and a variable that shares one is pickled again together with those groups.
+Grouping, in two passes, each object pickled at most twice:
+
+1. each variable is pickled alone (a large list, dict or object array in chunks of its
+   own, pickling.StatePickler.chunks); what it holds that another variable may hold too
+   is read off the pickle (engine/sharing.py);
+2. the variables that hold one object between them (directly or through others) are
+   pickled again, together, once.
 
 Reuse (:func:`pickle_namespace` with a previous state): a group is copied only if
 
 * none of its names was touched by code since the last checkpoint (engine/changes.py),
-  nor any name the cell-defined code inside it reads (calling it may change them), and
-  the same holds for every group reached that way;
+  nor any name the cell-defined code inside it reads (calling it may change them), nor
+  any name of a group reaching the memory of one of its object arrays, and the same
+  holds for every group reached that way;
 * every variable of it is still bound to the same object;
-* no group pickled now shares an object with it;
+* no group pickled now holds one of its objects;
 * replaying its tensors and arrays through the collector gives exactly the references its
   records hold (same group positions, dtype, shape, strides, offset, ``requires_grad``,
   and the same extra state, e.g. a ``.grad``);
-* it holds no data pickled in-band (tensor subclasses, object arrays, memmaps).
+* it holds no data pickled in-band that may change unseen (tensor subclasses, sparse
+  tensors, memmaps).
 
-Otherwise it is pickled again from the live objects.
+Otherwise it is pickled again from the live objects. Every checkpoint accounts for every
+name it was given: each is in one group, or skipped with its reason; an incremental pass
+that cannot say so gives way to a full one.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import io
+import logging
 import os
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import pickling
+from . import pickling, sharing
 
-SPOOL_IN_MEMORY = 8 << 20  # a group's pickle beyond this goes to a file, not memory
+log = logging.getLogger("jupyter_pause")
+
+SPOOL_IN_MEMORY = 8 << 20  # the pickles of one checkpoint beyond this go to files
+
+
+class Scratch:
+    """Where the pickles of one checkpoint spool (:class:`Spool`): the folder of their
+    files, and the memory they may still take between them."""
+
+    def __init__(self, folder: str | os.PathLike | None, memory: int = SPOOL_IN_MEMORY):
+        self.folder, self.memory = folder, memory
 
 
 class Spool:
-    """Where a group's records are pickled: memory up to SPOOL_IN_MEMORY bytes, then an
-    unlinked private file in ``scratch`` (the notebook's checkpoint folder), so that a
-    large ``bytes`` object, or 10 million small ones, costs the checkpoint disk, not a
+    """Where a group's records are pickled: memory while its checkpoint's groups together
+    hold less than SPOOL_IN_MEMORY bytes (:class:`Scratch`), then an unlinked private file
+    in the notebook's checkpoint folder, so that a large ``bytes`` object, 10 million
+    small ones, or a thousand variables of a few MB each cost the checkpoint disk, not a
     second copy in memory (issue #31: a kernel near its memory limit was OOM-killed by
     its own checkpoint). The pickler hands a large payload over whole, as the object's
     own buffer: it goes to the file uncopied. Kept by :class:`State` for the next
     checkpoint to copy."""
 
-    def __init__(self, scratch: str | os.PathLike | None):
+    def __init__(self, scratch: Scratch | None):
         self._scratch = scratch
         self._memory: io.BytesIO | None = io.BytesIO()
         self._file = None
         self.size = 0
         self.io_error: OSError | None = None  # a disk problem, not an unpicklable object
 
+    @property
+    def in_memory(self) -> int:
+        return self.size if self._memory is not None else 0
+
     def write(self, b) -> int:
         n = memoryview(b).nbytes
+        scratch = self._scratch
         try:
-            spill = self._memory is not None and self._scratch is not None
-            if spill and self.size + n > SPOOL_IN_MEMORY:
-                # 0600 and unlinked; closed with the group
-                self._file = tempfile.TemporaryFile(dir=self._scratch)  # noqa: SIM115
-                with self._memory.getbuffer() as held:
-                    self._file.write(held)
-                self._memory = None
+            if self._memory is not None and scratch is not None and scratch.folder is not None:
+                if n > scratch.memory:
+                    # 0600 and unlinked; closed with the group
+                    self._file = tempfile.TemporaryFile(dir=scratch.folder)  # noqa: SIM115
+                    with self._memory.getbuffer() as held:
+                        self._file.write(held)
+                    self._memory = None
+                    scratch.memory += self.size
+                else:
+                    scratch.memory -= n
             (self._file if self._memory is None else self._memory).write(b)
         except OSError as e:
             self.io_error = e
@@ -107,12 +136,16 @@ class Group:
     firsts: list[list[int]]  # per record: group positions of the storages it first named
     local: list[int]  # group position -> index in the collector's storages
     log: list  # (weak reference, what it reduced to) of every tensor/array, in order
-    shared: set[int]  # ids of the objects whose identity matters
+    shared: set[int]  # ids of the objects another variable may hold now (sharing.Seen)
+    ids: Any  # ids of every object it holds whose identity matters (sharing.Seen)
     code_names: set[str]  # globals its cell-defined code reads
-    ids: dict[str, int]  # name -> id of the object saved
+    bound: dict[str, int]  # name -> id of the object saved
     reusable: bool
+    object_bases: set[int] = field(default_factory=set)  # tensors.Collector.object_bases
     types: dict[str, str] = field(default_factory=dict)
     reused: bool = False
+    #: the objects of ``shared``, alive while the checkpoint runs (so their ids stay theirs)
+    held: list = field(default_factory=list)
 
 
 @dataclass
@@ -124,6 +157,10 @@ class State:
     groups: list[Group]
     #: numpy storage key -> (sampled fingerprint, digest) at that checkpoint
     numpy_digests: dict[tuple, tuple[str, str]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for g in self.groups:  # kept between checkpoints: hold no objects
+            g.held = []
 
 
 class Unsavable(Exception):
@@ -137,30 +174,39 @@ def _type_name(obj) -> str:
     return f"{t.__module__}.{t.__qualname__}"
 
 
-def pickle_group(names, objects, collector, ns, scratch=None) -> Group:
+def pickle_group(names, objects, collector, ns, scratch=None, roots=None) -> Group:
     """Pickle ``names`` as one group (one memo). Raises :class:`Unsavable` naming the
-    first variable that fails. ``scratch``: where a large pickle spools (:class:`Spool`)."""
+    first variable that fails. ``scratch``: where a large pickle spools (:class:`Spool`).
+    ``roots`` (id -> object of every variable of the checkpoint) tells what is shared; a
+    variable pickled alone may then be pickled in chunks."""
+    roots = roots if roots is not None else {id(objects[n]): objects[n] for n in names}
 
     def run(deep: bool) -> Group:
         buf = Spool(scratch)
-        pickler = pickling.StatePickler(buf, collector, ns)
-        dump = functools.partial(pickling.deep, pickler.dump) if deep else pickler.dump
-        collector.begin_group()
-        offsets, firsts = [], []
-        for n in names:
-            offsets.append(buf.tell())
-            collector.begin(n, objects[n])
-            try:
-                dump(objects[n])
-            except RecursionError:
-                if deep:
-                    raise Unsavable(n, "RecursionError: too deeply nested") from None
-                raise
-            except Exception as e:
-                if buf.io_error is not None:
-                    raise buf.io_error from None
-                raise Unsavable(n, pickling.describe(e)) from None
-            firsts.append(collector.touched_in_group())
+        with pickling.StatePickler(buf, collector, ns, roots=roots) as pickler:
+            alone = len(names) == 1 and id(objects[names[0]]) in roots
+            dump = pickler.dump_root if alone else pickler.dump
+            if deep:
+                dump = functools.partial(pickling.deep, dump)
+            collector.begin_group()
+            offsets, firsts = [], []
+            for n in names:
+                offsets.append(buf.tell())
+                collector.begin(n, objects[n])
+                try:
+                    dump(objects[n])
+                except RecursionError:
+                    if deep:
+                        raise Unsavable(n, "RecursionError: too deeply nested") from None
+                    raise
+                except Exception as e:
+                    if buf.io_error is not None:
+                        raise buf.io_error from None
+                    raise Unsavable(n, pickling.describe(e)) from None
+                firsts.append(collector.touched_in_group())
+            found = pickler.seen()
+            code_names = set(pickler.code_names)
+        found.shared.update((id(objects[n]), objects[n]) for n in names)
         return Group(
             names=list(names),
             data=buf,
@@ -168,10 +214,13 @@ def pickle_group(names, objects, collector, ns, scratch=None) -> Group:
             firsts=firsts,
             local=list(collector.local),
             log=list(collector.log),
-            shared=pickler.shared_ids(),
-            code_names=set(pickler.code_names),
-            ids={n: id(objects[n]) for n in names},
+            shared=set(found.shared),
+            ids=found.ids,
+            held=list(found.shared.values()),
+            code_names=code_names,
+            bound={n: id(objects[n]) for n in names},
             reusable=not collector.in_band,
+            object_bases=set(collector.object_bases),
             types={n: _type_name(objects[n]) for n in names},
         )
 
@@ -211,16 +260,23 @@ def _replay(g: Group, collector) -> bool:
 
 
 def _dirty_names(prev: State, changed: set[str], objects: dict[str, Any]) -> set[str]:
+    """The names a checkpoint after ``prev`` pickles again: those code touched since
+    (``changed``), and every name of a group that holds one of them, or cannot be reused,
+    or may have changed with one of them (see the module doc)."""
     dirty = set(changed)
     dirty |= {n for n in objects if not any(n in g.names for g in prev.groups)}
     grown = True
     while grown:
         grown = False
+        bases = {b for g in prev.groups if dirty.intersection(g.names) for b in g.object_bases}
         for g in prev.groups:
             if set(g.names) <= dirty:
                 continue
-            hit = bool(dirty.intersection(g.names)) or any(
-                n not in objects or id(objects[n]) != g.ids[n] for n in g.names
+            hit = (
+                not g.reusable
+                or bool(dirty.intersection(g.names))
+                or not bases.isdisjoint(g.object_bases)
+                or any(n not in objects or id(objects[n]) != g.bound[n] for n in g.names)
             )
             if hit:
                 dirty |= set(g.names)
@@ -233,6 +289,72 @@ def _dirty_names(prev: State, changed: set[str], objects: dict[str, Any]) -> set
     return dirty
 
 
+class _Pass:
+    """One pass of :func:`pickle_namespace` (see the module doc)."""
+
+    def __init__(self, order, objects, required, collector, ns, scratch):
+        self.objects, self.required, self.collector = objects, required, collector
+        self.ns, self.scratch = ns, scratch
+        self.roots = {id(objects[n]): objects[n] for n in order}
+        self.position = {n: i for i, n in enumerate(order)}.__getitem__
+        self.skipped: dict[str, str] = {}
+
+    def pickle(self, names: list[str]) -> list[Group]:
+        """``names`` as one group. A name that fails is skipped, and the others are
+        grouped again: it may have been what linked them."""
+        try:
+            args = (self.objects, self.collector, self.ns, self.scratch, self.roots)
+            return [pickle_group(names, *args)]
+        except Unsavable as e:
+            if e.name in self.required:
+                raise
+            self.skipped[e.name] = e.why
+            rest = [n for n in names if n != e.name]
+            if len(names) == 1 or not rest:
+                return []
+            return self.combine([g for n in rest for g in self.pickle([n])], [])
+
+    def combine(self, fresh: list[Group], reused: list[Group]) -> list[Group]:
+        """Groups in which no two share an object: those of ``fresh`` (just pickled) and
+        ``reused`` (from the previous checkpoint) that do are pickled again together.
+        Fresh groups are compared by what each may share now; a reused group by every
+        object it held (a new name may hold one that was held once then)."""
+        groups = [*fresh, *reused]
+        while True:
+            linked = _linked(groups)
+            if len(linked) == len(groups):
+                return groups
+            groups = []
+            for m in linked:
+                names = sorted((n for g in m for n in g.names), key=self.position)
+                groups.extend(m if len(m) == 1 else self.pickle(names))
+
+
+def _linked(groups: list[Group]) -> list[list[Group]]:
+    """``groups`` in sets that hold objects of each other's (see :meth:`_Pass.combine`)."""
+    parent = list(range(len(groups)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = i = parent[parent[i]]
+        return i
+
+    owner: dict[int, int] = {}
+    for i, g in enumerate(groups):
+        for obj in g.shared:
+            parent[root(i)] = root(owner.setdefault(obj, i))
+    now = set().union(*(g.shared for g in groups if not g.reused))
+    for i, g in enumerate(groups):
+        if g.reused and sharing.holds_any(g.ids, now):
+            for j, h in enumerate(groups):
+                if not h.reused and sharing.holds_any(g.ids, h.shared):
+                    parent[root(i)] = root(j)
+    members: dict[int, list[Group]] = {}
+    for i, g in enumerate(groups):
+        members.setdefault(root(i), []).append(g)
+    return list(members.values())
+
+
 def _pickle_namespace(
     order: list[str],
     objects: dict[str, Any],
@@ -243,99 +365,39 @@ def _pickle_namespace(
     changed: set[str] | None = None,
     scratch=None,
 ) -> tuple[list[Group], dict[str, str]]:
-    skipped: dict[str, str] = {}
-    groups: list[Group | None] = []
-    owner: dict[int, int] = {}  # shared object id -> index in groups
-    # Reused groups are not put in ``owner`` up front: a group of 10,000 small objects
-    # holds 30,000 ids, and indexing them cost more than the rest of a re-checkpoint that
-    # rebinds an int. A group pickled again is compared with them directly while that is
-    # cheaper (``isdisjoint`` walks the smaller set), and they are indexed once it is not.
-    unindexed: set[int] = set()
-    unindexed_ids = 0  # how many ids they hold
-
-    def index(h: int) -> None:
-        for i in groups[h].shared:
-            owner[i] = h
-
-    def add(g: Group) -> None:
-        groups.append(g)
-        index(len(groups) - 1)
-
     dirty = set(order)
+    reused: list[Group] = []
     if prev is not None and changed is not None:
         dirty = _dirty_names(prev, changed, objects) & set(order)
         for g in prev.groups:
-            if dirty.intersection(g.names) or not g.reusable:
-                continue
-            g.reused = True
-            groups.append(g)
-            unindexed.add(len(groups) - 1)
-            unindexed_ids += len(g.shared)
-
-    def sharing(g: Group) -> list[int]:
-        """The groups ``g`` shares an object with."""
-        nonlocal unindexed_ids
-        if g.shared and unindexed:
-            if len(g.shared) * len(unindexed) > unindexed_ids:
-                for h in sorted(unindexed):
-                    index(h)
-                unindexed.clear()
-                unindexed_ids = 0
-            else:
-                found = {h for h in unindexed if not g.shared.isdisjoint(groups[h].shared)}
-                return sorted(found | {owner[i] for i in g.shared if i in owner})
-        return sorted({owner[i] for i in g.shared if i in owner})
-
-    def merge(g: Group) -> None:
-        nonlocal unindexed_ids
-        hits = sharing(g)
-        if not hits:
-            add(g)
-            return
-        members = [n for h in hits for n in groups[h].names] + [
-            n for n in g.names if not any(n in groups[h].names for h in hits)
-        ]
-        for h in hits:
-            old = groups[h]
-            groups[h] = None
-            if h in unindexed:
-                unindexed.discard(h)
-                unindexed_ids -= len(old.shared)
-                continue
-            for i in old.shared:
-                if owner.get(i) == h:
-                    del owner[i]
-        try:
-            merged = pickle_group(members, objects, collector, ns, scratch)
-        except Unsavable as e:
-            if e.name in required:
-                raise
-            skipped[e.name] = e.why
-            again = [n for n in members if n != e.name]
-            for n in again:  # what remains, one by one again (rare: it failed only together)
-                merge(pickle_group([n], objects, collector, ns, scratch))
-            return
-        merge(merged)  # the merged group may now share with yet another one
-
-    for n in order:
-        if n not in dirty:
-            continue
-        try:
-            g = pickle_group([n], objects, collector, ns, scratch)
-        except Unsavable as e:
-            if n in required:
-                raise
-            skipped[n] = e.why
-            continue
-        merge(g)
-
-    out = [g for g in groups if g is not None]
-    for g in out:
+            if not dirty.intersection(g.names):
+                g.reused = True
+                reused.append(g)
+    room = SPOOL_IN_MEMORY - sum(g.data.in_memory for g in reused)
+    run = _Pass(order, objects, required, collector, ns, Scratch(scratch, room))
+    fresh = [g for n in order if n in dirty for g in run.pickle([n])]
+    groups = run.combine(fresh, reused)
+    for g in groups:
         if g.reused and not _replay(g, collector):
-            # its tensors changed shape or identity without any cell naming it (e.g. from
-            # a thread): nothing about the old records can be trusted, pickle everything
-            raise _Mismatch(g.names[0])
-    return out, skipped
+            # its tensors changed shape or identity without any cell naming it (a thread,
+            # a widget's callback): nothing about the old records can be trusted
+            raise _Mismatch(f"the tensors or arrays of {g.names[0]!r} changed unseen")
+    groups.sort(key=lambda g: run.position(g.names[0]))
+    _account(order, groups, run.skipped)
+    return groups, run.skipped
+
+
+def _account(order: list[str], groups: list[Group], skipped: dict[str, str]) -> None:
+    """Every name is saved once or skipped with its reason, or this raises."""
+    saved = collections.Counter(n for g in groups for n in g.names)
+    problems = {
+        "neither saved nor skipped": [n for n in order if n not in skipped and n not in saved],
+        "saved twice": sorted(n for n, k in saved.items() if k > 1),
+        "saved but not asked for": sorted(set(saved) - set(order)),
+    }
+    found = "; ".join(f"{what}: {', '.join(names)}" for what, names in problems.items() if names)
+    if found:
+        raise _Mismatch(found)
 
 
 class _Mismatch(Exception):
@@ -353,7 +415,17 @@ def pickle_namespace(
         g.reused = False
     try:
         return _pickle_namespace(order, objects, required, collector, ns, prev, changed, scratch)
-    except _Mismatch:
-        for g in prev.groups:
-            g.reused = False
+    except _Mismatch as e:
+        if prev is None or changed is None:
+            raise Unaccounted(str(e)) from None
+        log.warning("an incremental checkpoint fell back to a full one: %s", e)
+    for g in prev.groups:
+        g.reused = False
+    try:
         return _pickle_namespace(order, objects, required, collector, ns, scratch=scratch)
+    except _Mismatch as e:
+        raise Unaccounted(str(e)) from None
+
+
+class Unaccounted(Exception):
+    """A pass did not account for every name (a bug): nothing is committed."""

@@ -199,10 +199,23 @@ class Collector:
         #: so that a later checkpoint can check the group's records still describe them
         self.log: list[tuple[Any, tuple]] = []
         self.in_band = False  # the group pickled tensor data in-band: never reuse it
+        #: ids of the arrays that own the memory of the object arrays the group pickled
+        #: (their items are pickled, not stored): a group that reaches the same one
+        #: changes with this one (records._dirty_names)
+        self.object_bases: set[int] = set()
 
     def begin_group(self) -> None:
         self.local, self._local_of, self.log, self.in_band = [], {}, [], False
         self._seen = set()
+        self.object_bases = set()
+
+    def object_array(self, a) -> None:
+        """Note an array of Python objects, pickled in the group's records."""
+        ndarray = sys.modules["numpy"].ndarray
+        base = a
+        while isinstance(base.base, ndarray):
+            base = base.base
+        self.object_bases.add(id(base))
 
     def begin(self, owner: str, obj: Any) -> None:
         self.owner = owner
