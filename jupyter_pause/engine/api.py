@@ -523,17 +523,22 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
     offsets: list[int] = []
     entries: dict[str, ObjectEntry] = {}
     group_entries: list[GroupEntry] = []
+    apart: list[tuple[GroupEntry, records.Group]] = []  # a large group's records: a storage
     rng_record = None
     with paths.private_open(txn.tmp / PICKLE, buffering=1 << 20) as f:
         w = _HashingWriter(f, key)
+        at = 0  # where the group's records start, as the manifest counts them
         for g in [*groups, *([rng_group] if rng_group else [])]:
             local = [used[i] for i in g.local]
-            group_entries.append(GroupEntry(first=len(offsets), storages=local))
-            base = w.pos
-            for part in g.data.chunks():
-                w.write(part)
+            entry = GroupEntry(first=len(offsets), storages=local)
+            group_entries.append(entry)
+            if g is not rng_group and g.data.size >= records.APART:
+                apart.append((entry, g))
+            else:
+                for part in g.data.chunks():
+                    w.write(part)
             for n, off, firsts in zip(g.names, g.offsets, g.firsts, strict=True):
-                offsets.append(base + off)
+                offsets.append(at + off)
                 if g is rng_group:
                     rng_record = len(offsets) - 1
                     continue
@@ -543,8 +548,13 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
                     storages=[local[p] for p in firsts],
                     tracked=n in plan.tracked,
                 )
+            at += g.data.size
         f.flush()
         os.fsync(f.fileno())
+    for entry, g in apart:
+        entry.records = len(storages)
+        storage, entry.hmac = records.as_storage(g, key)
+        storages.append(storage)
     state = records.State(txn.id, id(ns), groups)
     reused_records = sum(len(g.names) for g in groups if g.reused)
     # storages only reused groups name: no code since the last checkpoint could reach them
@@ -581,7 +591,8 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
         return usable[rel]
 
     for pos, s in enumerate(storages):
-        s.xxh3 = tensors.cached_digest(s)
+        if s.xxh3 is None:  # (a reused group's records: known)
+            s.xxh3 = tensors.cached_digest(s)
         if s.xxh3 is None and pos in untouched and prev_numpy is not None:
             s.xxh3 = _untouched_numpy_digest(s, prev_numpy)
         if s.xxh3 is None and plan.index:
@@ -655,6 +666,8 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
         groups=group_entries,
     )
     final = txn.commit(manifest)
+    for entry, g in apart:  # what the next checkpoint names again, if it reuses the group
+        g.stored = (storages[entry.records].xxh3, entry.hmac)
     if plan.incremental or _tracking(ns):
         _STATE[str(nbdir)] = state
         tracker = changes.tracker_for(ns)
@@ -868,6 +881,8 @@ def restore(
         to_load = [r for r in to_load if r not in deferred]
     imports.wait()  # no module is imported in the background while its objects are built
     objs, failures = _load_groups(data, m, to_load, loader, ns, by_record)
+    if not later:  # unpickled: its bytes are freed before the lazy reader fills memory
+        data = loaded.pickle = None
     failed = {by_record[i]: why for i, why in failures.items() if i in by_record}
     if names and any(n in failed for n in wanted) and not partial:
         raise RestoreFailed({n: failed[n] for n in wanted if n in failed})
@@ -1045,9 +1060,9 @@ def _read_verified(
             if m.storages[i].file in bad
         }
         needed = [i for i in needed if i not in damaged]
+    data = _records(dir, nbdir, m, to_load, trust, progress)
     absent = missing if lazy else streamed
     store.check_complete(nbdir, m, skip={m.storages[i].file for i in damaged} | absent)
-    data = store.verify_pickle(nbdir, m, trust=trust)
     total = sum(m.storages[i].nbytes for i in needed)
     bar = Progress("restore", total, enabled=progress)
     if lazy:
@@ -1135,6 +1150,27 @@ def _read_verified(
         downloaded=fetched.bytes + sum(m.files[rel].bytes for rel in streamed),
         copies=copies,
     )
+
+
+def _records(dir, nbdir, m: Manifest, to_load: list[int], trust: bool, progress: bool):
+    """The records a restore unpickles, verified (store.records_data): objects.pkl, and the
+    storages of the groups among ``to_load`` that keep theirs apart (downloaded first,
+    with a bucket behind the folder)."""
+    pickle = store.verify_pickle(nbdir, m, trust=trust)
+    apart = m.apart(to_load)
+    if not apart:
+        return store.records_data(m, pickle, {}, trust)
+    files = {m.storages[i].file for i in apart.values()}
+    missing = {rel for rel in files if not _have(nbdir, m, rel)}
+    if missing:
+        store.fetch(dir, nbdir, m.id, Progress("downloading", 0, progress), only=missing)
+    read = {
+        k: store.read_records(
+            nbdir / m.storages[i].file, m.files[m.storages[i].file], m.storages[i]
+        )
+        for k, i in apart.items()
+    }
+    return store.records_data(m, pickle, read, trust)
 
 
 def _streamable(m: Manifest, rels: set[str], needed, device_of) -> set[str]:
@@ -1312,7 +1348,12 @@ class _BackgroundImports:
         self._threads: list[threading.Thread] = []
 
     def start(self, m: Manifest, without: set[str] = frozenset()) -> None:
-        wanted = {"torch" if s.kind == "torch" else "numpy" for s in m.storages}
+        records = m.records_storages()
+        wanted = {
+            "torch" if s.kind == "torch" else "numpy"
+            for i, s in enumerate(m.storages)
+            if i not in records
+        }
         wanted |= {n for n in m.modules.values() if n in _IMPORT_SOON}
         wanted = {w for w in wanted if w not in sys.modules} - without
         if not wanted:
@@ -1397,7 +1438,7 @@ def _older_copy(nbdir, newer: str, device_of_name, ns, name: str):
 
 def _rng_storages(m: Manifest) -> set[int]:
     # storages first referenced by the RNG record are the ones no object claimed
-    claimed = {i for o in m.objects.values() for i in o.storages}
+    claimed = {i for o in m.objects.values() for i in o.storages} | m.records_storages()
     return set(range(len(m.storages))) - claimed
 
 

@@ -50,7 +50,7 @@ import xxhash
 
 from . import paths, signing, store
 from .durable import fsync_dir, makedirs, write_file
-from .errors import BundleRefused, CheckpointNotFound
+from .errors import BundleRefused, CheckpointError, CheckpointNotFound
 from .manifest import MANIFEST, PICKLE, SIGNATURE, Manifest
 
 FORMAT = "jupyter-pause-bundle/1"
@@ -397,6 +397,7 @@ def _import_checkpoint(z: zipfile.ZipFile, b: Bundle, dir, notebook: str, key: b
                 owner=paths.owner(),
                 metadata=_metadata(b),
                 pickle=dataclasses.replace(b.manifest.pickle, hmac=signing.sign(b.pickle, key)),
+                groups=_resigned(b, txn, key),
             )
             txn.commit(m)
         except (zipfile.BadZipFile, zlib.error, EOFError) as e:
@@ -406,6 +407,30 @@ def _import_checkpoint(z: zipfile.ZipFile, b: Bundle, dir, notebook: str, key: b
             txn.abort()
             raise
     return m
+
+
+def _resigned(b: Bundle, txn, key: bytes) -> list:
+    """The checkpoint's groups with the HMAC of the records each keeps apart (format 3)
+    made with this user's key; a bundle signed with that key must verify with it first."""
+    m, out = b.manifest, []
+    for g in m.groups:
+        if g.records is None:
+            out.append(g)
+            continue
+        s = m.storages[g.records]
+        try:
+            data = store.read_records(txn.staging_path(s.file.split("/", 1)[1]), m.files[s.file], s)
+        except CheckpointError as e:
+            raise _refuse(
+                b.path, f"its {s.file} does not match the checkpoint's manifest ({e})"
+            ) from None
+        if b.mine and not signing.verify(data, g.hmac, key):
+            why = (
+                "it names your key but does not verify with it: it was altered after it was signed"
+            )
+            raise _refuse(b.path, why, "tampered")
+        out.append(dataclasses.replace(g, hmac=signing.sign(data, key)))
+    return out
 
 
 def _metadata(b: Bundle) -> dict[str, Any]:

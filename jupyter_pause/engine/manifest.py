@@ -10,17 +10,56 @@ jupyter-pause (see docs/engine.md). ``manifest.sig`` holds its HMAC.
 
 from __future__ import annotations
 
+import bisect
 import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-FORMAT = "jupyter-pause/2"
-# format 1: one memo over all records (records 0..k load together); still restored
-FORMATS = ("jupyter-pause/1", FORMAT)
+FORMAT = "jupyter-pause/3"
+# format 1: one memo over all records (records 0..k load together); format 2: every
+# group's records in objects.pkl; both still restored
+FORMATS = ("jupyter-pause/1", "jupyter-pause/2", FORMAT)
 MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig"
 PICKLE = "objects.pkl"
 BLOBS = "blobs"
+
+
+class Records:
+    """A checkpoint's records as the manifest's offsets count them, when some groups keep
+    theirs apart from objects.pkl (format 3). ``pieces``: (where a group's run of records
+    starts, the bytes holding it, where in those it starts, its length), with None as the
+    bytes of a group that was not read. Sliced within one piece, as bytes are."""
+
+    def __init__(self, pieces: list[tuple[int, bytes | None, int, int]], size: int):
+        self._starts = [p[0] for p in pieces]
+        self._pieces = pieces
+        self._size = size
+
+    def __len__(self) -> int:
+        return self._size
+
+    def _at(self, start: int, stop: int) -> tuple[bytes, int]:
+        """The bytes holding ``start``-``stop``, and where ``start`` is in them."""
+        k = bisect.bisect_right(self._starts, start) - 1
+        base, data, at, size = self._pieces[k] if k >= 0 else (0, None, 0, 0)
+        if data is None or stop - base > size:
+            raise ValueError(f"records {start}-{stop} were not read")
+        return data, at + start - base
+
+    def __getitem__(self, span: slice):
+        """The bytes of ``span``: a piece's whole bytes as they are (``io.BytesIO`` takes
+        them without a copy), anything else a memoryview."""
+        start, stop, _ = span.indices(self._size)
+        data, at = self._at(start, stop)
+        if at == 0 and stop - start == len(data):
+            return data
+        return memoryview(data)[at : at + stop - start]
+
+    def find(self, sub: bytes, start: int, stop: int) -> int:
+        data, at = self._at(start, stop)
+        found = data.find(sub, at, at + stop - start)
+        return -1 if found < 0 else found - at + start
 
 
 @dataclass
@@ -64,6 +103,10 @@ class GroupEntry:
 
     first: int  # index of its first record
     storages: list[int] = field(default_factory=list)  # group position -> storage index
+    #: format 3: the storage holding its records, kept apart from objects.pkl (a large
+    #: group: a later checkpoint that reuses it writes nothing), and their HMAC-SHA256
+    records: int | None = None
+    hmac: str | None = None
 
 
 @dataclass
@@ -94,7 +137,9 @@ class Manifest:
     files: dict[str, FileEntry] = field(default_factory=dict)
     storages: list[StorageEntry] = field(default_factory=list)
     objects: dict[str, ObjectEntry] = field(default_factory=dict)
-    records: list[int] = field(default_factory=list)  # byte offset of each record in objects.pkl
+    #: byte offset of each record in the records: objects.pkl, with the records of each
+    #: group kept in a storage of its own (format 3) read into their place
+    records: list[int] = field(default_factory=list)
     rng_record: int | None = None
     skipped: dict[str, str] = field(default_factory=dict)
     modules: dict[str, str] = field(default_factory=dict)  # name -> module to re-import
@@ -166,6 +211,9 @@ class Manifest:
         need(not firsts or (firsts[0] == 0 and firsts[-1] < len(self.records)), "groups")
         for g in self.groups:
             need(ints(g.storages) and all(i < n for i in g.storages), "group storages")
+            need(g.records is None or (type(g.records) is int and 0 <= g.records < n), "group")
+            need((g.records is None) == (g.hmac is None), "group records")
+            need(g.hmac is None or isinstance(g.hmac, str), "group records")
 
     # -- groups ---------------------------------------------------------------
     def spans(self) -> list[tuple[int, int, list[int] | None]]:
@@ -175,6 +223,20 @@ class Manifest:
             return [(0, len(self.records), None)]
         ends = [g.first for g in self.groups[1:]] + [len(self.records)]
         return [(g.first, end, g.storages) for g, end in zip(self.groups, ends, strict=True)]
+
+    def records_storages(self) -> set[int]:
+        """The storages that hold records (format 3), not tensors or arrays."""
+        return {g.records for g in self.groups if g.records is not None}
+
+    def apart(self, records: list[int]) -> dict[int, int]:
+        """Of the groups that hold the given records: group index -> the storage its
+        records are kept in (format 3), for those kept apart from objects.pkl."""
+        out = {}
+        for k, (first, end, _local) in enumerate(self.spans()):
+            g = self.groups[k] if self.groups else None
+            if g is not None and g.records is not None and any(first <= r < end for r in records):
+                out[k] = g.records
+        return out
 
     def records_to_load(self, wanted: set[int]) -> list[int]:
         """The records to unpickle for the ``wanted`` ones: in each group, every record up

@@ -1044,7 +1044,8 @@ def load_groups(data: bytes, manifest, records: list[int], loader, namespace, na
             continue
         start = offsets[first]
         stop = offsets[end] if end < len(offsets) else len(data)
-        part = data[start:stop] if (start, stop) != (0, len(data)) else data
+        whole = (start, stop) == (0, len(data)) and isinstance(data, bytes)
+        part = data if whole else data[start:stop]
         rebased = [offsets[r] - start for r in range(first, end)]
         local_names = {r - first: n for r, n in (names or {}).items() if first <= r < end}
         loader.local = local

@@ -48,11 +48,16 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import pickling, sharing
+import xxhash
+
+from . import pickling, sharing, signing, tensors
 
 log = logging.getLogger("jupyter_pause")
 
 SPOOL_IN_MEMORY = 8 << 20  # the pickles of one checkpoint beyond this go to files
+#: a group with this many bytes of records keeps them in a storage of their own, not in
+#: objects.pkl (format 3): a checkpoint that reuses the group then writes nothing for it
+APART = 1 << 20
 
 
 class Scratch:
@@ -108,6 +113,16 @@ class Spool:
     def tell(self) -> int:
         return self.size
 
+    def array(self):
+        """The records written, as a flat uint8 numpy array over them (no copy: the memory,
+        or a read-only map of the file)."""
+        import numpy as np
+
+        if self._memory is not None:
+            return np.frombuffer(self._memory.getbuffer(), dtype=np.uint8)
+        self._file.flush()
+        return np.memmap(self._file, dtype=np.uint8, mode="r", shape=(self.size,))
+
     @property
     def on_disk(self) -> bool:
         return self._file is not None
@@ -146,6 +161,8 @@ class Group:
     reused: bool = False
     #: the objects of ``shared``, alive while the checkpoint runs (so their ids stay theirs)
     held: list = field(default_factory=list)
+    #: (xxh3, HMAC) of its records, once a checkpoint kept them apart (``APART``)
+    stored: tuple[str, str] | None = None
 
 
 @dataclass
@@ -228,6 +245,34 @@ def pickle_group(names, objects, collector, ns, scratch=None, roots=None) -> Gro
         return run(deep=False)
     except RecursionError:  # e.g. a long linked list: pickle again, in a deep stack
         return run(deep=True)
+
+
+def as_storage(g: Group, key: bytes) -> tuple[tensors.Storage, str]:
+    """(the storage, its HMAC) that keeps ``g``'s records apart from objects.pkl (format 3).
+    A group reused as its last checkpoint kept it has the same bytes: nothing is hashed."""
+    data = g.data.array()
+    s = tensors.Storage(
+        kind="numpy",
+        device="cpu",
+        nbytes=g.data.size,
+        data=data,
+        owner=g.names[0],
+        name="records",
+        dtype="|u1",
+        shape=[g.data.size],
+        skey=("records", id(g.data)),
+        safe_dtype="U8",
+    )
+    if g.reused and g.stored is not None:
+        s.xxh3, mac = g.stored
+        return s, mac
+    xxh = xxhash.xxh3_128()
+    signer = signing.FileSigner(key)
+    for part in g.data.chunks():
+        xxh.update(part)
+        signer.update(part)
+    s.xxh3 = xxh.hexdigest()
+    return s, signer.hexdigest()
 
 
 def _replay(g: Group, collector) -> bool:

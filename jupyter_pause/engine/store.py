@@ -50,7 +50,16 @@ from .errors import (
     UnsafeFolder,
     UntrustedCheckpoint,
 )
-from .manifest import BLOBS, MANIFEST, PICKLE, SIGNATURE, FileEntry, Manifest
+from .manifest import (
+    BLOBS,
+    MANIFEST,
+    PICKLE,
+    SIGNATURE,
+    FileEntry,
+    Manifest,
+    Records,
+    StorageEntry,
+)
 
 TMP_PREFIX = ".tmp-"
 QUARANTINE = "quarantine"
@@ -551,6 +560,27 @@ def read_safetensors_header(path: Path) -> tuple[int, bytes, dict]:
                     os.posix_fadvise(fd, 0, -(-f.tell() // PAGE) * PAGE, os.POSIX_FADV_DONTNEED)
 
 
+def read_records(path: Path, file: FileEntry, s: StorageEntry) -> bytes:
+    """The bytes of storage ``s`` (a group's records, format 3) in the safetensors file at
+    ``path``, its header and the bytes hashed against the manifest, as one ``bytes``
+    object: an unpickler reads it in place. Raises CorruptCheckpoint."""
+    try:
+        start, raw, header = read_safetensors_header(path)
+        if xxhash.xxh3_128_hexdigest(raw) != file.header_xxh3:
+            raise ValueError("header changed")
+        begin, end = header[s.key]["data_offsets"]
+        if end - begin != s.nbytes:
+            raise ValueError(f"tensor {s.key!r} has the wrong size")
+        with open(path, "rb") as f:
+            f.seek(start + begin)
+            data = f.read(s.nbytes)  # (in as many reads as it takes)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CorruptCheckpoint(s.owner, str(path), str(e)) from None
+    if len(data) != s.nbytes or xxhash.xxh3_128_hexdigest(data) != s.xxh3:
+        raise CorruptCheckpoint(s.owner, str(path), f"tensor {s.key!r}")
+    return data
+
+
 def _parse_header(f) -> tuple[int, bytes, dict]:
     head = f.read(8)
     if len(head) != 8:
@@ -623,6 +653,55 @@ def verify_pickle(nbdir: Path, m: Manifest, trust: bool = False, key: bytes | No
     if not trust and not signing.verify(data, m.pickle.hmac, key):
         raise UntrustedCheckpoint(str(path), "the pickle's HMAC does not match the signed manifest")
     return data
+
+
+def records_data(
+    m: Manifest, pickle: bytes, apart: dict[int, Any], trust: bool = False, key: bytes | None = None
+) -> bytes | Records:
+    """The checkpoint's records, as the manifest's offsets count them: ``pickle`` (objects.pkl,
+    verified), with each group kept apart (format 3) in its place. ``apart``: group index ->
+    the bytes of its records storage, read and hashed against the manifest; each is checked
+    against its HMAC here, before anything is unpickled. A group in neither is not read."""
+    if not any(g.records is not None for g in m.groups):
+        return pickle
+    pieces: list[tuple[int, Any, int, int]] = []
+    at = start = 0  # in objects.pkl; in the records
+    for k, (first, end, _local) in enumerate(m.spans()):
+        g = m.groups[k]
+        if m.records[first] != start:
+            raise CorruptCheckpoint("objects", str(m.id), "its records do not add up")
+        if g.records is None:
+            stop = m.records[end] if end < len(m.records) else start + len(pickle) - at
+            pieces.append((start, pickle, at, stop - start))
+            at += stop - start
+        else:
+            stop = start + m.storages[g.records].nbytes
+            data = apart.get(k)
+            if data is not None and not trust:
+                _check_records(m, k, data, key)
+            pieces.append((start, data, 0, stop - start))
+        start = stop
+    if at != len(pickle):
+        raise CorruptCheckpoint("objects", str(m.id), "its records do not add up")
+    return Records(pieces, start)
+
+
+def _check_records(m: Manifest, k: int, data: bytes, key: bytes | None) -> None:
+    if not signing.verify(memoryview(data).cast("B"), m.groups[k].hmac, key):
+        raise UntrustedCheckpoint(
+            str(m.id), f"the records of group {k} do not match their HMAC in the signed manifest"
+        )
+
+
+def verify_records(nbdir: Path, m: Manifest, trust: bool = False, key: bytes | None = None) -> None:
+    """Read every group's records kept apart (format 3) and check their hash and HMAC, as
+    :func:`verify_pickle` does objects.pkl's; nothing is unpickled."""
+    for k, g in enumerate(m.groups):
+        if g.records is not None:
+            s = m.storages[g.records]
+            data = read_records(nbdir / s.file, m.files[s.file], s)
+            if not trust:
+                _check_records(m, k, data, key)
 
 
 # A blob is fully hashed at most once per process per version of the file: the cache
@@ -719,6 +798,7 @@ def verify_manifest(
 ) -> None:
     check_complete(nbdir, m, names)
     verify_pickle(nbdir, m, trust=trust)
+    verify_records(nbdir, m, trust=trust)
     need = set(m.files) if names is None else m.files_of(names)
     for rel in sorted(need):
         verify_file(nbdir, m, rel, full=full)
@@ -752,6 +832,7 @@ def scrub(nbdir: Path) -> list[CheckpointInfo]:
                 try:
                     check_complete(nbdir, m)
                     verify_pickle(nbdir, m, key=key)
+                    verify_records(nbdir, m, key=key)
                     for rel in sorted(m.files):
                         if rel not in verdicts:
                             verdicts[rel] = check_blob(nbdir / rel, m.files[rel], full=True)

@@ -17,7 +17,7 @@ import torch
 from IPython.core.interactiveshell import InteractiveShell
 
 import jupyter_pause as jp
-from jupyter_pause.engine import api, changes, durable, records, store, tensors
+from jupyter_pause.engine import api, changes, durable, manifest, records, store, tensors
 
 
 @pytest.fixture
@@ -280,7 +280,7 @@ def test_a_format_1_checkpoint_still_restores(ck, nbdir):
     again: dict = {}
     jp.restore(namespace=again, lazy=False, progress=False, **ck)
     assert again["a"]["items"] is again["b"][0]
-    assert store.get_manifest(ck["dir"], ck["notebook"]).format == "jupyter-pause/2"
+    assert store.get_manifest(ck["dir"], ck["notebook"]).format == manifest.FORMAT
 
 
 def test_a_thread_still_running_between_cells_makes_a_full_checkpoint(shell, ck):
