@@ -47,6 +47,7 @@ from . import changes, memory, paths, pickling, records, rerun, rng, signing, st
 from . import handed as handed_mod
 from . import lazy as lazy_mod
 from . import namespace as ns_mod
+from . import shell as shell_mod
 from .buffers import as_torch
 from .errors import (
     AutosaveRefused,
@@ -323,6 +324,7 @@ def checkpoint(
     optional: dict[str, Any] = {}
     skipped: dict[str, str] = {}
     modules: dict[str, str] = {}
+    shell_state: dict[str, Any] = {}
     held = tracked()
     if names:
         missing = [n for n in names if n not in held and n not in ns]
@@ -344,6 +346,10 @@ def checkpoint(
         for n, obj in cand.items():
             if n not in required:
                 optional[n] = obj
+        sh = shell_mod.shell_of(ns)
+        if sh is not None:  # the magics, extensions and backends its cells set up
+            shell_state, cannot = shell_mod.capture(sh, ns)
+            skipped.update(cannot)
     tracked_names = set(held) & set(required)
     memory.check()  # near its memory limit: refuse now, rather than be killed half way
 
@@ -373,6 +379,7 @@ def checkpoint(
                 started=t0,
                 previous=previous,
                 changed=changed,
+                shell=shell_state,
             )
             txn = store.Transaction(nbdir)
             early = store.uploads(dir, nbdir)  # a bucket: blobs go up as they are written
@@ -490,6 +497,7 @@ class _CheckpointPlan:
     started: float  # time.monotonic() when the checkpoint was asked for
     previous: records.State | None = None  # the previous checkpoint's records, to reuse
     changed: set[str] | None = None  # the names code could have changed since then
+    shell: dict[str, Any] = field(default_factory=dict)  # IPython's own state (shell.py)
 
     @property
     def incremental(self) -> bool:
@@ -559,7 +567,7 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
     reused_records = sum(len(g.names) for g in groups if g.reused)
     # storages only reused groups name: no code since the last checkpoint could reach them
     # (numpy arrays have no version counter; their digest is reused on that ground)
-    fresh = {used[i] for g in groups if not g.reused for i in g.local}
+    fresh = {used[i] for g in groups if not g.reused and g.touched for i in g.local}
     if rng_group is not None:
         fresh |= {used[i] for i in rng_group.local}
     untouched = set(range(len(storages))) - fresh
@@ -567,6 +575,15 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
     pickle_entry = PickleEntry(
         file=PICKLE, bytes=w.pos, xxh3=w.xxh.hexdigest(), hmac=w.mac.hexdigest()
     )
+
+    # arrays of Python objects: pickled now, unless no code since the last checkpoint could
+    # reach them (only reused groups name them) and the store still holds what they were
+    prev_objects = prev.object_digests if prev is not None else {}
+    for pos, s in enumerate(storages):
+        if s.kind == "objects":
+            known = prev_objects.get(s.skey) if pos in untouched else None
+            if known is not None and known[0] in plan.index:
+                s.xxh3, s.nbytes = known
 
     # 2. digests + dedup
     total = sum(s.nbytes for s in storages)
@@ -590,7 +607,10 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
             usable[rel] = why is None
         return usable[rel]
 
+    objects_written: list[str] = []
     for pos, s in enumerate(storages):
+        if s.xxh3 is None and tensors.materialize(s):  # an array of Python objects, pickled
+            bar.add_total(s.nbytes)
         if s.xxh3 is None:  # (a reused group's records: known)
             s.xxh3 = tensors.cached_digest(s)
         if s.xxh3 is None and pos in untouched and prev_numpy is not None:
@@ -600,6 +620,9 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
         hit = plan.index.get(s.xxh3) if s.xxh3 else None
         if hit is not None and not intact(hit[0], hit[4]):
             hit = None
+        if hit is None and tensors.materialize(s):  # its old copy is damaged: pickle it now
+            bar.add_total(s.nbytes)
+            s.xxh3 = tensors.hash_storage(s)
         if hit is not None:
             s.file, s.key, s.dtype, s.shape = hit[0], hit[1], hit[2], hit[3]
             files[s.file] = hit[4]
@@ -609,6 +632,13 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
             dupes.append((s, pending[s.xxh3]))
             reused += s.nbytes
             bar.update(s.nbytes)
+        elif s.kind == "objects":  # written now, into a file of its own: its bytes go
+            tensors.unique_keys([s], prefix_owner=False)
+            wf = tensors.write_safetensors(txn, f"o{pos}.tmp", [s], bar)
+            files[wf.rel] = wf.entry
+            objects_written.append(wf.rel)
+            s.data = None
+            pending[s.xxh3] = s
         else:
             if s.xxh3 is not None:
                 pending[s.xxh3] = s
@@ -623,8 +653,8 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
     for s in new:
         g = s.owner if per_owner[s.owner] >= tensors.SMALL_FILE else ""
         groups.setdefault(g, []).append(s)
-    written = 0
-    new_files = []
+    written = sum(files[rel].bytes for rel in objects_written)
+    new_files = list(objects_written)
     for n, (g, group) in enumerate(groups.items()):
         tensors.unique_keys(group, prefix_owner=(g == ""))
         wf = tensors.write_safetensors(txn, f"w{n}.tmp", group, bar)
@@ -640,6 +670,7 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
         for s in storages
         if s.kind == "numpy" and s.xxh3 is not None and s.nbytes >= tensors.FAST_PATH_MIN
     }
+    state.object_digests = {s.skey: (s.xxh3, s.nbytes) for s in storages if s.kind == "objects"}
 
     per_obj_bytes = {}
     for name, e in entries.items():
@@ -659,6 +690,7 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
         rng_record=rng_record,
         skipped=skipped,
         modules=plan.modules,
+        shell=plan.shell,
         metadata=plan.metadata,
         bytes_total=total,
         bytes_written=written + pickle_entry.bytes,
@@ -703,6 +735,8 @@ class _Loader:
         self.made: dict[int, list] = {}  # storage index -> the tensors rebuilt on it
         self.arrays: dict[int, list] = {}  # storage index -> the arrays rebuilt on it
         self.local: list[int] | None = None  # the group being loaded: position -> storage
+        self.pandas_blocks: list = []  # pandas' blocks the records made (link_pandas_blocks)
+        self.objects: dict[int, Any] = {}  # storage index -> its array of Python objects
 
     def _buffer(self, idx):
         if idx in self.damaged:
@@ -734,6 +768,16 @@ class _Loader:
         a = tensors.rebuild_array(self._buffer(idx), dtype, shape, strides, offset, writeable)
         self.arrays.setdefault(idx, []).append(a)
         return a
+
+    def rebuild_objects(self, idx, shape, strides, offset, writeable):
+        """A view of an array of Python objects (tensors.reduce_objects), made once per
+        storage: its views share it again."""
+        if self.local is not None:
+            idx = self.local[idx]
+        flat = self.objects.get(idx)
+        if flat is None:
+            flat = self.objects[idx] = tensors.objects_from(self._buffer(idx))
+        return tensors.view_objects(flat, shape, strides, offset, writeable)
 
 
 @_collector_paused()
@@ -881,6 +925,7 @@ def restore(
         to_load = [r for r in to_load if r not in deferred]
     imports.wait()  # no module is imported in the background while its objects are built
     objs, failures = _load_groups(data, m, to_load, loader, ns, by_record)
+    pickling.link_pandas_blocks(loader.pandas_blocks)
     if not later:  # unpickled: its bytes are freed before the lazy reader fills memory
         data = loaded.pickle = None
     failed = {by_record[i]: why for i, why in failures.items() if i in by_record}
@@ -890,7 +935,7 @@ def restore(
     loading: list[str] = []
     bytes_loading = 0
     if load is not None:
-        load.objects = _lazy_objects(m, objs, wanted, failed, loader, ns)
+        load.objects = _lazy_objects(m, objs, wanted, failed, loader, ns, read_already)
         if later:
             load.objects.update(_later_objects(m, data, later, loader, ns, by_record))
             if m.rng_record in objs:  # torch's generators: before a cell that names torch
@@ -940,10 +985,17 @@ def restore(
                 reimported.append(alias)
             except Exception as e:
                 failed[alias] = f"could not re-import module {modname}: {pickling.describe(e)}"
+        sh = shell_mod.shell_of(ns)
+        if m.shell and sh is not None:
+            notes += shell_mod.apply(sh, m.shell, ns)
         if m.rng_record is not None and m.rng_record in objs:
             notes += rng.restore(objs[m.rng_record], torch_too=not later)
         elif m.rng_record is not None:
             notes.append("the random number generators' state was not restored (damaged)")
+    # every name the manifest holds is restored, still loading, or named as failed
+    for n in wanted:
+        if n not in failed and n not in restored and n not in loading and ns.get(n) is None:
+            failed[n] = "the checkpoint holds it, but the restore did not bring it back"
     _OWN[str(nbdir)] = m.id
     result = RestoreResult(
         id=m.id,
@@ -1078,6 +1130,8 @@ def _read_verified(
         for o in m.objects.values():
             if sum(m.storages[i].nbytes for i in o.storages) < lazy_mod.EAGER_BELOW:
                 now.update(o.storages)
+        # arrays of Python objects are unpickled with the records that view them
+        now |= {i for i in needed if m.storages[i].kind == "objects"}
         gpu = later.gpu if later else set()
         first = {m.storages[i].file for i in (now - gpu) & set(needed)} & missing
         downloaded = store.fetch(
@@ -1373,17 +1427,31 @@ class _BackgroundImports:
             thread.join()
 
 
-def _lazy_objects(m: Manifest, objs, wanted, failed, loader, ns) -> dict[str, tuple]:
+def _lazy_objects(
+    m: Manifest, objs, wanted, failed, loader, ns, ready=frozenset()
+) -> dict[str, tuple]:
     """name -> (object, storages it reaches, tracked) for a lazy restore; the RNG state
     too, under its record's name (restored now: it is read with the small objects)."""
     where = lazy_mod.tensor_map(loader.made, loader.arrays)
     stop = lazy_mod.stop_ids(ns)
     everything = set(loader.buffers)
+    # a group whose storages are all read already (``ready``: small, or none at all) has
+    # nothing to wait for: its variables need no walk (10,000 small objects took longer to
+    # walk than an eager restore took to load them)
+    bare = {
+        r
+        for first, end, local in m.spans()
+        if local is not None and ready.issuperset(local)
+        for r in range(first, end)
+    }
     out = {}
     for n in wanted:
         if n in failed or m.objects[n].dump not in objs:  # failed, or waiting for torch
             continue
         obj = objs[m.objects[n].dump]
+        if m.objects[n].dump in bare:
+            out[n] = (obj, set(), m.objects[n].tracked)
+            continue
         needs = lazy_mod.storages_reached(obj, where, stop)
         # plus what its record introduced, which it surely holds, even where the walk is
         # blind (an extension type that hides its references from the garbage collector)

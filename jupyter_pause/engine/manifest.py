@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 FORMAT = "jupyter-pause/3"
@@ -149,10 +149,13 @@ class Manifest:
     owner: str = ""  # user who wrote it (signed with the rest; checked on list and restore)
     rerun: list[RerunCell] = field(default_factory=list)  # cells that made the skipped names
     groups: list[GroupEntry] = field(default_factory=list)  # format 2; [] in format 1
+    shell: dict[str, Any] = field(default_factory=dict)  # IPython's own state (engine/shell.py)
 
     # -- JSON -----------------------------------------------------------------
     def to_bytes(self) -> bytes:
-        return json.dumps(asdict(self), indent=1).encode("utf-8")
+        # json's C encoder, which takes no indent (a manifest of thousands of storages took
+        # longer to write than a re-checkpoint's pickling); each entry is a plain dataclass
+        return json.dumps(self, default=vars, separators=(",", ":")).encode("utf-8")
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Manifest:
@@ -196,7 +199,7 @@ class Manifest:
         need(type(self.bytes_total) is int and type(self.bytes_written) is int, "bytes")
         need(ints(self.records), "records")
         need(self.rng_record is None or type(self.rng_record) is int, "rng_record")
-        for d in (self.skipped, self.modules, self.metadata, self.versions):
+        for d in (self.skipped, self.modules, self.metadata, self.versions, self.shell):
             need(isinstance(d, dict), "a mapping")
         for f in self.files.values():
             need(type(f.bytes) is int and isinstance(f.tensors, dict), "files")

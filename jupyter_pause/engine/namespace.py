@@ -124,6 +124,8 @@ def quick_skip(name: str, obj, hidden: dict) -> str | None:
         return MODULE_REIMPORTED
     if isinstance(obj, _IN_MEMORY_STREAMS):
         return None  # a buffer, not a file: pickled with its contents and position
+    if isinstance(obj, io.IOBase) and _closed(obj):  # e.g. what `with open(...) as f` left
+        return "a closed file cannot be saved; open it again after the restore"
     for typ, reason in _UNSAVABLE_TYPES:
         if isinstance(obj, typ):
             return reason
@@ -131,6 +133,13 @@ def quick_skip(name: str, obj, hidden: dict) -> str | None:
     if mod.startswith(_INTERNAL_MODULES) and not mod.startswith(_DISPLAY_MODULES):
         return f"Jupyter/IPython internal object ({mod}.{type(obj).__qualname__})"
     return None
+
+
+def _closed(f) -> bool:
+    try:
+        return f.closed is True
+    except Exception:  # a stream whose ``closed`` itself fails: not known to be closed
+        return False
 
 
 HISTORY_KEY = "<IPython history>"

@@ -420,19 +420,36 @@ CHUNK = 8192  # items per chunk (StatePickler.chunks)
 CHUNK_MIN = 2 * CHUNK  # a container with fewer items is pickled whole
 
 
-def _chunked(kind, *parts):  # replaced by the unpickler
+def _chunked(kind, parts):  # replaced by the unpickler
     raise RuntimeError("this pickle must be loaded with jupyter_pause.restore()")
 
 
-def _object_array(shape, order, writeable, *parts):  # replaced by the unpickler
+def _object_array(shape, order, writeable, parts):  # replaced by the unpickler
     raise RuntimeError("this pickle must be loaded with jupyter_pause.restore()")
 
 
 class _Chunked:
-    """A variable's large container, as the chunks its items were pickled in."""
+    """A variable's large container, as the chunks its items are pickled in."""
 
-    def __init__(self, kind: str, parts: list[bytes]):
+    def __init__(self, kind: str, parts):
         self.kind, self.parts = kind, parts
+
+
+class _Streamed:
+    """Chunks pickled one at a time, as the pickler writes them (StatePickler._stream)."""
+
+    def __init__(self, parts):
+        self.parts = parts
+
+
+class ChunkShared(Exception):
+    """A chunk holds an object something else holds too (StatePickler._chunks)."""
+
+    def __init__(self, obj):
+        super().__init__(f"a chunk holds a {type(obj).__name__} that something else holds too")
+
+
+_NOBODY: dict = {}  # ``_NOBODY.get``: a persistent_id that keeps nothing and names nothing
 
 
 _CHUNKABLE = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset", dict: "dict"}
@@ -463,7 +480,7 @@ def _join(kind: str, parts: list) -> Any:
     return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
 
 
-sharing.identity_free(_Chunked)
+sharing.identity_free(_Chunked, _Streamed)
 
 
 # ----------------------------------------------------------------- the pickler
@@ -475,12 +492,14 @@ class StatePickler(pickle.Pickler):
         namespace: dict | None,
         check_classes: bool = True,
         roots: dict[int, Any] | None = None,
+        chunking: bool = True,
     ):
         super().__init__(file, protocol=PROTOCOL)
         self.collector = collector
         self.namespace = namespace
         #: id -> object of every variable of the checkpoint (engine/sharing.py)
         self.roots = roots if roots is not None else {}
+        self.chunking = chunking  # large containers and object arrays in chunks (_chunks)
         #: try to rebuild each class saved by value before calling it saved (check_rebuilds)
         self.check_classes = check_classes
         torch = sys.modules.get("torch")
@@ -519,6 +538,7 @@ class StatePickler(pickle.Pickler):
             d[np.memmap] = self._reduce_memmap
             d[np.recarray] = self._reduce_recarray
         d[_Chunked] = self._reduce_chunked
+        d[_Streamed] = self._reduce_streamed
         self._dispatch = d
         self._by_class: dict[type, Any] = {}  # cls -> its handler (_handler_for)
         # every object the pickler is asked to save, in order (a C call per object, no
@@ -562,10 +582,12 @@ class StatePickler(pickle.Pickler):
         self.close()
 
     # -- large containers, pickled in chunks ---------------------------------------
-    def chunks(self, parts) -> list[bytes] | None:
+    def _chunks(self, parts):
         """Each of ``parts`` (lists of a container's items, emptied here) pickled on its
-        own, or None when one holds an object that something else holds too: then the
-        container needs the one memo of the pickle it is in.
+        own, one at a time as the pickler writes them (:class:`_Streamed`). Raises
+        :class:`ChunkShared` when one holds an object something else holds too: the
+        container then needs the one memo of the pickle it is in, and the variable is
+        pickled again without chunks (records.pickle_group).
 
         One memo over millions of objects costs most of a pickle's time (its table no
         longer fits any cache: 1.4 million small dicts pickle in 2.8 s with one memo,
@@ -573,10 +595,9 @@ class StatePickler(pickle.Pickler):
         (engine/sharing.py), so no other chunk and no other variable can hold them, and
         copies cannot come back where one object was. Items that hold nothing (str, int,
         ...) need no such check."""
-        out = []
         for part in parts:
             if sharing.ATOMIC.issuperset(set(map(type, part))):
-                out.append(pickle.dumps(part, protocol=PROTOCOL))
+                yield pickle.dumps(part, protocol=PROTOCOL)
                 continue
             buf = io.BytesIO()
             with StatePickler(
@@ -585,41 +606,59 @@ class StatePickler(pickle.Pickler):
                 sub.dump(part)
                 sub.clear_memo()
                 part.clear()  # the items' references from this list are not theirs
-                found = sharing.seen(sub._visited, self.roots, skip=1)
-            if found.shared:
-                return None
+                ids = sharing.chunk_ids(sub._visited)
+                if ids is None:  # not told quickly: read it all
+                    found = sharing.seen(sub._visited, self.roots, skip=1)
+                    if found.shared:
+                        raise ChunkShared(next(iter(found.shared.values())))
+                    ids = found.ids
             self.code_names |= sub.code_names
-            self._chunk_ids.extend([found.ids, *sub._chunk_ids])
-            out.append(buf.getvalue())
-        return out
+            self._chunk_ids.extend([ids, *sub._chunk_ids])
+            yield buf.getvalue()
+
+    def _stream(self, parts):
+        """``parts`` as the pickler takes them, each saved outside its memo and its visited
+        list (a chunk's bytes hold nothing another variable could share), so that each is
+        freed once written: the chunks of a variable never sit in memory together."""
+        remembered, fast = self.persistent_id, self.fast
+        try:
+            for part in parts:
+                self.persistent_id, self.fast = _NOBODY.get, True
+                yield part
+        finally:
+            self.persistent_id, self.fast = remembered, fast
 
     def dump_root(self, obj) -> None:
-        """Pickle ``obj``, a variable, in chunks (:meth:`chunks`) if it is a large list,
+        """Pickle ``obj``, a variable, in chunks (:meth:`_chunks`) if it is a large list,
         tuple, set or dict; as one pickle otherwise."""
         kind = _CHUNKABLE.get(type(obj))
-        parts = None
-        if kind is not None and len(obj) >= CHUNK_MIN:
-            parts = self.chunks(_slices(obj, kind))
-        if parts is None:
-            self.dump(obj)
+        if self.chunking and kind is not None and len(obj) >= CHUNK_MIN:
+            self.dump(_Chunked(kind, _Streamed(self._chunks(_slices(obj, kind)))))
         else:
-            self.dump(_Chunked(kind, parts))
+            self.dump(obj)
 
     @staticmethod
     def _reduce_chunked(c):
-        return (_chunked, (c.kind, *c.parts))
+        return (_chunked, (c.kind, c.parts))
+
+    def _reduce_streamed(self, s):
+        return (list, (), None, self._stream(s.parts))
 
     def _reduce_ndarray(self, a):
         if not a.dtype.hasobject:
             return self.collector.reduce_numpy(a)
+        if a.dtype.kind == "O":  # of str, float, ...: a storage, shared like any array's
+            reduced = self.collector.reduce_objects(a)
+            if reduced is not NotImplemented:
+                return reduced
         self.collector.object_array(a)
-        if a.dtype.kind == "O" and a.size >= CHUNK_MIN:  # strings in pandas without pyarrow
+        if self.chunking and a.dtype.kind == "O" and a.size >= CHUNK_MIN:
+            # strings in pandas without pyarrow
             order = "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
             flat = a.ravel(order=order)
-            spans = range(0, flat.size, CHUNK)
-            parts = self.chunks(flat[i : i + CHUNK].tolist() for i in spans)
-            if parts is not None:
-                return (_object_array, (a.shape, order, bool(a.flags.writeable), *parts))
+            parts = (flat[i : i + CHUNK].tolist() for i in range(0, flat.size, CHUNK))
+            shape = (a.shape, order, bool(a.flags.writeable))
+            return (_object_array, (*shape, _Streamed(self._chunks(parts))))
         return NotImplemented  # numpy's own: the items in this pickle's memo
 
     def _reduce_memmap(self, a):
@@ -709,6 +748,37 @@ class StatePickler(pickle.Pickler):
 
 
 _UNKNOWN = object()
+_PANDAS_BLOCK = ("pandas._libs.internals", "_unpickle_block")  # what pandas' blocks reduce to
+
+
+def _noted(make, made: list, *args):
+    """``make(*args)``, the result noted in ``made`` (pandas blocks: link_pandas_blocks)."""
+    out = make(*args)
+    made.append(out)
+    return out
+
+
+def link_pandas_blocks(blocks: list) -> None:
+    """Let the pandas blocks a restore made over one storage's memory track each other, as
+    pandas' own blocks did before the checkpoint (``s = df["a"]``, ``df.iloc[a:b]``): a
+    write to one frame then copies its block first instead of changing the others (pandas
+    copies on write; without this, a restored ``df.loc[0, "a"] = 9`` changed ``s`` too)."""
+    np = sys.modules.get("numpy")
+    by_memory: dict[int, list] = {}
+    for block in blocks:
+        values = getattr(block, "values", None)
+        if np is None or type(values) is not np.ndarray or not hasattr(block, "refs"):
+            continue
+        base = values
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        by_memory.setdefault(id(base), []).append(block)
+    for same in by_memory.values():
+        refs = same[0].refs
+        for block in same[1:]:
+            if block.refs is not refs:
+                refs.add_reference(block)
+                block.refs = refs
 
 
 def _pandas_block() -> type | None:
@@ -864,6 +934,9 @@ class _Resolving:
         self._special = {
             ("jupyter_pause.engine.tensors", "_rebuild_tensor"): loader.rebuild_tensor,
             ("jupyter_pause.engine.tensors", "_rebuild_array"): loader.rebuild_array,
+            ("jupyter_pause.engine.tensors", "_rebuild_objects"): getattr(
+                loader, "rebuild_objects", None
+            ),
             ("jupyter_pause.engine.pickling", "_namespace"): lambda: namespace,
             ("jupyter_pause.engine.pickling", "_chunked"): self._chunked,
             ("jupyter_pause.engine.pickling", "_object_array"): self._object_array,
@@ -874,10 +947,10 @@ class _Resolving:
         bytes, loaded with a memo of its own."""
         return StateUnpickler(io.BytesIO(data), self._loader, self._namespace).load()
 
-    def _chunked(self, kind, *parts):
+    def _chunked(self, kind, parts):
         return _join(kind, [self._part(p) for p in parts])
 
-    def _object_array(self, shape, order, writeable, *parts):
+    def _object_array(self, shape, order, writeable, parts):
         import numpy as np
 
         size = 1
@@ -893,9 +966,12 @@ class _Resolving:
         if special is not None:
             return special
         try:
-            return super().find_class(module, name)
+            found = super().find_class(module, name)
         except (ImportError, AttributeError) as e:
             raise MissingClass(module, name, e) from None
+        if (module, name) == _PANDAS_BLOCK and hasattr(self._loader, "pandas_blocks"):
+            return functools.partial(_noted, found, self._loader.pandas_blocks)
+        return found
 
 
 class StateUnpickler(_Resolving, pickle.Unpickler):

@@ -45,6 +45,7 @@ import logging
 import os
 import sys
 import tempfile
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,11 @@ SPOOL_IN_MEMORY = 8 << 20  # the pickles of one checkpoint beyond this go to fil
 #: a group with this many bytes of records keeps them in a storage of their own, not in
 #: objects.pkl (format 3): a checkpoint that reuses the group then writes nothing for it
 APART = 1 << 20
+#: a variable holding no tensor data, with fewer bytes of records than this, is loaded
+#: back once when it is pickled (its record alone, into a scratch namespace): one that
+#: would not load is named as not saved, rather than found at the restore
+TRIAL_MAX = 64 << 10
+TRIAL_BUDGET = 8 << 20  # bytes of records tried so, at most, per checkpoint
 
 
 class Scratch:
@@ -113,6 +119,15 @@ class Spool:
     def tell(self) -> int:
         return self.size
 
+    def close(self) -> None:
+        """Drop what was written (a pickle given up), giving its memory back."""
+        scratch = self._scratch
+        if self._memory is not None and scratch is not None and scratch.folder is not None:
+            scratch.memory += self.size
+        if self._file is not None:
+            self._file.close()
+        self._memory, self._file, self.size = io.BytesIO(), None, 0
+
     def array(self):
         """The records written, as a flat uint8 numpy array over them (no copy: the memory,
         or a read-only map of the file)."""
@@ -163,6 +178,9 @@ class Group:
     held: list = field(default_factory=list)
     #: (xxh3, HMAC) of its records, once a checkpoint kept them apart (``APART``)
     stored: tuple[str, str] | None = None
+    #: pickled because code may have changed it (False: pickled again only to compare
+    #: what it shares; the memory its arrays view is the same as at the last checkpoint)
+    touched: bool = True
 
 
 @dataclass
@@ -174,6 +192,8 @@ class State:
     groups: list[Group]
     #: numpy storage key -> (sampled fingerprint, digest) at that checkpoint
     numpy_digests: dict[tuple, tuple[str, str]] = field(default_factory=dict)
+    #: "objects" storage key -> (digest, bytes) at that checkpoint (tensors.reduce_objects)
+    object_digests: dict[tuple, tuple[str, int]] = field(default_factory=dict)
 
     def __post_init__(self):
         for g in self.groups:  # kept between checkpoints: hold no objects
@@ -198,9 +218,9 @@ def pickle_group(names, objects, collector, ns, scratch=None, roots=None) -> Gro
     variable pickled alone may then be pickled in chunks."""
     roots = roots if roots is not None else {id(objects[n]): objects[n] for n in names}
 
-    def run(deep: bool) -> Group:
+    def run(deep: bool, chunking: bool = True) -> Group:
         buf = Spool(scratch)
-        with pickling.StatePickler(buf, collector, ns, roots=roots) as pickler:
+        with pickling.StatePickler(buf, collector, ns, roots=roots, chunking=chunking) as pickler:
             alone = len(names) == 1 and id(objects[names[0]]) in roots
             dump = pickler.dump_root if alone else pickler.dump
             if deep:
@@ -215,6 +235,9 @@ def pickle_group(names, objects, collector, ns, scratch=None, roots=None) -> Gro
                 except RecursionError:
                     if deep:
                         raise Unsavable(n, "RecursionError: too deeply nested") from None
+                    raise
+                except pickling.ChunkShared:
+                    buf.close()
                     raise
                 except Exception as e:
                     if buf.io_error is not None:
@@ -241,10 +264,16 @@ def pickle_group(names, objects, collector, ns, scratch=None, roots=None) -> Gro
             types={n: _type_name(objects[n]) for n in names},
         )
 
+    def attempt(deep: bool) -> Group:
+        try:
+            return run(deep)
+        except pickling.ChunkShared:  # a chunk shares an object: one memo for it all
+            return run(deep, chunking=False)
+
     try:
-        return run(deep=False)
+        return attempt(deep=False)
     except RecursionError:  # e.g. a long linked list: pickle again, in a deep stack
-        return run(deep=True)
+        return attempt(deep=True)
 
 
 def as_storage(g: Group, key: bytes) -> tuple[tensors.Storage, str]:
@@ -288,7 +317,10 @@ def _replay(g: Group, collector) -> bool:
         if np is not None and isinstance(obj, np.ndarray):
             if type(obj) is not np.ndarray:
                 return False
-            result = collector.reduce_numpy(obj)
+            if obj.dtype.kind == "O":
+                result = collector.reduce_objects(obj, checked=True)
+            else:
+                result = collector.reduce_numpy(obj)
         else:
             result = collector.reduce_torch(obj)
         if result is NotImplemented or collector.in_band:
@@ -359,24 +391,69 @@ class _Pass:
                 return []
             return self.combine([g for n in rest for g in self.pickle([n])], [])
 
+    def tried(self, fresh: list[Group]) -> list[Group]:
+        """``fresh`` (one variable each) without those whose record does not load back
+        (:data:`TRIAL_MAX`): they are skipped, saying why."""
+        budget, out = TRIAL_BUDGET, []
+        for g in fresh:
+            why = None
+            if not g.local and g.data.size <= min(TRIAL_MAX, budget):
+                budget -= g.data.size
+                why = _load_fails(g)
+            if why is None:
+                out.append(g)
+            elif g.names[0] in self.required:
+                raise Unsavable(g.names[0], why)
+            else:
+                self.skipped[g.names[0]] = why
+        return out
+
     def combine(self, fresh: list[Group], reused: list[Group]) -> list[Group]:
-        """Groups in which no two share an object: those of ``fresh`` (just pickled) and
-        ``reused`` (from the previous checkpoint) that do are pickled again together.
-        Fresh groups are compared by what each may share now; a reused group by every
-        object it held (a new name may hold one that was held once then)."""
-        groups = [*fresh, *reused]
+        """Groups in which no two share an object: those of ``fresh`` (just pickled) that
+        share one are pickled again together. A group ``reused`` from the previous
+        checkpoint that held an object a fresh one may share (a new name may hold what
+        was held once then, ``alias = registry.a[5]``) is pickled again first, alone:
+        what it holds now decides (an id it held then may since be another object's)."""
         while True:
-            linked = _linked(groups)
-            if len(linked) == len(groups):
-                return groups
-            groups = []
+            now = set().union(*(g.shared for g in fresh))
+            suspects = [g for g in reused if sharing.holds_any(g.ids, now)]
+            if suspects:
+                for g in suspects:
+                    g.reused = False
+                reused = [g for g in reused if g.reused]
+                again = [h for g in suspects for h in self.pickle(g.names)]
+                for h in again:
+                    h.touched = False
+                fresh = fresh + again
+                continue
+            linked = _linked(fresh)
+            if len(linked) == len(fresh):
+                return fresh + reused
+            fresh = []
             for m in linked:
                 names = sorted((n for g in m for n in g.names), key=self.position)
-                groups.extend(m if len(m) == 1 else self.pickle(names))
+                fresh.extend(m if len(m) == 1 else self.pickle(names))
+
+
+def _load_fails(g: Group) -> str | None:
+    """Why ``g``'s one record does not load back (a trial, nothing assigned), or None."""
+    data = b"".join(bytes(part) for part in g.data.chunks())
+    scratch = {"__name__": "__main__"}  # the globals of cell code it rebuilds
+    no_data = types.SimpleNamespace(rebuild_tensor=None, rebuild_array=None)
+
+    def load():
+        return pickling.load_records(data, g.offsets, 0, no_data, scratch)[1]
+
+    failures = load()
+    if any(why.startswith("RecursionError") for why in failures.values()):
+        failures = pickling.deep(load)  # as a restore loads it
+    if not failures:
+        return None
+    return f"it would not load again (tried when saved): {failures[0]}"
 
 
 def _linked(groups: list[Group]) -> list[list[Group]]:
-    """``groups`` in sets that hold objects of each other's (see :meth:`_Pass.combine`)."""
+    """``groups`` in sets that share objects (their ``shared``), directly or through others."""
     parent = list(range(len(groups)))
 
     def root(i: int) -> int:
@@ -388,12 +465,6 @@ def _linked(groups: list[Group]) -> list[list[Group]]:
     for i, g in enumerate(groups):
         for obj in g.shared:
             parent[root(i)] = root(owner.setdefault(obj, i))
-    now = set().union(*(g.shared for g in groups if not g.reused))
-    for i, g in enumerate(groups):
-        if g.reused and sharing.holds_any(g.ids, now):
-            for j, h in enumerate(groups):
-                if not h.reused and sharing.holds_any(g.ids, h.shared):
-                    parent[root(i)] = root(j)
     members: dict[int, list[Group]] = {}
     for i, g in enumerate(groups):
         members.setdefault(root(i), []).append(g)
@@ -420,7 +491,7 @@ def _pickle_namespace(
                 reused.append(g)
     room = SPOOL_IN_MEMORY - sum(g.data.in_memory for g in reused)
     run = _Pass(order, objects, required, collector, ns, Scratch(scratch, room))
-    fresh = [g for n in order if n in dirty for g in run.pickle([n])]
+    fresh = run.tried([g for n in order if n in dirty for g in run.pickle([n])])
     groups = run.combine(fresh, reused)
     for g in groups:
         if g.reused and not _replay(g, collector):

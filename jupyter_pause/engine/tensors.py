@@ -49,6 +49,7 @@ from .buffers import (
 )
 from .errors import CorruptCheckpoint, DeviceUnavailable
 from .manifest import FileEntry, StorageEntry
+from .sharing import ATOMIC
 
 CHUNK = 64 << 20  # bytes per device<->host staging step: bounds the extra memory
 CPU_CHUNK = 8 << 20  # bytes per write/hash step from host memory (cache-sized)
@@ -96,6 +97,10 @@ def _rebuild_tensor(*args):  # resolved by the unpickler to the loader's method
 
 
 def _rebuild_array(*args):  # likewise
+    raise RuntimeError("this pickle must be loaded with jupyter_pause.restore()")
+
+
+def _rebuild_objects(*args):  # likewise
     raise RuntimeError("this pickle must be loaded with jupyter_pause.restore()")
 
 
@@ -332,6 +337,42 @@ class Collector:
             return self._logged(t, (_rebuild_tensor, args, state, None, None, _set_tensor_state))
         return self._logged(t, (_rebuild_tensor, args))
 
+    # -- arrays of Python objects ----------------------------------------------
+    def reduce_objects(self, a, checked: bool = False):
+        """An array of str, int, float, None... (pandas' strings without pyarrow): the
+        memory it views becomes a storage of kind "objects" (:func:`materialize`), pickled
+        once however many variables view it, and views of it again after a restore. Other
+        object arrays (their items may be shared, or be anything): NotImplemented.
+        ``checked``: its items were found atomic when the group was pickled, and no code
+        could reach them since (records._replay)."""
+        np = sys.modules["numpy"]
+        root = a
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        if root.dtype != a.dtype or not (root.flags.c_contiguous or root.flags.f_contiguous):
+            return NotImplemented
+        skey = ("objects", id(root))
+        idx = self._index.get(skey)
+        if idx is None:
+            if root.size < OBJECTS_MIN or not (checked or _atomic(root)):
+                return NotImplemented
+            idx = len(self.storages)
+            self.storages.append(
+                Storage(
+                    kind="objects",
+                    device="cpu",
+                    nbytes=0,
+                    data=root,
+                    owner=self.owner,
+                    name=self.names.get(id(a), f"t{idx}"),
+                    skey=skey,
+                )
+            )
+            self._index[skey] = idx
+        offset = a.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+        args = (self._add(idx), a.shape, a.strides, offset, bool(a.flags.writeable))
+        return self._logged(a, (_rebuild_objects, args))
+
     # -- numpy ---------------------------------------------------------------
     def reduce_numpy(self, a):
         np = sys.modules["numpy"]
@@ -390,6 +431,72 @@ class Collector:
         return self._logged(a, (_rebuild_array, args))
 
 
+OBJECTS_MIN = 4096  # an array of fewer Python objects is pickled with its variable
+OBJECTS_CHUNK = 16384  # items per pickle in a storage of kind "objects"
+
+
+def _atomic(root) -> bool:
+    """Whether every item of an object array is a str, int, float, ... (nothing shared)."""
+    return ATOMIC.issuperset(set(map(type, root.ravel(order="K"))))
+
+
+def materialize(s: Storage) -> bool:
+    """Turn an "objects" storage's array into its bytes: its items in memory order, as
+    pickles of OBJECTS_CHUNK at a time (small memos: fast), read back by :func:`objects_from`.
+    False if there was nothing to do (another kind, or done already)."""
+    import pickle
+
+    np = sys.modules["numpy"]
+    if s.kind != "objects" or not isinstance(s.data, np.ndarray) or s.data.dtype != object:
+        return False
+    flat = s.data.ravel(order="K")
+    data = b"".join(
+        pickle.dumps(flat[i : i + OBJECTS_CHUNK].tolist(), protocol=5)
+        for i in range(0, flat.size, OBJECTS_CHUNK)
+    )
+    s.data = np.frombuffer(data, dtype=np.uint8)
+    s.nbytes, s.shape, s.dtype, s.safe_dtype = len(data), [len(data)], "|u1", "U8"
+    return True
+
+
+class _AtomsOnly:
+    """Unpickles only what :func:`materialize` writes: str, int, float, ... in lists. No
+    class or function can be named, so these bytes cannot run code."""
+
+    @staticmethod
+    def find_class(module, name):
+        raise ValueError(f"an objects storage names {module}.{name}")
+
+
+def objects_from(buf):
+    """The flat object array whose items' pickles fill ``buf`` (materialize)."""
+    import io
+    import pickle
+
+    np = sys.modules["numpy"]
+
+    class Loader(_AtomsOnly, pickle.Unpickler):
+        pass
+
+    f = io.BytesIO(memoryview(buf).cast("B"))
+    loader = Loader(f)
+    size = len(f.getbuffer())
+
+    def parts():
+        while f.tell() < size:
+            yield from loader.load()
+
+    return np.fromiter(parts(), dtype=object)
+
+
+def view_objects(flat, shape, strides, offset: int, writeable: bool):
+    """The view of ``flat`` (objects_from) that an array saved by reduce_objects was."""
+    np = sys.modules["numpy"]
+    return np.lib.stride_tricks.as_strided(
+        flat[offset // flat.itemsize :], shape=shape, strides=strides, writeable=writeable
+    )
+
+
 def _numpy_root(a, np):
     """The ndarray that owns ``a``'s memory, if it is one contiguous block we can save whole."""
     base = a
@@ -423,10 +530,10 @@ def _iter_chunks(s: Storage, chunk: int = CHUNK):
     """Yield the storage's bytes as memoryviews of at most ``chunk`` bytes (one copy for GPU)."""
     if s.nbytes == 0:
         return
-    if s.kind == "numpy" or s.data.device.type == "cpu":
+    if s.kind != "torch" or s.data.device.type == "cpu":
         # host memory: no copy at all, and small slices, so that the hash that follows each
         # write finds the bytes still in the CPU cache (no second trip to memory)
-        mv = memoryview(s.data if s.kind == "numpy" else s.data.numpy())
+        mv = memoryview(s.data if s.kind != "torch" else s.data.numpy())
         step = min(chunk, CPU_CHUNK)
         for off in range(0, s.nbytes, step):
             yield mv[off : off + step]
@@ -867,7 +974,7 @@ def _small_pages(arr) -> None:
 
 
 def _empty(kind: str, nbytes: int):
-    if kind == "numpy":
+    if kind != "torch":  # numpy's, and the pickled items of an "objects" storage
         import numpy as np
 
         arr = np.empty(nbytes, dtype=np.uint8)
