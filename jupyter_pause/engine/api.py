@@ -957,7 +957,7 @@ def restore(
     else:
         loader.remember_digests(m)
         for n in wanted:
-            if n in failed:
+            if n in failed or m.objects[n].dump not in objs:
                 continue
             ns[n] = objs[m.objects[n].dump]
             restored.append(n)
@@ -992,10 +992,12 @@ def restore(
             notes += rng.restore(objs[m.rng_record], torch_too=not later)
         elif m.rng_record is not None:
             notes.append("the random number generators' state was not restored (damaged)")
-    # every name the manifest holds is restored, still loading, or named as failed
+    # every name the manifest holds is restored, still loading, or named as failed (a
+    # lazy restore leaves a name the user bound anew meanwhile to the user's value)
     for n in wanted:
-        if n not in failed and n not in restored and n not in loading and ns.get(n) is None:
-            failed[n] = "the checkpoint holds it, but the restore did not bring it back"
+        if n in failed or n in restored or n in loading or (load is not None and n in ns):
+            continue
+        failed[n] = "the checkpoint holds it, but the restore did not bring it back"
     _OWN[str(nbdir)] = m.id
     result = RestoreResult(
         id=m.id,

@@ -114,6 +114,28 @@ def test_fresh_cache_restores_from_the_bucket(url, tmp_path, monkeypatch, lazy):
     assert [c.id for c in store.list_checkpoints(url, NB)] == [r.id]
 
 
+@pytest.mark.parametrize("lazy", [False, True])
+def test_records_kept_apart_come_back_from_the_bucket(url, tmp_path, monkeypatch, lazy):
+    """A group whose records are a storage of their own (format 3) and an array of
+    strings: both files travel; a re-pause that changes neither uploads neither."""
+    new_cache(tmp_path, monkeypatch, "node-a")
+    ns = {
+        "rows": [{"i": i, "s": str(i)} for i in range(60_000)],
+        "words": np.array([f"w{i}" for i in range(10_000)], dtype=object),
+        "step": 1,
+    }
+    first = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    ns["step"] = 2
+    second = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    assert first.bytes_uploaded > 1_000_000 and second.bytes_uploaded < 100_000
+    new_cache(tmp_path, monkeypatch, "node-b")
+    out = {"__name__": "__main__"}
+    api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=lazy)
+    api.lazy_mod.wait()
+    assert out["rows"] == ns["rows"] and list(out["words"]) == list(ns["words"])
+    assert out["step"] == 2
+
+
 def test_a_lazy_restore_downloads_a_file_only_when_its_object_is_read(
     url, seaweed, tmp_path, monkeypatch
 ):
