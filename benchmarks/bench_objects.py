@@ -217,9 +217,15 @@ def main(argv=None) -> int:
         per_obj_rss = [max(0, r["first"]["peak"]) / r["objects"] for r in rows]
         r0 = rows[0]
         print(f"\n{case}: {r0['objects']:,} objects, {r0['first']['saved']} variables")
-        print(f"  cloudpickle.dumps (s)                     {med([r['cloudpickle'] for r in rows])}")
-        print(f"  raw write + fsync of its {r0['pickle_bytes'] / 1e6:.0f} MB (s)          {med([r['raw_write'] for r in rows])}")
-        print(f"  checkpoint (s)                            {med([r['first']['seconds'] for r in rows])}")
+        print(
+            f"  cloudpickle.dumps (s)                     {med([r['cloudpickle'] for r in rows])}"
+        )
+        print(
+            f"  raw write + fsync of its {r0['pickle_bytes'] / 1e6:.0f} MB (s)          {med([r['raw_write'] for r in rows])}"
+        )
+        print(
+            f"  checkpoint (s)                            {med([r['first']['seconds'] for r in rows])}"
+        )
         print(f"  checkpoint / (cloudpickle + raw write)    {med(ratio)}   target <= 1.5")
         print(f"  unchanged re-checkpoint / first           {med(again)}   target <= 0.1")
         print(f"  after `n = 2` / first                     {med(small)}   target <= 0.1")

@@ -53,7 +53,12 @@ def _describe(obj, path: str, seen: dict, arrays: list, depth: int):
             "value": _h(obj.to_json(orient="split", default_handler=str).encode()),
         }
     if pd is not None and isinstance(obj, pd.Index):
-        return {"type": name, "dtype": str(obj.dtype), "name": repr(obj.name), "value": repr(list(obj))}
+        return {
+            "type": name,
+            "dtype": str(obj.dtype),
+            "name": repr(obj.name),
+            "value": repr(list(obj)),
+        }
     if np is not None and isinstance(obj, np.ndarray):
         arrays.append((path, obj))
         if obj.dtype.hasobject:
@@ -61,7 +66,13 @@ def _describe(obj, path: str, seen: dict, arrays: list, depth: int):
         else:
             value = _h(np.ascontiguousarray(obj).tobytes())
         extra = {"file": str(obj.filename)} if isinstance(obj, np.memmap) else {}
-        return {"type": name, "dtype": str(obj.dtype), "shape": list(obj.shape), "value": value, **extra}
+        return {
+            "type": name,
+            "dtype": str(obj.dtype),
+            "shape": list(obj.shape),
+            "value": value,
+            **extra,
+        }
     if torch is not None and isinstance(obj, torch.Tensor):
         t = obj.detach()
         if t.layout != torch.strided:
@@ -86,7 +97,10 @@ def _describe(obj, path: str, seen: dict, arrays: list, depth: int):
         items = list(obj.items())[:ITEMS]
         return {"type": name, "items": [[repr(k), nested(v, f"{path}[{k!r}]")] for k, v in items]}
     if isinstance(obj, list | tuple):
-        return {"type": name, "items": [nested(v, f"{path}[{i}]") for i, v in enumerate(obj[:ITEMS])]}
+        return {
+            "type": name,
+            "items": [nested(v, f"{path}[{i}]") for i, v in enumerate(obj[:ITEMS])],
+        }
     if isinstance(obj, set | frozenset):
         return {"type": name, "items": sorted(repr(v) for v in obj)[:ITEMS]}
     if hasattr(obj, "get_params") and hasattr(obj, "fit"):  # a scikit-learn estimator
@@ -103,13 +117,14 @@ def _describe(obj, path: str, seen: dict, arrays: list, depth: int):
 
 def _sharing(arrays: list) -> list:
     """Pairs of array paths whose memory overlaps."""
-    np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
+    np = sys.modules.get("numpy")
     out = []
     for i, (p, a) in enumerate(arrays[:40]):
         for q, b in arrays[i + 1 : 40]:
-            if type(a) is not type(b) and not (np is not None and isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+            numpy_pair = np is not None and isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+            if type(a) is not type(b) and not numpy_pair:
                 continue
-            if np is not None and isinstance(a, np.ndarray):
+            if numpy_pair:
                 shared = bool(np.shares_memory(a, b))
             else:
                 sa, sb = a.untyped_storage(), b.untyped_storage()

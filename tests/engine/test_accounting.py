@@ -67,7 +67,9 @@ def test_an_incremental_pass_that_loses_a_name_gives_way_to_a_full_one(
 def test_a_pass_that_cannot_account_for_a_name_commits_nothing(ck, monkeypatch):
     real = records._Pass.combine
     monkeypatch.setattr(
-        records._Pass, "combine", lambda self, f, r: [g for g in real(self, f, r) if "b" not in g.names]
+        records._Pass,
+        "combine",
+        lambda self, f, r: [g for g in real(self, f, r) if "b" not in g.names],
     )
     with pytest.raises(records.Unaccounted, match="neither saved nor skipped: b"):
         jp.checkpoint(namespace={"a": [1], "b": [2]}, progress=False, **ck)
@@ -109,7 +111,9 @@ def test_an_object_that_would_not_load_is_named_when_it_is_saved(ck):
     exec(CLASS_THAT_DOES_NOT_LOAD + "sim = Lookup()\nfine = [1]\n", ns)
     res = jp.checkpoint(namespace=ns, progress=False, **ck)
     assert "fine" in res.saved and "sim" not in res.saved
-    assert res.skipped["sim"].startswith("it would not load again (tried when saved): RecursionError")
+    assert res.skipped["sim"].startswith(
+        "it would not load again (tried when saved): RecursionError"
+    )
 
 
 def test_a_tracked_object_that_would_not_load_stops_the_checkpoint(ck):

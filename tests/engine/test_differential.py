@@ -148,10 +148,13 @@ def _check(cells: list[str], pyarrow: bool, work: Path) -> None:
                 line = kernel.stdout.readline()
                 assert line, kernel.stderr.read()
                 step = json.loads(line)
-                got = pool.map(
-                    lambda nb: _restored(work, nb, step[nb], restore_env), ["incremental", "full"]
+                incremental, full = pool.map(
+                    _restored,
+                    [work, work],
+                    ["incremental", "full"],
+                    [step["incremental"], step["full"]],
+                    [restore_env, restore_env],
                 )
-                incremental, full = list(got)
                 live = step["fingerprint"]
                 assert full == live, f"after {code!r}: the full checkpoint differs"
                 assert incremental == live, f"after {code!r}: the incremental one differs"

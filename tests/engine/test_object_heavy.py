@@ -187,7 +187,9 @@ def test_records_apart_travel_in_a_bundle_and_are_signed_again(tmp_path, ck, mon
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.chdir(home)
-    (home / "nb.ipynb").write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+    (home / "nb.ipynb").write_text(
+        '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+    )
     ns = {"big": [{"i": i, "s": str(i)} for i in range(80_000)]}
     jp.checkpoint(namespace=ns, notebook="nb.ipynb", dir=ck["dir"], progress=False)
     out = bundle.export(tmp_path / "b.zip", home / "nb.ipynb", notebook="nb.ipynb", dir=ck["dir"])
@@ -206,7 +208,9 @@ def test_a_lazy_restore_does_not_walk_what_it_read_already(ck, monkeypatch):
     jp.checkpoint(namespace=ns, progress=False, **ck)
     walked = []
     real = lazy.storages_reached
-    monkeypatch.setattr(lazy, "storages_reached", lambda obj, *a: walked.append(obj) or real(obj, *a))
+    monkeypatch.setattr(
+        lazy, "storages_reached", lambda obj, *a: walked.append(obj) or real(obj, *a)
+    )
     out = {"__name__": "__main__"}
     res = jp.restore(namespace=out, lazy=True, progress=False, **ck)
     assert "small7" in res.restored and out["small7"] == {"i": 7, "v": [7, 7, 7]}
