@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # are module-scoped); mostly waiting on kernels and servers, so more workers than cores
 PYTEST_WORKERS ?= 3
 
-.PHONY: lab test lint format bench bench-objectstore build dist check-wheel browser kubectl strace prometheus hub-proxy clean
+.PHONY: lab test lint format bench bench-objects bench-objectstore build dist check-wheel browser kubectl strace prometheus hub-proxy clean
 
 # --- set-up -------------------------------------------------------------
 $(STAMP): pyproject.toml labextension/package.json
@@ -67,9 +67,14 @@ $(PEERS):
 
 bench: $(STAMP) $(PEERS)
 	$(BIN)/python benchmarks/bench_checkpoint.py $(BENCH_ARGS)
+	$(BIN)/python benchmarks/bench_objects.py $(OBJECTS_BENCH_ARGS)
 	$(BIN)/python benchmarks/bench_server_latency.py
 	$(BIN)/python benchmarks/bench_autosave.py $(AUTOSAVE_BENCH_ARGS)
 	$(BIN)/python benchmarks/bench_objectstore.py $(OBJSTORE_BENCH_ARGS)
+
+# object-heavy namespaces against cloudpickle (issue #36)
+bench-objects: $(STAMP)
+	$(BIN)/python benchmarks/bench_objects.py $(OBJECTS_BENCH_ARGS)
 
 # the bucket rows alone (a SeaweedFS it starts on 127.0.0.1)
 bench-objectstore: $(STAMP)
