@@ -416,7 +416,7 @@ def reduce_class(cls):
 
 
 # ----------------------------------------------------------------- chunks
-CHUNK = 8192  # items per chunk (StatePickler.chunks)
+CHUNK = 8192  # items per chunk (StatePickler._chunks)
 CHUNK_MIN = 2 * CHUNK  # a container with fewer items is pickled whole
 
 
@@ -943,7 +943,7 @@ class _Resolving:
         }
 
     def _part(self, data: bytes):
-        """One chunk (StatePickler.chunks): a pickle of its own, in this one's verified
+        """One chunk (StatePickler._chunks): a pickle of its own, in this one's verified
         bytes, loaded with a memo of its own."""
         return StateUnpickler(io.BytesIO(data), self._loader, self._namespace).load()
 

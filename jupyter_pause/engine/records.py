@@ -12,7 +12,7 @@ checkpoint, decides whether its bytes are written again).
 Grouping, in two passes, each object pickled at most twice:
 
 1. each variable is pickled alone (a large list, dict or object array in chunks of its
-   own, pickling.StatePickler.chunks); what it holds that another variable may hold too
+   own, pickling.StatePickler._chunks); what it holds that another variable may hold too
    is read off the pickle (engine/sharing.py);
 2. the variables that hold one object between them (directly or through others) are
    pickled again, together, once.
@@ -237,9 +237,10 @@ def pickle_group(names, objects, collector, ns, scratch=None, roots=None) -> Gro
                         raise Unsavable(n, "RecursionError: too deeply nested") from None
                     raise
                 except pickling.ChunkShared:
-                    buf.close()
+                    buf.close()  # given up: pickled again with one memo
                     raise
                 except Exception as e:
+                    buf.close()
                     if buf.io_error is not None:
                         raise buf.io_error from None
                     raise Unsavable(n, pickling.describe(e)) from None

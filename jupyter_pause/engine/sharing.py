@@ -220,7 +220,7 @@ def seen(visited: list, roots: dict[int, Any], skip: int = 0) -> Seen:
 
 
 def chunk_ids(visited: list, skip: int = 1):
-    """For a pickle of a chunk's items (pickling.StatePickler.chunks), read as
+    """For a pickle of a chunk's items (pickling.StatePickler._chunks), read as
     :func:`seen` does but in C loops alone: the ids of its objects whose identity matters,
     when each is held by exactly one object; None when that cannot be told so quickly (an
     object held more than once, or by a temporary only, or a function, class or array,
