@@ -47,3 +47,23 @@ def main_ns(src: str = "") -> dict:
 def untrack_all(tracking) -> None:
     for name in tracking.tracked():
         tracking.untrack(name)
+
+
+@pytest.fixture
+def shell(ck):
+    """A real IPython shell (its events drive the change tracker, as in a kernel), with
+    ``jp`` imported and ``_ck`` (hidden) pointing at this test's checkpoints."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from jupyter_pause.engine import api, changes
+
+    api._STATE.clear()
+    sh = InteractiveShell.instance()
+    assert sh.run_cell("import jupyter_pause as jp").success
+    sh.user_ns["_ck"] = sh.user_ns_hidden["_ck"] = ck
+    yield sh
+    if changes._tracker is not None:
+        changes._stop(changes._tracker)
+        changes._tracker = None
+    api._STATE.clear()
+    InteractiveShell.clear_instance()

@@ -10,25 +10,10 @@ import sys
 import textwrap
 
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
 
 import jupyter_pause as jp
 from jupyter_pause.engine import api, changes, records, store
 from jupyter_pause.engine.errors import UnsavableObject
-
-
-@pytest.fixture
-def shell(ck):
-    api._STATE.clear()
-    sh = InteractiveShell.instance()
-    run(sh, "import jupyter_pause as jp")
-    sh.user_ns["_ck"] = sh.user_ns_hidden["_ck"] = ck
-    yield sh
-    if changes._tracker is not None:
-        changes._stop(changes._tracker)
-        changes._tracker = None
-    api._STATE.clear()
-    InteractiveShell.clear_instance()
 
 
 def run(sh, code):

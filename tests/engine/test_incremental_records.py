@@ -14,25 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from IPython.core.interactiveshell import InteractiveShell
 
 import jupyter_pause as jp
 from jupyter_pause.engine import api, changes, durable, manifest, records, store, tensors
 
 
 @pytest.fixture
-def shell(ck):
-    api._STATE.clear()
-    sh = InteractiveShell.instance()
-    run(sh, "import jupyter_pause as jp\nimport numpy as np\nimport torch")
-    sh.user_ns["_ck"] = ck
-    sh.user_ns_hidden["_ck"] = ck
-    yield sh
-    if changes._tracker is not None:
-        changes._stop(changes._tracker)
-        changes._tracker = None
-    api._STATE.clear()
-    InteractiveShell.clear_instance()
+def shell(shell):
+    run(shell, "import numpy as np\nimport torch")
+    return shell
 
 
 def run(sh, code, silent=False):

@@ -13,10 +13,9 @@ import zipfile
 import numpy as np
 import pandas as pd
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
 
 import jupyter_pause as jp
-from jupyter_pause.engine import api, bundle, changes, errors, lazy, paths, pickling, store
+from jupyter_pause.engine import bundle, errors, lazy, paths, pickling, store
 
 from .conftest import main_ns
 
@@ -125,20 +124,6 @@ def test_a_restored_frame_copies_on_write_as_the_original_did(ck):
 
 
 # ------------------------------------------------------------------ records apart (format 3)
-@pytest.fixture
-def shell(ck):
-    api._STATE.clear()
-    sh = InteractiveShell.instance()
-    sh.run_cell("import jupyter_pause as jp")
-    sh.user_ns["_ck"] = sh.user_ns_hidden["_ck"] = ck
-    yield sh
-    if changes._tracker is not None:
-        changes._stop(changes._tracker)
-        changes._tracker = None
-    api._STATE.clear()
-    InteractiveShell.clear_instance()
-
-
 def checkpoint(sh):
     assert sh.run_cell("_res = jp.checkpoint(**_ck, progress=False)").success
     return sh.user_ns.pop("_res")
