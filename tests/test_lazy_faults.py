@@ -35,7 +35,8 @@ def test_kernels_killed_during_the_background_load_never_cost_the_good_checkpoin
     (gate / "open").unlink()  # from now on the load holds at torch's import
 
     for _round in range(3):
-        assert client.wait(client.resume(NB, good))["outcome"] == "succeeded"
+        op = client.wait(client.resume(NB, good))
+        assert op["outcome"] == "succeeded", op
         kernel_id = client.session_status(NB)["kernel_id"]
         pid = client.evaluate(kernel_id, "import os; print(os.getpid())")
         os.kill(pid, signal.SIGKILL)
