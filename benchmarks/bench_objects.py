@@ -23,12 +23,14 @@ The cases (``--scale`` multiplies their sizes):
   frame-arrow  the same with pyarrow, if installed (its text is Arrow's)
   dicts    1.4 million small dicts in a list
   strings  7.5 million strings in a list
-  small    10,000 small objects of several kinds (the lazy-versus-eager restore)
+  small    10,000 small objects of several kinds: the lazy-versus-eager restore (lazy
+           returns no later than eager finishes); its checkpoint, 0.2 s, is fixed costs
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -197,6 +199,10 @@ def child(case: str, scale: float, rnd: int) -> dict:
         raise SystemExit(f"the {case} case failed:\n{proc.stdout}\n{proc.stderr}")
 
 
+def _target(aimed: bool, goal: str) -> str:
+    return f"   target {goal}" if aimed else ""
+
+
 def med(xs) -> str:
     return f"{statistics.median(xs):.3f} [{min(xs):.3f}-{max(xs):.3f}]"
 
@@ -226,11 +232,14 @@ def main(argv=None) -> int:
         print(
             f"  checkpoint (s)                            {med([r['first']['seconds'] for r in rows])}"
         )
-        print(f"  checkpoint / (cloudpickle + raw write)    {med(ratio)}   target <= 1.5")
-        print(f"  unchanged re-checkpoint / first           {med(again)}   target <= 0.1")
-        print(f"  after `n = 2` / first                     {med(small)}   target <= 0.1")
-        print(f"  peak anonymous memory beside it, B/object {med(per_obj)}   target <= 16")
+        target = functools.partial(_target, case != "small")  # small: its restore's only
+        print(f"  checkpoint / (cloudpickle + raw write)    {med(ratio)}{target('<= 1.5')}")
+        print(f"  unchanged re-checkpoint / first           {med(again)}{target('<= 0.1')}")
+        print(f"  after `n = 2` / first                     {med(small)}{target('<= 0.1')}")
+        print(f"  peak anonymous memory beside it, B/object {med(per_obj)}{target('<= 16')}")
         print(f"  peak resident (mapped files too), B/object {med(per_obj_rss)}")
+        lazy = [r["lazy"] / r["eager"] for r in rows]
+        print(f"  restore: lazy / eager                     {med(lazy)}   target <= 1")
         print(f"  restore: lazy (s)                         {med([r['lazy'] for r in rows])}")
         print(f"  restore: eager (s)                        {med([r['eager'] for r in rows])}")
     return 0

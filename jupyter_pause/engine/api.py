@@ -1140,12 +1140,19 @@ def _read_verified(
             dir, nbdir, checkpoint_id, Progress("downloading", 0, progress), only=first
         ).bytes
         fetch_later = missing - first
-        plan = tensors.plan_reads(nbdir, m, needed, store.headers(dir, nbdir, m, fetch_later))
         buffers = tensors.read_storages(
             nbdir, m, sorted((now - gpu) & set(needed)), device_of, bar, as_numpy=defer_torch
         )
+        # nothing left for later (small objects only): no plan, no memory handed over, and
+        # the restore returns as soon as an eager one would
+        rest = set(needed) - set(buffers)
+        plan = (
+            tensors.plan_reads(nbdir, m, sorted(rest), store.headers(dir, nbdir, m, fetch_later))
+            if rest
+            else []
+        )
         handed = handed_mod.buffers_over(
-            handed_mod.receive(handoff, checkpoint_id, m),
+            handed_mod.receive(handoff, checkpoint_id, m) if rest else {},
             plan,
             m,
             device_of,
@@ -1434,8 +1441,6 @@ def _lazy_objects(
 ) -> dict[str, tuple]:
     """name -> (object, storages it reaches, tracked) for a lazy restore; the RNG state
     too, under its record's name (restored now: it is read with the small objects)."""
-    where = lazy_mod.tensor_map(loader.made, loader.arrays)
-    stop = lazy_mod.stop_ids(ns)
     everything = set(loader.buffers)
     # a group whose storages are all read already (``ready``: small, or none at all) has
     # nothing to wait for: its variables need no walk (10,000 small objects took longer to
@@ -1447,6 +1452,7 @@ def _lazy_objects(
         for r in range(first, end)
     }
     out = {}
+    where = stop = None  # made on the first walk
     for n in wanted:
         if n in failed or m.objects[n].dump not in objs:  # failed, or waiting for torch
             continue
@@ -1454,6 +1460,9 @@ def _lazy_objects(
         if m.objects[n].dump in bare:
             out[n] = (obj, set(), m.objects[n].tracked)
             continue
+        if where is None:
+            where = lazy_mod.tensor_map(loader.made, loader.arrays)
+            stop = lazy_mod.stop_ids(ns)
         needs = lazy_mod.storages_reached(obj, where, stop)
         # plus what its record introduced, which it surely holds, even where the walk is
         # blind (an extension type that hides its references from the garbage collector)

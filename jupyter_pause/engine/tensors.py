@@ -853,7 +853,7 @@ def read_storages(
                             progress.update(s.nbytes)
                         continue
                     buf = over[i][1] if i in over else pre.get(i)
-                    if buf is None and as_numpy:  # not worth the helper thread
+                    if buf is None and as_numpy and s.kind == "torch":  # not yet a tensor
                         buf = empty_for(s, device_of(s), as_numpy=True)
                     got = read_storage(f, pos, s, device_of(s), progress, buf)
                     pre.release(i)
