@@ -1320,8 +1320,10 @@ def _torch_later(m: Manifest, data: bytes, needed: set[int], device_of) -> _Torc
     anywhere in their pickle (a string that merely contains "torch" only makes that group
     wait for the import), and the torch module aliases. None when nothing waits, or when it
     cannot: a format-1 checkpoint (one memo for all) or an RNG state holding tensors (saved
-    before torch's state was kept as bytes), which must be in before the first cell."""
-    if not m.groups:
+    before torch's state was kept as bytes), which must be in before the first cell.
+    A checkpoint written where torch was not imported names it nowhere: its pickle, which
+    may be large, is not searched."""
+    if not m.groups or ("torch" in m.versions and m.versions["torch"] is None):
         return None
     later = _TorchLater(groups=[], modules={}, gpu=set())
     offsets = m.records

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import json
 import os
+import pickle
 import struct
 import sys
 import weakref
@@ -444,18 +446,16 @@ def materialize(s: Storage) -> bool:
     """Turn an "objects" storage's array into its bytes: its items in memory order, as
     pickles of OBJECTS_CHUNK at a time (small memos: fast), read back by :func:`objects_from`.
     False if there was nothing to do (another kind, or done already)."""
-    import pickle
-
     np = sys.modules["numpy"]
     if s.kind != "objects" or not isinstance(s.data, np.ndarray) or s.data.dtype != object:
         return False
     flat = s.data.ravel(order="K")
-    data = b"".join(
-        pickle.dumps(flat[i : i + OBJECTS_CHUNK].tolist(), protocol=5)
-        for i in range(0, flat.size, OBJECTS_CHUNK)
-    )
-    s.data = np.frombuffer(data, dtype=np.uint8)
-    s.nbytes, s.shape, s.dtype, s.safe_dtype = len(data), [len(data)], "|u1", "U8"
+    out = io.BytesIO()  # grows in place: no second copy of the bytes, as a join makes
+    for i in range(0, flat.size, OBJECTS_CHUNK):
+        pickle.dump(flat[i : i + OBJECTS_CHUNK].tolist(), out, protocol=5)
+    s.data = np.frombuffer(out.getbuffer(), dtype=np.uint8)
+    n = s.data.nbytes
+    s.nbytes, s.shape, s.dtype, s.safe_dtype = n, [n], "|u1", "U8"
     return True
 
 
@@ -470,9 +470,6 @@ class _AtomsOnly:
 
 def objects_from(buf):
     """The flat object array whose items' pickles fill ``buf`` (materialize)."""
-    import io
-    import pickle
-
     np = sys.modules["numpy"]
 
     class Loader(_AtomsOnly, pickle.Unpickler):

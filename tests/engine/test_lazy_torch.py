@@ -279,3 +279,19 @@ def test_reaching_the_namespace_through_main_waits_for_the_load(ck):
     )
     assert out["kind"] == "Sequential"
     assert out["rows"] == "list"
+
+
+def test_a_checkpoint_written_without_torch_waits_for_nothing(ck):
+    """Written where torch was not imported, no pickle can name torch: a lazy restore
+    assigns everything at once, even a string that mentions it (no search of the
+    pickle, which may be hundreds of MB of a frame's Arrow buffers)."""
+    body = """
+        c = jp.checkpoint(namespace={"note": "it merely mentions torch", "n": 1},
+                          progress=False, **ck)
+        out["torch"] = jp.engine.store.get_manifest(ck["dir"], ck["notebook"], c.id).versions
+        r = jp.restore(namespace=ns, progress=False, **ck)
+        out["restored"], out["loading"] = sorted(r.restored), sorted(r.loading)
+    """
+    out = run_child(ck, body, refuse=True)
+    assert out["torch"]["torch"] is None
+    assert out["loading"] == [] and out["restored"] == ["n", "note"], out
