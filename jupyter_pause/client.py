@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import secrets
 import socket
 import subprocess
@@ -299,7 +300,32 @@ class PauseClient:
 # ---------------------------------------------------------------------- a server of our own
 
 
+def _ephemeral_ports() -> range | None:
+    """The range the system draws a port 0 bind from (Linux), or None where unknown."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return None
+    return range(low, high + 1)
+
+
 def free_port() -> int:
+    """A port free on 127.0.0.1 now, for a server started next.
+
+    Picked below the system's ephemeral range where there is room: every kernel binds
+    five ports by asking for port 0, so a port drawn from that range may be a kernel's
+    by the time the server binds it.  Outside it, only another pick can take it."""
+    ephemeral = _ephemeral_ports()
+    if ephemeral is not None and ephemeral.start > 12_000:
+        rng = random.SystemRandom()
+        for _ in range(50):
+            port = rng.randrange(10_000, ephemeral.start)
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

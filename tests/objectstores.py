@@ -27,15 +27,11 @@ import urllib.request
 from datetime import timedelta
 from pathlib import Path
 
+from jupyter_pause.client import free_port
+
 ACCESS_KEY = "jupyter-pause-test"
 SECRET_KEY = "jupyter-pause-test-secret"
 READY_TIMEOUT = 90.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def weed_binary() -> str | None:
