@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -230,6 +231,9 @@ class Session:
     state_checkpoint: str | None = None
     #: set while the notebook's state lacks what its kernel lost involuntarily
     lost: LostState | None = None
+    #: the machine of the server that paused it, when that was another server sharing
+    #: the bucket (server/bucket_sessions.py); None when this server did
+    origin: str | None = None
 
     def move(self, to: State, *, error: str | None = None) -> State:
         """Move to ``to`` (or to FAILED with ``error``); returns the previous state."""
@@ -296,6 +300,8 @@ class SessionStore:
     def __init__(self, path: str | Path | None):
         self.path = Path(path) if path else None
         self.sessions: dict[str, Session] = {}
+        #: called after each save (the bucket's records follow the sessions)
+        self.listeners: list[Callable[[], None]] = []
         if self.path and self.path.exists():
             raw = json.loads(self.path.read_text())
             self.sessions = {p: Session.from_json(s) for p, s in raw.get("sessions", {}).items()}
@@ -347,6 +353,8 @@ class SessionStore:
 
     def save(self) -> None:
         if not self.path:
+            for listener in self.listeners:
+                listener()
             return
         durable.makedirs(self.path.parent)
         sessions = {p: s.to_json() for p, s in self.sessions.items()}
@@ -355,3 +363,5 @@ class SessionStore:
                 del session["operation"]["progress"]  # in memory only (Operation.progress)
         payload = json.dumps({"version": 1, "sessions": sessions}, indent=1)
         durable.write_file(self.path, payload.encode())
+        for listener in self.listeners:
+            listener()

@@ -56,15 +56,30 @@ class UntrustedCheckpoint(CheckpointError):
     ``other-notebook`` (copied from another notebook's folder: a replay),
     ``other-owner``, ``tampered`` (this key's signature, altered bytes)."""
 
-    def __init__(self, path: str, reason: str, kind: str = "tampered"):
+    def __init__(self, path: str, reason: str, kind: str = "tampered", key_id: str = ""):
         self.path = path
         self.reason = reason
         self.kind = kind
-        super().__init__(
-            f"refusing to load {path}: {reason}. A checkpoint contains pickled code, so only "
-            "checkpoints signed with this user's key are loaded. If you know where it came from "
-            "(e.g. you copied it from another machine), pass trust=True (or %restore --trust)."
-        )
+        #: the fingerprint of the key it was signed with (``other-key``, ``no-key``)
+        self.key_id = key_id
+        if kind in ("other-key", "no-key"):
+            advice = (
+                "It is not damaged: only the key is missing here. A checkpoint contains "
+                "pickled code, so only what verifies with this user's key is loaded."
+            )
+        else:
+            advice = (
+                "A checkpoint contains pickled code, so only checkpoints signed with this "
+                "user's key are loaded. If you know where it came from (e.g. you copied it "
+                "from another machine), pass trust=True (or %restore --trust)."
+            )
+        super().__init__(f"refusing to load {path}: {reason}. {advice}")
+
+    @property
+    def foreign(self) -> bool:
+        """Signed with a key this server does not have: another node's or user's, not a
+        damaged or altered checkpoint (it is never offered for deletion)."""
+        return self.kind in ("other-key", "no-key")
 
 
 class UnsafeFolder(CheckpointError):

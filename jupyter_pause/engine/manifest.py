@@ -23,6 +23,8 @@ MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig"
 PICKLE = "objects.pkl"
 BLOBS = "blobs"
+#: the notebook's session record and notebook file in a bucket (engine/session_record.py)
+SESSION = "session"
 
 
 class Records:

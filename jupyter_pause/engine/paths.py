@@ -43,6 +43,8 @@ import xxhash
 ENV_DIR = "JUPYTER_PAUSE_CHECKPOINT_DIR"
 ENV_CACHE = "JUPYTER_PAUSE_CHECKPOINT_CACHE"
 ENV_KEEP = "JUPYTER_PAUSE_KEEP"
+#: the user's signing key (``c.PauseApp.key_file``; default <jupyter data dir>/pause/secret)
+ENV_KEY_FILE = "JUPYTER_PAUSE_KEY_FILE"
 DEFAULT_KEEP = 3
 DEFAULT_NOTEBOOK = "default"
 

@@ -43,7 +43,7 @@ from typing import Any
 
 from . import paths
 from .errors import RemoteStoreError
-from .manifest import BLOBS, SIGNATURE
+from .manifest import BLOBS, SESSION, SIGNATURE
 
 PART = 16 << 20  # bytes per multipart part and per ranged GET
 PARALLEL = 16  # requests in flight
@@ -539,8 +539,8 @@ def leftovers(
     out = []
     for name, meta in listing.items():
         head = name.split("/", 1)[0]
-        if head in ids or name in referenced:
-            continue
+        if head in ids or head == SESSION or name in referenced:
+            continue  # SESSION: the notebook's record (engine/session_record.py) is no leftover
         if now - meta.modified >= (blob_grace if head == BLOBS else grace):
             out.append(name)
     return out

@@ -7,9 +7,12 @@ an HMAC of every pickle and an xxh3 hash of every tensor file) with a per-user
 secret key and refuse to unpickle anything whose signature does not verify,
 unless the user explicitly says ``trust=True``.
 
-The key lives at ``<jupyter_data_dir()>/pause/secret`` with mode 0600 and is
-created on first use (linked into place, never replacing one: two kernels starting
-together agree on one, and neither reads it half written).
+The key lives at ``<jupyter_data_dir()>/pause/secret`` with mode 0600, or wherever
+``$JUPYTER_PAUSE_KEY_FILE`` says (``c.PauseApp.key_file``: a mounted Kubernetes Secret, a
+file on the user's home volume; the server hands it to its kernels), and is created on
+first use (linked into place, never replacing one: two kernels starting together agree on
+one, and neither reads it half written).  The same key on every node is what lets any of
+them resume what another paused.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import re
 import secrets
 from dataclasses import asdict, dataclass
@@ -34,6 +38,9 @@ _HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def key_path() -> Path:
+    configured = os.environ.get(paths.ENV_KEY_FILE)
+    if configured:
+        return Path(configured).expanduser()
     return paths.pause_data_dir() / "secret"
 
 
@@ -74,6 +81,34 @@ def key_id(key: bytes) -> str:
     """A public name for a key (not the key, not an HMAC anyone could reuse): lets a
     listing say "signed with a different key" instead of "tampered"."""
     return hashlib.sha256(b"jupyter-pause key id\0" + key).hexdigest()[:16]
+
+
+def where_to_put(needed: str) -> str:
+    """Where the key with the fingerprint ``needed`` must go for this process to use it."""
+    return (
+        f"copy the key with fingerprint {needed or '(unknown)'} to {key_path()} "
+        "(c.PauseApp.key_file; on Kubernetes, mount the user's key Secret there)"
+    )
+
+
+def missing_key_reason(needed: str) -> str:
+    """Why nothing signed with the key ``needed`` verifies where there is no key at all."""
+    return (
+        f"it was signed with the key whose fingerprint is {needed or '(unknown)'}, and this "
+        f"server has no key ({key_path()} does not exist); to resume it here, "
+        + where_to_put(needed)
+    )
+
+
+def other_key_reason(needed: str, key: bytes) -> str:
+    """Why something signed with the key ``needed`` does not verify with ``key``."""
+    created = key_created() or "an unknown time"
+    return (
+        f"it was signed with the key whose fingerprint is {needed}, not with this server's "
+        f"key {key_path()} (fingerprint {key_id(key)}, created at {created}): another "
+        "server's or user's key, or this key was replaced since; to resume it here, "
+        + where_to_put(needed)
+    )
 
 
 def key_created() -> str | None:

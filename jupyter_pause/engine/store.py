@@ -89,6 +89,10 @@ class CheckpointInfo:
     bytes_written: int = 0
     status: str = "ok"  # "ok", "untrusted" or "damaged" (see ``problem``)
     problem: str = ""  # why it is not "ok", in words
+    #: signed with a key this process lacks (``key_id``, its fingerprint): another
+    #: server's or user's, not damaged; never offered for deletion
+    foreign: bool = False
+    key_id: str = ""
 
 
 # ---------------------------------------------------------------- small fs helpers
@@ -208,20 +212,11 @@ def _check_signature(folder: Path, data: bytes, key: bytes | None) -> None:
         key = signing.load_key(create=False)
     if key is None:
         raise UntrustedCheckpoint(
-            str(folder),
-            f"this user has no signing key ({signing.key_path()} is missing: deleted, or this "
-            "is another user or machine), so no checkpoint can be verified",
-            "no-key",
+            str(folder), signing.missing_key_reason(sig.key_id), "no-key", key_id=sig.key_id
         )
-    mine = signing.key_id(key)
-    if sig.key_id and sig.key_id != mine:
-        created = signing.key_created() or "an unknown time"
+    if sig.key_id and sig.key_id != signing.key_id(key):
         raise UntrustedCheckpoint(
-            str(folder),
-            f"it was signed with a different key ({sig.key_id}) than this user's key "
-            f"{signing.key_path()} ({mine}, created at {created}); the key was replaced "
-            "since, or the checkpoint is another user's",
-            "other-key",
+            str(folder), signing.other_key_reason(sig.key_id, key), "other-key", key_id=sig.key_id
         )
     if not signing.verify(data, sig.hmac, key):
         raise UntrustedCheckpoint(
@@ -294,6 +289,8 @@ def _load_key_for_listing() -> tuple[bytes | None, CheckpointError | None]:
 
 
 def _info(nbdir: Path, cid: str, m: Manifest | None, problem: CheckpointError | None):
+    foreign = isinstance(problem, UntrustedCheckpoint) and problem.foreign
+    signer = {"foreign": True, "key_id": problem.key_id} if foreign else {}
     if m is None:  # not even the manifest can be read: list it, as damaged
         return CheckpointInfo(
             id=cid,
@@ -304,6 +301,7 @@ def _info(nbdir: Path, cid: str, m: Manifest | None, problem: CheckpointError | 
             trusted=False,
             status=status_of(problem),
             problem=str(problem),
+            **signer,
         )
     return CheckpointInfo(
         id=cid,
@@ -318,6 +316,7 @@ def _info(nbdir: Path, cid: str, m: Manifest | None, problem: CheckpointError | 
         bytes_written=m.bytes_written,
         status=status_of(problem),
         problem=str(problem) if problem else "",
+        **signer,
     )
 
 

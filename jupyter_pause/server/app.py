@@ -28,11 +28,13 @@ from ..backends.base import PauseBackend
 from ..clock import SYSTEM
 from ..engine import durable, signing
 from ..engine import paths as checkpoint_paths
+from ..engine.session_record import STALE, Records
 from ..idle_policy import load_classes
 from ..ledger import Ledger
 from ..lifecycle import SessionStore
 from ..version import __version__
 from .autosave import Autosaver
+from .bucket_sessions import BucketSessions
 from .capacity import ResumeGate, machine_limit
 from .classify import WorkloadClassifier
 from .explain import policy_summary
@@ -40,7 +42,7 @@ from .fleet import FleetPublisher
 from .handlers import ROUTES
 from .idle_watcher import IdleWatcher
 from .kernels import PauseKernelManager
-from .manager import PauseManager
+from .manager import PauseManager, new_owner
 from .metrics import PauseMetrics
 from .ports import Policies
 from .scheduler import ResumeScheduler
@@ -89,6 +91,32 @@ class PauseApp(ExtensionApp):
         help="With a bucket as checkpoint_dir: the local folder checkpoints are written to "
         "first (at disk speed) and restored from when they are already there. "
         "Default: $JUPYTER_PAUSE_CHECKPOINT_CACHE, else a private folder in <jupyter data dir>/pause.",
+    )
+    key_file = Unicode(
+        config=True,
+        help="""The user's checkpoint signing key: a file of 64 hex digits, mode 0600, e.g. a
+        mounted Kubernetes Secret or a file on the user's home volume.  Only checkpoints
+        (and a bucket's session records) signed with it are loaded, so every server that
+        is to resume this user's notebooks needs the same key.  Created if missing.
+        Kernels get it too.  Default: <jupyter data dir>/pause/secret.""",
+    )
+    bucket_sync_interval = Float(
+        15,
+        min=1,
+        config=True,
+        help="""With a bucket as checkpoint_dir: seconds between two looks at the
+        notebooks other servers paused, scheduled or resumed (their session records in
+        the bucket).  A resume always reads the bucket first.""",
+    )
+    bucket_hold_timeout = Float(
+        STALE,
+        min=4,
+        config=True,
+        help="""With a bucket as checkpoint_dir: a server renews the records of the
+        notebooks it runs four times in this many seconds; a record not renewed for
+        this long is a server that is gone (a lost node, a preemption), and another
+        server may resume the notebook from its last checkpoint.  The same on every
+        server of the bucket.""",
     )
     keep_checkpoints = Int(3, config=True, help="Checkpoints kept per notebook.")
     kernel_call_timeout = Float(
@@ -200,6 +228,7 @@ class PauseApp(ExtensionApp):
     def initialize_settings(self):
         # on a hub, the Hub's user name (under KubeSpawner every Unix user is jovyan)
         user = os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+        self._use_key_file()
         self._make_private_folders()
         self.ledger = Ledger(Path(self.state_dir) / "ledger.sqlite3", user=user)
         self._connect_event_bus()
@@ -222,14 +251,29 @@ class PauseApp(ExtensionApp):
             auto_pause_status=(lambda s: self.idle_watcher.auto_pause_status(s)) if on else None,
             after_pause=lambda s: self.scheduler.predict(s),
         )
+        store = SessionStore(Path(self.state_dir) / "sessions.json")
+        owner = new_owner()
+        location = self._checkpoint_location()
+        self.shared = None
+        if isinstance(location, checkpoint_paths.Bucket):
+            self.shared = BucketSessions(
+                records=Records(location),
+                store=store,
+                contents_manager=self.serverapp.contents_manager,
+                node=owner,
+                interval=self.bucket_sync_interval,
+                log=self.log,
+                clock=clock,
+                hold_timeout=self.bucket_hold_timeout,
+            )
         self.manager = PauseManager(
             kernel_manager=self.serverapp.kernel_manager,
             session_manager=self.serverapp.session_manager,
             contents_manager=self.serverapp.contents_manager,
-            store=SessionStore(Path(self.state_dir) / "sessions.json"),
+            store=store,
             ledger=self.ledger,
             backend=self.backend_instance,
-            checkpoint_dir=self._checkpoint_location(),
+            checkpoint_dir=location,
             keep_checkpoints=self.keep_checkpoints,
             kernel_call_timeout=self.kernel_call_timeout,
             idle_wait_timeout=self.idle_wait_timeout,
@@ -238,6 +282,8 @@ class PauseApp(ExtensionApp):
             resume_gate=ResumeGate(self.max_concurrent_resumes),
             classifier=classifier,
             policies=policies,
+            shared=self.shared,
+            owner=owner,
         )
         self._prepare_kernels(self.manager.kernel_settings())
         self._watch_kernel_starts()
@@ -316,6 +362,21 @@ class PauseApp(ExtensionApp):
         )
         REGISTRY.register(self.metrics)
 
+    def _use_key_file(self):
+        """The signing key this server and its kernels use: ``key_file``, handed to the
+        engine (here and in every kernel) as its environment variable; a key file that
+        exists but cannot be used stops the server here, naming it."""
+        if self.key_file:
+            path = Path(self.key_file).expanduser().absolute()
+            self._key_env_before = os.environ.get(checkpoint_paths.ENV_KEY_FILE)
+            os.environ[checkpoint_paths.ENV_KEY_FILE] = str(path)
+        key = signing.load_key(create=False)
+        self.log.info(
+            "jupyter-pause: signing key %s (%s)",
+            signing.key_path(),
+            f"fingerprint {signing.key_id(key)}" if key else "none yet: made by the first save",
+        )
+
     def _make_private_folders(self):
         """The ledger, the sessions and the signing key are this user's alone: so are
         their folders (0700), also where an older version or the umask made them 0755."""
@@ -333,6 +394,12 @@ class PauseApp(ExtensionApp):
         # notebook answers 409 for an operation nobody runs any more
         await self.manager.recover()
         self.manager.start()
+        if self.shared is not None:  # what other servers paused, before schedules fire
+            try:
+                await self.shared.refresh()
+            except Exception as e:
+                self.log.warning("jupyter-pause: could not list the bucket's sessions: %s", e)
+            self.shared.start()
         self.scheduler.start()  # schedules that fell due while the server was down fire now
         if self.autosaver is not None:
             self.autosaver.start()
@@ -487,6 +554,13 @@ class PauseApp(ExtensionApp):
             if getattr(self, "fleet", None) is not None:
                 await self.fleet.close()  # last: the pauses and saves just recorded
             await manager.close()
+        if getattr(self, "shared", None) is not None:
+            await self.shared.close()  # after the saves: their records are written first
+        if self.key_file and hasattr(self, "_key_env_before"):
+            if self._key_env_before is None:
+                os.environ.pop(checkpoint_paths.ENV_KEY_FILE, None)
+            else:
+                os.environ[checkpoint_paths.ENV_KEY_FILE] = self._key_env_before
         ledger = getattr(self, "ledger", None)
         if ledger is not None:
             ledger.close()

@@ -31,6 +31,7 @@ from jupyter_server.utils import ensure_async
 
 from ..clock import SYSTEM, Clock
 from ..engine import paths as checkpoint_paths
+from ..engine import signing
 from ..engine import store as checkpoint_store
 from ..ledger import EventType, Ledger
 from ..lifecycle import (
@@ -47,6 +48,7 @@ from ..lifecycle import (
 )
 from ..protocol import CheckpointReply, RestoreReply, user_skipped
 from .activity import ActivityMonitor
+from .bucket_sessions import BucketSessions
 from .capacity import ResumeGate, machine_limit
 from .catalogue import Catalogue
 from .classify import WorkloadClassifier
@@ -59,6 +61,13 @@ from .reconcile import Reconciler, execution_state
 from .recorder import Recorder
 from .recovery import Recovery
 from .schedules import Schedules
+
+
+def new_owner() -> str:
+    """The name of this server process in leases and the bucket's records: its machine
+    (as a person knows it) first, then the process, then a random part."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
 
 #: seconds a pause waits for a busy kernel to report idle before refusing: a client
 #: that has seen its cell end (IOPub idle on its websocket) can ask before the
@@ -87,6 +96,8 @@ class PauseManager:
         resume_gate: ResumeGate | None = None,
         classifier: WorkloadClassifier,
         policies: Policies = Policies(),
+        shared: BucketSessions | None = None,
+        owner: str | None = None,
     ):
         self.kernel_manager = kernel_manager
         self.session_manager = session_manager
@@ -131,7 +142,9 @@ class PauseManager:
         #: how to run a kernel_ops function in a kernel (a fake in unit tests)
         self.call = call
         #: the owner written into the lease of every operation this process runs
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.owner = owner or new_owner()
+        #: the sessions as a bucket shares them with other servers (None: not a bucket)
+        self.shared = shared
         #: how many resumes start kernels and restore at once; the others wait their turn
         self.resume_gate = resume_gate if resume_gate is not None else ResumeGate(machine_limit())
         self.operations: dict[str, Operation] = {}
@@ -159,10 +172,11 @@ class PauseManager:
     def kernel_settings(self) -> dict[str, str]:
         """The server's settings a kernel's magics and engine honour, handed to
         every kernel at start (as environment variables the engine reads):
-        where checkpoints live and how many are kept."""
+        where checkpoints live, how many are kept, and the key that signs them."""
         return {
             **checkpoint_paths.kernel_env(self.checkpoint_dir),
             checkpoint_paths.ENV_KEEP: str(self.keep_checkpoints),
+            checkpoint_paths.ENV_KEY_FILE: str(signing.key_path()),
         }
 
     # ------------------------------------------------------------------ paths
@@ -312,25 +326,32 @@ class PauseManager:
         due (resumes wait for capacity in that order, those by hand in the order
         they were asked for); a resume by hand cancels the notebook's schedule."""
         session, _ = await self._prepare(path, "resume")
-        available = [c["id"] for c in await self.catalogue.list_checkpoints(path)]
-        if not await self._notebook_exists(path):
-            kept = f"Its checkpoints are kept ({', '.join(available)}): " if available else ""
-            raise PauseError(
-                f"the notebook {path!r} was deleted, so it cannot be resumed. {kept}"
-                f"to restore one into another notebook, run `%restore --notebook {path} "
-                "[checkpoint id]` there.",
-                status=404,
-            )
-        if not available:
-            raise PauseError(f"{path!r} has no checkpoint to resume from", status=409)
-        if checkpoint_id is not None and checkpoint_id not in available:
-            raise PauseError(
-                f"{path!r} has no checkpoint {checkpoint_id!r}; it has {', '.join(available)}",
-                status=404,
-            )
-        if session.busy:  # claimed while we listed (a thread), by another request
-            raise OperationInProgress(path, session.operation)
-        op = self._begin(path, "resume", checkpoint_id=checkpoint_id, scheduled=scheduled)
+        notes = await self._claim_shared(path)  # another server may race for it
+        try:
+            available = [c["id"] for c in await self.catalogue.list_checkpoints(path)]
+            if not await self._notebook_exists(path):
+                kept = f"Its checkpoints are kept ({', '.join(available)}): " if available else ""
+                raise PauseError(
+                    f"the notebook {path!r} was deleted, so it cannot be resumed. {kept}"
+                    f"to restore one into another notebook, run `%restore --notebook {path} "
+                    "[checkpoint id]` there.",
+                    status=404,
+                )
+            if not available:
+                raise PauseError(f"{path!r} has no checkpoint to resume from", status=409)
+            if checkpoint_id is not None and checkpoint_id not in available:
+                raise PauseError(
+                    f"{path!r} has no checkpoint {checkpoint_id!r}; it has {', '.join(available)}",
+                    status=404,
+                )
+            if session.busy:  # claimed while we listed (a thread), by another request
+                raise OperationInProgress(path, session.operation)
+            op = self._begin(path, "resume", checkpoint_id=checkpoint_id, scheduled=scheduled)
+        except BaseException:
+            if self.shared is not None:
+                self.shared.unclaim(path)
+            raise
+        op.messages.extend(notes)
         session = self.store.sessions[path]
         if scheduled:
             self.recorder.record(EventType.RESUME_REQUESTED, session, op, scheduled=scheduled)
@@ -339,6 +360,19 @@ class PauseManager:
             self.recorder.record(EventType.RESUME_REQUESTED, session, op)
         self._spawn(self._run_resume(session, op, checkpoint_id, due or op.started), op)
         return op
+
+    async def _claim_shared(self, path: str) -> list[str]:
+        """Take the notebook in the bucket (``resuming``: of two servers that race, one
+        wins) and bring its notebook file if this server lacks it; what to tell."""
+        if self.shared is None:
+            return []
+        await self.shared.claim(path)
+        try:
+            note = await self.shared.bring_notebook(path)
+        except BaseException:
+            self.shared.unclaim(path)
+            raise
+        return [note] if note else []
 
     async def prewarm(self, path: str) -> str:
         """Start a spare kernel for a paused notebook (server/prewarm.py); its resume
@@ -427,6 +461,8 @@ class PauseManager:
                 group += others
             for member in group:
                 self.recorder.move(member, State.PAUSING, op, "releasing the accelerator")
+                if self.shared is not None:  # other servers learn of it before it goes
+                    await self.shared.before_release(member, op)
             kernel_ids = {m.path: m.kernel_id for m in group}
             try:
                 facts = await release(group, self._shutdown_kernel)
@@ -576,6 +612,8 @@ class PauseManager:
         }
         session.gpus = result.gpus
         session.state_checkpoint = result.id
+        if self.shared is not None:  # the notebook file travels with the state
+            await self.shared.keep_notebook(session, op)
         self.reconciler.watch_for_death(session.kernel_id)
         if nonce:
             session.pause_nonce = nonce

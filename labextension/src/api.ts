@@ -80,6 +80,12 @@ export interface ICheckpointSummary {
   trusted?: boolean;
   /** Listings asked with `verify=1`: null when every hash matched, else why not. */
   problem?: string | null;
+  /**
+   * Signed with a key this server lacks (another server's or user's): not damaged,
+   * and never offered for deletion; `key_id` is the fingerprint of the key it needs.
+   */
+  foreign?: boolean;
+  key_id?: string;
 }
 
 /** The idle policy that applies to a notebook. */

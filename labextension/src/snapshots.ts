@@ -90,12 +90,22 @@ export class SnapshotsPanel extends Widget {
     );
     text.title = objects.join(', ');
     const verdict = document.createElement('div');
-    verdict.className = c.problem
-      ? 'jp-PauseSnapshots-corrupt'
-      : 'jp-PauseSnapshots-verified';
-    verdict.textContent = c.problem
-      ? trans.__('Corrupt: %1', shortReason(c.problem, 80))
-      : trans.__('Verified');
+    if (c.foreign) {
+      // a good checkpoint signed with a key this server lacks: say whose, never "corrupt"
+      verdict.className = 'jp-PauseSnapshots-foreign';
+      verdict.textContent = trans.__(
+        'Signed with another key (fingerprint %1): this server cannot load it',
+        c.key_id || '?'
+      );
+      verdict.title = c.problem ?? '';
+    } else {
+      verdict.className = c.problem
+        ? 'jp-PauseSnapshots-corrupt'
+        : 'jp-PauseSnapshots-verified';
+      verdict.textContent = c.problem
+        ? trans.__('Corrupt: %1', shortReason(c.problem, 80))
+        : trans.__('Verified');
+    }
     const resume = document.createElement('button');
     resume.className = 'jp-mod-styled';
     resume.textContent = trans.__('Resume from this');
@@ -121,7 +131,8 @@ export class SnapshotsPanel extends Widget {
     remove.setAttribute('aria-label', trans.__('Delete saved state %1', c.id));
     remove.onclick = () =>
       surfaceErrors(this._delete(path, c.id), trans.__('Delete failed'));
-    item.append(text, verdict, resume, remove);
+    // another server's checkpoint is not this one's to delete: other nodes need it
+    item.append(text, verdict, resume, ...(c.foreign ? [] : [remove]));
     return item;
   }
 

@@ -3,8 +3,11 @@ read as a user sees them."""
 
 import json
 import re
+import secrets
 
 import pytest
+
+from jupyter_pause.engine import signing
 
 from .conftest import (
     STATUS,
@@ -149,3 +152,26 @@ def test_a_notebook_whose_kernel_died_offers_what_the_server_allows(shared_lab, 
     popover = page.locator("[data-jp-pause='popover']")
     popover.get_by_role("button", name="Save State Now").and_(page.locator(":enabled")).wait_for()
     popover.get_by_role("button", name="Resume").and_(page.locator(":enabled")).wait_for()
+
+
+def test_the_saved_state_panel_names_the_key_a_foreign_checkpoint_needs(lab, page):
+    """A node without the user's key (issue 37): its checkpoints are good, only signed with
+    a key this server lacks. The panel says so and whose key it needs, never "Corrupt",
+    and offers no Delete: other nodes need them."""
+    write_notebook(lab.root, "elsewhere.ipynb", ["v = 3"])
+    page.goto(lab.lab_url("elsewhere.ipynb"))
+    wait_status(page, "Pause: Live")
+    run_cell(page, 0, None)
+    op = lab.api("POST", "jupyter-pause/api/sessions/checkpoint", {"path": "elsewhere.ipynb"})
+    assert lab.client.wait(op["operation"])["outcome"] == "succeeded"
+    key = lab.root.parent / "data" / "pause" / "secret"
+    needed = signing.key_id(key.read_bytes().strip())
+    key.write_bytes(secrets.token_hex(32).encode())  # this server now has another key
+
+    page.get_by_role("menuitem", name="Kernel").click()
+    page.locator(".lm-Menu").get_by_text("Show Saved State", exact=True).click()
+    entry = page.locator("[data-jp-pause='snapshots'] li[data-checkpoint]").first
+    entry.get_by_text("Signed with another key").wait_for()
+    text = entry.inner_text()
+    assert needed in text and "Corrupt" not in text, text
+    assert entry.get_by_role("button", name="Delete").count() == 0

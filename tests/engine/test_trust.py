@@ -287,18 +287,23 @@ def test_regenerated_key_says_so_not_tampering(ck):
     with pytest.raises(errors.UntrustedCheckpoint) as ei:
         jp.restore(a.id, namespace={}, progress=False, **ck)
     text = str(ei.value)
-    assert ei.value.kind == "other-key" and "signed with a different key" in text
-    assert "created at" in text and "tamper" not in text and "altered" not in text
+    assert ei.value.kind == "other-key" and ei.value.foreign
+    # it names the key it needs, this server's, and where the needed one must go
+    assert f"signed with the key whose fingerprint is {ei.value.key_id}, not" in text
+    assert f"copy the key with fingerprint {ei.value.key_id} to {signing.key_path()}" in text
+    assert "created at" in text and "not damaged" in text
+    assert "tamper" not in text and "altered" not in text and "corrupt" not in text.lower()
     (info,) = jp.list_checkpoints(ck["dir"], ck["notebook"])
-    assert info.status == "untrusted" and "different key" in info.problem
+    assert info.status == "untrusted" and "fingerprint" in info.problem
 
 
 def test_missing_key_says_so(ck):
     a = jp.checkpoint(namespace={"x": 1}, **ck)
     signing.key_path().unlink()
-    with pytest.raises(errors.UntrustedCheckpoint, match="no signing key") as ei:
+    with pytest.raises(errors.UntrustedCheckpoint, match="this server has no key") as ei:
         jp.restore(a.id, namespace={}, progress=False, **ck)
-    assert ei.value.kind == "no-key"
+    assert ei.value.kind == "no-key" and ei.value.key_id
+    assert f"copy the key with fingerprint {ei.value.key_id} to" in str(ei.value)
 
 
 @pytest.mark.parametrize("damage", ["empty", "unreadable"])
