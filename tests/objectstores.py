@@ -517,6 +517,13 @@ class Gate:
     def release(self) -> None:
         self.released.set()
 
+    def hold(self) -> None:
+        """Hold again from now on (after a ``release()``)."""
+        with self._cv:
+            self.held = 0
+        self.timed_out = False
+        self.released.clear()
+
     def stop(self) -> None:
         self.release()
         self.server.shutdown()

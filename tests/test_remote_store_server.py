@@ -8,6 +8,7 @@ import re
 import shutil
 from pathlib import Path
 
+import psutil
 import pytest
 
 from jupyter_pause.cli import main
@@ -162,6 +163,10 @@ def test_a_bucket_out_of_quota_leaves_the_kernel_running_and_a_retry_pauses(
     assert "checkpoint store " + url in op["error"] and "out of quota" in op["error"], op
     session = client.session_status(NB)
     assert session["state"] == "running" and session["kernel_id"] == kernel_id
+    # committed here, not in the bucket: what a resume would restore, and said so
+    (kept,) = [c["id"] for c in client.checkpoints(NB)]
+    assert session["last_checkpoint"]["id"] == kept
+    assert any("is not in the bucket" in m for m in op["messages"]), op["messages"]
     assert client.evaluate(kernel_id, CHECK) == EXPECTED  # nothing was released
     assert committed(seaweed, url, monkeypatch) == []
 
@@ -326,3 +331,48 @@ def test_gs_a_store_that_is_down_leaves_the_kernel_running_and_a_retry_pauses(
         assert client.evaluate(kernel_id, CHECK) == EXPECTED
     finally:
         store.close()
+
+
+def test_the_status_names_the_checkpoint_a_resume_restores_after_a_failed_upload(node, tmp_path):
+    """The store, then the server (and its kernel) die while a pause uploads: its
+    checkpoint is committed on this machine only. The next server starts while the store
+    is still down; its status must name the checkpoint its resume will restore (that
+    newest one, not the last one in the bucket), and say nothing was lost."""
+    store = Seaweed(tmp_path / "weed")
+    store.start()
+    # the upload of the pickle: after the checkpoint was committed here, before the bucket
+    gate = Gate(store.endpoint, "/objects.pkl", min_bytes=1, method="PUT", hold_for=120)
+    gate.release()  # the first checkpoint goes through
+    try:
+        store.create_bucket("later")
+        url = "s3://later/ck"
+        a = node("a", Through(store, gate), url)
+        client = a.start()
+        kernel_id = client.open_notebook(NB)["kernel"]["id"]
+        assert client.execute(kernel_id, CODE).ok
+        assert client.wait(client.checkpoint(NB))["outcome"] == "succeeded"  # in the bucket
+        assert client.execute(kernel_id, "n = 8").ok
+        gate.hold()
+        client.pause(NB)
+        assert gate.wait_held(), "the pause's upload never reached the store"
+        store.kill()
+        server = psutil.Process(a.process.pid)
+        dying = [server, *server.children(recursive=True)]
+        for process in dying:
+            process.kill()
+        psutil.wait_procs(dying, timeout=30)
+        gate.release()
+
+        client = a.start()  # the store is still down
+        session = client.session_status(NB)
+        shown = session["last_checkpoint"]["id"]
+        assert session["state"] == "paused", (session["error"], session["last_checkpoint"])
+        store.start()
+        op = client.wait(client.resume(NB))
+        assert op["outcome"] == "succeeded", op
+        session = client.session_status(NB)
+        assert session["state_checkpoint"] == shown, (shown, op["messages"])
+        assert client.evaluate(session["kernel_id"], "print(n)") == 8
+    finally:
+        gate.stop()
+        store.stop()

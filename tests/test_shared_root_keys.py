@@ -81,7 +81,9 @@ def test_another_keys_checkpoint_is_neither_deleted_nor_expired(tmp_path, monkey
     assert "refusing to delete" in capsys.readouterr().err and folder.is_dir()
     assert main(["delete", NB, theirs, "--dir", str(shared), "--force-foreign"]) == 0
     out = capsys.readouterr().out
-    assert f"removed {folder} (not this user's: it was signed with the key whose fingerprint is" in out
+    assert (
+        f"removed {folder} (not this user's: it was signed with the key whose fingerprint is" in out
+    )
     assert not folder.exists()
     assert main(["delete", NB, mine[-1], "--dir", str(shared)]) == 0  # B's own: no flag
     assert capsys.readouterr().out.strip() == f"removed {folder.parent / mine[-1]}"

@@ -187,7 +187,8 @@ def test_two_nodes_racing_to_resume_exactly_one_wins_and_the_other_names_it(node
     assert len(won) == 1 and len(lost) == 1, answers
     (winner,), (loser,) = won, lost
     refusal = answers[loser]
-    assert refusal.status == 409 and f":{servers[winner].process.pid}" in str(refusal), refusal
+    winner_id = (servers[winner].state_dir / "server-id").read_text().strip()
+    assert refusal.status == 409 and f"(server {winner_id})" in str(refusal), refusal
     assert "on another server" in str(refusal)
     kernel_id = clients[winner].session_status(NB)["kernel_id"]
     assert clients[winner].evaluate(kernel_id, CHECK) == EXPECTED

@@ -59,7 +59,7 @@ class SessionRecord:
 
     notebook: str  # its server-relative path
     state: str  # one of STATES
-    node: str  # the server that wrote it (its lease owner: host:pid:random)
+    node: str  # the server that wrote it: ``machine:id``, the id kept in its state_dir
     since: float  # when the notebook entered this state
     heartbeat: float  # when ``node`` last said it holds the notebook
     owner: str = ""  # the user whose key signed it
@@ -75,10 +75,10 @@ class SessionRecord:
     notebook_file: dict[str, Any] | None = None
 
     @property
-    def host(self) -> str:
-        """The server that wrote it, as a person tells it from others: its machine and
-        process (``node`` without its random part)."""
-        return self.node.rsplit(":", 1)[0]
+    def where(self) -> str:
+        """The server that wrote it, as a person tells it from others."""
+        machine, _, server = self.node.rpartition(":")
+        return f"{machine or '?'} (server {server})"
 
     def held_by_other(self, node: str, now: float, stale_after: float = STALE) -> bool:
         """Whether another server holds the notebook now (and has said so lately)."""

@@ -332,15 +332,19 @@ def _id_time(cid: str) -> str:
     return f"{base[:10]}T{base[11:].replace('-', ':')}+00:00"
 
 
-def list_checkpoints(dir=None, notebook: str | None = None) -> list[CheckpointInfo]:
-    """All committed checkpoints of a notebook, oldest first.
+def list_checkpoints(
+    dir=None, notebook: str | None = None, *, here_only: bool = False
+) -> list[CheckpointInfo]:
+    """All committed checkpoints of a notebook, oldest first; ``here_only``: those in the
+    folder (a bucket's cache) without asking the bucket.
 
     Reads only JSON (safe whoever wrote it) and never raises for one bad checkpoint:
     unsigned, foreign, replayed or damaged ones are listed with ``trusted=False``,
     ``status`` "untrusted" or "damaged" and the reason in ``problem``. Only the
     manifest is checked here; ``scrub`` hashes the data too."""
     nbdir = paths.notebook_dir(dir, notebook)
-    pull(dir, nbdir)
+    if not here_only:
+        pull(dir, nbdir)
     key, key_problem = _load_key_for_listing()
     out = []
     for cid in checkpoint_ids(nbdir):

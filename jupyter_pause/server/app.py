@@ -9,10 +9,13 @@ handlers through ``self.settings``; handlers hold no state of their own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import getpass
 import os
+import secrets
 import signal
+import socket
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -42,7 +45,7 @@ from .fleet import FleetPublisher
 from .handlers import ROUTES
 from .idle_watcher import IdleWatcher
 from .kernels import PauseKernelManager
-from .manager import PauseManager, new_owner
+from .manager import PauseManager
 from .metrics import PauseMetrics
 from .ports import Policies
 from .scheduler import ResumeScheduler
@@ -252,7 +255,6 @@ class PauseApp(ExtensionApp):
             after_pause=lambda s: self.scheduler.predict(s),
         )
         store = SessionStore(Path(self.state_dir) / "sessions.json")
-        owner = new_owner()
         location = self._checkpoint_location()
         self.shared = None
         if isinstance(location, checkpoint_paths.Bucket):
@@ -260,7 +262,7 @@ class PauseApp(ExtensionApp):
                 records=Records(location),
                 store=store,
                 contents_manager=self.serverapp.contents_manager,
-                node=owner,
+                node=f"{socket.gethostname()}:{self._server_id()}",
                 interval=self.bucket_sync_interval,
                 log=self.log,
                 clock=clock,
@@ -283,7 +285,6 @@ class PauseApp(ExtensionApp):
             classifier=classifier,
             policies=policies,
             shared=self.shared,
-            owner=owner,
         )
         self._prepare_kernels(self.manager.kernel_settings())
         self._watch_kernel_starts()
@@ -361,6 +362,14 @@ class PauseApp(ExtensionApp):
             log=self.log,
         )
         REGISTRY.register(self.metrics)
+
+    def _server_id(self) -> str:
+        """This server's name among those sharing a bucket, the same across its restarts:
+        kept in ``state_dir`` (a restarted server knows its own records)."""
+        path = Path(self.state_dir) / "server-id"
+        with contextlib.suppress(FileExistsError):  # made by an earlier start
+            durable.write_file(path, secrets.token_hex(4).encode(), replace=False)
+        return path.read_text().strip()
 
     def _use_key_file(self):
         """The signing key this server and its kernels use: ``key_file``, handed to the

@@ -256,7 +256,7 @@ class BucketSessions:
         if session.state.has_kernel or session.busy:
             self.detached.add(session.path)
             session.error = (
-                f"{session.path} is {theirs.state} on another server ({theirs.host}) since "
+                f"{session.path} is {theirs.state} on another server, {theirs.where}, since "
                 f"{_clock_time(theirs.since)}: the bucket follows that server now, so this "
                 "kernel's later checkpoints are not shared with other servers"
             )
@@ -347,8 +347,8 @@ class BucketSessions:
             theirs.state, "running"
         )
         return (
-            f"{path!r} is {doing} on another server ({theirs.host}, since "
-            f"{_clock_time(theirs.since)}); pause it there first, or wait for it"
+            f"{path!r} is {doing} on another server, {theirs.where}, since "
+            f"{_clock_time(theirs.since)}; pause it there first, or wait for it"
         )
 
     async def _read(self, path: str, key: bytes | None) -> Stored:
@@ -448,10 +448,10 @@ class BucketSessions:
         now = self.clock.time()
         failed = problem is not None or theirs.state != "paused"
         if problem is not None:
-            why = f"paused on another server ({theirs.host}), and {problem.reason}"
+            why = f"paused on another server, {theirs.where}, and {problem.reason}"
         elif theirs.stale(now, self.hold_timeout):
             why = (
-                f"its server ({theirs.host}) stopped answering at "
+                f"its server, {theirs.where}, stopped answering at "
                 f"{_clock_time(theirs.heartbeat)}; resume restores its last checkpoint"
             )
         else:
@@ -480,7 +480,7 @@ class BucketSessions:
             workload_class=theirs.workload_class,
             schedule=theirs.schedule if not failed else None,
             state_checkpoint=(theirs.checkpoint or {}).get("id"),
-            origin=theirs.host,
+            origin=theirs.where,
         )
         self.store.sessions[session.path] = session
         if theirs.notebook_file:
@@ -492,7 +492,7 @@ class BucketSessions:
             "jupyter-pause: %s is %s, as the bucket says (paused on %s)",
             session.path,
             session.state.value,
-            theirs.host,
+            theirs.where,
         )
 
     def _save(self) -> None:

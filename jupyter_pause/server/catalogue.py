@@ -19,6 +19,7 @@ from typing import Any
 from ..engine import paths as checkpoint_paths
 from ..engine import store as checkpoint_store
 from ..engine.errors import CheckpointError, RemoteStoreError
+from ..engine.paths import id_time
 from ..ledger import EventType
 from ..lifecycle import OperationInProgress, Session, SessionStore
 from .errors import PauseError
@@ -69,9 +70,15 @@ class Catalogue:
         """A notebook's checkpoints, newest first, without their private metadata."""
         return await self.in_thread(self.listing, path)
 
-    def listing(self, path: str, *, private: bool = False) -> list[dict[str, Any]]:
+    def listing(
+        self, path: str, *, private: bool = False, here_only: bool = False
+    ) -> list[dict[str, Any]]:
+        """``here_only``: what this machine has, without asking the bucket (which may be
+        the thing that failed)."""
         self.check_folder(path)
-        infos = checkpoint_store.list_checkpoints(dir=self.checkpoint_dir, notebook=path)
+        infos = checkpoint_store.list_checkpoints(
+            dir=self.checkpoint_dir, notebook=path, here_only=here_only
+        )
         hidden = () if private else ("metadata", "path")
         listing = [
             {k: v for k, v in dataclasses.asdict(info).items() if k not in hidden} for info in infos
@@ -190,6 +197,19 @@ class Catalogue:
                     checkpoint_store.gc(folder, locked_already=True)
             except (CheckpointError, OSError) as e:
                 self.log.info("jupyter-pause: %s not cleaned now: %s", folder, e)
+
+    async def newest_here(self, path: str) -> dict[str, Any] | None:
+        """The newest checkpoint of ``path`` on this machine that a resume would take
+        (signed with this user's key), as ``last_checkpoint`` names one; None if none.
+        A checkpoint whose upload failed is one of them: the resume restores it."""
+        try:
+            listing = await self.in_thread(self.listing, path, here_only=True)
+        except PauseError:
+            return None
+        newest = next((c for c in listing if c["status"] == "ok"), None)
+        if newest is None:
+            return None
+        return {"id": newest["id"], "time": id_time(newest["id"]), "bytes": newest["bytes"]}
 
     async def alternatives(self, path: str, failed_id: str | None) -> list[str]:
         """Checkpoints to offer after a failed resume, newest first: never the one that just

@@ -62,13 +62,6 @@ from .recorder import Recorder
 from .recovery import Recovery
 from .schedules import Schedules
 
-
-def new_owner() -> str:
-    """The name of this server process in leases and the bucket's records: its machine
-    (as a person knows it) first, then the process, then a random part."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
 #: seconds a pause waits for a busy kernel to report idle before refusing: a client
 #: that has seen its cell end (IOPub idle on its websocket) can ask before the
 #: server's own IOPub listener has updated the kernel's state
@@ -97,7 +90,6 @@ class PauseManager:
         classifier: WorkloadClassifier,
         policies: Policies = Policies(),
         shared: BucketSessions | None = None,
-        owner: str | None = None,
     ):
         self.kernel_manager = kernel_manager
         self.session_manager = session_manager
@@ -142,7 +134,7 @@ class PauseManager:
         #: how to run a kernel_ops function in a kernel (a fake in unit tests)
         self.call = call
         #: the owner written into the lease of every operation this process runs
-        self.owner = owner or new_owner()
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         #: the sessions as a bucket shares them with other servers (None: not a bucket)
         self.shared = shared
         #: how many resumes start kernels and restore at once; the others wait their turn
@@ -597,6 +589,7 @@ class PauseManager:
                 if autosave
                 else f"checkpoint failed, so the notebook was not paused and its kernel keeps running: {e}"
             )
+            await self._written_here(session, op)
             self.recorder.record(EventType.CHECKPOINT_FAILED, session, op, error=str(e), **autosave)
             self.recorder.move(session, State.RUNNING, op, error=error)
             if report:
@@ -639,6 +632,23 @@ class PauseManager:
             **autosave,
         )
         return True
+
+    async def _written_here(self, session: Session, op: Operation) -> None:
+        """A checkpoint that failed after it was committed here (its upload to the bucket
+        did not finish) is what a resume would restore: the session names it."""
+        newest = await self.catalogue.newest_here(session.path)
+        last = session.last_checkpoint or {}
+        if newest is None or newest["id"] == last.get("id"):
+            return
+        if last.get("id") and checkpoint_paths.id_sort_key(newest["id"]) <= (
+            checkpoint_paths.id_sort_key(last["id"])
+        ):
+            return
+        session.last_checkpoint = {**newest, "time": time.time()}
+        op.messages.append(
+            f"Checkpoint {newest['id']} was written on this machine but is not in the "
+            "bucket; a resume here restores it, and the next pause uploads it."
+        )
 
     async def _run_checkpoint(self, session: Session, op: Operation) -> None:
         previous = session.state

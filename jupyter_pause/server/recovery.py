@@ -204,8 +204,13 @@ class Recovery:
         )
         try:
             listing = await self.catalogue.in_thread(self.catalogue.listing, path, private=True)
-        except PauseError:
-            listing = []
+        except PauseError:  # the bucket does not answer: what this machine has still counts
+            try:
+                listing = await self.catalogue.in_thread(
+                    self.catalogue.listing, path, private=True, here_only=True
+                )
+            except PauseError:
+                listing = []
         committed = next(
             (c for c in listing if (c.get("metadata") or {}).get("operation_id") == op.id), None
         )
