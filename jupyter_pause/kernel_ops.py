@@ -95,6 +95,7 @@ def restore(
     handoff: dict | None = None,
     operation: str | None = None,
     or_older: bool = False,
+    synced: bool = False,
 ):
     """Restore a checkpoint into this (fresh) kernel's namespace.
 
@@ -105,13 +106,19 @@ def restore(
     one the server chose (engine/store.choose_for_resume); if the restore finds its tensor
     bytes damaged, the newest older one that verifies. ``operation``: the server's resume;
     objects the background load finds damaged are reported to it (:func:`_report_damage`).
+    ``synced``: the server listed the bucket for this resume already (once per resume).
     """
     from .engine import lazy
     from .engine.api import restore as engine_restore
 
     with _progress_to_server():
         result = engine_restore(
-            checkpoint_id, notebook=notebook, dir=dir, handoff=handoff, or_older=or_older
+            checkpoint_id,
+            notebook=notebook,
+            dir=dir,
+            handoff=handoff,
+            or_older=or_older,
+            synced=synced,
         )
     load = lazy.active()
     if operation and load is not None and result.loading:

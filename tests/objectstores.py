@@ -433,7 +433,8 @@ class Gate:
     S3 endpoint) that forwards every request as it is (the signature covers the Host
     header, which it keeps) but holds the data GETs of one object (a ranged GET of at
     least ``min_bytes``: a header read passes) until ``release()``, or until ``hold_for``
-    seconds have passed (``timed_out``).  ``held`` counts the requests held so far; ``wait_held()`` waits
+    seconds have passed (``timed_out``).  ``requests`` lists every request it forwarded.
+    ``held`` counts the requests held so far; ``wait_held()`` waits
     for the first one on a condition.  ``method="PUT"`` holds uploads instead: the PUTs
     (whole objects, multipart parts) of at least ``min_bytes`` to keys with ``key_part``."""
 
@@ -453,6 +454,8 @@ class Gate:
         self.held = 0
         self.timed_out = False
         self.released = threading.Event()
+        #: every request forwarded: (method, path with its query)
+        self.requests: list[tuple[str, str]] = []
         self._cv = threading.Condition()
         gate = self
 
@@ -464,6 +467,7 @@ class Gate:
 
             def _forward(self):
                 length = int(self.headers.get("Content-Length") or 0)
+                gate.requests.append((self.command, self.path))
                 gate._maybe_hold(self.command, self.path, self.headers.get("Range", ""), length)
                 body = self.rfile.read(length) if length else None
                 conn = http.client.HTTPConnection(

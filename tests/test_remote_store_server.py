@@ -376,3 +376,28 @@ def test_the_status_names_the_checkpoint_a_resume_restores_after_a_failed_upload
     finally:
         gate.stop()
         store.stop()
+
+
+def test_a_resume_lists_the_bucket_once(node, seaweed, bucket):
+    """The server lists the notebook's folder in the bucket once per resume; what reads
+    ahead, what it hands the kernel and the kernel's restore all use that listing."""
+    url = f"s3://{bucket}/ck"
+    gate = Gate(seaweed.endpoint, "nothing is held", method="PUT")
+    try:
+        server = node("a", Through(seaweed, gate), url)
+        client = server.start()
+        pause_with_state(client)
+        gate.requests.clear()
+        op = client.wait(client.resume(NB))
+        assert op["outcome"] == "succeeded", op
+        kernel_id = client.session_status(NB)["kernel_id"]
+        assert client.evaluate(kernel_id, CHECK) == EXPECTED
+        folder = paths.folder_name(NB)
+        lists = [
+            path
+            for method, path in gate.requests
+            if method == "GET" and "list-type=2" in path and f"{folder}%2F" in path
+        ]
+        assert len(lists) == 1, lists
+    finally:
+        gate.stop()

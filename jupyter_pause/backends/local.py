@@ -92,8 +92,9 @@ class LocalBackend(PauseBackend):
 
         checkpoint_id = (session.last_checkpoint or {}).get("id")
         try:
+            # within a resume, which listed the bucket already (it is listed once)
             manifest = store.get_manifest(
-                self.checkpoint_dir, session.path, checkpoint_id=checkpoint_id
+                self.checkpoint_dir, session.path, checkpoint_id=checkpoint_id, synced=True
             )
         except Exception:  # the restore itself will say what is wrong
             return {}

@@ -794,8 +794,12 @@ def restore(
     lazy: bool | None = None,
     handoff: dict | None = None,
     or_older: bool = False,
+    synced: bool = False,
 ) -> RestoreResult:
     """Restore a checkpoint (by default the newest one that verifies) into the namespace.
+
+    ``synced``: the caller (a server's resume) brought the bucket's checkpoints into the
+    folder for this restore already, so the bucket is not listed again.
 
     Without an id, a checkpoint that is damaged or untrusted is passed over for the next
     older one, and the result says so (``passed_over``, ``notes``); with an id and
@@ -830,7 +834,8 @@ def restore(
     else:
         ns = namespace
     nbdir = paths.notebook_dir(dir, notebook)
-    store.pull(dir, nbdir)  # a bucket behind the folder: its checkpoints, small files first
+    if not synced:  # a bucket behind the folder: its checkpoints, small files first
+        store.pull(dir, nbdir)
     if not nbdir.is_dir():
         raise CheckpointNotFound(checkpoint_id, str(nbdir))
     device_of_name = tensors.parse_device_map(device)

@@ -354,11 +354,18 @@ def list_checkpoints(
 
 
 def get_manifest(
-    dir=None, notebook: str | None = None, checkpoint_id: str | None = None, trust: bool = False
+    dir=None,
+    notebook: str | None = None,
+    checkpoint_id: str | None = None,
+    trust: bool = False,
+    *,
+    synced: bool = False,
 ) -> Manifest:
-    """The manifest of one checkpoint (the latest if no id), signature verified."""
+    """The manifest of one checkpoint (the latest if no id), signature verified
+    (``synced``: the caller listed the bucket already; it is not listed again)."""
     nbdir = paths.notebook_dir(dir, notebook)
-    pull(dir, nbdir)
+    if not synced:
+        pull(dir, nbdir)
     if checkpoint_id is None:
         ids = checkpoint_ids(nbdir)
         if not ids:
@@ -477,7 +484,7 @@ class Chosen:
 
 
 def choose_for_resume(
-    dir=None, notebook: str | None = None, checkpoint_id: str | None = None
+    dir=None, notebook: str | None = None, checkpoint_id: str | None = None, *, synced=False
 ) -> Chosen | None:
     """The checkpoint a resume restores: ``checkpoint_id``, or the newest one that passes
     every check short of hashing its tensors: signed with this user's key and bound to
@@ -488,9 +495,11 @@ def choose_for_resume(
 
     Decided once, in the server: what reads the checkpoint ahead, the memory filled for
     the kernel and the kernel's restore all get this one. It writes nothing but what a
-    restore would: a bucket's newer checkpoints' small files, pulled into the cache."""
+    restore would: a bucket's newer checkpoints' small files, pulled into the cache
+    (unless ``synced``: the caller pulled them for this resume already)."""
     nbdir = paths.notebook_dir(dir, notebook)
-    pull(dir, nbdir)
+    if not synced:
+        pull(dir, nbdir)
     bucket = paths.bucket_of(dir)
     key = _load_key_for_listing()[0]
     if checkpoint_id is None:

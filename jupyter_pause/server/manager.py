@@ -701,7 +701,8 @@ class PauseManager:
 
     async def _resume(self, session: Session, op: Operation, checkpoint_id: str | None) -> None:
         path = session.path
-        chosen = await self.prewarmer.choose(path, checkpoint_id)  # one decision, for all
+        # one decision, for all, on the listing the resume made (the bucket is listed once)
+        chosen = await self.prewarmer.choose(path, checkpoint_id, synced=True)
         fill = await self.prewarmer.hand_over(path, chosen)  # none for a spare
         self._read_ahead(path, chosen, fill)
         kernel_id = None
@@ -740,6 +741,7 @@ class PauseManager:
                     or_older=chosen is not None and checkpoint_id is None,
                     handoff=fill.token() if fill else None,
                     operation=op.id,
+                    synced=True,
                 )
             finally:
                 op.progress = None

@@ -17,6 +17,7 @@ without it reads its files itself.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import posixpath
 import threading
@@ -103,13 +104,19 @@ class Prewarmer:
 
     # ------------------------------------------------- preparing a resume
 
-    async def choose(self, path: str, checkpoint_id: str | None) -> checkpoint_store.Chosen | None:
+    async def choose(
+        self, path: str, checkpoint_id: str | None, *, synced: bool = False
+    ) -> checkpoint_store.Chosen | None:
         """Which checkpoint this resume restores (engine/store.choose_for_resume): decided
         once, and given to the read-ahead, the handoff's fill and the kernel's restore.
-        None where the server cannot tell (the kernel's restore then decides alone)."""
+        None where the server cannot tell (the kernel's restore then decides alone).
+        ``synced``: the bucket was listed for this resume already."""
         try:
             return await asyncio.to_thread(
-                checkpoint_store.choose_for_resume, self.checkpoint_dir, path, checkpoint_id
+                functools.partial(checkpoint_store.choose_for_resume, synced=synced),
+                self.checkpoint_dir,
+                path,
+                checkpoint_id,
             )
         except Exception as e:  # a refused folder, a bucket out of reach: the restore tells
             self._debug("jupyter-pause: no checkpoint chosen ahead for %s: %s", path, e)
