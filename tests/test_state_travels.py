@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from jupyter_pause.client import ClientError, LocalServer
-from jupyter_pause.engine import signing
+from jupyter_pause.engine import paths, remote, signing
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.slow
@@ -256,3 +256,32 @@ def test_a_notebook_whose_server_vanished_is_resumed_elsewhere_from_its_last_che
     assert op["outcome"] == "succeeded", op
     kernel_id = client.session_status(NB)["kernel_id"]
     assert client.evaluate(kernel_id, CHECK) == EXPECTED  # n = 7: the last checkpoint's
+
+
+def test_a_resume_that_finds_only_an_older_checkpoint_than_the_record_names_says_so(
+    nodes, seaweed, bucket
+):
+    url = f"s3://{bucket}/ck"
+    a = nodes("a", seaweed, url, files={NB: notebook("n = 7")})
+    client = a.start()
+    pause_with_state(client)
+    first = client.session_status(NB)["last_checkpoint"]["id"]
+    assert client.wait(client.resume(NB))["outcome"] == "succeeded"
+    kernel_id = client.session_status(NB)["kernel_id"]
+    assert client.execute(kernel_id, "n = 8").ok
+    assert client.wait(client.pause(NB))["outcome"] == "succeeded"
+    newest = client.session_status(NB)["last_checkpoint"]["id"]
+    a.stop()
+    # the newest checkpoint vanishes from the bucket (a rollback by deletion)
+    mirror = remote.Remote(paths.parse_bucket(url), "")
+    mirror.delete([n for n in mirror.listing() if f"/{newest}/" in n])
+
+    b = nodes("b", seaweed, url)
+    client = b.start()
+    assert learned(b, client)["last_checkpoint"]["id"] == newest
+    op = client.wait(client.resume(NB))
+    assert op["outcome"] == "succeeded", op
+    assert client.session_status(NB)["state_checkpoint"] == first
+    said = " ".join(op["messages"])
+    assert f"newest checkpoint, {newest}, is gone" in said and f"older {first}" in said, said
+    assert client.evaluate(client.session_status(NB)["kernel_id"], "print(n)") == 7

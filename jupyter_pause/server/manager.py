@@ -756,6 +756,7 @@ class PauseManager:
             # the server or the kernel passed over newer checkpoints that did not verify
             op.messages.extend(chosen.notes(result.id) if chosen else [])
             op.messages.extend(result.notes)
+            op.messages.extend(self._older_than_named(session, chosen, checkpoint_id, result.id))
             lost = checkpoint_store.lost_of(result.metadata)
             self.recorder.note_lost(
                 session,
@@ -798,6 +799,22 @@ class PauseManager:
                 session.kernel_id = None
             self.recorder.move(session, State.FAILED, op, error=f"resume failed: {error}")
             self.recorder.fail(session, op, f"resume failed: {error}")
+
+    @staticmethod
+    def _older_than_named(session, chosen, checkpoint_id, restored: str) -> list[str]:
+        """A resume that restored an older checkpoint than the one the notebook's session
+        (or its record in the bucket) names, which is gone: a rollback is never silent."""
+        named = (session.last_checkpoint or {}).get("id")
+        if checkpoint_id is not None or not named or named == restored:
+            return []
+        if chosen is not None and named in chosen.passed_over:
+            return []  # said already, with why
+        if checkpoint_paths.id_sort_key(restored) >= checkpoint_paths.id_sort_key(named):
+            return []
+        return [
+            f"The notebook's newest checkpoint, {named}, is gone (deleted, or never fully "
+            f"stored); restored the older {restored}: what was done between them is not back."
+        ]
 
     # -------------------------------------------------------------- helpers
 
