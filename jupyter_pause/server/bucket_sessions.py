@@ -66,7 +66,7 @@ RECORD_STATE = {
 }
 
 #: seconds a stopping server waits for its last records
-CLOSE_WAIT = 10.0
+CLOSE_WAIT = 5.0
 
 
 def _clock_time(at: float) -> str:
@@ -110,6 +110,7 @@ class BucketSessions:
         self.failed: dict[str, str] = {}
         self._writing: dict[str, asyncio.Task] = {}
         self._loops: list[asyncio.Task] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
         store.listeners.append(self.saved)
 
@@ -156,8 +157,15 @@ class BucketSessions:
     # -------------------------------------------------------------------- publish
 
     def saved(self) -> None:
-        """The sessions were saved: write the records that now say something else."""
+        """The sessions were saved: write the records that now say something else (on
+        the event loop; a save made on another thread is handed to it)."""
         if self._closing:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # not on the loop's thread (or before it runs: start() looks)
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self.saved)
             return
         for path, session in self.store.sessions.items():
             if path in self.detached:
@@ -504,6 +512,8 @@ class BucketSessions:
     # ----------------------------------------------------------------- the loops
 
     def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.saved()  # what changed before the loops ran
         self._loops = [
             asyncio.ensure_future(self._every(self.interval, self.refresh, "list")),
             asyncio.ensure_future(self._every(self.hold_timeout / 4, self.renew, "renew")),
