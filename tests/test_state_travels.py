@@ -19,6 +19,7 @@ import nbformat
 import psutil
 import pytest
 
+from jupyter_pause.cli import main
 from jupyter_pause.client import ClientError, LocalServer
 from jupyter_pause.engine import paths, remote, signing
 from tests.helpers import wait_for
@@ -104,7 +105,7 @@ def learned(server, client, state: str = "paused"):
     )
 
 
-def test_another_node_lists_and_resumes_a_notebook_it_never_saw(nodes, store_url, tmp_path):
+def test_another_node_lists_and_resumes_a_notebook_it_never_saw(nodes, store_url, capsys):
     store, url = store_url
     a = nodes("a", store, url, files={NB: notebook("n = 7", "big.sum()")})
     pause_with_state(a.start())
@@ -114,7 +115,9 @@ def test_another_node_lists_and_resumes_a_notebook_it_never_saw(nodes, store_url
     client = b.start()
     session = learned(b, client)
     assert session["origin"] and session["last_checkpoint"]["id"]
-    assert session["can"]["resume"]
+    assert session["can"]["resume"] and session["paused_by"] == "user"
+    assert main(["status", NB, "--url", client.base_url, "--token", client.token]) == 0
+    assert "paused" in capsys.readouterr().out.lower()
 
     op = client.wait(client.resume(NB))
     assert op["outcome"] == "succeeded", op
@@ -128,7 +131,7 @@ def test_another_node_lists_and_resumes_a_notebook_it_never_saw(nodes, store_url
 def test_another_node_fires_a_schedule_it_never_saw(nodes, seaweed, bucket):
     url = f"s3://{bucket}/ck"
     a = nodes("a", seaweed, url, files={NB: notebook("n = 7")})
-    at = time.time() + 20
+    at = time.time() + 60  # b must start and list it before then, on a loaded machine too
     pause_with_state(a.start(), resume_at=at)
     a.stop()
 
