@@ -4,6 +4,8 @@ recovery of abandoned operations, leases, claims that cannot be persisted."""
 import asyncio
 import dataclasses
 import json
+import logging
+import os
 import socket
 import subprocess
 import sys
@@ -12,6 +14,7 @@ import time
 import pytest
 
 from jupyter_pause.engine import api as engine
+from jupyter_pause.hibernate.client import Helper
 from jupyter_pause.lifecycle import (
     LEASE_TIMEOUT,
     OPERATION_STATES,
@@ -27,7 +30,9 @@ from jupyter_pause.lifecycle import (
 )
 from jupyter_pause.protocol import CallProgress
 from jupyter_pause.server.errors import PauseError
+from jupyter_pause.server.hibernate import Hibernator
 
+from .fake_gpu_driver import ENV, new_world, world
 from .fakes import FakeClock, make_manager
 
 NB = "nb.ipynb"
@@ -71,9 +76,19 @@ EXPECTED = {
     (State.FAILED, "pause"): 409,  # no kernel
     (State.FAILED, "checkpoint"): 409,  # no kernel
     (State.FAILED, "resume"): State.READY,
+    (State.RUNNING, "hibernate"): State.HIBERNATED,
+    (State.READY, "hibernate"): State.HIBERNATED,
+    (State.PAUSED, "hibernate"): 409,
+    (State.FAILED, "hibernate"): 409,
+    (State.HIBERNATED, "hibernate"): 409,
+    (State.HIBERNATED, "wake"): State.RUNNING,
+    (State.HIBERNATED, "pause"): State.PAUSED,  # woken first
+    (State.HIBERNATED, "checkpoint"): State.RUNNING,  # woken first
+    (State.HIBERNATED, "resume"): 409,
+    **{(s, "wake"): 409 for s in (State.RUNNING, State.READY, State.PAUSED, State.FAILED)},
 }
 BUSY = [State.CHECKPOINTING, State.PAUSING, State.RESUMING, State.WAITING_FOR_CAPACITY]
-BUSY.append(State.RESTORING)
+BUSY += [State.RESTORING, State.HIBERNATING, State.WAKING]
 
 
 async def start(manager, kind):
@@ -81,19 +96,51 @@ async def start(manager, kind):
         return await manager.pause(NB)
     if kind == "checkpoint":
         return await manager.checkpoint(NB)
+    if kind == "hibernate":
+        return await manager.hibernate(NB)
+    if kind == "wake":
+        return await manager.wake(NB)
     return await manager.resume(NB)
 
 
-@pytest.mark.parametrize("kind", ["pause", "checkpoint", "resume"])
+@pytest.fixture
+def hibernator(tmp_path, monkeypatch):
+    """A hibernator whose helper process calls the fake driver (tests/fake_gpu_driver.py),
+    which says this test's process (every fake kernel's) holds 1 GiB of GPU memory; the
+    test starts it (its helper) and closes it."""
+    gpu = new_world(tmp_path / "gpu.json", gpus={0: 8 << 30})
+    with world(gpu) as w:
+        w["processes"][str(os.getpid())] = {"gpu": 0, "bytes": 1 << 30}
+    monkeypatch.setenv(ENV, str(gpu))
+    return Hibernator(
+        Helper("tests.fake_gpu_driver.FakeDriver", log=logging.getLogger("test")),
+        log=logging.getLogger("test"),
+    )
+
+
+@pytest.mark.parametrize("kind", ["pause", "checkpoint", "resume", "hibernate", "wake"])
 @pytest.mark.parametrize("state", list(State))
-async def test_every_state_and_operation(tmp_path, state, kind):
-    manager = make_manager(tmp_path)
+async def test_every_state_and_operation(tmp_path, state, kind, hibernator):
+    await hibernator.start()
+    try:
+        await one_state_and_operation(tmp_path, state, kind, hibernator)
+    finally:
+        await hibernator.close()
+
+
+async def one_state_and_operation(tmp_path, state, kind, hibernator):
+    manager = make_manager(tmp_path, hibernator=hibernator)
     earlier_checkpoint(manager)
     running = None
     if state in BUSY:
         # an operation another live server runs (its lease is fresh)
         running = Operation(kind="pause", path=NB, owner="elsewhere:1:x")
-    with_session(manager, state, kernel=state.has_kernel, operation=running)
+    if state == State.HIBERNATED:  # the way there is a hibernate
+        with_session(manager, State.RUNNING, kernel=True)
+        await manager.hibernate(NB)
+        await settle(manager)
+    with_session(manager, state, kernel=state.has_kernel and state != State.HIBERNATED,
+                 operation=running)  # fmt: skip
 
     if state in BUSY:
         with pytest.raises(OperationInProgress):
@@ -116,11 +163,16 @@ async def test_every_state_and_operation(tmp_path, state, kind):
 
 def test_the_operation_table_only_names_states_a_claim_can_leave():
     for kind, states in OPERATION_STATES.items():
-        first = {"pause": State.CHECKPOINTING, "checkpoint": State.CHECKPOINTING}.get(
-            kind, State.RESUMING
-        )
+        first = {
+            "pause": State.CHECKPOINTING,
+            "checkpoint": State.CHECKPOINTING,
+            "hibernate": State.HIBERNATING,
+            "wake": State.WAKING,
+        }.get(kind, State.RESUMING)
         for state in states:
-            assert first in TRANSITIONS[state] or state == State.FAILED, (kind, state)
+            # a hibernated kernel is woken first, whatever the operation
+            first_here = State.WAKING if state == State.HIBERNATED else first
+            assert first_here in TRANSITIONS[state] or state == State.FAILED, (kind, state)
 
 
 async def test_a_checkpoint_right_after_a_resume_keeps_the_session_ready(tmp_path):
