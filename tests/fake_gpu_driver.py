@@ -10,6 +10,7 @@ the helper process that calls it and the test that arranges it and reads what ha
 * ``states``: each process's checkpoint state (``running`` when absent);
 * ``missing``: why the driver lacks the API, or null;
 * ``fail``: ``{call: [error, state it leaves the process in]}``, errors to inject;
+* ``hold``: ``{call: path}``, a call that takes until that file exists (a slow copy);
 * ``calls``: ``[call, pid]`` in the order they came.
 
 As the real driver does, it refuses a call in the wrong state
@@ -23,6 +24,7 @@ import contextlib
 import fcntl
 import json
 import os
+import time
 from pathlib import Path
 
 from jupyter_pause.hibernate.driver import DriverError, GpuDriver, GpuProcess, ProcessState
@@ -39,6 +41,7 @@ def new_world(path: Path, *, gpus: dict[int, int], missing: str | None = None) -
                 "states": {},
                 "missing": missing,
                 "fail": {},
+                "hold": {},
                 "calls": [],
             }
         )
@@ -102,6 +105,12 @@ class FakeDriver(GpuDriver):
             return ProcessState(w["states"].get(str(pid), "running"))
 
     def _step(self, call: str, pid: int, before: str, after: str) -> None:
+        with world() as w:
+            gate = w.get("hold", {}).pop(call, None)
+        if gate is not None:  # the world stays free meanwhile, as NVML does
+            deadline = time.monotonic() + 300
+            while not os.path.exists(gate) and time.monotonic() < deadline:
+                time.sleep(0.05)
         with world() as w:
             w["calls"].append([call, pid])
             key = str(pid)

@@ -232,6 +232,9 @@ def abandoned(manager, kind, state, *, kernel, committed, earlier=True):
         ("resume", State.RESTORING, False, False, State.PAUSED, "failed"),
         ("resume", State.WAITING_FOR_CAPACITY, False, False, State.PAUSED, "failed"),
         ("resume", State.RESTORING, True, False, State.FAILED, "failed"),
+        ("hibernate", State.HIBERNATING, True, False, State.FAILED, "failed"),
+        ("wake", State.WAKING, True, False, State.FAILED, "failed"),
+        ("hibernate", State.HIBERNATING, False, False, State.FAILED, "failed"),
     ],
 )
 async def test_start_up_resolves_what_a_dead_server_left_running(
