@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_checkpoint import drop_cache, files_under  # benchmarks/ is this script's folder
+
 GB = 1_000_000_000
 TARGETS = {"checkpoint": 1.2, "restore": 1.3, "lazy_first_cell_s": 1.0}
 
@@ -87,24 +89,6 @@ class Device:
 
     def host_buffer(self, nbytes: int):
         return self.torch.empty(nbytes, dtype=self.torch.uint8, pin_memory=self.cuda)
-
-
-def drop(paths: list[Path], sysctl: bool) -> None:
-    if sysctl:
-        os.sync()
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
-        return
-    for p in paths:
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.fdatasync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
-def files_under(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file())
 
 
 def raw_save(device: Device, model: dict, pinned, path: Path) -> tuple[float, float]:
@@ -176,7 +160,7 @@ def bench_size(args, device: Device, size_bytes: int, work: Path) -> dict:
             save = our_save(model, ck)
         raw.unlink()
         files = files_under(ck)
-        drop(files, args.drop_caches)
+        drop_cache(files, args.drop_caches)
         out: dict = {}
         tensors._CACHE.clear()
         store._VERIFIED.clear()
@@ -189,7 +173,7 @@ def bench_size(args, device: Device, size_bytes: int, work: Path) -> dict:
         assert torch.equal(back.view(torch.int16), model[first].view(torch.int16)), "values differ"
         assert back.device.type == device.where.split(":")[0]
         del out
-        drop(files, args.drop_caches)
+        drop_cache(files, args.drop_caches)
         read, h2d = raw_load(
             device, [f for f in files if f.stat().st_size > 1 << 20], pinned, target
         )
@@ -263,7 +247,7 @@ def lazy_first_cell(args, device: Device, model: dict, work: Path) -> dict:
 
     ck = work / "lazy"
     jp.checkpoint(namespace={"model": model}, dir=ck, notebook="nb", progress=False)
-    drop(files_under(ck), args.drop_caches)
+    drop_cache(files_under(ck), args.drop_caches)
     out = subprocess.run(
         [sys.executable, "-c", KERNEL_CELLS, str(ck)],
         capture_output=True,

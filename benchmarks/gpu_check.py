@@ -29,6 +29,8 @@ import traceback
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from jupyter_pause.engine.store import pid_alive
+
 ROOT = Path(__file__).resolve().parent.parent
 GiB = 1 << 30
 SECTIONS = ("environment", "tests", "server_round_trip", "hibernate", "bench")
@@ -190,16 +192,6 @@ SUMS = (
 )
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _wait(condition, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -359,7 +351,7 @@ def server_round_trip(check: Check) -> dict:
         started = time.monotonic()
         pause = client.wait(client.pause(path), timeout=max(60, check.left()))
         paused_s = time.monotonic() - started
-        gone = _wait(lambda: not _alive(pid), 30)
+        gone = _wait(lambda: not pid_alive(pid), 30)
         held_after = check.gpu.held(pid)
         free_after = check.gpu.free()
         started = time.monotonic()
@@ -471,7 +463,7 @@ def one_hibernate(check, client, local, name, device, nbytes, *, keep: bool) -> 
     ]
     if not keep:
         client.close_notebook(path)
-    stopped = _wait(lambda: not _alive(pid), 60)
+    stopped = _wait(lambda: not pid_alive(pid), 60)
     result = {
         "bytes": nbytes,
         "held_before": held,

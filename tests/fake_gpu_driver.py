@@ -27,6 +27,7 @@ import os
 import time
 from pathlib import Path
 
+from jupyter_pause.engine.store import pid_alive
 from jupyter_pause.hibernate.driver import DriverError, GpuDriver, GpuProcess, ProcessState
 
 ENV = "JUPYTER_PAUSE_FAKE_GPU"
@@ -65,16 +66,6 @@ def world(path: Path | str | None = None):
             json.dump(data, f)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class FakeDriver(GpuDriver):
     def missing(self) -> str | None:
         with world() as w:
@@ -84,7 +75,7 @@ class FakeDriver(GpuDriver):
         return [
             GpuProcess(int(pid), p["gpu"], p["bytes"])
             for pid, p in w["processes"].items()
-            if w["states"].get(pid, "running") != "checkpointed" and _alive(int(pid))
+            if w["states"].get(pid, "running") != "checkpointed" and pid_alive(int(pid))
         ]
 
     def processes(self) -> list[GpuProcess]:
@@ -100,7 +91,7 @@ class FakeDriver(GpuDriver):
 
     def state(self, pid: int) -> ProcessState:
         with world() as w:
-            if str(pid) not in w["processes"] or not _alive(pid):
+            if str(pid) not in w["processes"] or not pid_alive(pid):
                 raise DriverError("cuCheckpointProcessGetState", "CUDA_ERROR_INVALID_VALUE")
             return ProcessState(w["states"].get(str(pid), "running"))
 
@@ -115,7 +106,7 @@ class FakeDriver(GpuDriver):
             w["calls"].append([call, pid])
             key = str(pid)
             state = w["states"].get(key, "running")
-            if key not in w["processes"] or not _alive(pid):
+            if key not in w["processes"] or not pid_alive(pid):
                 raise DriverError(call, "CUDA_ERROR_INVALID_VALUE")
             if state != before:
                 raise DriverError(call, "CUDA_ERROR_ILLEGAL_STATE")

@@ -501,13 +501,23 @@ def test_a_session_s_json_is_its_fields_copied():
     assert Session.from_json(json.loads(json.dumps(session.to_json()))) == session
 
 
-@pytest.mark.parametrize("kind", ["pause", "checkpoint", "resume"])
+@pytest.mark.parametrize("kind", ["pause", "checkpoint", "resume", "hibernate", "wake"])
 @pytest.mark.parametrize("kernel", [True, False])
 @pytest.mark.parametrize("state", list(State))
-async def test_status_says_which_operations_would_start(tmp_path, state, kernel, kind):
+async def test_status_says_which_operations_would_start(tmp_path, state, kernel, kind, hibernator):
     """``can`` in GET status (what the UI enables) is what the operation then does:
-    started exactly when it says so, in every state, with a kernel or without."""
-    manager = make_manager(tmp_path)
+    started exactly when it says so, in every state, with a kernel or without (and for
+    hibernate and wake, with a server that can hibernate)."""
+    if kind in ("hibernate", "wake"):
+        await hibernator.start()
+    try:
+        await status_and_start(tmp_path, state, kernel, kind, hibernator)
+    finally:
+        await hibernator.close()
+
+
+async def status_and_start(tmp_path, state, kernel, kind, hibernator):
+    manager = make_manager(tmp_path, hibernator=hibernator)
     checkpoint_id = earlier_checkpoint(manager)
     running = Operation(kind="pause", path=NB, owner="elsewhere:1:x") if state in BUSY else None
     session = with_session(manager, state, kernel=kernel, operation=running)

@@ -20,11 +20,11 @@ Why each step (NVIDIA/cuda-checkpoint's issues, docs/engine.md *Hibernate in pla
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from pathlib import Path
 from typing import Any
 
+from ..engine.store import pid_alive
 from ..formatting import format_bytes
 from ..hibernate.client import Helper, HelperError
 from ..hibernate.driver import GpuProcess, ProcessState
@@ -222,7 +222,7 @@ class Hibernator:
         what could not be done."""
         if pid is None or pid not in self.touched:
             return
-        if not _alive(pid):
+        if not pid_alive(pid):
             self.touched.discard(pid)
             return
         try:
@@ -317,13 +317,3 @@ def descendants(pid: int, proc: Path = Path("/proc")) -> set[int]:
             found.add(child)
             todo.extend(children.get(child, []))
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -6,8 +6,8 @@ completion, inspection and comm messages, which reach the user's objects) for a 
 that is hibernated, or being hibernated, is held while the manager wakes the kernel
 (``PauseManager.awake``), then sent on; the messages behind it wait their turn, so their
 order is kept. Should the kernel stay hibernated (not enough GPU memory free, the driver
-failed), each held request is answered with an error that says why, as the kernel would
-answer, and the kernel never sees it.
+failed), each held request that runs code is answered with an error that says why, as
+the kernel would answer, and the kernel never sees it; the others go on.
 """
 
 from __future__ import annotations
@@ -44,13 +44,19 @@ class WakingConnection(ZMQChannelsWebsocketConnection):
             self._held.append(incoming_msg)
             return
         manager = self.websocket_handler.settings.get("jupyter_pause_manager")
-        if manager is not None and manager.hibernated(self.kernel_id):
-            channel, header = self._peek(incoming_msg)
-            if channel == "shell" and header and header.get("msg_type") not in PASSES:
-                self._held = [incoming_msg]
-                asyncio.ensure_future(self._wake_then_send(manager))
-                return
+        if (
+            manager is not None
+            and manager.hibernated(self.kernel_id)
+            and self._runs_code(incoming_msg)
+        ):
+            self._held = [incoming_msg]
+            asyncio.ensure_future(self._wake_then_send(manager))
+            return
         super().handle_incoming_message(incoming_msg)
+
+    def _runs_code(self, message) -> bool:
+        channel, header = self._peek(message)
+        return channel == "shell" and bool(header) and header.get("msg_type") not in PASSES
 
     async def _wake_then_send(self, manager) -> None:
         error = None
@@ -62,8 +68,8 @@ class WakingConnection(ZMQChannelsWebsocketConnection):
             self.log.exception("jupyter-pause: could not wake kernel %s", self.kernel_id)
             error = f"the kernel could not be woken: {e}"
         held, self._held = self._held or [], None
-        for message in held:
-            if error is None:
+        for message in held:  # an interrupt, say, passes whatever became of the wake
+            if error is None or not self._runs_code(message):
                 super().handle_incoming_message(message)
             else:
                 self._refuse(message, error)
@@ -86,9 +92,7 @@ class WakingConnection(ZMQChannelsWebsocketConnection):
     def _refuse(self, message, error: str) -> None:
         """Answer a held request as the kernel answers a failed one: busy, the error
         (for a cell, in its output), the reply, idle."""
-        channel, header = self._peek(message)
-        if channel != "shell" or not header:
-            return
+        _, header = self._peek(message)
         kind = header["msg_type"]
         failure = {
             "ename": "GPUHibernated",
