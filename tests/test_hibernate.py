@@ -228,6 +228,10 @@ def test_a_checkpoint_the_driver_refuses_is_undone(server):
     assert calls_for(pid) == ["lock", "checkpoint", "unlock"]
     assert client.session_status(path)["state"] == "running"
     assert client.execute(kernel_id, "x").result == "41"
+    # never checkpointed: stopped as any kernel is, its GPU memory not moved first
+    client.close_notebook(path)
+    wait_for(lambda: not client.kernel_exists(kernel_id), what="the kernel to stop")
+    assert calls_for(pid) == ["lock", "checkpoint", "unlock"]
 
 
 def test_a_failed_restore_is_told_and_the_kernel_marked_failed(server):

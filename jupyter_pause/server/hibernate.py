@@ -150,7 +150,6 @@ class Hibernator:
     async def hibernate(self, pid: int, gpus: dict[str, int], *, back_to: str) -> Hibernation:
         """Lock and checkpoint ``pid`` (checked by :meth:`check`)."""
         started = time.monotonic()
-        self.touched.add(pid)
         try:
             await self.helper.lock(pid, self.lock_timeout)
         except HelperError as e:
@@ -171,6 +170,7 @@ class Hibernator:
                 f"{await self._state_or_unknown(pid)}: its GPU state may be lost"
             ) from e
         seconds = time.monotonic() - started
+        self.touched.add(pid)  # checkpointed: from now on, checkpointed before it stops
         left = held(await self._processes(), pid)
         before = sum(gpus.values())
         return Hibernation(
