@@ -388,7 +388,10 @@ class PauseManager:
                 return
             if woken:  # the wake ended and the kernel is still hibernated: why
                 raise PauseError(session.error or "the kernel could not be woken", status=409)
-            await self.wake(session.path, by="cell")
+            try:
+                await self.wake(session.path, by="cell")
+            except OperationInProgress:
+                continue  # another request's wake, claimed meanwhile: wait for it
             woken = True
 
     async def resume(
