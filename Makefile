@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # are module-scoped); mostly waiting on kernels and servers, so more workers than cores
 PYTEST_WORKERS ?= 3
 
-.PHONY: lab test lint format bench bench-objects bench-objectstore build dist check-wheel browser kubectl strace prometheus hub-proxy clean
+.PHONY: lab test lint format bench bench-objects bench-objectstore gpu-check build dist check-wheel browser kubectl strace prometheus hub-proxy clean
 
 # --- set-up -------------------------------------------------------------
 $(STAMP): pyproject.toml labextension/package.json
@@ -79,6 +79,12 @@ bench-objects: $(STAMP)
 # the bucket rows alone (a SeaweedFS it starts on 127.0.0.1)
 bench-objectstore: $(STAMP)
 	$(BIN)/python benchmarks/bench_objectstore.py $(OBJSTORE_BENCH_ARGS)
+
+# The device check (issue #40): the wheels the device machine lacks (for its Python 3.12),
+# dist/'s own among them, into .gpu-wheels/ (ignored), checked to fit what a device call
+# carries; prints the one call to make. CI runs its dry run (tests/test_gpu_check.py).
+gpu-check: dist
+	bash benchmarks/gpu_check.sh --prepare
 
 # The sdist and the wheel in dist/, with the labextension prebuilt inside (by `build`,
 # through the set-up): installing them needs no node.  The build hook skips jlpm

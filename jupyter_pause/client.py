@@ -117,6 +117,13 @@ class PauseClient:
     def checkpoint(self, path: str) -> dict[str, Any]:
         return self.api("POST", "sessions/checkpoint", {"path": path})["operation"]
 
+    def hibernate(self, path: str) -> dict[str, Any]:
+        """Move the kernel's GPU memory to host memory, the kernel kept."""
+        return self.api("POST", "sessions/hibernate", {"path": path})["operation"]
+
+    def wake(self, path: str) -> dict[str, Any]:
+        return self.api("POST", "sessions/wake", {"path": path})["operation"]
+
     def operation(self, op_id: str) -> dict[str, Any]:
         return self.api("GET", f"operations/{op_id}")
 

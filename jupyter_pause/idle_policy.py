@@ -82,6 +82,10 @@ class WorkloadClass:
     #: this many seconds since its last saved state; None: never.  A hard kill
     #: (SIGKILL, OOM, node loss) then loses at most this much work.
     autosave_every: float | None = None
+    #: hibernate in place first (opt-in): after this many idle seconds the kernel's GPU
+    #: memory moves to host memory and the kernel stays (a cell wakes it in seconds);
+    #: the action ("pause") follows at ``idle_threshold``. None: never.
+    hibernate_after: float | None = None
 
     @classmethod
     def from_config(cls, name: str, settings: dict[str, Any]) -> WorkloadClass:
@@ -97,6 +101,18 @@ class WorkloadClass:
             raise ValueError(f"workload class {name!r}: action must be one of {ACTIONS}")
         if policy.autosave_every is not None and not policy.autosave_every > 0:
             raise ValueError(f"workload class {name!r}: autosave_every must be > 0 or null")
+        if policy.hibernate_after is not None:
+            if not policy.hibernate_after > 0:
+                raise ValueError(f"workload class {name!r}: hibernate_after must be > 0 or null")
+            if policy.action == "checkpoint":
+                raise ValueError(
+                    f"workload class {name!r}: hibernate_after comes before a pause; a "
+                    "checkpoint would wake the kernel again"
+                )
+            if policy.acts and policy.hibernate_after >= policy.idle_threshold:
+                raise ValueError(
+                    f"workload class {name!r}: hibernate_after must be less than idle_threshold"
+                )
         return policy
 
     @property
@@ -161,6 +177,8 @@ class Verdict:
     seconds_left: float | None = None
     warn: bool = False
     act: bool = False
+    #: time for the class's first step, hibernate in place (``hibernate_after``)
+    hibernate: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -188,9 +206,14 @@ def judge(facts: ActivityFacts, policy: WorkloadClass) -> Verdict:
     reasons.append(f"no cell or widget activity for {idle_seconds:.0f} s")
     if policy.gpu_utilization_counts and facts.gpu_utilization is None:
         reasons.append("GPU utilisation unknown (no NVML), not counted")
+    hibernate = (
+        policy.hibernate_after is not None
+        and idle_seconds >= policy.hibernate_after
+        and running >= policy.min_running_time
+    )
     if not policy.acts:
         reasons.append(f"class {policy.name!r} never acts automatically")
-        return Verdict(True, idle_seconds, reasons)
+        return Verdict(True, idle_seconds, reasons, hibernate=hibernate)
     due_idle = policy.idle_threshold - idle_seconds
     due_running = policy.min_running_time - running
     seconds_left = max(due_idle, due_running, 0.0)
@@ -200,7 +223,15 @@ def judge(facts: ActivityFacts, policy: WorkloadClass) -> Verdict:
         )
     act = seconds_left <= 0
     warn = policy.warn_before > 0 and not act and seconds_left <= policy.warn_before
-    return Verdict(True, idle_seconds, reasons, seconds_left=seconds_left, warn=warn, act=act)
+    return Verdict(
+        True,
+        idle_seconds,
+        reasons,
+        seconds_left=seconds_left,
+        warn=warn,
+        act=act,
+        hibernate=hibernate and not act,
+    )
 
 
 def probe_output(sessions: list[dict[str, Any]]) -> dict[str, Any]:

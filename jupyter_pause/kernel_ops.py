@@ -19,7 +19,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from .magics import ServerLink, ServerLinkError
-from .protocol import PROGRESS_MIME, CallProgress, CheckpointReply, RestoreReply, user_skipped
+from .protocol import (
+    PROGRESS_MIME,
+    CallProgress,
+    CheckpointReply,
+    HibernationFacts,
+    RestoreReply,
+    user_skipped,
+)
 
 # The nonce planted at pause, held only in this process's memory.  A kernel
 # that still knows it after a resume is the very process that was paused
@@ -238,6 +245,48 @@ def gpu_usage() -> dict[str, Any]:
     return {"gpus": len(used), "gpu_model": torch.cuda.get_device_name(used[0])}
 
 
+def hibernation_facts() -> dict[str, Any]:
+    """What the server must know before it hibernates this kernel in place
+    (server/hibernate.py): what it uses that the driver cannot checkpoint, and the host
+    memory its process may still use. Reads only what is loaded; initialises nothing."""
+    from .engine import memory
+    from .engine.lazy import module_ready
+
+    blockers = []
+    if module_ready("torch"):
+        blockers += _torch_blockers(sys.modules["torch"])
+    cupy = sys.modules.get("cupy") if module_ready("cupy") else None
+    if cupy is not None and getattr(cupy.cuda.get_allocator(), "__name__", "") == "malloc_managed":
+        blockers.append("managed (unified) memory: CuPy allocates with malloc_managed")
+    room = memory.headroom()
+    return HibernationFacts(blockers, room.free, room.limit).to_json()
+
+
+def _torch_blockers(torch) -> list[str]:
+    """NCCL process groups and GPU memory shared through CUDA IPC, as torch knows them."""
+    found = []
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        backend = str(dist.get_backend())
+        if "nccl" in backend.lower():
+            found.append(f"NCCL (a torch.distributed process group, backend {backend})")
+    reductions = sys.modules.get("torch.multiprocessing.reductions")
+    if reductions is not None:
+        # torch keys the CUDA storages it received from another process by (IPC handle,
+        # offset); CPU storages by file descriptor ids (ints) or by name
+        shared = [
+            key
+            for key, ref in list(reductions.shared_cache.items())
+            if isinstance(key, tuple) and key and isinstance(key[0], bytes) and not ref.expired()
+        ]
+        if shared:
+            found.append(
+                f"CUDA IPC: {len(shared)} GPU storage(s) received from another process "
+                "(torch.multiprocessing)"
+            )
+    return found
+
+
 def unsaveable() -> dict[str, str]:
     """The user's variables a checkpoint would leave out now, with why, so a
     person can decide before pausing.  Each is pickled to nowhere, as the
@@ -264,4 +313,5 @@ _OPERATIONS: dict[str, Any] = {
     "live_nonce": live_nonce,
     "unsaveable": unsaveable,
     "warm_up": warm_up,
+    "hibernation_facts": hibernation_facts,
 }

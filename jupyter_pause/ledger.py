@@ -70,6 +70,15 @@ class EventType(str, Enum):
     RESUME_SCHEDULE_CANCELLED = "resume-schedule-cancelled"  # data: at, kind, reason
     SCHEDULED_RESUME_STARTED = "scheduled-resume-started"  # data: at, kind; a resume follows
     PREDICTED_RESUME_UNUSED = "predicted-resume-unused"  # data: held_seconds; a pause follows
+    # hibernate in place (server/hibernate.py): the kernel's process stays, its GPU memory
+    # goes to host memory and back
+    # data: gpu_bytes (held, per NVML), bytes_freed (held less what NVML counts after),
+    # seconds (lock + checkpoint), gpus ({GPU index: bytes}), auto (bool)
+    GPU_HIBERNATED = "gpu-hibernated"
+    # data: seconds (restore + unlock), waited (from the wake's request, a cell's execute
+    # request when a cell woke it, until a cell could run), gpu_bytes, by (cell|user|pause|
+    # checkpoint)
+    GPU_WOKEN = "gpu-woken"
     # idle policy
     AUTO_PAUSE_WARNED = "auto-pause-warned"  # data: seconds_left, workload_class
     AUTO_PAUSE_POSTPONED = "auto-pause-postponed"  # data: until

@@ -14,6 +14,14 @@ because pausing replaces the kernel and the user thinks of "my notebook".
     waiting-for-capacity ─► resuming (its turn came) | paused (the server stopped)
     ready ─► checkpointing ─► ready (a checkpoint right after a resume)
 
+    running | ready ─► hibernating ─► hibernated ─► waking ─► running | ready
+                           │                          │
+                           └─► running | ready        └─► hibernated (not enough GPU memory:
+               (refused, or the driver could not lock it)     nothing was tried)
+
+A hibernated kernel is the same process, its namespace and sockets intact: only its
+GPU memory was moved to host memory by the CUDA driver (server/hibernate.py).
+
 Which operation may start in which state is :data:`OPERATION_STATES`; every
 operation carries a lease (:attr:`Operation.owner`, :attr:`Operation.heartbeat`)
 so that one whose server died can be found and resolved instead of holding
@@ -48,17 +56,32 @@ class State(str, Enum):
     RESTORING = "restoring"
     READY = "ready"
     FAILED = "failed"
+    HIBERNATING = "hibernating"
+    HIBERNATED = "hibernated"
+    WAKING = "waking"
 
     @property
     def has_kernel(self) -> bool:
         """Whether a live kernel belongs to the session in this state."""
-        return self in (State.RUNNING, State.CHECKPOINTING, State.PAUSING, State.READY)
+        return self in (
+            State.RUNNING,
+            State.CHECKPOINTING,
+            State.PAUSING,
+            State.READY,
+            *HIBERNATION_STATES,
+        )
+
+
+#: The states of a kernel that is, or is about to be, or is coming back from being,
+#: hibernated: its process lives, but its GPU memory is (or is being moved) on the host,
+#: so nothing may call into it but a wake (server/hibernate.py).
+HIBERNATION_STATES = frozenset({State.HIBERNATING, State.HIBERNATED, State.WAKING})
 
 
 # Allowed moves; anything may also go to FAILED.
 TRANSITIONS: dict[State, frozenset[State]] = {
-    State.RUNNING: frozenset({State.CHECKPOINTING, State.PAUSED}),
-    State.READY: frozenset({State.RUNNING, State.CHECKPOINTING, State.PAUSED}),
+    State.RUNNING: frozenset({State.CHECKPOINTING, State.PAUSED, State.HIBERNATING}),
+    State.READY: frozenset({State.RUNNING, State.CHECKPOINTING, State.PAUSED, State.HIBERNATING}),
     # READY: a checkpoint taken right after a resume, before any cell ran.
     # PAUSED: found at start-up: the checkpoint was committed, the kernel is gone.
     State.CHECKPOINTING: frozenset({State.PAUSING, State.RUNNING, State.READY, State.PAUSED}),
@@ -71,6 +94,11 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     # PAUSED: a platform restore did not bring the kernel back (the checkpoint will)
     State.RESTORING: frozenset({State.READY, State.PAUSED}),
     State.FAILED: frozenset({State.RESUMING, State.RUNNING, State.CHECKPOINTING, State.PAUSED}),
+    # RUNNING | READY: refused (the reason in the error), or the driver could not lock it
+    State.HIBERNATING: frozenset({State.HIBERNATED, State.RUNNING, State.READY}),
+    State.HIBERNATED: frozenset({State.WAKING}),
+    # HIBERNATED: not enough GPU memory free to restore it, so nothing was tried
+    State.WAKING: frozenset({State.RUNNING, State.READY, State.HIBERNATED}),
 }
 
 # The states each operation may start from (pause and checkpoint also need a
@@ -80,23 +108,31 @@ TRANSITIONS: dict[State, frozenset[State]] = {
 SHUTDOWN_REASON = "server-shutdown"
 
 OPERATION_STATES: dict[str, frozenset[State]] = {
-    "pause": frozenset({State.RUNNING, State.READY, State.FAILED}),
-    "checkpoint": frozenset({State.RUNNING, State.READY, State.FAILED}),
+    # a hibernated kernel is woken first (its GPU memory must be back to be saved)
+    "pause": frozenset({State.RUNNING, State.READY, State.FAILED, State.HIBERNATED}),
+    "checkpoint": frozenset({State.RUNNING, State.READY, State.FAILED, State.HIBERNATED}),
     "resume": frozenset({State.PAUSED, State.FAILED}),
+    "hibernate": frozenset({State.RUNNING, State.READY}),
+    "wake": frozenset({State.HIBERNATED}),
 }
 
 
-def allowed_now(session: Session, *, has_kernel: bool) -> dict[str, bool]:
+def allowed_now(session: Session, *, has_kernel: bool, can_hibernate: bool) -> dict[str, bool]:
     """Which operations may start on ``session`` now (``GET status``'s ``can``): none
-    runs, its state allows it (:data:`OPERATION_STATES`), and a pause or a checkpoint has
-    a kernel to save (``has_kernel``), a resume a checkpoint to restore."""
+    runs, its state allows it (:data:`OPERATION_STATES`), and a pause, a checkpoint or a
+    hibernate has a kernel (``has_kernel``), a resume a checkpoint to restore; a
+    hibernate also needs a server that can (``can_hibernate``: the driver has the API)."""
     free = not session.busy
+
+    def allowed(kind: str) -> bool:
+        return free and session.state in OPERATION_STATES[kind]
+
     return {
-        "pause": free and has_kernel and session.state in OPERATION_STATES["pause"],
-        "resume": free
-        and bool(session.last_checkpoint)
-        and session.state in OPERATION_STATES["resume"],
-        "checkpoint": free and has_kernel and session.state in OPERATION_STATES["checkpoint"],
+        "pause": allowed("pause") and has_kernel,
+        "resume": allowed("resume") and bool(session.last_checkpoint),
+        "checkpoint": allowed("checkpoint") and has_kernel,
+        "hibernate": allowed("hibernate") and has_kernel and can_hibernate,
+        "wake": allowed("wake") and has_kernel,
     }
 
 
@@ -114,6 +150,8 @@ BUSY_STATES = frozenset(
         State.RESUMING,
         State.WAITING_FOR_CAPACITY,
         State.RESTORING,
+        State.HIBERNATING,
+        State.WAKING,
     }
 )
 
@@ -166,9 +204,9 @@ class LostState:
 
 @dataclass
 class Operation:
-    """One pause, resume or checkpoint of one session."""
+    """One pause, resume, checkpoint, hibernate or wake of one session."""
 
-    kind: str  # "pause" | "resume" | "checkpoint"
+    kind: str  # "pause" | "resume" | "checkpoint" | "hibernate" | "wake"
     path: str
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     started: float = field(default_factory=time.time)
@@ -234,6 +272,9 @@ class Session:
     #: the machine of the server that paused it, when that was another server sharing
     #: the bucket (server/bucket_sessions.py); None when this server did
     origin: str | None = None
+    #: set while the kernel is hibernated (:class:`Hibernation` as JSON): how much GPU
+    #: memory it held where, so that a wake restores only what fits
+    hibernation: dict[str, Any] | None = None
 
     def move(self, to: State, *, error: str | None = None) -> State:
         """Move to ``to`` (or to FAILED with ``error``); returns the previous state."""

@@ -1,4 +1,4 @@
-"""IPython magics: ``%checkpoint``, ``%restore`` and ``%pause``.
+"""IPython magics: ``%checkpoint``, ``%restore`` and ``%pause`` (``--hibernate`` too).
 
 Loaded in every kernel (``%load_ext jupyter_pause`` or the kernel config), so this
 module imports nothing heavy: the engine, and through it torch/numpy, are
@@ -196,6 +196,12 @@ class PauseMagics(Magics):
 
     @magic_arguments()
     @argument("--force", action="store_true", help="interrupt a running cell instead of waiting")
+    @argument(
+        "--hibernate",
+        action="store_true",
+        help="keep the kernel and free only its GPU memory (to host memory), for a short "
+        "break: the next cell brings it back in seconds",
+    )
     @argument("--status", action="store_true", help="print this notebook's pause state and return")
     @argument(
         "--resume-at",
@@ -207,6 +213,9 @@ class PauseMagics(Magics):
     @line_magic
     def pause(self, line=""):
         """Pause this notebook: once this cell returns, checkpoint, stop the kernel, free the GPU.
+
+        ``%pause --hibernate`` keeps the kernel and moves only its GPU memory to host
+        memory (seconds each way, nothing written to disk), for a short break.
 
         The server does the pause (the same one as the toolbar's Pause
         button), so the kernel must have been started by a Jupyter server
@@ -233,6 +242,17 @@ class PauseMagics(Magics):
                 schedule = session.get("schedule")
                 resumes = f"; resumes at {_when(schedule['at'])}" if schedule else ""
                 print(f"{server.notebook}: {session['state']} since {since}{resumes}{error}")
+                return
+            if args.hibernate:
+                if args.force or resume_at is not None:
+                    raise UsageError("--hibernate takes neither --force nor --resume-at")
+                body = {"path": server.notebook, "after_cell": True}
+                op = server.post("sessions/hibernate", body)["operation"]
+                print(
+                    f"Hibernating {server.notebook} once this cell finishes (operation "
+                    f"{op['id']}): the kernel keeps running and its GPU memory moves to host "
+                    "memory; the next cell brings it back."
+                )
                 return
             body = {"path": server.notebook, "after_cell": True, "force": args.force}
             if resume_at is not None:

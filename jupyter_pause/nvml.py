@@ -1,4 +1,5 @@
-"""What NVML (nvidia-ml-py) tells about this machine's GPUs: the one module that calls it.
+"""What NVML (nvidia-ml-py) tells about this machine's GPUs: the one module that calls it
+(the hibernate helper's driver, hibernate/driver.py, asks it too).
 
 Each function answers None when NVML cannot tell (no nvidia-ml-py, no driver, no GPU);
 the callers then decide without it.
@@ -59,5 +60,23 @@ def utilization(pid: int | None) -> float | None:
                 if pid in pids:
                     used.append(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
             return max(used) if used else None
+        except Exception:
+            return None
+
+
+def processes() -> list[tuple[int, int, int]] | None:
+    """``(pid, GPU index, bytes used)`` of every process with a CUDA context, per GPU
+    (a process on two GPUs has two rows; bytes NVML cannot tell count as 0)."""
+    with _nvml() as nvml:
+        if nvml is None:
+            return None
+        try:
+            rows = []
+            for index in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                    used = p.usedGpuMemory if isinstance(p.usedGpuMemory, int) else 0
+                    rows.append((p.pid, index, used))
+            return rows
         except Exception:
             return None

@@ -91,3 +91,14 @@ class CallProgress(_Reply):
     def text(self) -> str:
         """``"uploading 3.1 / 8.0 GB"``."""
         return f"{self.phase} {format_bytes_of(self.done, self.total)}"
+
+
+@dataclass(frozen=True)
+class HibernationFacts(_Reply):
+    """What a kernel says of itself before it is hibernated (``kernel_ops.hibernation_facts``):
+    what it uses that the driver's process checkpoint cannot carry, named, and how much
+    more host memory its process may use (the driver puts its GPU memory there)."""
+
+    blockers: list[str] = field(default_factory=list)
+    host_free: int | None = None  # bytes; None: no limit could be read
+    host_limit: str = ""  # which limit says so

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import time
 from pathlib import Path
 
+from jupyter_pause import kernel_ops
 from jupyter_pause.backends.base import PauseBackend, ReleaseFacts
 from jupyter_pause.clock import SYSTEM
 from jupyter_pause.engine import api as engine
@@ -26,12 +28,20 @@ from jupyter_pause.server.ports import Policies
 _ids = itertools.count(1)
 
 
+class FakeProvisioner:
+    """A fake kernel's process: this test's own (a hibernate asks the GPU driver about
+    it; tests/fake_gpu_driver.py pretends the GPU memory it holds)."""
+
+    pid = os.getpid()
+
+
 class FakeKernel:
     def __init__(self, kernel_id: str, namespace: dict | None = None):
         self.kernel_id = kernel_id
         self.execution_state = "idle"
         self.namespace = namespace if namespace is not None else {}
         self.nonce = None
+        self.provisioner = FakeProvisioner()
 
 
 class FakeKernelManager:
@@ -187,6 +197,8 @@ def kernel_call(checkpoint_dir: Path):
             return {"id": result.id, "bytes": result.bytes_read, "seconds": result.seconds}
         if function == "live_nonce":
             return kernel.nonce
+        if function == "hibernation_facts":  # what this process says of itself
+            return kernel_ops.hibernation_facts()
         raise AssertionError(function)
 
     return call
@@ -198,6 +210,7 @@ def make_manager(
     store: SessionStore | None = None,
     clock=SYSTEM,
     policies: Policies = Policies(),
+    hibernator=None,
 ):
     """A PauseManager over fakes, its checkpoints and session file under ``tmp_path``."""
     kernels = FakeKernelManager()
@@ -227,6 +240,7 @@ def make_manager(
             log=log,
         ),
         policies=policies,
+        hibernator=hibernator,
     )
     manager.recovered.set()  # nothing to recover unless a test calls recover()
     return manager

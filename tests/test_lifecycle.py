@@ -4,6 +4,8 @@ recovery of abandoned operations, leases, claims that cannot be persisted."""
 import asyncio
 import dataclasses
 import json
+import logging
+import os
 import socket
 import subprocess
 import sys
@@ -12,6 +14,7 @@ import time
 import pytest
 
 from jupyter_pause.engine import api as engine
+from jupyter_pause.hibernate.client import Helper
 from jupyter_pause.lifecycle import (
     LEASE_TIMEOUT,
     OPERATION_STATES,
@@ -26,8 +29,11 @@ from jupyter_pause.lifecycle import (
     State,
 )
 from jupyter_pause.protocol import CallProgress
+from jupyter_pause.server.bucket_sessions import RECORD_STATE
 from jupyter_pause.server.errors import PauseError
+from jupyter_pause.server.hibernate import Hibernator
 
+from .fake_gpu_driver import ENV, new_world, world
 from .fakes import FakeClock, make_manager
 
 NB = "nb.ipynb"
@@ -71,9 +77,19 @@ EXPECTED = {
     (State.FAILED, "pause"): 409,  # no kernel
     (State.FAILED, "checkpoint"): 409,  # no kernel
     (State.FAILED, "resume"): State.READY,
+    (State.RUNNING, "hibernate"): State.HIBERNATED,
+    (State.READY, "hibernate"): State.HIBERNATED,
+    (State.PAUSED, "hibernate"): 409,
+    (State.FAILED, "hibernate"): 409,
+    (State.HIBERNATED, "hibernate"): 409,
+    (State.HIBERNATED, "wake"): State.RUNNING,
+    (State.HIBERNATED, "pause"): State.PAUSED,  # woken first
+    (State.HIBERNATED, "checkpoint"): State.RUNNING,  # woken first
+    (State.HIBERNATED, "resume"): 409,
+    **{(s, "wake"): 409 for s in (State.RUNNING, State.READY, State.PAUSED, State.FAILED)},
 }
 BUSY = [State.CHECKPOINTING, State.PAUSING, State.RESUMING, State.WAITING_FOR_CAPACITY]
-BUSY.append(State.RESTORING)
+BUSY += [State.RESTORING, State.HIBERNATING, State.WAKING]
 
 
 async def start(manager, kind):
@@ -81,19 +97,51 @@ async def start(manager, kind):
         return await manager.pause(NB)
     if kind == "checkpoint":
         return await manager.checkpoint(NB)
+    if kind == "hibernate":
+        return await manager.hibernate(NB)
+    if kind == "wake":
+        return await manager.wake(NB)
     return await manager.resume(NB)
 
 
-@pytest.mark.parametrize("kind", ["pause", "checkpoint", "resume"])
+@pytest.fixture
+def hibernator(tmp_path, monkeypatch):
+    """A hibernator whose helper process calls the fake driver (tests/fake_gpu_driver.py),
+    which says this test's process (every fake kernel's) holds 1 GiB of GPU memory; the
+    test starts it (its helper) and closes it."""
+    gpu = new_world(tmp_path / "gpu.json", gpus={0: 8 << 30})
+    with world(gpu) as w:
+        w["processes"][str(os.getpid())] = {"gpu": 0, "bytes": 1 << 30}
+    monkeypatch.setenv(ENV, str(gpu))
+    return Hibernator(
+        Helper("tests.fake_gpu_driver.FakeDriver", log=logging.getLogger("test")),
+        log=logging.getLogger("test"),
+    )
+
+
+@pytest.mark.parametrize("kind", ["pause", "checkpoint", "resume", "hibernate", "wake"])
 @pytest.mark.parametrize("state", list(State))
-async def test_every_state_and_operation(tmp_path, state, kind):
-    manager = make_manager(tmp_path)
+async def test_every_state_and_operation(tmp_path, state, kind, hibernator):
+    await hibernator.start()
+    try:
+        await one_state_and_operation(tmp_path, state, kind, hibernator)
+    finally:
+        await hibernator.close()
+
+
+async def one_state_and_operation(tmp_path, state, kind, hibernator):
+    manager = make_manager(tmp_path, hibernator=hibernator)
     earlier_checkpoint(manager)
     running = None
     if state in BUSY:
         # an operation another live server runs (its lease is fresh)
         running = Operation(kind="pause", path=NB, owner="elsewhere:1:x")
-    with_session(manager, state, kernel=state.has_kernel, operation=running)
+    if state == State.HIBERNATED:  # the way there is a hibernate
+        with_session(manager, State.RUNNING, kernel=True)
+        await manager.hibernate(NB)
+        await settle(manager)
+    with_session(manager, state, kernel=state.has_kernel and state != State.HIBERNATED,
+                 operation=running)  # fmt: skip
 
     if state in BUSY:
         with pytest.raises(OperationInProgress):
@@ -116,11 +164,16 @@ async def test_every_state_and_operation(tmp_path, state, kind):
 
 def test_the_operation_table_only_names_states_a_claim_can_leave():
     for kind, states in OPERATION_STATES.items():
-        first = {"pause": State.CHECKPOINTING, "checkpoint": State.CHECKPOINTING}.get(
-            kind, State.RESUMING
-        )
+        first = {
+            "pause": State.CHECKPOINTING,
+            "checkpoint": State.CHECKPOINTING,
+            "hibernate": State.HIBERNATING,
+            "wake": State.WAKING,
+        }.get(kind, State.RESUMING)
         for state in states:
-            assert first in TRANSITIONS[state] or state == State.FAILED, (kind, state)
+            # a hibernated kernel is woken first, whatever the operation
+            first_here = State.WAKING if state == State.HIBERNATED else first
+            assert first_here in TRANSITIONS[state] or state == State.FAILED, (kind, state)
 
 
 async def test_a_checkpoint_right_after_a_resume_keeps_the_session_ready(tmp_path):
@@ -180,6 +233,9 @@ def abandoned(manager, kind, state, *, kernel, committed, earlier=True):
         ("resume", State.RESTORING, False, False, State.PAUSED, "failed"),
         ("resume", State.WAITING_FOR_CAPACITY, False, False, State.PAUSED, "failed"),
         ("resume", State.RESTORING, True, False, State.FAILED, "failed"),
+        ("hibernate", State.HIBERNATING, True, False, State.FAILED, "failed"),
+        ("wake", State.WAKING, True, False, State.FAILED, "failed"),
+        ("hibernate", State.HIBERNATING, False, False, State.FAILED, "failed"),
     ],
 )
 async def test_start_up_resolves_what_a_dead_server_left_running(
@@ -446,13 +502,23 @@ def test_a_session_s_json_is_its_fields_copied():
     assert Session.from_json(json.loads(json.dumps(session.to_json()))) == session
 
 
-@pytest.mark.parametrize("kind", ["pause", "checkpoint", "resume"])
+@pytest.mark.parametrize("kind", ["pause", "checkpoint", "resume", "hibernate", "wake"])
 @pytest.mark.parametrize("kernel", [True, False])
 @pytest.mark.parametrize("state", list(State))
-async def test_status_says_which_operations_would_start(tmp_path, state, kernel, kind):
+async def test_status_says_which_operations_would_start(tmp_path, state, kernel, kind, hibernator):
     """``can`` in GET status (what the UI enables) is what the operation then does:
-    started exactly when it says so, in every state, with a kernel or without."""
-    manager = make_manager(tmp_path)
+    started exactly when it says so, in every state, with a kernel or without (and for
+    hibernate and wake, with a server that can hibernate)."""
+    if kind in ("hibernate", "wake"):
+        await hibernator.start()
+    try:
+        await status_and_start(tmp_path, state, kernel, kind, hibernator)
+    finally:
+        await hibernator.close()
+
+
+async def status_and_start(tmp_path, state, kernel, kind, hibernator):
+    manager = make_manager(tmp_path, hibernator=hibernator)
     checkpoint_id = earlier_checkpoint(manager)
     running = Operation(kind="pause", path=NB, owner="elsewhere:1:x") if state in BUSY else None
     session = with_session(manager, state, kernel=kernel, operation=running)
@@ -467,3 +533,9 @@ async def test_status_says_which_operations_would_start(tmp_path, state, kernel,
         started = False
     await settle(manager)
     assert row["can"][kind] is started
+
+
+def test_every_state_says_something_in_the_bucket():
+    """A notebook in any state has a record state for other servers (bucket_sessions.py):
+    a state added without one would fail every save of the sessions with a bucket."""
+    assert set(RECORD_STATE) == set(State)

@@ -369,6 +369,13 @@ async def test_real_responses_match_the_spec(jp_fetch, jp_serverapp, notebook_pa
     assert code == 409
     code, body = await call("post", "/sessions/prewarm", body={"path": 7})
     assert code == 400
+    # no GPU here: the server says it cannot hibernate, and why; nothing to wake
+    code, body = await call("post", "/sessions/hibernate", body={**nb, "after_cell": True})
+    assert code == 409 and "NVML" in body["message"]
+    code, body = await call("post", "/sessions/hibernate", body={**nb, "after_cell": "yes"})
+    assert code == 400
+    code, body = await call("post", "/sessions/wake", body=nb)
+    assert code == 409 and "only a hibernated notebook wakes" in body["message"]
     code, body = await call("put", "/sessions/schedule", body={**nb, "resume_at": "in 1h"})
     assert code == 409  # running: nothing to schedule
     code, body = await call("put", "/sessions/schedule", body={**nb, "resume_at": "noon"})

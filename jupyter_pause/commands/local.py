@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from ..client import ClientError, PauseClient
-from ..formatting import format_age
+from ..formatting import format_age, format_bytes
 from ..protocol import CallProgress
 
 
@@ -77,7 +77,8 @@ def _emit(args, data: Any, text: str) -> None:
 
 
 def cmd_status(client: PauseClient, args) -> int:
-    sessions = client.status()["sessions"]
+    status = client.status()
+    sessions = status["sessions"]
     if args.workspace:
         sessions = [s for s in sessions if s["path"] == args.workspace]
         if not sessions:
@@ -95,12 +96,27 @@ def cmd_status(client: PauseClient, args) -> int:
             f"{s['path']:32} {s['state']:22} {format_age(now - s['since']):>8}  {saved_text}"
             + (f"\n  {CallProgress.from_json(progress).text()}" if progress else "")
             + (f"\n  resumes at: {_when(schedule['at'])} ({schedule['kind']})" if schedule else "")
+            + _hibernation(s)
             + (f"\n  error: {s['error']}" if s.get("error") else "")
         )
     if not sessions:
         lines.append("(no notebooks)")
+    hibernate = status.get("hibernate") or {}
+    if not hibernate.get("available", True):
+        lines.append(f"hibernate in place: unavailable here: {hibernate.get('why_not')}")
     _emit(args, sessions, "\n".join(lines))
     return 0
+
+
+def _hibernation(session: dict[str, Any]) -> str:
+    """The line under a hibernated kernel: how much GPU memory waits in host memory."""
+    held = session.get("hibernation")
+    if not held:
+        return ""
+    return (
+        f"\n  GPU memory in host memory: {format_bytes(held['bytes'])} since "
+        f"{_when(held['since'])}; the kernel runs, and its next cell wakes it"
+    )
 
 
 def cmd_list(client: PauseClient, args) -> int:

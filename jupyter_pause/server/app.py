@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
+from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 from jupyter_server.services.kernels.kernelmanager import ServerKernelManager
 from prometheus_client import REGISTRY
 from tornado.ioloop import IOLoop
@@ -32,6 +33,8 @@ from ..clock import SYSTEM
 from ..engine import durable, signing
 from ..engine import paths as checkpoint_paths
 from ..engine.session_record import STALE, Records
+from ..hibernate import driver as gpu_driver
+from ..hibernate.client import Helper
 from ..idle_policy import load_classes
 from ..ledger import Ledger
 from ..lifecycle import SessionStore
@@ -43,6 +46,7 @@ from .classify import WorkloadClassifier
 from .explain import policy_summary
 from .fleet import FleetPublisher
 from .handlers import ROUTES
+from .hibernate import GPU_MARGIN, HOST_MARGIN, Hibernator
 from .idle_watcher import IdleWatcher
 from .kernels import PauseKernelManager
 from .manager import PauseManager
@@ -50,6 +54,7 @@ from .metrics import PauseMetrics
 from .ports import Policies
 from .scheduler import ResumeScheduler
 from .shutdown import save_all
+from .wake import WakingConnection
 
 EVENT_SCHEMA = Path(__file__).parent.parent / "events" / "lifecycle.yaml"
 EVENT_SCHEMA_ID = "https://events.jupyter.org/jupyter_pause/lifecycle/v1"
@@ -206,6 +211,38 @@ class PauseApp(ExtensionApp):
         also handed over after each pause and when the server stops.  0: only then.""",
     )
 
+    hibernate_driver = Unicode(
+        "jupyter_pause.hibernate.driver.CudaDriver",
+        config=True,
+        help="""The GPU driver that hibernates kernels in place (%pause --hibernate,
+        Hibernate GPU, a workload class's hibernate_after): a
+        jupyter_pause.hibernate.driver.GpuDriver subclass as module.Class, called from
+        one helper process per server. The default calls the CUDA driver's process
+        checkpoint API (cuda-bindings; driver 570 or newer) and NVML. Empty: off.""",
+    )
+    hibernate_host_margin = Int(
+        HOST_MARGIN,
+        min=0,
+        config=True,
+        help="""Bytes of host memory a hibernate leaves free beside the GPU memory it
+        moves there; a kernel whose GPU memory does not fit so is not hibernated.""",
+    )
+    hibernate_gpu_margin = Int(
+        GPU_MARGIN,
+        min=0,
+        config=True,
+        help="""Bytes of GPU memory a wake wants free beside what the kernel held; less
+        than that free and the kernel stays hibernated (a restore that fails for memory
+        leaves a process unable to ever restore).""",
+    )
+    hibernate_lock_timeout = Float(
+        30,
+        min=1,
+        config=True,
+        help="Seconds the driver may wait for a kernel's submitted GPU work before a "
+        "hibernate gives up (the kernel then keeps its GPU memory).",
+    )
+
     @default("state_dir")
     def _default_state_dir(self):
         return os.path.join(jupyter_data_dir(), "pause")
@@ -268,6 +305,7 @@ class PauseApp(ExtensionApp):
                 clock=clock,
                 hold_timeout=self.bucket_hold_timeout,
             )
+        self.hibernator = self._make_hibernator()
         self.manager = PauseManager(
             kernel_manager=self.serverapp.kernel_manager,
             session_manager=self.serverapp.session_manager,
@@ -285,6 +323,7 @@ class PauseApp(ExtensionApp):
             classifier=classifier,
             policies=policies,
             shared=self.shared,
+            hibernator=self.hibernator,
         )
         self._prepare_kernels(self.manager.kernel_settings())
         self._watch_kernel_starts()
@@ -425,6 +464,7 @@ class PauseApp(ExtensionApp):
             return  # the server stops already: no resume begins, no hand-over either
         await self.manager.came_back(report)
         self.fleet.start()
+        await self.hibernator.start()  # last: the helper's driver takes seconds to start
         self.log.info(
             "jupyter-pause %s: backend %s%s",
             __version__,
@@ -485,7 +525,36 @@ class PauseApp(ExtensionApp):
             )
             return
         kernel_manager.kernel_manager_factory = functools.partial(
-            kernel_manager.kernel_manager_factory, pause_settings=kernel_settings
+            kernel_manager.kernel_manager_factory,
+            pause_settings=kernel_settings,
+            before_stop=self.hibernator.before_stop,
+        )
+
+    def _make_hibernator(self) -> Hibernator:
+        """The hibernator, with its helper when this server can hibernate kernels; else
+        with why not (GET status's ``can.hibernate`` is then false). A driver setting that
+        names no driver stops the server here."""
+        why = None
+        if not self.hibernate_driver:
+            why = "off (c.PauseApp.hibernate_driver is empty)"
+        else:
+            why = gpu_driver.load(self.hibernate_driver).present()
+        connection = self.serverapp.kernel_websocket_connection_class
+        if connection is ZMQChannelsWebsocketConnection:
+            # a cell wakes a hibernated kernel before it reaches it (server/wake.py)
+            self.settings["kernel_websocket_connection_class"] = WakingConnection
+        elif not issubclass(connection, WakingConnection):
+            why = why or (
+                f"the kernel websocket connection class is {connection.__name__}, which "
+                "cannot wake a hibernated kernel before a cell reaches it"
+            )
+        return Hibernator(
+            Helper(self.hibernate_driver, log=self.log) if why is None else None,
+            unavailable=why,
+            host_margin=self.hibernate_host_margin,
+            gpu_margin=self.hibernate_gpu_margin,
+            lock_timeout=self.hibernate_lock_timeout,
+            log=self.log,
         )
 
     def _connect_event_bus(self):
@@ -570,6 +639,11 @@ class PauseApp(ExtensionApp):
                 os.environ.pop(checkpoint_paths.ENV_KEY_FILE, None)
             else:
                 os.environ[checkpoint_paths.ENV_KEY_FILE] = self._key_env_before
+        hibernator = getattr(self, "hibernator", None)
+        if hibernator is not None and not hibernator.touched:
+            # else kept: Jupyter stops the kernels next, and those it checkpointed are
+            # locked and checkpointed once more first (the helper ends with the server)
+            await hibernator.close()
         ledger = getattr(self, "ledger", None)
         if ledger is not None:
             ledger.close()

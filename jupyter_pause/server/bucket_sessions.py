@@ -63,6 +63,10 @@ RECORD_STATE = {
     State.WAITING_FOR_CAPACITY: "resuming",
     State.RESTORING: "resuming",
     State.FAILED: "failed",
+    # the kernel is alive, its GPU memory in host memory: this server holds it
+    State.HIBERNATING: "running",
+    State.HIBERNATED: "running",
+    State.WAKING: "running",
 }
 
 #: seconds a stopping server waits for its last records

@@ -219,6 +219,29 @@ class ResumeSessionHandler(PauseHandler):
         self.write_json({"operation": op.to_json()}, status=202)
 
 
+class HibernateSessionHandler(PauseHandler):
+    """Hibernate a kernel in place: its GPU memory to host memory, its process kept."""
+
+    @tornado.web.authenticated
+    @translate_errors
+    async def post(self):
+        body = self.body()
+        path = await self.path_argument(body.get("path"))
+        op = await self.manager.hibernate(path, after_cell=flag(body, "after_cell"))
+        self.write_json({"operation": op.to_json()}, status=202)
+
+
+class WakeSessionHandler(PauseHandler):
+    """Bring a hibernated kernel's GPU memory back (a cell does it by itself)."""
+
+    @tornado.web.authenticated
+    @translate_errors
+    async def post(self):
+        path = await self.path_argument(self.body().get("path"))
+        op = await self.manager.wake(path)
+        self.write_json({"operation": op.to_json()}, status=202)
+
+
 class PrewarmSessionHandler(PauseHandler):
     """Start a spare kernel for a paused notebook whose resume offer is showing."""
 
@@ -419,6 +442,8 @@ ROUTES = [
     (rf"{NAMESPACE}/sessions/pause", PauseSessionHandler),
     (rf"{NAMESPACE}/sessions/resume", ResumeSessionHandler),
     (rf"{NAMESPACE}/sessions/prewarm", PrewarmSessionHandler),
+    (rf"{NAMESPACE}/sessions/hibernate", HibernateSessionHandler),
+    (rf"{NAMESPACE}/sessions/wake", WakeSessionHandler),
     (rf"{NAMESPACE}/sessions/schedule", ScheduleHandler),
     (rf"{NAMESPACE}/sessions/checkpoint", CheckpointSessionHandler),
     (rf"{NAMESPACE}/sessions/checkpointed", CheckpointedHandler),

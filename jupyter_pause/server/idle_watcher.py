@@ -25,6 +25,10 @@ from ..lifecycle import OperationInProgress, State
 from .classify import WorkloadClassifier
 from .errors import PauseError
 
+#: the states whose idleness the watcher judges: a hibernated kernel is paused once idle
+#: for its class's threshold (its pause wakes it first)
+WATCHED = (State.RUNNING, State.READY, State.HIBERNATED)
+
 
 def iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat() if ts else None
@@ -37,6 +41,7 @@ class Operations(Protocol):
     async def jupyter_sessions(self) -> dict[str, dict]: ...
     async def pause(self, path: str, *, auto: bool = False) -> Any: ...
     async def checkpoint(self, path: str) -> Any: ...
+    async def hibernate(self, path: str, *, auto: bool = False) -> Any: ...
     def execution_state(self, kernel_id: str | None) -> str | None: ...
 
 
@@ -68,6 +73,9 @@ class IdleWatcher:
         self.clock = clock
         self._warned: set[str] = set()
         self._auto_checkpointed: dict[str, Instant] = {}
+        #: each notebook's last automatic hibernate (None: refused at once) and its last
+        #: activity then
+        self._hibernates: dict[str, tuple[Any, Instant]] = {}
         self._gpu_cache: dict[str, tuple[float, float | None]] = {}  # kernel id -> (monotonic, %)
         self._callback: PeriodicCallback | None = None
 
@@ -119,11 +127,7 @@ class IdleWatcher:
         """One round: warn, then act on sessions whose time has come."""
         await self.operations.sync()
         for path, session in list(self.store.sessions.items()):
-            if (
-                session.busy
-                or session.state not in (State.RUNNING, State.READY)
-                or not session.kernel_id
-            ):
+            if session.busy or session.state not in WATCHED or not session.kernel_id:
                 self._warned.discard(path)
                 continue
             policy, _ = await self.classifier.classify(session)
@@ -144,6 +148,8 @@ class IdleWatcher:
                 self._warned.discard(path)
             if verdict.act:
                 await self._act(session, policy)
+            elif verdict.hibernate and session.state != State.HIBERNATED:
+                await self._hibernate(session, policy)
 
     async def _act(self, session, policy: WorkloadClass) -> None:
         path = session.path
@@ -163,6 +169,26 @@ class IdleWatcher:
         except (PauseError, OperationInProgress) as e:
             self.log.info("jupyter-pause: auto-%s of %s skipped: %s", policy.action, path, e)
             activity.reset_clock()  # try again one threshold later, not every round
+
+    async def _hibernate(self, session, policy: WorkloadClass) -> None:
+        """The class's first step: hibernate in place. Once refused (at once, or by its
+        operation: the kernel uses what cannot be hibernated, say), not again until the
+        notebook has been used."""
+        path = session.path
+        since = self.activity.for_path(path).last_user_activity
+        last = self._hibernates.get(path)
+        if (
+            last is not None
+            and last[1] == since
+            and (last[0] is None or last[0].outcome == "failed")
+        ):
+            return
+        self.log.info("jupyter-pause: hibernating idle notebook %s (class %s)", path, policy.name)
+        try:
+            self._hibernates[path] = (await self.operations.hibernate(path, auto=True), since)
+        except (PauseError, OperationInProgress) as e:
+            self.log.info("jupyter-pause: auto-hibernate of %s skipped: %s", path, e)
+            self._hibernates[path] = (None, since)
 
     def postpone(self, path: str) -> float:
         """ "Keep running": the idle clock starts again now."""
@@ -185,7 +211,7 @@ class IdleWatcher:
 
     async def auto_pause_status(self, session) -> dict[str, Any] | None:
         """The ``auto_pause`` field of a session in ``GET status``."""
-        if session.state not in (State.RUNNING, State.READY) or not session.kernel_id:
+        if session.state not in WATCHED or not session.kernel_id:
             return None
         policy, _ = await self.classifier.classify(session)
         verdict = self.verdict(session, policy)

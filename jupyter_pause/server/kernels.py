@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jupyter_server.services.kernels.kernelmanager import ServerKernelManager
+from traitlets import Callable as CallableTrait
 from traitlets import Dict
 
 from ..protocol import PROGRESS_MIME, CallProgress
@@ -55,6 +56,27 @@ class PauseKernelManager(ServerKernelManager):
         "checkpoints live, how many are kept), as environment variables: handed over by "
         "PauseApp when it builds the manager (PauseManager.kernel_settings)."
     )
+
+    before_stop = CallableTrait(
+        None,
+        allow_none=True,
+        help="``async (pid)``, awaited before the kernel's process is stopped or restarted "
+        "(a shutdown, a cull, a restart): the hibernator locks and checkpoints a process "
+        "whose GPU memory it ever restored (server/hibernate.py). Handed over by PauseApp.",
+    )
+
+    async def shutdown_kernel(self, now: bool = False, restart: bool = False):
+        await self._before_stop()
+        return await super().shutdown_kernel(now=now, restart=restart)
+
+    async def _async_shutdown_kernel(self, now: bool = False, restart: bool = False):
+        # a restart reaches here without passing through shutdown_kernel
+        await self._before_stop()
+        return await super()._async_shutdown_kernel(now=now, restart=restart)
+
+    async def _before_stop(self) -> None:
+        if self.before_stop is not None:
+            await self.before_stop(_pid(self))
 
     def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
         cmd = super().format_kernel_cmd(extra_arguments)

@@ -36,6 +36,7 @@ from ..engine import store as checkpoint_store
 from ..ledger import EventType, Ledger
 from ..lifecycle import (
     BUSY_STATES,
+    HIBERNATION_STATES,
     OPERATION_STATES,
     SHUTDOWN_REASON,
     LiveState,
@@ -46,7 +47,7 @@ from ..lifecycle import (
     SessionStore,
     State,
 )
-from ..protocol import CheckpointReply, RestoreReply, user_skipped
+from ..protocol import CheckpointReply, HibernationFacts, RestoreReply, user_skipped
 from .activity import ActivityMonitor
 from .bucket_sessions import BucketSessions
 from .capacity import ResumeGate, machine_limit
@@ -54,6 +55,7 @@ from .catalogue import Catalogue
 from .classify import WorkloadClassifier
 from .errors import PauseError
 from .explain import status_rows
+from .hibernate import Hibernation, Hibernator, Refused, Stuck
 from .kernels import KernelCallError, KernelDied, call_in_kernel
 from .ports import Policies
 from .prewarm import Prewarmer
@@ -90,6 +92,7 @@ class PauseManager:
         classifier: WorkloadClassifier,
         policies: Policies = Policies(),
         shared: BucketSessions | None = None,
+        hibernator: Hibernator | None = None,
     ):
         self.kernel_manager = kernel_manager
         self.session_manager = session_manager
@@ -157,6 +160,8 @@ class PauseManager:
             log=log,
         )
         self.policies = policies
+        #: hibernates kernels in place (server/hibernate.py); one that cannot says why
+        self.hibernator = hibernator or Hibernator(None, unavailable="not configured", log=log)
         #: set once :meth:`recover` ran: until then status and operations wait,
         #: so that nobody sees (or trips over) what a dead server left behind
         self.recovered = asyncio.Event()
@@ -217,8 +222,14 @@ class PauseManager:
         """Every notebook's state: a pure read (nothing is recorded or saved)."""
         await self.recovered.wait()
         live = await self.jupyter_sessions()
-        sessions = await status_rows(live, self.store.sessions, self.policies)
-        return {"backend": self.backend.describe(), "sessions": sessions}
+        sessions = await status_rows(
+            live, self.store.sessions, self.policies, can_hibernate=self.hibernator.ready
+        )
+        return {
+            "backend": self.backend.describe(),
+            "hibernate": {"available": self.hibernator.ready, "why_not": self.hibernator.why_not},
+            "sessions": sessions,
+        }
 
     def operation(self, operation_id: str) -> Operation:
         op = self.operations.get(operation_id)
@@ -246,11 +257,14 @@ class PauseManager:
         if session.busy:
             raise OperationInProgress(path, session.operation)
         if session.state not in OPERATION_STATES[kind]:
-            wanted = "only a paused notebook resumes" if kind == "resume" else "not running"
+            wanted = {
+                "resume": "only a paused notebook resumes",
+                "wake": "only a hibernated notebook wakes",
+            }.get(kind, "not running")
             raise PauseError(f"{path!r} is {session.state.value}; {wanted}", status=409)
         if kind != "resume" and path not in live:
             raise PauseError(f"{path!r} has no running kernel to {kind}", status=409)
-        if kind != "resume":
+        if kind not in ("resume", "wake"):
             await self.reconciler.refuse_second_session(path, live[path], kind)
         return session, live
 
@@ -304,6 +318,87 @@ class PauseManager:
         op = self._begin(path, "checkpoint", **({"autosave": True} if autosave else {}))
         self._spawn(self._run_checkpoint(self.store.sessions[path], op), op)
         return op
+
+    async def hibernate(
+        self, path: str, *, after_cell: bool = False, auto: bool = False
+    ) -> Operation:
+        """Move the kernel's GPU memory to host memory, its process kept
+        (server/hibernate.py); ``after_cell``: once the running cell ends (``%pause
+        --hibernate``). Refused at once where the server cannot, or the kernel is busy;
+        the operation fails, naming why, where the kernel or its GPU use cannot."""
+        if not self.hibernator.ready:
+            raise PauseError(
+                f"this server cannot hibernate kernels: {self.hibernator.why_not}", status=409
+            )
+        session, live = await self._prepare(path, "hibernate")
+        kernel = live[path]["kernel"]
+        if kernel.get("execution_state") == "busy" and not after_cell:
+            try:
+                await self._wait_idle(kernel["id"], BUSY_GRACE)
+            except PauseError:
+                raise PauseError(
+                    f"the kernel of {path!r} is busy running a cell: only an idle kernel "
+                    "hibernates",
+                    status=409,
+                ) from None
+        op = self._begin(path, "hibernate", after_cell=after_cell, auto=auto)
+        self._spawn(self._run_hibernate(self.store.sessions[path], op), op)
+        return op
+
+    async def wake(self, path: str, *, by: str = "user") -> Operation:
+        """Bring a hibernated kernel's GPU memory back (``by``: who asked, for the
+        ledger: ``user``, or ``cell`` when a cell's request woke it)."""
+        await self._prepare(path, "wake")
+        op = self._begin(path, "wake", by=by)
+        self._spawn(self._run_wake(self.store.sessions[path], op), op)
+        return op
+
+    def hibernated(self, kernel_id: str) -> bool:
+        """Whether code sent to the kernel must wait for a wake (server/wake.py): it is
+        hibernated, being hibernated or woken, or a hibernate of it was asked for."""
+        for session in self.store.sessions.values():
+            if session.kernel_id == kernel_id:
+                op = session.operation
+                return session.state in HIBERNATION_STATES or (
+                    session.busy and op.kind == "hibernate"
+                )
+        return False
+
+    async def awake(self, kernel_id: str) -> None:
+        """Return once the kernel may run code: at once for a kernel that is not
+        hibernated; else after its hibernate under way ends and a wake (started here
+        when none runs). :class:`PauseError` (409) with why, when it stays hibernated.
+
+        Called before a client's request that runs code reaches the kernel
+        (server/wake.py): a cell never meets a hibernated kernel."""
+        await self.recovered.wait()
+        woken = False
+        while True:
+            session = next(
+                (s for s in self.store.sessions.values() if s.kernel_id == kernel_id), None
+            )
+            if session is None:
+                return
+            op = session.operation
+            # a hibernate under way, or an operation waking the kernel (a pause or a
+            # checkpoint of a hibernated one): the request waits for it
+            if session.busy and (
+                op.kind in ("hibernate", "wake") or session.state in HIBERNATION_STATES
+            ):
+                task = self._running.get(op.id)
+                if task is None:  # another server runs it: its own clients wait on it
+                    return
+                await asyncio.wait({task})
+                continue
+            if session.state != State.HIBERNATED:
+                return
+            if woken:  # the wake ended and the kernel is still hibernated: why
+                raise PauseError(session.error or "the kernel could not be woken", status=409)
+            try:
+                await self.wake(session.path, by="cell")
+            except OperationInProgress:
+                continue  # another request's wake, claimed meanwhile: wait for it
+            woken = True
 
     async def resume(
         self,
@@ -431,6 +526,8 @@ class PauseManager:
     async def _run_pause(self, session: Session, op: Operation) -> None:
         path = session.path
         try:
+            if session.state == State.HIBERNATED and not await self._wake(session, op, "pause"):
+                return
             await self._quiesce(session, op)
             activity = self.activity.for_path(path)
             if activity and activity.last_cell_finished:
@@ -651,8 +748,12 @@ class PauseManager:
         )
 
     async def _run_checkpoint(self, session: Session, op: Operation) -> None:
-        previous = session.state
         try:
+            if session.state == State.HIBERNATED and not await self._wake(
+                session, op, "checkpoint"
+            ):
+                return
+            previous = session.state
             if await self._checkpoint(session, op, pause=False):
                 self.recorder.move(
                     session, State.RUNNING if previous != State.READY else State.READY, op
@@ -661,6 +762,100 @@ class PauseManager:
         except Exception as e:
             self.log.exception("jupyter-pause: checkpoint of %s failed", session.path)
             self._unexpected(session, op, e)
+
+    # ------------------------------------------------------------ hibernating
+
+    def _kernel_pid(self, kernel_id: str | None) -> int | None:
+        try:
+            return self.kernel_manager.get_kernel(kernel_id).provisioner.pid
+        except (KeyError, AttributeError):
+            return None
+
+    async def _run_hibernate(self, session: Session, op: Operation) -> None:
+        previous = session.state  # where a refusal, or a later wake, returns it
+        try:
+            await self._quiesce(session, op)
+            self.recorder.move(session, State.HIBERNATING, op, "checking the kernel can hibernate")
+            pid = self._kernel_pid(session.kernel_id)
+            if pid is None:
+                raise Refused("its process is not one this server started (no pid)")
+            km = self.kernel_manager.get_kernel(session.kernel_id)
+            facts = HibernationFacts.from_json(await self.call(km, "hibernation_facts", timeout=60))
+            gpus = await self.hibernator.check(pid, facts)
+            if self.execution_state(session.kernel_id) == "busy":
+                raise Refused("a cell started meanwhile: only an idle kernel hibernates")
+            op.step = "moving the GPU memory to host memory"
+            hibernation = await self.hibernator.hibernate(pid, gpus, back_to=previous.value)
+        except (Refused, KernelCallError, PauseError) as e:
+            error = f"not hibernated: {e}"
+            self.recorder.move(session, previous, op, error=error)
+            self.recorder.fail(session, op, error)
+            return
+        except Stuck as e:
+            self._stuck(session, op, f"hibernate failed: {e}")
+            return
+        except Exception as e:
+            self.log.exception("jupyter-pause: hibernate of %s failed", session.path)
+            self._unexpected(session, op, e)
+            return
+        session.hibernation = hibernation.to_json()
+        self.recorder.record(
+            EventType.GPU_HIBERNATED,
+            session,
+            op,
+            gpu_bytes=hibernation.bytes,
+            bytes_freed=hibernation.freed,
+            seconds=hibernation.seconds,
+            gpus=hibernation.gpus,
+            auto=bool(op.options.get("auto")),
+        )
+        self.recorder.move(session, State.HIBERNATED, op)
+        self.recorder.finish(session, op)
+
+    async def _run_wake(self, session: Session, op: Operation) -> None:
+        try:
+            if await self._wake(session, op, op.options.get("by", "user")):
+                self.recorder.finish(session, op)
+        except Exception as e:
+            self.log.exception("jupyter-pause: wake of %s failed", session.path)
+            self._unexpected(session, op, e)
+
+    async def _wake(self, session: Session, op: Operation, by: str) -> bool:
+        """Wake the session's hibernated kernel as a step of ``op`` (a wake, or the pause
+        or checkpoint that needs its GPU memory back); False once ``op`` failed."""
+        hibernation = Hibernation.from_json(session.hibernation)
+        self.recorder.move(session, State.WAKING, op, "bringing the GPU memory back")
+        try:
+            seconds = await self.hibernator.wake(hibernation)
+        except Refused as e:
+            self.recorder.move(session, State.HIBERNATED, op, error=f"not woken: {e}")
+            self.recorder.fail(session, op, f"not woken: {e}")
+            return False
+        except Stuck as e:
+            self._stuck(session, op, f"wake failed: {e}")
+            return False
+        session.hibernation = None
+        self.recorder.record(
+            EventType.GPU_WOKEN,
+            session,
+            op,
+            seconds=seconds,
+            waited=time.time() - op.started,
+            gpu_bytes=hibernation.bytes,
+            by=by,
+        )
+        self.recorder.move(session, State(hibernation.back_to), op)
+        return True
+
+    def _stuck(self, session: Session, op: Operation, error: str) -> None:
+        """The driver left the kernel's process unable to use its GPU: failed, and what
+        to do (its last checkpoint, if any, still has its state)."""
+        saved = session.last_checkpoint or {}
+        then = f"; its checkpoint {saved['id']} can be resumed" if saved.get("id") else ""
+        error = f"{error}. Shut the kernel down{then}"
+        session.hibernation = None
+        self.recorder.move(session, State.FAILED, op, error=error)
+        self.recorder.fail(session, op, error)
 
     async def _shutdown_kernel(self, kernel_id: str) -> float:
         """Stop a kernel and wait for its process to exit; returns when that was."""

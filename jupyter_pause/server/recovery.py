@@ -241,6 +241,15 @@ class Recovery:
                     State.PAUSED,
                     f"{said}; nothing was restored and the checkpoints are intact: resume again",
                 )
+        elif op.kind in ("hibernate", "wake") and alive:
+            # the driver may have left the process locked, or its GPU memory on the host,
+            # and the helper that knew ended with its server
+            to, error = (
+                State.FAILED,
+                f"{said}: whether the kernel's GPU memory is on the GPU or in host memory is "
+                "unknown (its CUDA calls may wait for ever). Shut the kernel down"
+                + (f"; checkpoints you can resume from: {', '.join(ids)}" if ids else ""),
+            )
         elif alive:
             saved = f"; checkpoint {committed['id']} was saved" if committed else ""
             to, error = (
@@ -259,12 +268,12 @@ class Recovery:
                 if ids
                 else "There is no checkpoint to resume from."
             )
+            before = (
+                "" if op.kind in ("hibernate", "wake") else " before its checkpoint was committed"
+            )
             to, error = (
                 State.FAILED,
-                (
-                    f"{said} before its checkpoint was committed, and the kernel stopped with it: "
-                    f"its unsaved state is lost. {offer}"
-                ),
+                f"{said}{before}, and the kernel stopped with it: its unsaved state is lost. {offer}",
             )
         try:
             self.recorder.move(session, to, op, error=error)

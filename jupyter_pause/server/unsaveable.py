@@ -18,6 +18,11 @@ async def unsaveable(manager, path: str) -> dict[str, str]:
     if path not in live:
         raise PauseError(f"{path!r} has no running kernel", status=409)
     kernel_id = live[path]["kernel"]["id"]
+    if manager.hibernated(kernel_id):  # its objects' GPU memory is not there to look at
+        raise PauseError(
+            f"the kernel of {path!r} is hibernated; a pause wakes it first, and a cell too",
+            status=409,
+        )
     # as a pause does, wait a moment: the busy may be the end of a cell, or of this
     # read's own previous call, that the server's IOPub listener has not seen end yet
     deadline = time.monotonic() + BUSY_GRACE

@@ -71,6 +71,37 @@ export class PauseActions {
     return !!this.session(path)?.can.checkpoint;
   }
 
+  canHibernate(path: string | null | undefined): boolean {
+    return !!this.session(path)?.can.hibernate;
+  }
+
+  /** Hibernated in place, or on the way there or back. */
+  isHibernated(path: string | null | undefined): boolean {
+    const state = this.session(path)?.state;
+    return (
+      state === 'hibernating' || state === 'hibernated' || state === 'waking'
+    );
+  }
+
+  canWake(path: string | null | undefined): boolean {
+    return !!this.session(path)?.can.wake;
+  }
+
+  /** Free the GPU for a short break: the kernel stays, its GPU memory goes to host memory. */
+  async hibernate(panel: NotebookPanel): Promise<IOperation | null> {
+    const path = panel.context.path;
+    await this.save(panel);
+    const verb = this.trans.__('Hibernating the GPU of %1', path);
+    return this._follower.run('sessions/hibernate', { path }, verb, path);
+  }
+
+  /** Bring a hibernated kernel's GPU memory back now (a cell does it by itself). */
+  wake(panel: NotebookPanel): Promise<IOperation | null> {
+    const path = panel.context.path;
+    const verb = this.trans.__('Waking the GPU of %1', path);
+    return this._follower.run('sessions/wake', { path }, verb, path);
+  }
+
   /** "Pause Until…": ask when to resume by itself, then pause with that schedule. */
   async pauseUntil(panel: NotebookPanel): Promise<IOperation | null> {
     const value = await askResumeTime(this.trans);

@@ -21,7 +21,10 @@ export const PAUSE_STATES = [
   'waiting-for-capacity',
   'restoring',
   'ready',
-  'failed'
+  'failed',
+  'hibernating',
+  'hibernated',
+  'waking'
 ] as const;
 
 export type PauseState = (typeof PAUSE_STATES)[number];
@@ -42,12 +45,14 @@ export const BUSY_STATES: readonly PauseState[] = [
   'pausing',
   'resuming',
   'waiting-for-capacity',
-  'restoring'
+  'restoring',
+  'hibernating',
+  'waking'
 ];
 
 export interface IOperation {
   id: string;
-  kind: 'pause' | 'resume' | 'checkpoint';
+  kind: 'pause' | 'resume' | 'checkpoint' | 'hibernate' | 'wake';
   path: string;
   started: number;
   finished: number | null;
@@ -134,6 +139,16 @@ export interface ISessionStatus {
    * restarted it empty) or the server stopped under it. Resume restores it.
    */
   saved_state_unrestored?: ISavedStateUnrestored | null;
+  /** Set while the kernel is hibernated in place: its GPU memory is in host memory. */
+  hibernation?: IHibernation | null;
+}
+
+/** A kernel hibernated in place (`hibernation` in `GET status`). */
+export interface IHibernation {
+  /** GPU memory the kernel's process held, now in host memory. */
+  bytes: number;
+  /** When it was hibernated (epoch seconds). */
+  since: number;
 }
 
 /** The operations a notebook allows now (`can` in `GET status`). */
@@ -141,6 +156,10 @@ export interface IAllowed {
   pause: boolean;
   resume: boolean;
   checkpoint: boolean;
+  /** Move the kernel's GPU memory to host memory (the server has a driver that can). */
+  hibernate?: boolean;
+  /** Bring a hibernated kernel's GPU memory back (a cell does it by itself too). */
+  wake?: boolean;
 }
 
 export interface ISavedStateUnrestored {

@@ -62,6 +62,8 @@ export const CommandIDs = {
   pauseUntil: 'jupyter-pause:pause-until',
   resume: 'jupyter-pause:resume',
   checkpoint: 'jupyter-pause:checkpoint',
+  hibernate: 'jupyter-pause:hibernate',
+  wake: 'jupyter-pause:wake',
   snapshots: 'jupyter-pause:show-snapshots',
   report: 'jupyter-pause:report'
 } as const;
@@ -153,6 +155,27 @@ const actionsPlugin: JupyterFrontEndPlugin<PauseActions> = {
       isEnabled: () => actions.canCheckpoint(path()),
       execute: run(panel => actions.checkpoint(panel))
     });
+    app.commands.addCommand(CommandIDs.hibernate, {
+      label: trans.__('Hibernate GPU'),
+      caption: trans.__(
+        'Free the GPU for a short break: the kernel keeps running, its GPU memory moves to host memory, and the next cell brings it back in seconds'
+      ),
+      isEnabled: () => actions.canHibernate(path()),
+      // only where the server can hibernate (a GPU whose driver has the API), and
+      // while a notebook is hibernated (disabled then: a cell wakes it)
+      isVisible: () =>
+        actions.canHibernate(path()) || actions.isHibernated(path()),
+      execute: run(panel => actions.hibernate(panel))
+    });
+    app.commands.addCommand(CommandIDs.wake, {
+      label: trans.__('Wake GPU'),
+      caption: trans.__(
+        'Bring the hibernated kernel’s GPU memory back now (a cell does it by itself)'
+      ),
+      isEnabled: () => actions.canWake(path()),
+      isVisible: () => actions.canWake(path()),
+      execute: run(panel => actions.wake(panel))
+    });
     const refreshCommands = () => {
       for (const id of Object.values(CommandIDs)) {
         if (app.commands.hasCommand(id)) {
@@ -168,7 +191,9 @@ const actionsPlugin: JupyterFrontEndPlugin<PauseActions> = {
         CommandIDs.pause,
         CommandIDs.pauseUntil,
         CommandIDs.resume,
-        CommandIDs.checkpoint
+        CommandIDs.checkpoint,
+        CommandIDs.hibernate,
+        CommandIDs.wake
       ]) {
         palette.addItem({ command, category });
       }
@@ -240,7 +265,13 @@ const statusPlugin: JupyterFrontEndPlugin<void> = {
       currentPath,
       app.commands,
       actions.trans,
-      [CommandIDs.pause, CommandIDs.resume, CommandIDs.checkpoint]
+      [
+        CommandIDs.pause,
+        CommandIDs.resume,
+        CommandIDs.checkpoint,
+        CommandIDs.hibernate,
+        CommandIDs.wake
+      ]
     );
     notebooks.currentChanged.connect(() => item.update());
     statusBar.registerStatusItem('jupyter-pause:status', {

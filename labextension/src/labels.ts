@@ -34,6 +34,12 @@ export function stateLabel(
       return trans.__('Resumed');
     case 'failed':
       return trans.__('Failed');
+    case 'hibernating':
+      return trans.__('Hibernating GPU');
+    case 'hibernated':
+      return trans.__('GPU hibernated');
+    case 'waking':
+      return trans.__('GPU hibernated · waking');
   }
   return state;
 }
@@ -165,6 +171,17 @@ export function describeSession(
   const progress = session.operation?.progress;
   if (progress && session.operation?.outcome === 'running') {
     return trans.__('Pause: %1 · %2', label, describeProgress(progress, trans));
+  }
+  if (session.state === 'waking') {
+    return trans.__('Pause: %1', label); // a cell waits for it: say only that
+  }
+  if (session.state === 'hibernated' && session.hibernation) {
+    return trans.__(
+      'Pause: %1 · %2 in host memory · %3',
+      label,
+      formatBytes(session.hibernation.bytes),
+      formatDuration(now - session.since, trans)
+    );
   }
   if (session.state === 'paused' && session.schedule) {
     return trans.__(

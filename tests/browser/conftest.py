@@ -27,7 +27,7 @@ CHROMIUM_ARGS = [
 class Lab:
     """JupyterLab with jupyter-pause in a subprocess, isolated in ``home``."""
 
-    def __init__(self, home: Path, extra_args: list[str] = ()):
+    def __init__(self, home: Path, extra_args: list[str] = (), env: dict | None = None):
         self.root = home / "root"
         self.root.mkdir(exist_ok=True)
         env = {
@@ -35,6 +35,7 @@ class Lab:
             "JUPYTER_CONFIG_DIR": str(home / ".jupyter"),
             "JUPYTER_DATA_DIR": str(home / "data"),
             "IPYTHONDIR": str(home / ".ipython"),
+            **(env or {}),
         }
         args = [
             "--ServerApp.allow_unauthenticated_access=False",

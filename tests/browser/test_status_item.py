@@ -143,7 +143,13 @@ def test_a_notebook_whose_kernel_died_offers_what_the_server_allows(shared_lab, 
     wait_status(page, "Pause: Failed")
     session = session_of(lab, "died.ipynb")
     assert session["kernel_id"] and session["live_state"] == "fresh"
-    assert session["can"] == {"pause": True, "resume": True, "checkpoint": True}
+    assert session["can"] == {
+        "pause": True,
+        "resume": True,
+        "checkpoint": True,
+        "hibernate": False,  # no GPU here
+        "wake": False,
+    }
     restarting = page.locator(".jp-Dialog", has_text="Kernel Restarting")
     if restarting.count():
         restarting.get_by_role("button", name="Ok").click()

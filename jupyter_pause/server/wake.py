@@ -1,0 +1,119 @@
+"""A cell never meets a hibernated kernel: the kernel websocket wakes it first.
+
+:class:`WakingConnection` is Jupyter Server's websocket connection to a kernel, with one
+difference: a request on the shell channel that runs code (``execute_request``, and
+completion, inspection and comm messages, which reach the user's objects) for a kernel
+that is hibernated, or being hibernated, is held while the manager wakes the kernel
+(``PauseManager.awake``), then sent on; the messages behind it wait their turn, so their
+order is kept. Should the kernel stay hibernated (not enough GPU memory free, the driver
+failed), each held request that runs code is answered with an error that says why, as
+the kernel would answer, and the kernel never sees it; the others go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from jupyter_client.jsonutil import json_default
+from jupyter_server.services.kernels.connection.base import (
+    deserialize_binary_message,
+    deserialize_msg_from_ws_v1,
+    serialize_msg_to_ws_v1,
+)
+from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
+
+from .errors import PauseError
+
+#: shell requests that run no user code: they pass a hibernated kernel by
+PASSES = frozenset(
+    {"kernel_info_request", "is_complete_request", "history_request", "comm_info_request"}
+)
+V1 = "v1.kernel.websocket.jupyter.org"
+
+
+class WakingConnection(ZMQChannelsWebsocketConnection):
+    """Jupyter's kernel websocket connection that wakes a hibernated kernel before a
+    request that runs code reaches it."""
+
+    _held: list | None = None  # messages waiting for a wake, in order
+
+    def handle_incoming_message(self, incoming_msg) -> None:
+        if self._held is not None:
+            self._held.append(incoming_msg)
+            return
+        manager = self.websocket_handler.settings.get("jupyter_pause_manager")
+        if (
+            manager is not None
+            and manager.hibernated(self.kernel_id)
+            and self._runs_code(incoming_msg)
+        ):
+            self._held = [incoming_msg]
+            asyncio.ensure_future(self._wake_then_send(manager))
+            return
+        super().handle_incoming_message(incoming_msg)
+
+    def _runs_code(self, message) -> bool:
+        channel, header = self._peek(message)
+        return channel == "shell" and bool(header) and header.get("msg_type") not in PASSES
+
+    async def _wake_then_send(self, manager) -> None:
+        error = None
+        try:
+            await manager.awake(self.kernel_id)
+        except PauseError as e:
+            error = str(e)
+        except Exception as e:  # the request must be answered whatever broke
+            self.log.exception("jupyter-pause: could not wake kernel %s", self.kernel_id)
+            error = f"the kernel could not be woken: {e}"
+        held, self._held = self._held or [], None
+        for message in held:  # an interrupt, say, passes whatever became of the wake
+            if error is None or not self._runs_code(message):
+                super().handle_incoming_message(message)
+            else:
+                self._refuse(message, error)
+
+    def _peek(self, message) -> tuple[str | None, dict[str, Any] | None]:
+        """A websocket message's channel and header, whichever protocol it came in."""
+        try:
+            if self.subprotocol == V1:
+                channel, parts = deserialize_msg_from_ws_v1(message)
+                return channel, self.session.unpack(parts[0])
+            msg = (
+                deserialize_binary_message(message)
+                if isinstance(message, bytes)
+                else json.loads(message)
+            )
+            return msg.get("channel") or "shell", msg.get("header")
+        except Exception:  # not ours to judge: Jupyter's own handling logs it
+            return None, None
+
+    def _refuse(self, message, error: str) -> None:
+        """Answer a held request as the kernel answers a failed one: busy, the error
+        (for a cell, in its output), the reply, idle."""
+        _, header = self._peek(message)
+        kind = header["msg_type"]
+        failure = {
+            "ename": "GPUHibernated",
+            "evalue": error,
+            "traceback": [f"GPUHibernated: {error}"],
+        }
+        reply = {"status": "error", **failure}
+        if kind == "execute_request":
+            reply["execution_count"] = None
+        self._send("iopub", "status", {"execution_state": "busy"}, header)
+        if kind == "execute_request":
+            self._send("iopub", "error", failure, header)
+        self._send("shell", kind.replace("_request", "_reply"), reply, header)
+        self._send("iopub", "status", {"execution_state": "idle"}, header)
+
+    def _send(self, channel: str, kind: str, content: dict, parent: dict) -> None:
+        msg = self.session.msg(kind, content=content, parent=parent)
+        if self.subprotocol == V1:
+            self.websocket_handler.write_message(
+                serialize_msg_to_ws_v1(msg, channel, self.session.pack), binary=True
+            )
+        else:
+            msg["channel"] = channel
+            self.websocket_handler.write_message(json.dumps(msg, default=json_default))
