@@ -3,13 +3,14 @@ resume through REST (the toolbar's buttons), in a real server whose kernels have
 with and without pyarrow. The pause after an earlier checkpoint used to drop the frame
 where pandas had no pyarrow (its strings are then an array of Python objects)."""
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 
 from jupyter_pause.client import LocalServer
+
+from .test_restart import notebook_and_env
 
 pytestmark = pytest.mark.slow
 
@@ -38,15 +39,7 @@ print(json.dumps({
 def test_a_pause_after_a_checkpoint_keeps_every_frame(pyarrow, tmp_path):
     if pyarrow:
         pytest.importorskip("pyarrow")
-    root = tmp_path / "root"
-    root.mkdir()
-    nb = {"cells": [], "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-          "nbformat": 4, "nbformat_minor": 5}  # fmt: skip
-    (root / "nb.ipynb").write_text(json.dumps(nb))
-    env = {
-        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
-        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
-    }
+    root, env = notebook_and_env(tmp_path)
     if not pyarrow:  # the server's kernels inherit it: pyarrow is unimportable there
         env["PYTHONPATH"] = os.pathsep.join(
             filter(None, [str(WITHOUT_PYARROW), os.environ.get("PYTHONPATH")])

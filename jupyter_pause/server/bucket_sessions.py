@@ -105,7 +105,7 @@ class BucketSessions:
         self.published: dict[str, dict[str, Any]] = {}
         #: notebooks another server took over from this one: no longer published here
         self.detached: set[str] = set()
-        #: the notebook file of each notebook as of its last pause here
+        #: the notebook file of each notebook as of its last checkpoint here (or as learned)
         self.notebook_files: dict[str, dict[str, Any]] = {}
         #: notebook folder -> the ETag of its record as listed, and the record as read
         self._seen: dict[str, tuple[str, Stored]] = {}
