@@ -67,7 +67,7 @@ def can_hibernate(client) -> bool:
     return bool(client.status().get("hibernate", {}).get("available"))
 
 
-def open_kernel(server, name: str, gpu_bytes: int | None = 8 * GiB, workload_class=None):
+def open_kernel(server, name: str, gpu_bytes: int | None = GiB // 2, workload_class=None):
     """A notebook with a kernel that ran a cell; its process holds ``gpu_bytes`` on GPU 0
     as the fake driver tells it. Returns (path, kernel id, pid)."""
     local, client = server
@@ -103,7 +103,7 @@ def test_hibernate_frees_the_gpu_keeps_the_process_and_a_cell_wakes_it(server):
     assert op["outcome"] == "succeeded", op
     session = client.session_status(path)
     assert session["state"] == "hibernated" and session["kernel_id"] == kernel_id
-    assert session["hibernation"]["bytes"] == 8 * GiB
+    assert session["hibernation"]["bytes"] == GiB // 2
     assert session["hibernation"]["pid"] == pid
     assert session["can"]["wake"] and not session["can"]["hibernate"]
     assert calls_for(pid) == ["lock", "checkpoint"]
@@ -117,8 +117,8 @@ def test_hibernate_frees_the_gpu_keeps_the_process_and_a_cell_wakes_it(server):
     assert calls_for(pid) == ["lock", "checkpoint", "restore", "unlock"]
 
     events = {e.type: e.data for e in client.ledger_events() if e.path == path}
-    assert events["gpu-hibernated"]["gpu_bytes"] == 8 * GiB
-    assert events["gpu-hibernated"]["bytes_freed"] == 8 * GiB
+    assert events["gpu-hibernated"]["gpu_bytes"] == GiB // 2
+    assert events["gpu-hibernated"]["bytes_freed"] == GiB // 2
     assert events["gpu-woken"]["by"] == "cell"
     assert events["gpu-woken"]["waited"] >= events["gpu-woken"]["seconds"] >= 0
 
@@ -131,7 +131,7 @@ def test_a_wake_that_does_not_fit_is_never_tried(server):
     path, kernel_id, pid = open_kernel(server, "crowded.ipynb")
     assert hibernate(client, path)["outcome"] == "succeeded"
     with world() as w:  # someone else takes the GPU meanwhile
-        w["processes"][str(os.getpid())] = {"gpu": 0, "bytes": 78 * GiB}
+        w["processes"][str(os.getpid())] = {"gpu": 0, "bytes": 80 * GiB - GiB // 4}
     try:
         result = client.execute(kernel_id, "x + 1")
         assert not result.ok and "GPUHibernated" in result.error, result
@@ -282,7 +282,7 @@ def test_the_magic_hibernates_once_its_cell_ends(server):
 
     assert out.ok and "Hibernating" in out.stdout, out
     wait_for(lambda: client.session_status(path)["state"] == "hibernated", what="hibernated")
-    assert client.session_status(path)["hibernation"]["bytes"] == 8 * GiB
+    assert client.session_status(path)["hibernation"]["bytes"] == GiB // 2
 
 
 def test_a_class_that_chooses_it_hibernates_first_when_idle(server):

@@ -140,8 +140,8 @@ def test_another_node_fires_a_schedule_it_never_saw(nodes, seaweed, bucket):
     assert learned(b, client)["schedule"]["at"] == pytest.approx(at)
     session = wait_for(
         lambda: (s := client.session_status(NB)) and s["state"] == "ready" and s,
-        120,
-        "the scheduled resume on the node that never saw the pause",
+        180,
+        lambda: f"the scheduled resume: {client.session_status(NB)}\n{b.log_tail()}",
     )
     assert time.time() >= at and session["resumed_ahead"]["kind"] == "scheduled"
     assert client.evaluate(session["kernel_id"], CHECK) == EXPECTED

@@ -113,6 +113,7 @@ class BucketSessions:
         #: why the last write of a notebook's record failed
         self.failed: dict[str, str] = {}
         self._writing: dict[str, asyncio.Task] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
         self._loops: list[asyncio.Task] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
@@ -209,7 +210,15 @@ class BucketSessions:
         await asyncio.shield(self._writing[path])
         return self.failed.get(path)
 
+    def _lock(self, path: str) -> asyncio.Lock:
+        """One read-and-write of a notebook's record at a time, on this server."""
+        return self._locks.setdefault(path, asyncio.Lock())
+
     async def _publish(self, path: str, *, renew: bool = False) -> None:
+        async with self._lock(path):
+            await self._publish_locked(path, renew=renew)
+
+    async def _publish_locked(self, path: str, *, renew: bool) -> None:
         session = self.store.sessions.get(path)
         if session is None or path in self.detached:
             return
@@ -312,6 +321,10 @@ class BucketSessions:
     async def claim(self, path: str) -> None:
         """Before a resume: take the notebook in the bucket (``resuming``), unless another
         server holds it; raises :class:`PauseError` (409) naming that server."""
+        async with self._lock(path):
+            await self._claim_locked(path)
+
+    async def _claim_locked(self, path: str) -> None:
         key = signing.load_key(create=False)
         current = await self._read(path, key)
         if not current.exists:
@@ -337,15 +350,16 @@ class BucketSessions:
         )
         try:
             self.known[path] = await self.records.write(record, current, key or signing.load_key())
-        except RecordConflict as conflict:
+        except RecordConflict as conflict:  # another server wrote it since it was read
             self.known[path] = conflict.current
             winner = conflict.current.record
-            raise PauseError(
-                self._held_message(path, winner)
-                if winner is not None
-                else f"{path!r} cannot be resumed here: {conflict.current.problem}",
-                409,
-            ) from None
+            if winner is None:
+                why = f"{path!r} cannot be resumed here: {conflict.current.problem}"
+            elif winner.state in HELD:
+                why = self._held_message(path, winner)
+            else:
+                why = f"{path!r} changed on another server, {winner.where}, meanwhile; try again"
+            raise PauseError(why, 409) from None
         self.published[path] = {**intent, "state": "resuming"}
         self.detached.discard(path)
 
