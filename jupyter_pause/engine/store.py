@@ -235,7 +235,8 @@ def _check_signature(folder: Path, data: bytes, key: bytes | None) -> None:
 
 def _check_binding(nbdir: Path, folder: Path, m: Manifest) -> None:
     """A valid signature proves who wrote the manifest, not that it belongs here: a
-    checkpoint of another notebook copied into this folder (a replay) signs fine."""
+    checkpoint of another notebook copied into this folder (a replay), or another
+    checkpoint of this notebook copied over this one (a rollback), signs fine."""
     if paths.folder_name(m.notebook) != nbdir.name:
         raise UntrustedCheckpoint(
             str(folder),
@@ -246,6 +247,15 @@ def _check_binding(nbdir: Path, folder: Path, m: Manifest) -> None:
     if m.owner and m.owner != paths.owner():
         raise UntrustedCheckpoint(
             str(folder), f"it belongs to user {m.owner!r}, not {paths.owner()!r}", "other-owner"
+        )
+    if m.id != folder.name:
+        older = paths.id_sort_key(m.id) < paths.id_sort_key(folder.name)
+        raise UntrustedCheckpoint(
+            str(folder),
+            f"it is checkpoint {m.id} (saved at {m.created}), copied over checkpoint "
+            f"{folder.name}: "
+            + ("an older state put in its place (a rollback)" if older else "not this one"),
+            "other-checkpoint",
         )
 
 

@@ -4,6 +4,7 @@ corruption, credentials, a missing bucket and a store killed in the middle of an
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -462,6 +463,50 @@ def test_a_lazy_restore_finds_a_damaged_header_in_the_bucket_and_falls_back(
     assert victim not in mirror(url).listing()  # removed from the bucket
 
 
+@pytest.mark.parametrize("lazy", [False, True])
+def test_an_older_checkpoint_copied_over_the_newest_in_the_bucket_is_refused(
+    url, tmp_path, monkeypatch, capsys, lazy
+):
+    """Issue #37: the older checkpoint's signed files, copied over the newest one's in the
+    bucket, used to be listed ``ok`` under the newest id on another machine and restored
+    by it with no word. Now that machine refuses it by name, before anything is
+    unpickled, and a resume without an id says which checkpoint it used, and why."""
+    from jupyter_pause import cli
+
+    new_cache(tmp_path, monkeypatch, "a")
+    old = api.checkpoint(dir=url, notebook=NB, namespace=state(1), progress=False)
+    new = api.checkpoint(dir=url, notebook=NB, namespace=state(2), progress=False)
+    m = mirror(url)
+    for name in ("manifest.json", "manifest.sig", "objects.pkl"):
+        data = obstore.get(m.store, m.key(f"{old.id}/{name}")).bytes()
+        obstore.put(m.store, m.key(f"{new.id}/{name}"), bytes(data))
+
+    new_cache(tmp_path, monkeypatch, "b")  # a machine that never saw either
+    listed = {i.id: i for i in store.list_checkpoints(url, NB)}
+    assert listed[old.id].status == "ok" and listed[new.id].status == "untrusted"
+    assert old.id in listed[new.id].problem and "rollback" in listed[new.id].problem
+    with pytest.raises(errors.UntrustedCheckpoint) as ei:
+        api.restore(new.id, dir=url, notebook=NB, namespace={}, progress=False, lazy=lazy)
+    assert ei.value.kind == "other-checkpoint"
+    chosen = store.choose_for_resume(url, NB)
+    assert chosen.id == old.id and "rollback" in chosen.passed_over[new.id]
+
+    out = {"__name__": "__main__"}
+    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=lazy)
+    api.lazy_mod.wait()
+    assert rr.id == old.id and "rollback" in rr.passed_over[new.id]
+    assert f"restored {old.id} instead, the newest checkpoint that verifies" in rr.notes
+    assert out["step"] == 1 and np.array_equal(out["table"], state(1)["table"])
+
+    new_cache(tmp_path, monkeypatch, "c")
+    capsys.readouterr()
+    cli.main(["verify", "--dir", url, "--json"])
+    (nb,) = json.loads(capsys.readouterr().out)["notebooks"]
+    checked = {c["id"]: c for c in nb["checkpoints"]}
+    assert checked[new.id]["status"] == "untrusted" and old.id in checked[new.id]["problem"]
+    assert nb["restorable"] == [old.id]
+
+
 def test_wrong_credentials_are_named_and_a_retry_completes(url, tmp_path, monkeypatch):
     new_cache(tmp_path, monkeypatch, "c")
     good = os.environ["AWS_SECRET_ACCESS_KEY"]
@@ -552,8 +597,6 @@ def test_store_killed_mid_upload_then_back_a_retry_completes_and_nothing_is_orph
 
 # ------------------------------------------------------------------ verify and gc on a bucket
 def test_verify_and_gc_work_on_a_bucket(either_url, tmp_path, monkeypatch, capsys):
-    import json
-
     from jupyter_pause import cli
 
     url = either_url
