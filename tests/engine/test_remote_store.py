@@ -137,6 +137,21 @@ def test_records_kept_apart_come_back_from_the_bucket(url, tmp_path, monkeypatch
     assert out["step"] == 2
 
 
+def test_one_name_restores_from_the_bucket_with_only_its_files(url, tmp_path, monkeypatch):
+    """Restoring a name on a machine without the checkpoint downloads that object's files
+    alone, and does not ask for the others (it used to find them missing)."""
+    new_cache(tmp_path, monkeypatch, "a")
+    ns = large_state()
+    r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    new_cache(tmp_path, monkeypatch, "b")
+    out = {"__name__": "__main__"}
+    rr = api.restore(r.id, "first", dir=url, notebook=NB, namespace=out, progress=False)
+    assert rr.restored == ["first"] and np.array_equal(out["first"], ns["first"])
+    nbdir = paths.notebook_dir(url, NB)
+    m = store.read_manifest(nbdir, r.id)
+    assert not (nbdir / m.storages[m.objects["second"].storages[0]].file).exists()
+
+
 def test_a_lazy_restore_downloads_a_file_only_when_its_object_is_read(
     url, seaweed, tmp_path, monkeypatch
 ):
@@ -278,13 +293,36 @@ def held_copies(monkeypatch):
     return go
 
 
-def test_an_eager_restore_reads_the_bucket_straight_into_memory_then_keeps_a_copy(
-    url, tmp_path, monkeypatch, held_copies
+def large_state(n: int = 1) -> dict:
+    """Objects a lazy restore reads in the background (24 and 48 MB: above EAGER_BELOW),
+    one of them over two ranged GETs, beside small ones it reads before it returns."""
+    return {
+        **state(n),
+        "first": np.full(3_000_000, 1.0 * n),
+        "second": torch.full((6_000_000,), 2.0 * n, dtype=torch.float64),
+    }
+
+
+def same_state(out: dict, ns: dict) -> bool:
+    return (
+        torch.equal(out["model"].weight, ns["model"].weight)
+        and np.array_equal(out["table"], ns["table"])
+        and np.array_equal(out["first"], ns["first"])
+        and torch.equal(out["second"], ns["second"])
+        and out["step"] == ns["step"]
+    )
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_a_restore_reads_the_bucket_straight_into_memory_then_keeps_a_copy(
+    url, tmp_path, monkeypatch, held_copies, lazy
 ):
-    """No tensor file is downloaded to disk and read back: the restore returns with
-    nothing written here, and the copy comes after, whole and verified."""
+    """No tensor file is downloaded to disk and read back: every object is in memory
+    before a byte of its file is written here, and the copy comes after, whole and
+    verified. Issue #37: a lazy restore too, which reads its large objects in the
+    background (it used to download each file to the cache, then read it)."""
     new_cache(tmp_path, monkeypatch, "a")
-    ns = state()
+    ns = large_state()
     r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
     download = remote.Remote.download
 
@@ -297,12 +335,14 @@ def test_an_eager_restore_reads_the_bucket_straight_into_memory_then_keeps_a_cop
     new_cache(tmp_path, monkeypatch, "b")
     nbdir = paths.notebook_dir(url, NB)
     out = {"__name__": "__main__"}
-    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=lazy)
     assert rr.bytes_downloaded > 2_000_000
-    assert torch.equal(out["model"].weight, ns["model"].weight)
-    assert np.array_equal(out["table"], ns["table"])
+    assert {"first", "second"} <= set(rr.loading) if lazy else not rr.loading
+    assert api.lazy_mod.wait() == {}
+    assert same_state(out, ns)
     m = store.read_manifest(nbdir, r.id)
     assert not [rel for rel in m.files if (nbdir / rel).exists()]  # nothing written yet
+    assert not list(nbdir.rglob("*.part-*"))
     held_copies.set()
     store.wait_for_copies(nbdir)
     assert not list(nbdir.rglob("*.part-*"))
@@ -310,17 +350,51 @@ def test_an_eager_restore_reads_the_bucket_straight_into_memory_then_keeps_a_cop
         assert store.check_blob(nbdir / rel, entry, full=True) is None, rel
 
 
+def test_a_lazy_restore_from_the_bucket_fails_only_what_a_damaged_file_holds(
+    url, tmp_path, monkeypatch
+):
+    """A tensor file read in the background that does not match its signed hash fails
+    the objects that reach it, which come back from the older checkpoint (a note says
+    so); the others are restored; the file is deleted from the bucket, and not kept
+    here."""
+    new_cache(tmp_path, monkeypatch, "a")
+    api.checkpoint(dir=url, notebook=NB, namespace=large_state(1), progress=False)
+    ns = large_state(2)
+    new = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    nbdir = paths.notebook_dir(url, NB)
+    m = store.read_manifest(nbdir, new.id)
+    victim = m.storages[m.objects["second"].storages[0]].file
+    data = bytearray((nbdir / victim).read_bytes())
+    data[-100] ^= 0xFF  # in the data, same size
+    obstore.put(mirror(url).store, mirror(url).key(victim), bytes(data))
+
+    new_cache(tmp_path, monkeypatch, "b")
+    nbdir = paths.notebook_dir(url, NB)
+    out = {"__name__": "__main__"}
+    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=True)
+    assert rr.id == new.id and "second" in rr.loading
+    assert api.lazy_mod.wait() == {}
+    assert torch.equal(out["second"], large_state(1)["second"])  # the older copy
+    assert np.array_equal(out["first"], ns["first"]) and out["step"] == 2
+    assert victim not in mirror(url).listing()
+    store.wait_for_copies(nbdir)
+    assert not (nbdir / victim).exists()
+    other = m.storages[m.objects["first"].storages[0]].file
+    assert store.check_blob(nbdir / other, m.files[other], full=True) is None
+
+
+@pytest.mark.parametrize("lazy", [False, True])
 def test_a_checkpoint_after_a_restore_from_the_bucket_waits_for_its_copies(
-    url, tmp_path, monkeypatch, held_copies
+    url, tmp_path, monkeypatch, held_copies, lazy
 ):
     """Right after the restore, a checkpoint finds the restored tensors' files here and
     writes none of them again."""
     new_cache(tmp_path, monkeypatch, "a")
-    ns = state()
+    ns = large_state()
     api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
     new_cache(tmp_path, monkeypatch, "b")
     out = {"__name__": "__main__"}
-    api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+    api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=lazy)
     out["step"] = 2
     again = api.checkpoint(dir=url, notebook=NB, namespace=out, progress=False)
     assert again.bytes_written < 100_000, again.summary()
@@ -772,6 +846,59 @@ def test_store_killed_mid_restore_then_back_a_retry_restores(tmp_path, monkeypat
         api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
         assert np.array_equal(out["big"], ns["big"])
     finally:
+        server.stop()
+
+
+def test_store_killed_mid_lazy_restore_fails_what_it_had_not_read(tmp_path, monkeypatch):
+    """The store dies while a lazy restore reads its large objects in the background: the
+    objects whose bytes had not all come in fail, by name and cause, the others are
+    restored, nothing half read is kept here, and a retry restores everything."""
+    server = Seaweed(tmp_path / "weed")
+    server.start()
+    try:
+        server.create_bucket("killed-lazy")
+        for k, v in server.env().items():
+            monkeypatch.setenv(k, v)
+        url = "s3://killed-lazy/ck"
+        new_cache(tmp_path, monkeypatch, "writer")
+        ns = large_state()
+        api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+
+        cache = new_cache(tmp_path, monkeypatch, "reader")
+        read_into = remote.Remote.read_into
+
+        def killed_in_the_background(self, files, on_part=None, **lazily):
+            if not lazily:  # what the restore reads before it returns
+                return read_into(self, files, on_part)
+
+            def killing(name, filled):
+                server.kill()
+                on_part(name, filled)
+
+            return read_into(self, files, killing, **lazily)
+
+        monkeypatch.setattr(remote.Remote, "read_into", killed_in_the_background)
+        out = {"__name__": "__main__"}
+        rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=True)
+        assert {"first", "second"} <= set(rr.loading) and out["step"] == 1
+        failed = api.lazy_mod.wait()
+        assert failed and set(failed) <= {"first", "second"}
+        assert all("does not answer" in why for why in failed.values()), failed
+        assert same_state(out | {n: ns[n] for n in failed}, ns)  # the others came back
+        nbdir = paths.notebook_dir(url, NB)
+        store.wait_for_copies(nbdir)
+        assert not list(cache.rglob("*.part-*"))
+        m = store.read_manifest(nbdir, rr.id)
+        for name in failed:
+            assert not (nbdir / m.storages[m.objects[name].storages[0]].file).exists()
+
+        monkeypatch.setattr(remote.Remote, "read_into", read_into)
+        server.start()
+        back = {"__name__": "__main__"}
+        api.restore(dir=url, notebook=NB, namespace=back, progress=False, lazy=True)
+        assert api.lazy_mod.wait() == {} and same_state(back, ns)
+    finally:
+        api.lazy_mod.cancel()
         server.stop()
 
 
