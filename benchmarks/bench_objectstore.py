@@ -14,12 +14,21 @@ on a local SeaweedFS (``weed server -s3``, started here on 127.0.0.1):
             into memory (16 in flight, as the restore), allocated in the timing as the
             restore's is; the local copy the restore writes once it has returned is
             waited for outside both timings, and its time printed apart
+  lazy      restore(lazy=True) from the bucket into another empty cache, as a kernel's
+            resume does: when it returns (a cell that uses no large object runs), when
+            a cell that uses ``layer0`` (the first object the reader reads) may run,
+            / a raw ranged download of that object's bytes alone, and / the moment its
+            bytes were in during the raw download of everything (file after file, 16
+            in flight), and when the whole state is in, / that raw download (the same
+            round's); its local copy is waited for outside the timings, as the eager
+            one's.  The raw downloads allocate as a restore does (small pages)
   re-pause  bytes uploaded by a checkpoint after one small change (target < 1 MB)
 
 Each round uses a new prefix (nothing deduplicated across rounds) and alternates the
-order of the pair.  CPU seconds (user + system) of this process and of SeaweedFS are
-printed beside each: on a small machine both share the cores.  GB/s is printed beside GKE Pod Snapshots' ~0.1 GB/s (8.3 GiB in
-115-127 s).  Size: ``--size-gb`` or ``$BENCH_OBJSTORE_GB``.
+order of the steps.  CPU seconds (user + system) of this process and of SeaweedFS are
+printed beside each: on a small machine both share the cores.  GB/s is printed beside
+GKE Pod Snapshots' ~0.1 GB/s (8.3 GiB in 115-127 s).  Size: ``--size-gb`` or ``$BENCH_OBJSTORE_GB`` (at least 0.4: below, each of
+the 24 tensors is under the 16 MiB a lazy restore reads before it returns).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -68,11 +78,18 @@ def raw_upload(store, arrays: list, prefix: str, parallel: int) -> float:
 
 
 def raw_download(
-    store, sizes: list[int], prefix: str, parallel: int = 16, touched: bool = False
+    store,
+    sizes: list[int],
+    prefix: str,
+    parallel: int = 16,
+    touched: bool = False,
+    first: list | None = None,
 ) -> float:
     """Ranged GETs into memory allocated in the timing, as a restore must (its tensors'):
-    fresh, untouched pages (``np.empty``), first touched by the copy.  ``touched``: into
-    memory allocated and written before the timing (not a restore's case: a lower bound)."""
+    fresh, untouched pages (``np.empty``), first touched by the copy, on small pages as a
+    restore's (:func:`fresh`), file after file.  ``touched``: into memory allocated and
+    written before the timing (not a restore's case: a lower bound).  ``first``: gets
+    the seconds until the first file was all in."""
     import numpy as np
     import obstore
 
@@ -80,19 +97,48 @@ def raw_download(
     jobs = [(i, s) for i, size in enumerate(sizes) for s in range(0, size, part)]
     if touched:
         bufs = [np.ones(s, dtype=np.uint8) for s in sizes]
+    left = [sizes[0]]
+    lock = threading.Lock()
     t0 = time.perf_counter()
     if not touched:
-        bufs = [np.empty(s, dtype=np.uint8) for s in sizes]
+        bufs = [fresh(s) for s in sizes]
 
     def get(job):
         i, start = job
         end = min(start + part, sizes[i])
         got = obstore.get_range(store, f"{prefix}/{i}", start=start, end=end)
         bufs[i][start:end] = np.frombuffer(got, dtype=np.uint8)
+        if i == 0 and first is not None:
+            with lock:
+                left[0] -= end - start
+                if not left[0]:
+                    first.append(time.perf_counter() - t0)
 
     with ThreadPoolExecutor(parallel) as pool:
         list(pool.map(get, jobs))
     return time.perf_counter() - t0
+
+
+def fresh(nbytes: int):
+    """``np.empty`` as a restore allocates it: numpy advises huge pages for 4 MiB and
+    more, and a restore takes that advice back before the memory is first touched
+    (docs/engine.md, step 5: faulting in fresh huge pages, compaction included, took
+    2-3x as long on the development VM), so the raw download does too."""
+    import numpy as np
+
+    from jupyter_pause.engine.buffers import (
+        HUGE_ADVICE_MIN,
+        MADV_NOHUGEPAGE,
+        libc_madvise,
+        page_span,
+    )
+
+    buf = np.empty(nbytes, dtype=np.uint8)
+    madvise = libc_madvise()
+    if madvise is not None and nbytes >= HUGE_ADVICE_MIN:
+        start, end = page_span(buf.ctypes.data, nbytes)
+        madvise(start, end - start, MADV_NOHUGEPAGE)
+    return buf
 
 
 def cpu_seconds(pid: int | None = None) -> float:
@@ -151,7 +197,7 @@ def main() -> int:
 
 
 def run(args, work: Path, server_pid: int) -> int:
-    from jupyter_pause.engine import api, paths, remote, store
+    from jupyter_pause.engine import api, lazy, paths, remote, store
 
     size = int(args.size_gb * 1e9)
     ns = model(size, 0)
@@ -164,7 +210,8 @@ def run(args, work: Path, server_pid: int) -> int:
     settings = (8, 16, 32)
     rows: dict[str, list] = {
         "upload": [], "restore": [], "raw download": [], "touched": [], "repause": [],
-        "copies": [],
+        "copies": [], "lazy ready": [], "lazy first": [], "lazy": [], "raw first": [],
+        "lazy copies": [], "raw first in": [],
     }  # fmt: skip
     raw_up: list[dict[int, Timed]] = []  # per round: parallel setting -> its raw upload
     for r in range(args.rounds):
@@ -211,21 +258,39 @@ def run(args, work: Path, server_pid: int) -> int:
         def download(r=r):
             sizes = [a.nbytes for a in arrays]
             with Timed(server_pid) as t:
-                raw_download(client, sizes, f"raw{r}-{settings[0]}")
+                raw_download(client, sizes, f"raw{r}-{settings[0]}", first=rows["raw first in"])
             rows["raw download"].append(t)
             rows["touched"].append(
                 raw_download(client, sizes, f"raw{r}-{settings[0]}", touched=True)
             )
 
-        if r % 2:
-            download()
-            restore()
-        else:
-            restore()
-            download()
+        def lazy_restore(url=url, r=r):
+            os.environ[paths.ENV_CACHE] = str(work / f"lazy-{r}")
+            out = {"__name__": "__main__"}
+            with Timed(server_pid) as t:
+                api.restore(
+                    dir=url, notebook="bench.ipynb", namespace=out, progress=False, lazy=True
+                )
+                rows["lazy ready"].append(time.perf_counter() - t.t0)
+                assert lazy.wait(["layer0"]) == {} and "layer0" in out
+                rows["lazy first"].append(time.perf_counter() - t.t0)
+                assert lazy.wait() == {}
+            rows["lazy"].append(t)
+            t0 = time.perf_counter()
+            store.wait_for_copies(paths.notebook_dir(url, "bench.ipynb"))
+            rows["lazy copies"].append(time.perf_counter() - t0)
+
+        def download_first(r=r):
+            with Timed(server_pid) as t:
+                raw_download(client, [arrays[0].nbytes], f"raw{r}-{settings[0]}")
+            rows["raw first"].append(t)
+
+        pairs = [restore, download, lazy_restore, download_first]
+        for step in reversed(pairs) if r % 2 else pairs:
+            step()
         import shutil
 
-        for d in (f"cache-{r}", f"fresh-{r}"):
+        for d in (f"cache-{r}", f"fresh-{r}", f"lazy-{r}"):
             shutil.rmtree(work / d, ignore_errors=True)
 
     best = min(settings, key=lambda p: statistics.median(t[p].wall for t in raw_up))
@@ -247,7 +312,7 @@ def run(args, work: Path, server_pid: int) -> int:
     print(f"{'':28}{'seconds':>9}{'GB/s':>7}{'CPU s':>7}{'server':>8}"
           "   ratio: median [min-max] of rounds [target]")  # fmt: skip
 
-    def line(label, k, tail=""):
+    def line(label, k, tail="", gb=gb):
         print(f"{label:28}{med(k):9.2f}{gb / med(k):7.2f}{med(k, 'cpu'):7.1f}"
               f"{med(k, 'server_cpu'):8.1f}   {tail}")  # fmt: skip
 
@@ -261,6 +326,18 @@ def run(args, work: Path, server_pid: int) -> int:
           f"{'':22}   {spread(touched)} x (a lower bound: no allocation)")  # fmt: skip
     print(f"{'  its local copy, after':28}{statistics.median(rows['copies']):9.2f}"
           f"{'':22}   (written in the background once the restore returned)")  # fmt: skip
+    ready = statistics.median(rows["lazy ready"])
+    print(f"{'lazy restore: returned':28}{ready:9.2f}{'':22}   (a cell using no large object runs)")
+    first = [x / y.wall for x, y in zip(rows["lazy first"], rows["raw first"], strict=True)]
+    print(f"{'  a cell using layer0':28}{statistics.median(rows['lazy first']):9.2f}{'':22}"
+          f"   {spread(first)} x raw download of its bytes")  # fmt: skip
+    first_gb = arrays[0].nbytes / 1e9
+    line("  raw download of layer0", "raw first", f"({first_gb * 1e3:.0f} MB)", first_gb)
+    within = [x / y for x, y in zip(rows["lazy first"], rows["raw first in"], strict=True)]
+    print(f"{'  same, within all of it':28}{statistics.median(rows['raw first in']):9.2f}{'':22}"
+          f"   {spread(within)} x (its bytes in, the raw download of everything under way)")  # fmt: skip
+    line("  the whole state", "lazy", f"{spread(ratios('lazy', 'raw download'))} x raw download")
+    print(f"{'  its local copy, after':28}{statistics.median(rows['lazy copies']):9.2f}")
     print(
         f"{'re-pause after 1 change':28}{'':31}   {max(rows['repause']) / 1e3:.1f} kB uploaded [< 1 MB]"
     )

@@ -917,8 +917,9 @@ def restore(
                     rel: functools.partial(_fetch_later, dir, nbdir, m.id, rel)
                     for rel in loaded.fetch_later
                 },
+                stream=(functools.partial(store.stream, dir, nbdir, m), loaded.stream_later),
             )
-            load.fallback = functools.partial(_older_copy, nbdir, m.id, device_of_name, ns)
+            load.fallback = functools.partial(_older_copy, dir, nbdir, m.id, device_of_name, ns)
             load.on_lost = functools.partial(_mark_lost, nbdir)  # no sound copy anywhere
 
     # Only now, with the pickle verified, run it. Lazy: tensor data is not read yet, but
@@ -1121,7 +1122,9 @@ def _read_verified(
         needed = [i for i in needed if i not in damaged]
     data = _records(dir, nbdir, m, to_load, trust, progress)
     absent = missing if lazy else streamed
-    store.check_complete(nbdir, m, skip={m.storages[i].file for i in damaged} | absent)
+    # the files it reads (restoring names from a bucket, it has downloaded only those)
+    unread = set(m.files) - {m.storages[i].file for i in needed}
+    store.check_complete(nbdir, m, skip={m.storages[i].file for i in damaged} | absent | unread)
     total = sum(m.storages[i].nbytes for i in needed)
     bar = Progress("restore", total, enabled=progress)
     if lazy:
@@ -1140,22 +1143,35 @@ def _read_verified(
         # arrays of Python objects are unpickled with the records that view them
         now |= {i for i in needed if m.storages[i].kind == "objects"}
         gpu = later.gpu if later else set()
-        first = {m.storages[i].file for i in (now - gpu) & set(needed)} & missing
+        read_now = (now - gpu) & set(needed)
+        # with a bucket: the files of what it reads now, read from the bucket straight into
+        # memory where it needs all of such a file on the CPU, else downloaded first; the
+        # others' headers only (their data is read later, likewise)
+        first = {m.storages[i].file for i in read_now} & missing
+        first_streamed = _streamable(m, first, read_now, device_of)
         downloaded = store.fetch(
-            dir, nbdir, checkpoint_id, Progress("downloading", 0, progress), only=first
+            dir,
+            nbdir,
+            checkpoint_id,
+            Progress("downloading", 0, progress),
+            only=first - first_streamed,
         ).bytes
-        fetch_later = missing - first
-        buffers = tensors.read_storages(
-            nbdir, m, sorted((now - gpu) & set(needed)), device_of, bar, as_numpy=defer_torch
-        )
+        buffers, copies = {}, []
+        if first_streamed:
+            from_bucket = [i for i in read_now if m.storages[i].file in first_streamed]
+            buffers, copies = tensors.download_storages(
+                dir, nbdir, m, from_bucket, Progress("downloading", 0, progress), defer_torch
+            )
+            bar.update(sum(m.storages[i].nbytes for i in from_bucket))
+            downloaded += sum(m.files[rel].bytes for rel in first_streamed)
+        here = sorted(i for i in read_now if i not in buffers)
+        buffers.update(tensors.read_storages(nbdir, m, here, device_of, bar, as_numpy=defer_torch))
         # nothing left for later (small objects only): no plan, no memory handed over, and
         # the restore returns as soon as an eager one would
         rest = set(needed) - set(buffers)
-        plan = (
-            tensors.plan_reads(nbdir, m, sorted(rest), store.headers(dir, nbdir, m, fetch_later))
-            if rest
-            else []
-        )
+        heads = store.headers(dir, nbdir, m, missing - first) if rest else {}
+        plan = tensors.plan_reads(nbdir, m, sorted(rest), heads) if rest else []
+        stream_later = _streamable(m, set(heads), needed, device_of)
         handed = handed_mod.buffers_over(
             handed_mod.receive(handoff, checkpoint_id, m) if rest else {},
             plan,
@@ -1170,6 +1186,12 @@ def _read_verified(
             if i not in buffers and i not in gpu:
                 s = m.storages[i]
                 buffers[i] = tensors.empty_for(s, device_of(s), as_numpy=defer_torch)
+        later_copies = tensors.copies_of(
+            m,
+            [p for p in plan if p[1] in stream_later],
+            heads,
+            {i: tensors.flat(buffers[i]) for p in plan if p[1] in stream_later for _, i in p[2]},
+        )
         return _Verified(
             m,
             data,
@@ -1183,7 +1205,9 @@ def _read_verified(
             later,
             {i: h for i, (h, _view) in handed.items()},
             downloaded,
-            fetch_later,
+            set(heads) - stream_later,
+            copies,
+            {c.rel: c for c in later_copies},
         )
     buffers, copies = {}, []
     from_bucket = [i for i in needed if m.storages[i].file in streamed]
@@ -1283,9 +1307,12 @@ class _Verified:
     #: reader downloads when it reaches them (_fetch_later)
     downloaded: int = 0
     fetch_later: set[str] = field(default_factory=set)
-    #: eager, from a bucket: the files read straight into memory, to be written here
-    #: once the restore has returned (store.keep_copies)
+    #: from a bucket: the files read straight into memory before the restore returns, to
+    #: be written here once it has (store.keep_copies)
     copies: list[store.Copy] = field(default_factory=list)
+    #: lazy, from a bucket: the files its reader reads straight into memory, each with
+    #: its copy, written here once it verified (lazy.LazyLoad.stream)
+    stream_later: dict[str, store.Copy] = field(default_factory=dict)
 
 
 def _have(nbdir, m: Manifest, rel: str) -> bool:
@@ -1496,9 +1523,10 @@ def _mark_lost(nbdir, name: str, holder: str = "") -> None:
     _LOST.setdefault(str(nbdir), {}).setdefault(name, holder)
 
 
-def _older_copy(nbdir, newer: str, device_of_name, ns, name: str):
+def _older_copy(dir, nbdir, newer: str, device_of_name, ns, name: str):
     """(object, checkpoint id): ``name`` from the newest checkpoint older than ``newer``
-    whose copy verifies (every byte it needs hashed first); None where there is none."""
+    whose copy verifies (every byte it needs hashed first, read from the bucket behind
+    ``dir`` where the folder lacks it); None where there is none."""
     ids = store.checkpoint_ids(nbdir)
     older = ids[: ids.index(newer)] if newer in ids else [c for c in ids if c < newer]
     for cid in reversed(older):
@@ -1506,7 +1534,15 @@ def _older_copy(nbdir, newer: str, device_of_name, ns, name: str):
             imports = _BackgroundImports()
             with store.locked(nbdir, shared=True):
                 got = _read_verified(
-                    nbdir, cid, (name,), False, device_of_name, False, False, imports=imports
+                    nbdir,
+                    cid,
+                    (name,),
+                    False,
+                    device_of_name,
+                    False,
+                    False,
+                    imports=imports,
+                    dir=dir,
                 )
         except CheckpointError:  # not there, damaged too, or not ours: an older one
             continue

@@ -54,7 +54,8 @@ class UntrustedCheckpoint(CheckpointError):
     ``kind`` says why, for code that acts on it: ``unsigned``, ``other-key`` (signed
     with another key, e.g. one regenerated since), ``no-key`` (this user has no key),
     ``other-notebook`` (copied from another notebook's folder: a replay),
-    ``other-owner``, ``tampered`` (this key's signature, altered bytes)."""
+    ``other-checkpoint`` (another checkpoint of this notebook copied over this one: a
+    rollback), ``other-owner``, ``tampered`` (this key's signature, altered bytes)."""
 
     def __init__(self, path: str, reason: str, kind: str = "tampered", key_id: str = ""):
         self.path = path

@@ -43,6 +43,7 @@ import contextlib
 import functools
 import gc
 import os
+import queue
 import sys
 import threading
 import time
@@ -175,6 +176,7 @@ class LazyLoad:
         torch_later=None,
         handed=None,
         fetch=None,
+        stream=None,
     ):
         self.m = manifest
         self.nbdir = nbdir
@@ -212,19 +214,28 @@ class LazyLoad:
         self._stop = False
         self._finished = False
         self._thread: threading.Thread | None = None
-        #: files still in the bucket (a restore from it): file -> what downloads it, called
-        #: when the reader reaches the file, so a storage waits for its own file only
+        #: files still in the bucket (a restore from it) that are downloaded to the cache,
+        #: then read (those holding a GPU tensor): file -> what downloads it, called when
+        #: the reader reaches the file, so a storage waits for its own file only
         self.fetch: dict[str, Any] = fetch or {}
+        #: the other files still in the bucket, read straight into their storages' buffers:
+        #: (``store.stream`` over the restore's bucket and manifest, file -> its
+        #: ``store.Copy``, written to the cache by ``store.keep_copies`` once it verified)
+        self.stream, self.copies = stream or (None, {})
         self._paths = {rel: path for path, rel, _items in plan}
+        self._items = {rel: items for _path, rel, items in plan}
         self._unfetched: dict[str, Exception] = {}
         self._fetching = {rel: threading.Lock() for rel in self.fetch}
         self._fetched: set[str] = set()
+        self._claimed: set[str] = set()  # files being (or done) streaming
+        self._verified: queue.SimpleQueue = queue.SimpleQueue()  # copies to write; None: no more
+        self._copying = False
         # open every file here now, under the restore's lock: a later GC cannot take them
         # away (a download takes the lock itself)
         self._fh = {
             rel: open(path, "rb", buffering=0)  # noqa: SIM115
             for path, rel, _items in plan
-            if rel not in self.fetch
+            if rel not in self.fetch and rel not in self.copies
         }
 
     # -- reading -------------------------------------------------------------
@@ -245,10 +256,14 @@ class LazyLoad:
         return seq
 
     def read(self, indices: list[int]) -> None:
-        """Read, verify and mark the given storages (the calling thread does the work)."""
+        """Read, verify and mark the given storages (the calling thread does the work),
+        but for those whose files another thread is streaming from the bucket already."""
         from . import tensors
 
         indices = [i for i in indices if i not in self.done and i not in self.bad]
+        streamed = [i for i in indices if self.where[i][1] in self.copies]
+        self._stream(self._claim(self.where[i][1] for i in streamed))
+        indices = [i for i in indices if self.where[i][1] not in self.copies]
         # fresh memory: a helper maps each CPU buffer's pages just ahead of the reads
         cpu = [
             (i, "", self.m.storages[i].nbytes)
@@ -278,16 +293,51 @@ class LazyLoad:
                 why = str(CorruptCheckpoint(s.owner, str(path), f"tensor {s.key!r}"))
         except Exception as e:  # a read error: that storage is lost, the others go on
             why = f"{path}: {type(e).__name__}: {e}"
-        if why is None:
-            self.on_storage(i)
-        with self._cv:
+        self._mark(i, why)
+        if why is None and self._files[rel] <= self.done:
+            store.remember_verified(path)
+
+    def _mark(self, i: int, why: str | None) -> None:
+        """Storage ``i`` matched its digest (``why`` None), or not, and why."""
+        with self._cv:  # (the bucket's storages are told from several threads)
             if why is None:
+                self.on_storage(i)
                 self.done.add(i)
             else:
                 self.bad[i] = why
             self._cv.notify_all()
-        if why is None and self._files[rel] <= self.done:
-            store.remember_verified(path)
+
+    def _claim(self, rels) -> list[str]:
+        """Of the files ``rels`` (in the order to read them), those no thread streams yet,
+        now this one's to stream."""
+        with self._cv:
+            mine = [rel for rel in dict.fromkeys(rels) if rel not in self._claimed]
+            self._claimed.update(mine)
+        return mine
+
+    def _stream(self, rels: list[str]) -> None:
+        """Read files still in the bucket straight into their storages' buffers, in this
+        order, 16 ranged GETs in flight across them (``store.stream``): each storage
+        is marked once its bytes are in and match their digest; a file that does not
+        download fails its storages alone. A file whose every storage verified is then
+        queued for its local copy (``store.keep_copies``)."""
+        if not rels:
+            return
+        from . import tensors
+
+        plan = [(self._paths[rel], rel, self._items[rel]) for rel in rels]
+        flat = {i: tensors.flat(self.buffers[i]) for rel in rels for _pos, i in self._items[rel]}
+        try:
+            self.stream(plan, flat, on_tensor=self._mark, stopped=lambda: self._stop)
+        except Exception as e:  # the bucket, before any GET; or a damaged file's delete
+            with self._cv:
+                for i in flat:
+                    if i not in self.done and i not in self.bad and not self._stop:
+                        self.bad[i] = f"{self.where[i][1]}: {type(e).__name__}: {e}"
+                self._cv.notify_all()
+        for rel in rels:
+            if all(i in self.done for _pos, i in self._items[rel]):
+                self._verified.put(self.copies[rel])
 
     def _took_handed(self, i: int) -> bool:
         """Whether storage ``i``'s buffer, over the memory the server filled, is taken as
@@ -345,6 +395,18 @@ class LazyLoad:
             f.close()
         for handed in set(self.handed.values()):
             handed.close()
+        self._verified.put(None)  # no more copies to write
+        self._keep_copies()
+
+    def _keep_copies(self) -> None:
+        """Have the local copies of the files streamed from the bucket written, each once
+        it verified, on a thread of its own: the next checkpoint of this process waits
+        for them (``store.wait_for_copies``) and finds the files here."""
+        from . import store
+
+        if self.copies and not self._copying:
+            self._copying = True
+            store.keep_copies(self.nbdir, iter(self._verified.get, None))
 
     def _import_torch(self) -> None:
         """Import torch, then allocate the buffers that were waiting for it (GPU ones)."""
@@ -368,18 +430,27 @@ class LazyLoad:
 
     def _run(self) -> None:
         later = self.torch_later or set()
-        if self.fetch:  # the reader's order: what needs no torch first
-            order = self.order()
-            order = [i for i in order if i not in later] + [i for i in order if i in later]
+        order = self.order()  # the reader's order: what needs no torch first
+        order = [i for i in order if i not in later] + [i for i in order if i in later]
+        streamer = None
+        if self.copies:  # beside the reader, which reads what is here
+            rels = self._claim(self.where[i][1] for i in order if self.where[i][1] in self.copies)
+            streamer = threading.Thread(
+                target=self._stream, args=(rels,), name="jp-lazy-stream", daemon=True
+            )
+            streamer.start()
+        if self.fetch:
             threading.Thread(
                 target=self._download_ahead, args=(order,), name="jp-lazy-fetch", daemon=True
             ).start()
         try:
-            self.read([i for i in self.order() if i not in later])
+            self.read([i for i in order if i not in later])
             with self._cv:
                 while not self.torch_ready and not self._stop:
                     self._cv.wait(0.5)
             self.read([i for i in self.order() if i in later and i not in self.bad])
+            if streamer is not None:
+                streamer.join()
         finally:
             self.close()
             with self._cv:
@@ -389,6 +460,7 @@ class LazyLoad:
                 self.on_damaged()
 
     def start(self) -> None:
+        self._keep_copies()  # registered now: a checkpoint waits for what is to come
         if not self.torch_ready:  # beside the reader: storages on the CPU need no torch
             threading.Thread(target=self._import_torch, name="jp-lazy-torch", daemon=True).start()
         self._thread = threading.Thread(target=self._run, name="jp-lazy-restore", daemon=True)

@@ -239,18 +239,39 @@ class Remote:
         for tmp, path in done:
             os.replace(tmp, path)
 
-    def read_into(self, files: dict[str, list[tuple[int, Any]]], on_part=None) -> None:
+    def read_into(
+        self, files: dict[str, list[tuple[int, Any]]], on_part=None, on_failed=None, stopped=None
+    ) -> None:
         """Read byte ranges of files straight into memory (a restore's buffers), with
-        parallel ranged GETs of at most :data:`PART` bytes: ``files`` maps a name to its
-        pieces, ``(offset, array)`` with flat uint8 arrays, sorted by offset and not
-        overlapping; adjacent pieces are read together.  ``on_part(name, filled)`` hears,
-        after each GET, the ``(piece index, bytes)`` it filled.  Nothing is written to disk."""
+        parallel ranged GETs of at most :data:`PART` bytes, in the order ``files`` names
+        them: ``files`` maps a name to its pieces, ``(offset, array)`` with flat uint8
+        arrays, sorted by offset and not overlapping; adjacent pieces are read together.
+        ``on_part(name, filled)`` hears, after each GET, the ``(piece index, bytes)`` it
+        filled.  Nothing is written to disk.  The first GET that fails stops the others
+        and raises :class:`RemoteStoreError`; with ``on_failed(name, error)``, it stops
+        only the rest of its file, which that call names, and the others go on.  Once
+        ``stopped()`` is true, no GET starts."""
         import numpy as np
         import obstore
 
+        failed: set[str] = set()
+        lock = threading.Lock()
+
         def part(name: str, start: int, end: int) -> None:
+            if name in failed or (stopped is not None and stopped()):
+                return
             pieces = files[name]
-            got = obstore.get_range(self.store, self.key(name), start=start, end=end)
+            try:
+                got = obstore.get_range(self.store, self.key(name), start=start, end=end)
+            except Exception as e:
+                if on_failed is None:
+                    raise
+                with lock:  # its other GETs in flight may fail too: said once
+                    first = name not in failed
+                    failed.add(name)
+                if first:
+                    on_failed(name, self._fail("download", e))
+                return
             data = np.frombuffer(got, dtype=np.uint8)
             filled = []
             k = max(0, bisect.bisect_right(pieces, start, key=lambda p: p[0]) - 1)

@@ -230,7 +230,8 @@ def _check_signature(folder: Path, data: bytes, key: bytes | None) -> None:
 
 def _check_binding(nbdir: Path, folder: Path, m: Manifest) -> None:
     """A valid signature proves who wrote the manifest, not that it belongs here: a
-    checkpoint of another notebook copied into this folder (a replay) signs fine."""
+    checkpoint of another notebook copied into this folder (a replay), or another
+    checkpoint of this notebook copied over this one (a rollback), signs fine."""
     if paths.folder_name(m.notebook) != nbdir.name:
         raise UntrustedCheckpoint(
             str(folder),
@@ -241,6 +242,15 @@ def _check_binding(nbdir: Path, folder: Path, m: Manifest) -> None:
     if m.owner and m.owner != paths.owner():
         raise UntrustedCheckpoint(
             str(folder), f"it belongs to user {m.owner!r}, not {paths.owner()!r}", "other-owner"
+        )
+    if m.id != folder.name:
+        older = paths.id_sort_key(m.id) < paths.id_sort_key(folder.name)
+        raise UntrustedCheckpoint(
+            str(folder),
+            f"it is checkpoint {m.id} (saved at {m.created}), copied over checkpoint "
+            f"{folder.name}: "
+            + ("an older state put in its place (a rollback)" if older else "not this one"),
+            "other-checkpoint",
         )
 
 
@@ -1349,26 +1359,56 @@ def _unpublish(mirror: remote.Remote, bad: list[str]) -> None:
         )
 
 
-def stream(dir, nbdir: Path, m: Manifest, plan, buffers: dict[int, Any], progress=None) -> None:
+def stream(
+    dir,
+    nbdir: Path,
+    m: Manifest,
+    plan,
+    buffers: dict[int, Any],
+    progress=None,
+    on_tensor: Callable[[int, str | None], None] | None = None,
+    stopped: Callable[[], bool] | None = None,
+) -> None:
     """Read files of ``m`` that the folder lacks from the bucket straight into memory:
-    ``plan`` is :func:`tensors.plan_reads`'s (headers from :func:`headers`), ``buffers``
-    a flat uint8 array for each storage it names.  Each tensor is hashed against the
-    signed manifest once its last byte is in (parallel ranged GETs come in any order);
-    a file with one that does not match is deleted from the bucket and this raises
-    :class:`CorruptCheckpoint`.  Nothing is written here: :func:`keep_copies` does, once
-    the restore returned."""
+    ``plan`` is :func:`tensors.plan_reads`'s (headers from :func:`headers`), in the order
+    to read the files, ``buffers`` a flat uint8 array for each storage it names.  Each
+    tensor is hashed against the signed manifest once its last byte is in (parallel
+    ranged GETs come in any order); a file with one that does not match is deleted from
+    the bucket and this raises :class:`CorruptCheckpoint`.  Nothing is written here:
+    :func:`keep_copies` does, once the restore returned.
+
+    ``on_tensor(i, why)`` (a lazy restore's reader) hears each storage's outcome as soon
+    as it is known: ``why`` is None where it matched, else why not.  Each file then
+    fails alone (one that does not download fails its storages not yet verified, and
+    the others go on), and nothing is raised; a file with a tensor that does not match
+    is still deleted from the bucket.  No GET starts once ``stopped()`` is true."""
     mirror = _remote(dir, nbdir)
     files = {rel: [(pos, buffers[i]) for pos, i in items] for _path, rel, items in plan}
     indices = {rel: [i for _pos, i in items] for _path, rel, items in plan}
     left = {rel: [len(buffers[i]) for i in idx] for rel, idx in indices.items()}
     bad: set[str] = set()
+    told: set[int] = set()
     lock = threading.Lock()
+
+    def tell(i: int, why: str | None) -> None:
+        with lock:  # once: a file that failed may still complete a tensor in flight
+            if i in told:
+                return
+            told.add(i)
+        on_tensor(i, why)
 
     def check(rel: str, k: int) -> None:
         i = indices[rel][k]
-        if xxhash.xxh3_128_hexdigest(memoryview(buffers[i])) != m.storages[i].xxh3:
+        s = m.storages[i]
+        ok = xxhash.xxh3_128_hexdigest(memoryview(buffers[i])) == s.xxh3
+        if not ok:
             with lock:
                 bad.add(rel)
+        if on_tensor is not None:
+            where = f"as stored in {mirror.bucket.url}; removed there"
+            tell(
+                i, None if ok else str(CorruptCheckpoint(s.owner, rel, f"tensor {s.key!r} {where}"))
+            )
 
     def on_part(rel: str, filled) -> None:
         complete = []
@@ -1382,11 +1422,21 @@ def stream(dir, nbdir: Path, m: Manifest, plan, buffers: dict[int, Any], progres
         if progress is not None:
             progress.update(sum(n for _, n in filled))
 
+    def on_failed(rel: str, error: RemoteStoreError) -> None:
+        for i in indices[rel]:
+            tell(i, str(error))
+
+    if progress is not None:
+        progress.add_total(sum(sum(sizes) for sizes in left.values()))
     for rel, sizes in left.items():  # empty tensors: no GET fills them
         for k in (k for k, n in enumerate(sizes) if not n):
             check(rel, k)
-    mirror.read_into(files, on_part)
-    _unpublish(mirror, sorted(bad))
+    if on_tensor is None:
+        mirror.read_into(files, on_part)
+        _unpublish(mirror, sorted(bad))
+        return
+    mirror.read_into(files, on_part, on_failed=on_failed, stopped=stopped)
+    mirror.delete(sorted(bad))  # the next pause uploads them anew
 
 
 @dataclass(frozen=True)
@@ -1407,11 +1457,12 @@ _COPYING_LOCK = threading.Lock()
 COPY_CHUNK = 8 << 20  # bytes staged, hashed and written at a time
 
 
-def keep_copies(nbdir: Path, copies: list[Copy]) -> None:
+def keep_copies(nbdir: Path, copies: Iterable[Copy]) -> None:
     """Write, on a thread of its own, the local copy of files a restore read straight from
     the bucket (:func:`stream`), so that the restore returns at the speed of the download
     and the next checkpoint or restore on this machine still finds them here.  The next
-    checkpoint of this process waits for it (:func:`wait_for_copies`)."""
+    checkpoint of this process waits for it (:func:`wait_for_copies`).  ``copies`` may
+    block until its next file is read (a lazy restore's, from its reader's thread)."""
     if not copies:
         return
     thread = threading.Thread(

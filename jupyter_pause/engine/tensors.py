@@ -864,34 +864,47 @@ def read_storages(
     return out
 
 
-def download_storages(dir, nbdir, manifest, indices, progress=None):
+def download_storages(dir, nbdir, manifest, indices, progress=None, as_numpy=False):
     """Read the given CPU storages, whose files the folder lacks, from the bucket behind it
     straight into freshly allocated buffers (their headers first, checked against the
     manifest; each tensor hashed once its bytes are in: store.stream).  Returns
     ({storage index: flat uint8 buffer}, [store.Copy of each file]): what the caller
-    hands to ``store.keep_copies`` once the restore is done."""
+    hands to ``store.keep_copies`` once the restore is done.  ``as_numpy``: as
+    :func:`read_storages`."""
     from . import store
 
     rels = sorted({manifest.storages[i].file for i in indices})
     headers = store.headers(dir, nbdir, manifest, rels)
     plan = plan_reads(nbdir, manifest, indices, headers)
     buffers = {
-        i: _empty(manifest.storages[i].kind, manifest.storages[i].nbytes)
+        i: _empty("numpy" if as_numpy else manifest.storages[i].kind, manifest.storages[i].nbytes)
         for _path, _rel, items in plan
         for _pos, i in items
     }
-    flat = {i: buf.numpy() if hasattr(buf, "numpy") else buf for i, buf in buffers.items()}
-    store.stream(dir, nbdir, manifest, plan, flat, progress)
-    copies = [
+    views = {i: flat(buf) for i, buf in buffers.items()}
+    store.stream(dir, nbdir, manifest, plan, views, progress)
+    return buffers, copies_of(manifest, plan, headers, views)
+
+
+def flat(buf):
+    """A flat uint8 CPU buffer as a numpy array over the same memory."""
+    return buf.numpy() if hasattr(buf, "numpy") else buf
+
+
+def copies_of(manifest, plan, headers, views) -> list:
+    """The ``store.Copy`` of each file of ``plan`` that a restore reads from the bucket
+    into ``views`` (storage index -> flat numpy array), to be written here afterwards."""
+    from . import store
+
+    return [
         store.Copy(
             rel,
             manifest.files[rel],
             headers[rel][1],
-            [(pos, manifest.storages[i].key, flat[i]) for pos, i in items],
+            [(pos, manifest.storages[i].key, views[i]) for pos, i in items],
         )
         for _path, rel, items in plan
     ]
-    return buffers, copies
 
 
 def plan_reads(

@@ -93,6 +93,23 @@ def test_the_same_user_elsewhere_imports_without_trust(exported, tmp_path, monke
     assert ns["x"] == 42 and ns["cfg"] == {"lr": 0.1} and ns["arr"][-1] == (1 << 18) - 1
 
 
+def test_an_older_checkpoint_copied_over_the_newest_is_not_exported_as_it(tmp_path, monkeypatch):
+    """Issue #37: exported by the newest id, or as the newest, the rolled-back files used
+    to leave as that checkpoint."""
+    from .test_trust import roll_back
+
+    home = become(monkeypatch, tmp_path, "alice")
+    (home / "work").mkdir()
+    (home / NB).write_text(NOTEBOOK)
+    old = jp.checkpoint(namespace={"x": 1}, notebook=NB, progress=False).id
+    new = jp.checkpoint(namespace={"x": 2}, notebook=NB, progress=False).id
+    roll_back(paths.notebook_dir(None, NB), old, new)
+    with pytest.raises(errors.UntrustedCheckpoint, match="rollback"):
+        bundle.export(tmp_path / "new.bundle", home / NB, notebook=NB, checkpoint_id=new)
+    assert not (tmp_path / "new.bundle").exists()
+    assert bundle.export(tmp_path / "b", home / NB, notebook=NB).checkpoint == old
+
+
 def test_another_persons_bundle_is_refused_until_trusted(exported, tmp_path, monkeypatch):
     path, cid = exported
     home = become(monkeypatch, tmp_path, "bob")

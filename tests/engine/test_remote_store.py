@@ -4,6 +4,7 @@ corruption, credentials, a missing bucket and a store killed in the middle of an
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -134,6 +135,21 @@ def test_records_kept_apart_come_back_from_the_bucket(url, tmp_path, monkeypatch
     api.lazy_mod.wait()
     assert out["rows"] == ns["rows"] and list(out["words"]) == list(ns["words"])
     assert out["step"] == 2
+
+
+def test_one_name_restores_from_the_bucket_with_only_its_files(url, tmp_path, monkeypatch):
+    """Restoring a name on a machine without the checkpoint downloads that object's files
+    alone, and does not ask for the others (it used to find them missing)."""
+    new_cache(tmp_path, monkeypatch, "a")
+    ns = large_state()
+    r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    new_cache(tmp_path, monkeypatch, "b")
+    out = {"__name__": "__main__"}
+    rr = api.restore(r.id, "first", dir=url, notebook=NB, namespace=out, progress=False)
+    assert rr.restored == ["first"] and np.array_equal(out["first"], ns["first"])
+    nbdir = paths.notebook_dir(url, NB)
+    m = store.read_manifest(nbdir, r.id)
+    assert not (nbdir / m.storages[m.objects["second"].storages[0]].file).exists()
 
 
 def test_a_lazy_restore_downloads_a_file_only_when_its_object_is_read(
@@ -277,13 +293,36 @@ def held_copies(monkeypatch):
     return go
 
 
-def test_an_eager_restore_reads_the_bucket_straight_into_memory_then_keeps_a_copy(
-    url, tmp_path, monkeypatch, held_copies
+def large_state(n: int = 1) -> dict:
+    """Objects a lazy restore reads in the background (24 and 48 MB: above EAGER_BELOW),
+    one of them over two ranged GETs, beside small ones it reads before it returns."""
+    return {
+        **state(n),
+        "first": np.full(3_000_000, 1.0 * n),
+        "second": torch.full((6_000_000,), 2.0 * n, dtype=torch.float64),
+    }
+
+
+def same_state(out: dict, ns: dict) -> bool:
+    return (
+        torch.equal(out["model"].weight, ns["model"].weight)
+        and np.array_equal(out["table"], ns["table"])
+        and np.array_equal(out["first"], ns["first"])
+        and torch.equal(out["second"], ns["second"])
+        and out["step"] == ns["step"]
+    )
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_a_restore_reads_the_bucket_straight_into_memory_then_keeps_a_copy(
+    url, tmp_path, monkeypatch, held_copies, lazy
 ):
-    """No tensor file is downloaded to disk and read back: the restore returns with
-    nothing written here, and the copy comes after, whole and verified."""
+    """No tensor file is downloaded to disk and read back: every object is in memory
+    before a byte of its file is written here, and the copy comes after, whole and
+    verified. Issue #37: a lazy restore too, which reads its large objects in the
+    background (it used to download each file to the cache, then read it)."""
     new_cache(tmp_path, monkeypatch, "a")
-    ns = state()
+    ns = large_state()
     r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
     download = remote.Remote.download
 
@@ -296,12 +335,14 @@ def test_an_eager_restore_reads_the_bucket_straight_into_memory_then_keeps_a_cop
     new_cache(tmp_path, monkeypatch, "b")
     nbdir = paths.notebook_dir(url, NB)
     out = {"__name__": "__main__"}
-    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=lazy)
     assert rr.bytes_downloaded > 2_000_000
-    assert torch.equal(out["model"].weight, ns["model"].weight)
-    assert np.array_equal(out["table"], ns["table"])
+    assert {"first", "second"} <= set(rr.loading) if lazy else not rr.loading
+    assert api.lazy_mod.wait() == {}
+    assert same_state(out, ns)
     m = store.read_manifest(nbdir, r.id)
     assert not [rel for rel in m.files if (nbdir / rel).exists()]  # nothing written yet
+    assert not list(nbdir.rglob("*.part-*"))
     held_copies.set()
     store.wait_for_copies(nbdir)
     assert not list(nbdir.rglob("*.part-*"))
@@ -309,17 +350,51 @@ def test_an_eager_restore_reads_the_bucket_straight_into_memory_then_keeps_a_cop
         assert store.check_blob(nbdir / rel, entry, full=True) is None, rel
 
 
+def test_a_lazy_restore_from_the_bucket_fails_only_what_a_damaged_file_holds(
+    url, tmp_path, monkeypatch
+):
+    """A tensor file read in the background that does not match its signed hash fails
+    the objects that reach it, which come back from the older checkpoint (a note says
+    so); the others are restored; the file is deleted from the bucket, and not kept
+    here."""
+    new_cache(tmp_path, monkeypatch, "a")
+    api.checkpoint(dir=url, notebook=NB, namespace=large_state(1), progress=False)
+    ns = large_state(2)
+    new = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+    nbdir = paths.notebook_dir(url, NB)
+    m = store.read_manifest(nbdir, new.id)
+    victim = m.storages[m.objects["second"].storages[0]].file
+    data = bytearray((nbdir / victim).read_bytes())
+    data[-100] ^= 0xFF  # in the data, same size
+    obstore.put(mirror(url).store, mirror(url).key(victim), bytes(data))
+
+    new_cache(tmp_path, monkeypatch, "b")
+    nbdir = paths.notebook_dir(url, NB)
+    out = {"__name__": "__main__"}
+    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=True)
+    assert rr.id == new.id and "second" in rr.loading
+    assert api.lazy_mod.wait() == {}
+    assert torch.equal(out["second"], large_state(1)["second"])  # the older copy
+    assert np.array_equal(out["first"], ns["first"]) and out["step"] == 2
+    assert victim not in mirror(url).listing()
+    store.wait_for_copies(nbdir)
+    assert not (nbdir / victim).exists()
+    other = m.storages[m.objects["first"].storages[0]].file
+    assert store.check_blob(nbdir / other, m.files[other], full=True) is None
+
+
+@pytest.mark.parametrize("lazy", [False, True])
 def test_a_checkpoint_after_a_restore_from_the_bucket_waits_for_its_copies(
-    url, tmp_path, monkeypatch, held_copies
+    url, tmp_path, monkeypatch, held_copies, lazy
 ):
     """Right after the restore, a checkpoint finds the restored tensors' files here and
     writes none of them again."""
     new_cache(tmp_path, monkeypatch, "a")
-    ns = state()
+    ns = large_state()
     api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
     new_cache(tmp_path, monkeypatch, "b")
     out = {"__name__": "__main__"}
-    api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
+    api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=lazy)
     out["step"] = 2
     again = api.checkpoint(dir=url, notebook=NB, namespace=out, progress=False)
     assert again.bytes_written < 100_000, again.summary()
@@ -462,6 +537,50 @@ def test_a_lazy_restore_finds_a_damaged_header_in_the_bucket_and_falls_back(
     assert victim not in mirror(url).listing()  # removed from the bucket
 
 
+@pytest.mark.parametrize("lazy", [False, True])
+def test_an_older_checkpoint_copied_over_the_newest_in_the_bucket_is_refused(
+    url, tmp_path, monkeypatch, capsys, lazy
+):
+    """Issue #37: the older checkpoint's signed files, copied over the newest one's in the
+    bucket, used to be listed ``ok`` under the newest id on another machine and restored
+    by it with no word. Now that machine refuses it by name, before anything is
+    unpickled, and a resume without an id says which checkpoint it used, and why."""
+    from jupyter_pause import cli
+
+    new_cache(tmp_path, monkeypatch, "a")
+    old = api.checkpoint(dir=url, notebook=NB, namespace=state(1), progress=False)
+    new = api.checkpoint(dir=url, notebook=NB, namespace=state(2), progress=False)
+    m = mirror(url)
+    for name in ("manifest.json", "manifest.sig", "objects.pkl"):
+        data = obstore.get(m.store, m.key(f"{old.id}/{name}")).bytes()
+        obstore.put(m.store, m.key(f"{new.id}/{name}"), bytes(data))
+
+    new_cache(tmp_path, monkeypatch, "b")  # a machine that never saw either
+    listed = {i.id: i for i in store.list_checkpoints(url, NB)}
+    assert listed[old.id].status == "ok" and listed[new.id].status == "untrusted"
+    assert old.id in listed[new.id].problem and "rollback" in listed[new.id].problem
+    with pytest.raises(errors.UntrustedCheckpoint) as ei:
+        api.restore(new.id, dir=url, notebook=NB, namespace={}, progress=False, lazy=lazy)
+    assert ei.value.kind == "other-checkpoint"
+    chosen = store.choose_for_resume(url, NB)
+    assert chosen.id == old.id and "rollback" in chosen.passed_over[new.id]
+
+    out = {"__name__": "__main__"}
+    rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=lazy)
+    api.lazy_mod.wait()
+    assert rr.id == old.id and "rollback" in rr.passed_over[new.id]
+    assert f"restored {old.id} instead, the newest checkpoint that verifies" in rr.notes
+    assert out["step"] == 1 and np.array_equal(out["table"], state(1)["table"])
+
+    new_cache(tmp_path, monkeypatch, "c")
+    capsys.readouterr()
+    cli.main(["verify", "--dir", url, "--json"])
+    (nb,) = json.loads(capsys.readouterr().out)["notebooks"]
+    checked = {c["id"]: c for c in nb["checkpoints"]}
+    assert checked[new.id]["status"] == "untrusted" and old.id in checked[new.id]["problem"]
+    assert nb["restorable"] == [old.id]
+
+
 def test_wrong_credentials_are_named_and_a_retry_completes(url, tmp_path, monkeypatch):
     new_cache(tmp_path, monkeypatch, "c")
     good = os.environ["AWS_SECRET_ACCESS_KEY"]
@@ -552,8 +671,6 @@ def test_store_killed_mid_upload_then_back_a_retry_completes_and_nothing_is_orph
 
 # ------------------------------------------------------------------ verify and gc on a bucket
 def test_verify_and_gc_work_on_a_bucket(either_url, tmp_path, monkeypatch, capsys):
-    import json
-
     from jupyter_pause import cli
 
     url = either_url
@@ -729,6 +846,59 @@ def test_store_killed_mid_restore_then_back_a_retry_restores(tmp_path, monkeypat
         api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
         assert np.array_equal(out["big"], ns["big"])
     finally:
+        server.stop()
+
+
+def test_store_killed_mid_lazy_restore_fails_what_it_had_not_read(tmp_path, monkeypatch):
+    """The store dies while a lazy restore reads its large objects in the background: the
+    objects whose bytes had not all come in fail, by name and cause, the others are
+    restored, nothing half read is kept here, and a retry restores everything."""
+    server = Seaweed(tmp_path / "weed")
+    server.start()
+    try:
+        server.create_bucket("killed-lazy")
+        for k, v in server.env().items():
+            monkeypatch.setenv(k, v)
+        url = "s3://killed-lazy/ck"
+        new_cache(tmp_path, monkeypatch, "writer")
+        ns = large_state()
+        api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
+
+        cache = new_cache(tmp_path, monkeypatch, "reader")
+        read_into = remote.Remote.read_into
+
+        def killed_in_the_background(self, files, on_part=None, **lazily):
+            if not lazily:  # what the restore reads before it returns
+                return read_into(self, files, on_part)
+
+            def killing(name, filled):
+                server.kill()
+                on_part(name, filled)
+
+            return read_into(self, files, killing, **lazily)
+
+        monkeypatch.setattr(remote.Remote, "read_into", killed_in_the_background)
+        out = {"__name__": "__main__"}
+        rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=True)
+        assert {"first", "second"} <= set(rr.loading) and out["step"] == 1
+        failed = api.lazy_mod.wait()
+        assert failed and set(failed) <= {"first", "second"}
+        assert all("does not answer" in why for why in failed.values()), failed
+        assert same_state(out | {n: ns[n] for n in failed}, ns)  # the others came back
+        nbdir = paths.notebook_dir(url, NB)
+        store.wait_for_copies(nbdir)
+        assert not list(cache.rglob("*.part-*"))
+        m = store.read_manifest(nbdir, rr.id)
+        for name in failed:
+            assert not (nbdir / m.storages[m.objects[name].storages[0]].file).exists()
+
+        monkeypatch.setattr(remote.Remote, "read_into", read_into)
+        server.start()
+        back = {"__name__": "__main__"}
+        api.restore(dir=url, notebook=NB, namespace=back, progress=False, lazy=True)
+        assert api.lazy_mod.wait() == {} and same_state(back, ns)
+    finally:
+        api.lazy_mod.cancel()
         server.stop()
 
 

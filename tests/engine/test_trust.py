@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import jupyter_pause as jp
 from jupyter_pause.engine import durable, errors, paths, signing, store
+from jupyter_pause.engine import lazy as lazy_mod
 
 
 def flip_tensor_byte(nbdir, m, owner, offset=3):
@@ -198,6 +199,45 @@ def test_replayed_checkpoint_of_another_notebook_is_untrusted(ck, nbdir, tmp_pat
     assert ei.value.kind == "other-notebook"
     res, got = fresh(ck)
     assert res.id == mine.id and got["secret"] == "mine" and replay in res.passed_over
+
+
+def roll_back(nbdir, older: str, newer: str) -> None:
+    """Copy checkpoint ``older``'s signed files over ``newer``'s: each still signs fine."""
+    for name in ("manifest.json", "manifest.sig", "objects.pkl"):
+        shutil.copyfile(nbdir / older / name, nbdir / newer / name)
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_an_older_checkpoint_copied_over_the_newest_is_refused_as_a_rollback(ck, nbdir, lazy):
+    """Issue #37: the older state, copied over the newest checkpoint's files, used to be
+    listed ``ok`` under the newest id and restored by it with no word. Now the manifest's
+    id, which its signature covers, must be the folder's."""
+    old = jp.checkpoint(namespace={"x": 1, "w": torch.arange(4.0)}, **ck)
+    new = jp.checkpoint(namespace={"x": 2, "w": torch.arange(5.0)}, **ck)
+    roll_back(nbdir, old.id, new.id)
+
+    listed = {i.id: i for i in jp.list_checkpoints(ck["dir"], ck["notebook"])}
+    assert listed[old.id].status == "ok"
+    assert listed[new.id].status == "untrusted" and not listed[new.id].trusted
+    assert old.id in listed[new.id].problem and "rollback" in listed[new.id].problem
+    with pytest.raises(errors.UntrustedCheckpoint) as ei:
+        jp.restore(new.id, namespace={}, progress=False, lazy=lazy, **ck)
+    assert ei.value.kind == "other-checkpoint"
+
+    ns: dict = {}  # without an id: the newest that verifies, and why the other was not
+    res = jp.restore(namespace=ns, progress=False, lazy=lazy, **ck)
+    lazy_mod.wait()
+    assert res.id == old.id and ns["x"] == 1 and torch.equal(ns["w"], torch.arange(4.0))
+    assert "rollback" in res.passed_over[new.id]
+    assert f"restored {old.id} instead, the newest checkpoint that verifies" in res.notes
+
+    chosen = store.choose_for_resume(ck["dir"], ck["notebook"])
+    assert chosen.id == old.id and "rollback" in chosen.passed_over[new.id]
+    assert store.choose_for_resume(ck["dir"], ck["notebook"], new.id) is None
+    scrubbed = {i.id: i for i in store.scrub(nbdir)}
+    assert scrubbed[new.id].status == "untrusted" and old.id in scrubbed[new.id].problem
+    assert scrubbed[old.id].status == "ok"
+    assert store.latest_checkpoint(ck["dir"], ck["notebook"], verify=True).id == old.id
 
 
 def test_checkpoint_of_another_owner_is_untrusted(ck, nbdir, monkeypatch):

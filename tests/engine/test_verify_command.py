@@ -12,7 +12,7 @@ import jupyter_pause as jp
 from jupyter_pause.cli import main
 from jupyter_pause.engine import store
 
-from .test_trust import flip_tensor_byte
+from .test_trust import flip_tensor_byte, roll_back
 
 
 @pytest.fixture
@@ -39,6 +39,17 @@ def test_verify_reports_which_checkpoints_restore(ck, damaged, capsys):
     rc = main(["verify", "--dir", ck["dir"]])  # every notebook of this user, as text
     out = capsys.readouterr().out
     assert rc == 1 and f"resume and %restore use {good}" in out and "damaged" in out
+
+
+def test_verify_names_an_older_checkpoint_copied_over_the_newest(ck, nbdir, capsys):
+    old = jp.checkpoint(namespace={"x": 1}, **ck)
+    new = jp.checkpoint(namespace={"x": 2}, **ck)
+    roll_back(nbdir, old.id, new.id)
+    main(["verify", ck["notebook"], "--dir", ck["dir"]])
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.strip().startswith(new.id))
+    assert "untrusted" in line and f"it is checkpoint {old.id}" in line and "rollback" in line
+    assert f"resume and %restore use {old.id}" in out
 
 
 def test_verify_a_healthy_store_exits_zero(ck, capsys):
