@@ -52,6 +52,7 @@ def checkpoint(
     operation: str | None = None,
     autosave: bool = False,
     lost_from: str | None = None,
+    upload: bool = True,
 ):
     """Checkpoint the whole namespace; plant ``nonce`` in memory and in the manifest.
 
@@ -61,7 +62,8 @@ def checkpoint(
     a crash, and its state was that checkpoint's (the result's ``lost`` says what
     this checkpoint does not have of it, and which checkpoint still does).
     ``autosave`` marks it as the server's background save (``autosave: true``),
-    kept in its own retention budget.
+    kept in its own retention budget.  ``upload=False``: with a bucket, commit in the
+    local cache only; the server puts it in the bucket (server/staging.py).
     """
     global _live_nonce
     from .engine.api import checkpoint as engine_checkpoint
@@ -80,6 +82,7 @@ def checkpoint(
             metadata=metadata,
             progress=False,
             lost_from=lost_from,
+            upload=upload,
         )
     if nonce:
         _live_nonce = nonce

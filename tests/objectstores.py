@@ -532,3 +532,129 @@ class Gate:
         self.release()
         self.server.shutdown()
         self.server.server_close()
+
+
+class _Rate:
+    """A token bucket: at most ``rate`` bytes a second (None: no limit), in bursts of at
+    most a twentieth of a second's worth."""
+
+    def __init__(self, rate: float | None):
+        self.rate = rate
+        self._allowed = 0.0
+        self._at = time.monotonic()
+        self._lock = threading.Lock()
+
+    def chunk(self) -> int:
+        return 1 << 16 if self.rate is None else max(1024, min(1 << 16, int(self.rate / 20)))
+
+    def take(self, n: int) -> None:
+        """Wait until ``n`` more bytes may pass."""
+        if self.rate is None:
+            return
+        with self._lock:
+            now = time.monotonic()
+            # a pause in the traffic earns at most a twentieth of a second of burst
+            self._allowed = min(self._allowed + (now - self._at) * self.rate, self.rate / 20)
+            self._at = now
+            self._allowed -= n
+            wait = -self._allowed / self.rate if self._allowed < 0 else 0.0
+        if wait > 0:
+            time.sleep(wait)
+
+
+class Throttle:
+    """A TCP proxy on 127.0.0.1 in front of ``upstream`` (``http://host:port``, e.g. a
+    SeaweedFS's S3 endpoint) that passes what clients send (uploads) at most
+    ``per_connection`` bytes a second on each connection and ``total`` bytes a second all
+    together (None: no limit), as a slow or shared link would; answers pass as they come,
+    unless ``down`` limits them too (all together).  The rates may be changed while it
+    runs (:meth:`limit`).  ``sent`` counts the bytes clients sent through it."""
+
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        per_connection: float | None = None,
+        total: float | None = None,
+        down: float | None = None,
+    ):
+        target = urllib.parse.urlsplit(upstream)
+        self.target = (target.hostname, target.port)
+        self.sent = 0
+        self._lock = threading.Lock()
+        self.limit(per_connection=per_connection, total=total, down=down)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._closed = False
+        self._sockets: set[socket.socket] = set()
+        threading.Thread(target=self._accept, daemon=True, name="throttle").start()
+
+    def limit(
+        self,
+        *,
+        per_connection: float | None = None,
+        total: float | None = None,
+        down: float | None = None,
+    ) -> None:
+        """Set the rates (bytes a second; None: no limit) from now on."""
+        self.per_connection = per_connection
+        self._total = _Rate(total)
+        self._down = _Rate(down)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.target, timeout=10)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            with self._lock:
+                self._sockets |= {client, server}
+            own = _Rate(self.per_connection)
+            threading.Thread(
+                target=self._pump, args=(client, server, (own, self._total), True), daemon=True
+            ).start()
+            threading.Thread(
+                target=self._pump, args=(server, client, (self._down,), False), daemon=True
+            ).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, rates, up: bool) -> None:
+        try:
+            while True:
+                size = min(r.chunk() for r in rates)
+                data = src.recv(size)
+                if not data:
+                    break
+                for r in rates:
+                    r.take(len(data))
+                dst.sendall(data)
+                if up:
+                    with self._lock:
+                        self.sent += len(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+            with self._lock:
+                for s in (src, dst):
+                    if s in self._sockets:
+                        self._sockets.discard(s)
+                        s.close()
+
+    def stop(self) -> None:
+        self._closed = True
+        self._listener.close()
+        with self._lock:
+            for s in list(self._sockets):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)

@@ -55,6 +55,7 @@ from .errors import (
     CheckpointNotFound,
     CorruptCheckpoint,
     DiskError,
+    RemoteStoreError,
     RestoreFailed,
     UnknownName,
     UnsavableObject,
@@ -287,6 +288,7 @@ def checkpoint(
     namespace: dict | None = None,
     full: bool = False,
     lost_from: str | None = None,
+    upload: bool = True,
 ) -> CheckpointResult:
     """Save tracked objects and the namespace (or just ``names``) as a new checkpoint.
 
@@ -301,6 +303,11 @@ def checkpoint(
     crash) and that state was checkpoint ``lost_from``'s. What the checkpoint does not
     have of it, and what a restore could not bring back, is recorded in its metadata
     (``lost``: name -> the checkpoint that still holds it), which retention keeps.
+
+    ``upload=False``, with a bucket behind ``dir``: the checkpoint is committed in the
+    local cache only, at disk speed, and the caller puts it in the bucket
+    (``store.stage``: the server's background staging, a stopping server's last save);
+    a bucket that cannot be listed then does not stop it.
     """
     t0 = time.monotonic()
     lazy_mod.wait()  # objects still loading from a lazy restore are saved whole, not missed
@@ -357,7 +364,11 @@ def checkpoint(
     try:
         with store.locked(nbdir):
             store.gc(nbdir, locked_already=True)  # stale temp folders of dead writers
-            store.pull(dir, nbdir)  # a bucket's checkpoints: retention counts them all
+            try:
+                store.pull(dir, nbdir)  # a bucket's checkpoints: retention counts them all
+            except RemoteStoreError:
+                if upload:
+                    raise  # else the stager pulls before it pushes
             if meta.get(store.AUTOSAVE) is True:
                 replaced = store.autosave_would_replace(nbdir, _OWN.get(str(nbdir)))
                 if replaced:
@@ -382,7 +393,8 @@ def checkpoint(
                 shell=shell_state,
             )
             txn = store.Transaction(nbdir)
-            early = store.uploads(dir, nbdir)  # a bucket: blobs go up as they are written
+            # a bucket: blobs go up as they are written
+            early = store.uploads(dir, nbdir) if upload else None
             txn.on_staged = early.add if early is not None else None
             try:
                 result = _write_checkpoint(txn, plan)

@@ -26,10 +26,12 @@ import bisect
 import contextlib
 import hashlib
 import hmac
+import math
 import mmap
 import os
 import re
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -45,10 +47,28 @@ from . import paths
 from .errors import RemoteStoreError
 from .manifest import BLOBS, SESSION, SIGNATURE
 
-PART = 16 << 20  # bytes per multipart part and per ranged GET
+PART = 16 << 20  # bytes per ranged GET, and the largest multipart part
+MIN_PART = 5 << 20  # S3's smallest multipart part (all but the last)
 PARALLEL = 16  # requests in flight
 FILES_AT_ONCE = 4  # files uploaded at once, each in PARALLEL // 2 parts at a time
 SWEEP_GRACE = timedelta(hours=1)  # leftovers younger than this may be an upload under way
+#: an upload part is sized to take about this long on one connection at the measured rate
+PART_SECONDS = 8.0
+#: an upload request's timeout: this many times its expected time at the measured rate
+#: (before anything was measured, at GUESSED_RATE), at least MIN_TIMEOUT
+TIMEOUT_FACTOR = 4.0
+MIN_TIMEOUT = 30.0
+MAX_TIMEOUT = 3600.0
+GUESSED_RATE = 2 << 20
+#: the slowest link an estimate goes down to (bytes a second)
+SLOWEST = 10_000
+#: the timeout of the other requests (listings, reads)
+DEFAULT_TIMEOUT = 120.0
+#: an upload that fails is tried again this many times in a row without a part going
+#: through (each time with smaller parts and longer timeouts), and at most PROGRESS_TRIES
+#: times in all
+NO_PROGRESS_TRIES = 3
+PROGRESS_TRIES = 8
 
 
 @dataclass(frozen=True)
@@ -57,10 +77,12 @@ class Listed:
     modified: datetime
 
 
-def open_store(bucket: paths.Bucket):
+def open_store(bucket: paths.Bucket, timeout: float = DEFAULT_TIMEOUT):
     """An obstore client for ``bucket``, configured the standard way: the AWS variables
     and credential chain (``AWS_ENDPOINT_URL`` included) for S3, Google's for GCS
-    (``STORAGE_EMULATOR_HOST`` for an emulator)."""
+    (``STORAGE_EMULATOR_HOST`` for an emulator).  ``timeout``: seconds a request may take
+    (an upload's are sized to the link: :class:`Link`); a request that fails sooner is
+    tried again within that time."""
     try:
         from obstore.store import GCSStore, S3Store
     except ImportError as e:
@@ -69,8 +91,8 @@ def open_store(bucket: paths.Bucket):
             "open",
             "obstore is not installed: pip install 'jupyter-pause[objectstore]' (or obstore)",
         ) from e
-    options = {"timeout": "120s", "connect_timeout": "10s"}
-    retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=10)}
+    options = {"timeout": f"{math.ceil(timeout)}s", "connect_timeout": "10s"}
+    retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=timeout)}
     if bucket.scheme == "s3":
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         config = {}
@@ -131,15 +153,149 @@ def describe(e: BaseException) -> str:
     return line
 
 
+def lasting(e: BaseException) -> bool:
+    """Whether an upload that failed so would fail again however often it is tried (wrong
+    credentials, a missing bucket, one out of quota), rather than a link that was slow or
+    cut (a timeout, a connection reset), which a new try with smaller parts may pass."""
+    said = describe(e)
+    return said.startswith(("the bucket does not exist", "access denied", "the bucket is out"))
+
+
+class Stopped(Exception):
+    """An upload was told to stop (:class:`Pace`'s ``stop``) before it was done."""
+
+
+def _ewma(old: float | None, new: float, weight: float = 0.5) -> float:
+    return new if old is None else (1 - weight) * old + weight * new
+
+
+class Link:
+    """What this process measured of its link to the store: the bytes a second one
+    connection carries (every upload of at least a MiB), and all of them together (those
+    with several parts in flight).  Uploads are cut into parts that take about
+    :data:`PART_SECONDS` each on one connection (16 MiB at most, S3's 5 MiB at least), and
+    each request may take :data:`TIMEOUT_FACTOR` times its expected time: a slow link is
+    never failed by a timeout fixed for a fast one.  A timeout halves the estimate."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: bytes a second one connection carried (a moving average); None: not measured
+        self.per_connection: float | None = None
+        #: bytes a second several connections carried together; None: not measured
+        self.aggregate: float | None = None
+        #: bytes this process has uploaded, and the monotonic time of the last measurement
+        self.sent = 0
+        self.measured_at: float | None = None
+
+    def observe(self, nbytes: int, seconds: float, connections: int = 1) -> None:
+        """``nbytes`` went up in ``seconds`` over ``connections`` connections at once."""
+        with self._lock:
+            self.sent += nbytes
+            if seconds <= 0 or nbytes < (1 << 20):
+                return  # too little to tell a rate from the requests' own cost
+            rate = nbytes / seconds
+            self.per_connection = _ewma(self.per_connection, rate / max(1, connections))
+            if connections > 1:
+                self.aggregate = _ewma(self.aggregate, rate)
+            self.measured_at = time.monotonic()
+
+    def slower(self, part: int, timeout: float) -> None:
+        """A request of ``part`` bytes did not finish in ``timeout`` seconds."""
+        with self._lock:
+            bound = part / timeout
+            self.per_connection = max(SLOWEST, min(self.per_connection or bound, bound) / 2)
+            if self.aggregate is not None:
+                self.aggregate = min(self.aggregate, self.per_connection * PARALLEL)
+
+    def part_size(self) -> int:
+        if self.per_connection is None:
+            return PART
+        want = int(self.per_connection * PART_SECONDS) >> 20 << 20
+        return max(MIN_PART, min(PART, want))
+
+    def timeout(self, nbytes: int) -> float:
+        """Seconds a request carrying ``nbytes`` on one connection may take."""
+        rate = self.per_connection or GUESSED_RATE
+        return min(MAX_TIMEOUT, max(MIN_TIMEOUT, TIMEOUT_FACTOR * nbytes / rate))
+
+    def rate(self, connections: int) -> float | None:
+        """Bytes a second an upload on ``connections`` connections may expect; None:
+        nothing measured yet."""
+        with self._lock:
+            if self.per_connection is None:
+                return None
+            if connections > 1 and self.aggregate is not None:
+                return self.aggregate
+            return self.per_connection * connections
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "per_connection": self.per_connection,
+            "aggregate": self.aggregate,
+            "sent": self.sent,
+        }
+
+
+#: what this process measured of its link to the store
+LINK = Link()
+
+
+@dataclass
+class Pace:
+    """How an upload shares the link.  ``share`` (0 < share <= 1): a background upload
+    (staging) sends one part at a time on one connection, and after each part waits so
+    that the link is its for at most that share of the time: at most ``share`` of the
+    upload bandwidth, whatever the link's speed, measured part by part.  1: as fast as
+    it goes.  ``stop()`` true: no new part starts (:class:`Stopped`).  ``on_bytes(n)``
+    hears each part once the store took it."""
+
+    share: float = 1.0
+    stop: Callable[[], bool] | None = None
+    on_bytes: Callable[[int], None] | None = None
+
+    @property
+    def background(self) -> bool:
+        return self.share < 1.0
+
+    def check(self) -> None:
+        if self.stop is not None and self.stop():
+            raise Stopped("the upload was stopped")
+
+    def rest(self, busy: float) -> None:
+        """The link was the upload's for ``busy`` seconds: leave it to others for long
+        enough (waking early to stop)."""
+        if not self.background or busy <= 0:
+            return
+        until = time.monotonic() + busy * (1 / self.share - 1)
+        while (left := until - time.monotonic()) > 0:
+            self.check()
+            time.sleep(min(left, 0.2))
+
+
+FULL_SPEED = Pace()
+
+
 class Remote:
     """One notebook folder's mirror in the bucket: ``rel`` is the folder relative to the
     local root (``<user folder>/<notebook folder>``)."""
 
-    def __init__(self, bucket: paths.Bucket, rel: str):
+    def __init__(self, bucket: paths.Bucket, rel: str, link: Link = LINK):
         self.bucket = bucket
         self.rel = rel
         self.store = open_store(bucket)
         self.base = "/".join(p for p in (bucket.prefix, rel) if p)
+        self.link = link
+        self._stores: dict[int, Any] = {}
+        self._stores_lock = threading.Lock()
+
+    def store_for(self, timeout: float):
+        """A client whose requests may take ``timeout`` seconds (rounded up to a power of
+        two: a few clients serve every size)."""
+        seconds = 1 << max(0, math.ceil(math.log2(max(timeout, MIN_TIMEOUT, 1.0))))
+        with self._stores_lock:
+            if seconds not in self._stores:
+                self._stores[seconds] = open_store(self.bucket, seconds)
+            return self._stores[seconds]
 
     def key(self, name: str) -> str:
         return f"{self.base}/{name}"
@@ -162,18 +318,91 @@ class Remote:
         return out
 
     # --------------------------------------------------------------- up
-    def upload(self, files: Iterable[tuple[str, Path]], progress=None) -> None:
+    def upload(
+        self, files: Iterable[tuple[str, Path]], progress=None, pace: Pace | None = None
+    ) -> None:
         """Upload files (name relative to the notebook folder, local path), a few at a
-        time, each large one in parallel parts (:func:`put_file`); ``progress(n)``
-        hears each file's size once it is up."""
+        time, each large one in parallel parts (:meth:`put`); ``progress(n)`` hears each
+        file's size once it is up.  A background ``pace`` sends one file at a time, in
+        the order given."""
+        pace = pace or FULL_SPEED
 
         def one(name: str, path: Path) -> None:
             with open(path, "rb", buffering=0) as f:
-                size = put_file(self.store, self.key(name), f)
+                size = self.put(name, f, pace)
             if progress:
                 progress(size)
 
-        self._parallel("upload", [(one, (n, p)) for n, p in files], FILES_AT_ONCE)
+        jobs = [(one, (n, p)) for n, p in files]
+        self._parallel("upload", jobs, 1 if pace.background else FILES_AT_ONCE)
+
+    def put(self, name: str, f, pace: Pace | None = None) -> int:
+        """Upload the open file ``f`` (read-only, never changed again: a staged blob or a
+        committed file) as ``name``; returns its size.  The bytes go straight from a
+        mapping of the file, from the page cache where it was just written: read into
+        buffers of the client's instead, every byte would be copied once more, into fresh
+        memory, on the cores the upload needs.  A file larger than a part goes in parts
+        sized to the link (:class:`Link`), several in flight (one for a background
+        ``pace``), each request with a timeout sized to its part.  A try that fails for a
+        slow or cut link is made again with smaller parts and longer timeouts while parts
+        go through (:data:`NO_PROGRESS_TRIES` in a row without one, :data:`PROGRESS_TRIES`
+        in all)."""
+        import obstore
+
+        pace = pace or FULL_SPEED
+        key = self.key(name)
+        size = os.fstat(f.fileno()).st_size
+        pace.check()
+        if size == 0:
+            obstore.put(self.store, key, b"")
+            return 0
+        with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mapped:
+            view = memoryview(mapped)
+            try:
+                self._put_view(key, view, pace)
+            finally:
+                view.release()
+        return size
+
+    def _put_view(self, key: str, view: memoryview, pace: Pace) -> None:
+        import obstore
+
+        size, link = len(view), self.link
+        tries = stalled = 0
+        while True:
+            pace.check()
+            part = link.part_size()
+            timeout = link.timeout(min(part, size))
+            store = self.store_for(timeout)
+            watch = _Watch()
+            started = time.monotonic()
+            try:
+                if size <= part:
+                    obstore.put(store, key, view, use_multipart=False)
+                    busy = time.monotonic() - started
+                    link.observe(size, busy)
+                    pace.rest(busy)
+                    return
+                width = 1 if pace.background else PARALLEL // 2
+                chunks = _parts(view, part, pace, link, watch)
+                obstore.put(store, key, chunks, chunk_size=part, max_concurrency=width)
+                now = time.monotonic()
+                if pace.background:  # the last part, which no later one was handed after
+                    busy = now - (watch.handed or started)
+                    link.observe(size - (size - 1) // part * part, busy)
+                    pace.rest(busy)
+                else:
+                    link.observe(size, now - started, min(width, -(-size // part)))
+                return
+            except Stopped:
+                raise
+            except Exception as e:
+                tries += 1
+                stalled = 0 if watch.parts else stalled + 1
+                if lasting(e) or stalled >= NO_PROGRESS_TRIES or tries >= PROGRESS_TRIES:
+                    raise
+                if time.monotonic() - started >= 0.9 * timeout:  # timed out: slower than hoped
+                    link.slower(min(part, size), timeout)
 
     def uploads(self) -> Uploads:
         """A background upload that takes files while the caller is still writing others:
@@ -313,45 +542,70 @@ class Remote:
             return
         failed: list[BaseException] = []
         stop = threading.Event()
+        todo = iter(jobs)
+        lock = threading.Lock()
 
-        def run(fn, args):
-            if stop.is_set():
-                return
-            try:
-                fn(*args)
-            except BaseException as e:
-                failed.append(e)
-                stop.set()
+        def worker() -> None:
+            while not stop.is_set():
+                with lock:
+                    job = next(todo, None)
+                if job is None:
+                    return
+                fn, args = job
+                try:
+                    fn(*args)
+                except BaseException as e:
+                    failed.append(e)
+                    stop.set()
 
-        with ThreadPoolExecutor(min(width, len(jobs))) as pool:
-            for fn, args in jobs:
-                pool.submit(run, fn, args)
+        # daemon threads: a process that exits (a server whose grace ended, a killed
+        # kernel) is never held by a request still in flight
+        workers = [
+            threading.Thread(target=worker, name=f"jp-{action}", daemon=True)
+            for _ in range(min(width, len(jobs)))
+        ]
+        for thread in workers:
+            thread.start()
+        for thread in workers:
+            thread.join()
         if failed:
             e = failed[0]
-            if isinstance(e, RemoteStoreError | OSError) and not _is_obstore(e):
+            if isinstance(e, RemoteStoreError | OSError | Stopped) and not _is_obstore(e):
                 raise e
             raise self._fail(action, e) from e
 
 
-def put_file(store, key: str, f) -> int:
-    """Upload the open file ``f`` (read-only, never changed again: a staged blob or a
-    committed file) to ``key``, in parallel parts; returns its size.  The parts are sent
-    straight from a mapping of the file, from the page cache where it was just written:
-    read into buffers of the client's instead, every byte would be copied once more, into
-    fresh memory, on the cores the upload needs."""
-    import obstore
+@dataclass
+class _Watch:
+    """How one try of a multipart upload went: the parts the store took during it, and when
+    the last one was handed over whole (monotonic)."""
 
-    size = os.fstat(f.fileno()).st_size
-    if size == 0:
-        obstore.put(store, key, b"")
-        return 0
-    with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mapped:
-        view = memoryview(mapped)
-        try:
-            obstore.put(store, key, view, chunk_size=PART, max_concurrency=PARALLEL // 2)
-        finally:
-            view.release()
-    return size
+    parts: int = 0
+    handed: float | None = None
+
+
+def _parts(view: memoryview, part: int, pace: Pace, link: Link, watch: _Watch):
+    """``view`` in slices for obstore's multipart put (``part`` bytes a part), watching it
+    take them: it asks for the next slice only while fewer parts than its concurrency are
+    in flight, so a ``yield`` that waits ends when a part went through.  For a background
+    ``pace`` (one part in flight), that wait is the part's time on the link: measured, then
+    matched by a rest.  ``pace.stop`` is heard before each slice."""
+    step = min(part, 1 << 20)
+    size = len(view)
+    for start in range(0, size, step):
+        pace.check()
+        asked = time.monotonic()
+        yield view[start : start + step]
+        now = time.monotonic()
+        if now - asked > 0.005 and watch.handed is not None:  # a part in flight went through
+            watch.parts += 1
+            if pace.background:
+                busy = now - watch.handed
+                link.observe(part, busy)
+                pace.rest(busy)
+        end = start + step
+        if end % part == 0 or end >= size:
+            watch.handed = time.monotonic()
 
 
 class Uploads:
@@ -402,7 +656,7 @@ class Uploads:
             if self._stop.is_set():
                 return
             try:
-                put_file(self.remote.store, self.remote.key(name), f)
+                self.remote.put(name, f)
             except BaseException as e:
                 self.failed.append(e)
                 return

@@ -1542,13 +1542,24 @@ def uploads(dir, nbdir: Path) -> remote.Uploads | None:
     return None if mirror is None else mirror.uploads()
 
 
-def push(dir, nbdir: Path, progress=None, grace=remote.SWEEP_GRACE) -> list[str]:
+def push(
+    dir,
+    nbdir: Path,
+    progress=None,
+    grace=remote.SWEEP_GRACE,
+    *,
+    only: str | None = None,
+    pace: remote.Pace | None = None,
+) -> list[str]:
     """Make the bucket hold what the folder holds: upload each signed checkpoint it
-    lacks (tensor files it does not have yet, the pickle, the manifest, then, once all
-    of them are listed back with their sizes, the signature: the commit), delete the
-    checkpoints the folder no longer has (retention, delete: signature first), then sweep
-    what crashed uploads left (older than ``grace``).  Returns the ids uploaded.  Raises
-    :class:`RemoteStoreError`; the folder is left as it was."""
+    lacks (tensor files it does not have yet, the pickle, the manifest, smallest first,
+    then, once all of them are listed back with their sizes, the signature: the commit),
+    delete the checkpoints the folder no longer has (retention, delete: signature first),
+    then sweep what crashed uploads left (older than ``grace``).  ``only``: upload that
+    checkpoint alone (the others stay in the folder only).  ``pace``: how the uploads
+    share the link (:class:`remote.Pace`; its ``stop`` is heard before the commit too).
+    Returns the ids uploaded.  Raises :class:`RemoteStoreError`; the folder is left as it
+    was."""
     mirror = _remote(dir, nbdir)
     if mirror is None:
         return []
@@ -1556,19 +1567,18 @@ def push(dir, nbdir: Path, progress=None, grace=remote.SWEEP_GRACE) -> list[str]
     in_bucket = set(remote.committed(listing))
     uploaded = []
     for cid, m in _signed(nbdir):
-        if cid in in_bucket:
+        if cid in in_bucket or (only is not None and cid != only):
             continue
         try:
             check_complete(nbdir, m)
         except CheckpointError:  # only its small files are here (a rename's re-bind
             continue  # of what was pulled): there is nothing whole to upload
-        names = [
-            rel for rel in m.files if rel not in listing or listing[rel].size != m.files[rel].bytes
-        ]
-        names += [f"{cid}/{PICKLE}", f"{cid}/{MANIFEST}"]
+        files = _missing(nbdir, cid, m, listing)
         if progress is not None:
-            progress.add_total(sum((nbdir / n).stat().st_size for n in names))
-        mirror.upload([(n, nbdir / n) for n in names], progress.update if progress else None)
+            progress.add_total(sum(size for _, size in files))
+        mirror.upload(
+            [(n, nbdir / n) for n, _ in files], progress.update if progress else None, pace
+        )
         after = mirror.listing()
         short = [
             n
@@ -1581,7 +1591,7 @@ def push(dir, nbdir: Path, progress=None, grace=remote.SWEEP_GRACE) -> list[str]
                 "verify the upload",
                 f"missing or short after upload: {', '.join(short)}",
             )
-        mirror.upload([(f"{cid}/{SIGNATURE}", nbdir / cid / SIGNATURE)])
+        mirror.upload([(f"{cid}/{SIGNATURE}", nbdir / cid / SIGNATURE)], pace=pace)
         uploaded.append(cid)
         listing = after
     here = set(checkpoint_ids(nbdir))
@@ -1591,6 +1601,87 @@ def push(dir, nbdir: Path, progress=None, grace=remote.SWEEP_GRACE) -> list[str]
     # this writer holds the notebook's lock: a blob no manifest here names is garbage now
     sweep(dir, nbdir, grace, blob_grace=timedelta(0))
     return uploaded
+
+
+def _missing(nbdir: Path, cid: str, m: Manifest, listing) -> list[tuple[str, int]]:
+    """The files of checkpoint ``cid`` (manifest ``m``) the bucket's ``listing`` lacks
+    (or holds with another size), with their sizes, smallest first: its pickle and
+    manifest always (small; its signature is the commit, sent apart)."""
+    names = [
+        rel for rel in m.files if rel not in listing or listing[rel].size != m.files[rel].bytes
+    ]
+    names += [f"{cid}/{PICKLE}", f"{cid}/{MANIFEST}"]
+    return sorted(((n, (nbdir / n).stat().st_size) for n in names), key=lambda f: f[1])
+
+
+@dataclass(frozen=True)
+class Delta:
+    """What the bucket lacks of a checkpoint written here: its files (name, bytes),
+    smallest first; none once it is committed there."""
+
+    checkpoint: str
+    time: str  # when it was written (ISO 8601 UTC)
+    files: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def bytes(self) -> int:
+        return sum(size for _, size in self.files)
+
+
+def delta(dir, nbdir: Path) -> Delta | None:
+    """The newest checkpoint signed here and what of it the bucket lacks (one listing);
+    None without a bucket, or without a whole signed checkpoint here."""
+    mirror = _remote(dir, nbdir)
+    if mirror is None:
+        return None
+    return _delta(nbdir, mirror.listing())
+
+
+def _delta(nbdir: Path, listing) -> Delta | None:
+    signed = _signed(nbdir)
+    if not signed:
+        return None
+    cid, m = signed[-1]
+    if cid in remote.committed(listing):
+        return Delta(cid, m.created)
+    try:
+        check_complete(nbdir, m)
+    except CheckpointError:
+        return None
+    return Delta(cid, m.created, tuple(_missing(nbdir, cid, m, listing)))
+
+
+def stage(
+    dir,
+    nbdir: Path,
+    pace: remote.Pace | None = None,
+    on_file=None,
+    lock_timeout=30.0,
+    wanted: Delta | None = None,
+) -> Delta | None:
+    """Put the newest checkpoint written here in the bucket, if it lacks it (a background
+    save's, or a stopping server's last): its files first, smallest first, without the
+    notebook's lock (they are content-addressed or its own, and no writer removes them
+    while the checkpoint is here), so that a checkpoint of the kernel meanwhile is never
+    kept waiting; then, under the lock, what the bucket still lacks and the signature (the
+    commit), with :func:`push`'s deletions (:func:`pull` first: the folder then counts the
+    bucket's checkpoints).  ``on_file(bytes)`` hears each file once it is up; ``wanted``:
+    the :func:`delta` the caller measured just before.  Returns the :class:`Delta` it
+    started from (None: nothing here to stage).  Raises
+    :class:`RemoteStoreError`, :class:`remote.Stopped` (``pace.stop``), or
+    :class:`StoreBusy` when the lock stays taken ``lock_timeout`` seconds."""
+    mirror = _remote(dir, nbdir)
+    if mirror is None:
+        return None
+    if wanted is None:
+        wanted = _delta(nbdir, mirror.listing())
+    if wanted is None or not wanted.files:
+        return wanted
+    mirror.upload([(n, nbdir / n) for n, _ in wanted.files], on_file, pace)
+    with locked(nbdir, timeout=lock_timeout):
+        pull(dir, nbdir)
+        push(dir, nbdir, only=wanted.checkpoint, pace=pace)
+    return wanted
 
 
 def sweep(dir, nbdir: Path, grace=remote.SWEEP_GRACE, blob_grace=None) -> list[str]:
