@@ -54,6 +54,9 @@ DEFAULT_CLASSES: dict[str, dict[str, Any]] = {
 
 ACTIONS = ("pause", "checkpoint", "none")
 
+#: seconds of use between two stagings to a bucket, for a class that pauses and sets none
+STAGE_EVERY = 60.0
+
 
 @dataclass(frozen=True)
 class WorkloadClass:
@@ -82,6 +85,13 @@ class WorkloadClass:
     #: this many seconds since its last saved state; None: never.  A hard kill
     #: (SIGKILL, OOM, node loss) then loses at most this much work.
     autosave_every: float | None = None
+    #: continuous staging, with a bucket as the checkpoint root: once a user cell ends
+    #: with the kernel idle, a notebook in use for this many seconds since its state was
+    #: last saved is checkpointed (an autosave) and its changes go to the bucket in the
+    #: background (server/staging.py), so that a lost node or a short shutdown grace
+    #: costs only what changed since.  Default: :data:`STAGE_EVERY` for a class whose
+    #: action is "pause", else None (never); ignored without a bucket.
+    stage_every: float | None = None
     #: hibernate in place first (opt-in): after this many idle seconds the kernel's GPU
     #: memory moves to host memory and the kernel stays (a cell wakes it in seconds);
     #: the action ("pause") follows at ``idle_threshold``. None: never.
@@ -96,11 +106,15 @@ class WorkloadClass:
                 f"workload class {name!r}: unknown setting(s) {sorted(unknown)}; "
                 f"known: {sorted(known)}"
             )
+        if "stage_every" not in settings and settings.get("action", cls.action) == "pause":
+            settings = {**settings, "stage_every": STAGE_EVERY}
         policy = cls(name=name, **settings)
         if policy.action not in ACTIONS:
             raise ValueError(f"workload class {name!r}: action must be one of {ACTIONS}")
-        if policy.autosave_every is not None and not policy.autosave_every > 0:
-            raise ValueError(f"workload class {name!r}: autosave_every must be > 0 or null")
+        for every in ("autosave_every", "stage_every"):
+            value = getattr(policy, every)
+            if value is not None and not (isinstance(value, int | float) and value > 0):
+                raise ValueError(f"workload class {name!r}: {every} must be > 0 or null")
         if policy.hibernate_after is not None:
             if not policy.hibernate_after > 0:
                 raise ValueError(f"workload class {name!r}: hibernate_after must be > 0 or null")
@@ -118,6 +132,12 @@ class WorkloadClass:
     @property
     def acts(self) -> bool:
         return self.idle_threshold is not None and self.action != "none"
+
+    def save_every(self, bucket: bool) -> float | None:
+        """Seconds of use between two background saves: ``autosave_every``, and with a
+        bucket (``bucket``) ``stage_every`` too, whichever is shorter; None: never."""
+        every = [self.autosave_every, self.stage_every if bucket else None]
+        return min((e for e in every if e is not None), default=None)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -275,6 +275,13 @@ class Session:
     #: set while the kernel is hibernated (:class:`Hibernation` as JSON): how much GPU
     #: memory it held where, so that a wake restores only what fits
     hibernation: dict[str, Any] | None = None
+    #: with a bucket as the checkpoint root: the newest checkpoint of this notebook the
+    #: bucket holds ({id, time, bytes}), which another node would resume; older than
+    #: ``last_checkpoint`` while a background save is staged (server/staging.py)
+    bucket_checkpoint: dict[str, Any] | None = None
+    #: what the last save of a stopping server left in the bucket (server/shutdown.py):
+    #: {outcome: newest | older | none, checkpoint, at, newest, why, node}
+    final_save: dict[str, Any] | None = None
 
     def move(self, to: State, *, error: str | None = None) -> State:
         """Move to ``to`` (or to FAILED with ``error``); returns the previous state."""
@@ -307,6 +314,8 @@ class Session:
         data["operation"] = Operation.from_json(op) if op else None
         lost = data.get("lost")
         data["lost"] = LostState(**lost) if lost else None
+        # written before staging: every checkpoint of a bucket was in it once saved
+        data.setdefault("bucket_checkpoint", data.get("last_checkpoint"))
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in data.items() if k in known})
 

@@ -65,6 +65,31 @@ class ReleaseFacts:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class TerminationNotice:
+    """The platform says the machine under the server is about to go (a spot or
+    preemptible VM reclaimed, a node drained): ``source`` who said it (``gke``,
+    ``kubelet``, ``aws-node-termination-handler``), ``kind`` what (``termination``,
+    ``spot-interruption``, ``rebalance-recommendation``, ``shutdown``, ...), ``detail``
+    how it was read (the taint, label or condition), ``certain`` False for a warning
+    that may not be followed by the end (AWS's rebalance recommendation)."""
+
+    source: str
+    kind: str
+    detail: str
+    node: str = ""
+    certain: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "kind": self.kind,
+            "detail": self.detail,
+            "node": self.node,
+            "certain": self.certain,
+        }
+
+
 def schedule_summary(sessions) -> dict[str, Any] | None:
     """The earliest of the pausing notebooks' scheduled resumes, or None.
 
@@ -137,6 +162,12 @@ class PauseBackend(LoggingConfigurable):
     async def startup(self) -> StartupReport:
         """Called once when the server starts."""
         return StartupReport()
+
+    async def termination_notice(self) -> TerminationNotice | None:
+        """Whether the platform has said that the machine under the server is about to
+        go (asked every ``PauseApp.notice_interval``): None here, and wherever the
+        platform has no way to say it.  Raises what the platform raised."""
+        return None
 
     async def stopping(self) -> None:
         """Called once when the server shuts down, before its kernels are stopped

@@ -53,7 +53,7 @@ PARALLEL = 16  # requests in flight
 FILES_AT_ONCE = 4  # files uploaded at once, each in PARALLEL // 2 parts at a time
 SWEEP_GRACE = timedelta(hours=1)  # leftovers younger than this may be an upload under way
 #: an upload part is sized to take about this long on one connection at the measured rate
-PART_SECONDS = 8.0
+PART_SECONDS = 4.0
 #: an upload request's timeout: this many times its expected time at the measured rate
 #: (before anything was measured, at GUESSED_RATE), at least MIN_TIMEOUT
 TIMEOUT_FACTOR = 4.0

@@ -73,6 +73,9 @@ class SessionRecord:
     workload_class: str | None = None
     #: the notebook file as of the last pause: {xxh3, bytes} of session/<xxh3>.ipynb
     notebook_file: dict[str, Any] | None = None
+    #: what the last save of a stopping server left here: {outcome (newest, older,
+    #: none), checkpoint, at, newest, why, stopped} (server/staging.py ``final_save``)
+    final_save: dict[str, Any] | None = None
 
     @property
     def where(self) -> str:

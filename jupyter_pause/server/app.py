@@ -51,9 +51,11 @@ from .idle_watcher import IdleWatcher
 from .kernels import PauseKernelManager
 from .manager import PauseManager
 from .metrics import PauseMetrics
+from .notice import NoticeWatcher
 from .ports import Policies
 from .scheduler import ResumeScheduler
 from .shutdown import save_all
+from .staging import SHARE, Stager
 from .wake import WakingConnection
 
 EVENT_SCHEMA = Path(__file__).parent.parent / "events" / "lifecycle.yaml"
@@ -148,7 +150,21 @@ class PauseApp(ExtensionApp):
         background autosave for a class: once a cell ends with the kernel idle,
         a notebook in use for that long since its state was last saved is
         checkpointed incrementally, so a hard kill loses at most that much
-        work.  The classes (autosave included) apply while auto_pause is on.""",
+        work.  "stage_every": with a bucket as checkpoint_dir, the same for
+        continuous staging (its changes go to the bucket in the background);
+        60 by default for the classes that pause, null: off.  Autosave and
+        staging run whether auto_pause is on or not; the idle policies only
+        while it is.""",
+    )
+    stage_share = Float(
+        SHARE,
+        min=0.01,
+        max=1.0,
+        config=True,
+        help="""With a bucket as checkpoint_dir: the most of the upload bandwidth continuous
+        staging uses (0 < share <= 1).  It sends one part at a time, and after each leaves
+        the link to others for as long as the part took, scaled: 0.5 keeps it busy at most
+        half of the time.  A pause and a stopping server's last saves use all of it.""",
     )
     default_workload_class = Unicode(
         "gpu-interactive",
@@ -181,6 +197,17 @@ class PauseApp(ExtensionApp):
         a running cell is waited for within it, never interrupted.  What is not saved
         by then is named in the log and the ledger.  The default fits Kubernetes' 30 s
         terminationGracePeriodSeconds with margin; 0: save nothing at shutdown.""",
+    )
+    notice_interval = Float(
+        2.0,
+        min=0,
+        config=True,
+        help="""Seconds between two looks for the platform's notice that the machine under
+        the server is about to go (on Kubernetes: its node's termination taint or condition
+        from GKE, or the AWS node termination handler's taints and labels; this needs the
+        read-only RBAC of deploy/rbac/node-notice.yaml).  At the notice every notebook's
+        state goes to the bucket at once, at full speed, so that SIGTERM finds only the
+        last changes to save.  0: never look.""",
     )
     shutdown_concurrency = Int(
         4,
@@ -306,6 +333,11 @@ class PauseApp(ExtensionApp):
                 hold_timeout=self.bucket_hold_timeout,
             )
         self.hibernator = self._make_hibernator()
+        stager = None
+        if isinstance(location, checkpoint_paths.Bucket):
+            stager = Stager(
+                checkpoint_dir=location, share=self.stage_share, log=self.log, clock=clock
+            )
         self.manager = PauseManager(
             kernel_manager=self.serverapp.kernel_manager,
             session_manager=self.serverapp.session_manager,
@@ -324,6 +356,7 @@ class PauseApp(ExtensionApp):
             policies=policies,
             shared=self.shared,
             hibernator=self.hibernator,
+            stager=stager,
         )
         self._prepare_kernels(self.manager.kernel_settings())
         self._watch_kernel_starts()
@@ -352,16 +385,26 @@ class PauseApp(ExtensionApp):
                 clock=clock,
             )
             self._warn_about_culling()
-            if any(c.autosave_every is not None for c in classifier.classes.values()):
-                self.autosaver = Autosaver(
-                    operations=self.manager,
-                    store=self.manager.store,
-                    activity=self.manager.activity,
-                    ledger=self.ledger,
-                    workload_class=classifier.classify,
-                    log=self.log,
-                    clock=clock,
-                )
+        # autosave and staging, whether auto-pause is on or not
+        bucket = stager is not None
+        if any(c.save_every(bucket) is not None for c in classifier.classes.values()):
+            self.autosaver = Autosaver(
+                operations=self.manager,
+                store=self.manager.store,
+                activity=self.manager.activity,
+                ledger=self.ledger,
+                workload_class=classifier.classify,
+                log=self.log,
+                clock=clock,
+                bucket=bucket,
+            )
+        self.notices = NoticeWatcher(
+            backend=self.backend_instance,
+            operations=self.manager,
+            autosaver=self.autosaver,
+            interval=self.notice_interval,
+            log=self.log,
+        )
         self.scheduler = ResumeScheduler(
             operations=self.manager,
             schedules=self.manager.schedules,
@@ -396,6 +439,17 @@ class PauseApp(ExtensionApp):
             self.ledger,
             manager.store,
             storage=lambda: manager.catalogue.measure_storage(list(manager.store.sessions)),
+            staging=(
+                (
+                    lambda: {
+                        path: manager.staging_lag(session)
+                        for path, session in list(manager.store.sessions.items())
+                        if session.state.has_kernel
+                    }
+                )
+                if manager.stager is not None
+                else None
+            ),
             ttl=self.metrics_cache_seconds,
             clock=clock,
             log=self.log,
@@ -451,6 +505,7 @@ class PauseApp(ExtensionApp):
         self.scheduler.start()  # schedules that fell due while the server was down fire now
         if self.autosaver is not None:
             self.autosaver.start()
+        self.notices.start()
         if self.idle_watcher is not None:
             self.idle_watcher.start()
             self.log.info(
@@ -617,6 +672,8 @@ class PauseApp(ExtensionApp):
             self.idle_watcher.stop()  # no new auto-pause while the server stops
         if getattr(self, "autosaver", None) is not None:
             await self.autosaver.close()  # nor a new autosave
+        if getattr(self, "notices", None) is not None:
+            await self.notices.close()
         backend = getattr(self, "backend_instance", None)
         if backend is not None:
             await backend.stopping()

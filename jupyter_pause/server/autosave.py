@@ -1,5 +1,8 @@
 """Background autosave: a hard kill (SIGKILL, the OOM killer, a node lost, a power
-cut) loses at most one workload class's ``autosave_every`` of work.
+cut) loses at most one workload class's ``autosave_every`` of work.  With a bucket as the
+checkpoint root it is also continuous staging (a class's ``stage_every``, on by default
+for classes that pause): the save is committed in the local cache, and its changes go to
+the bucket in the background (server/staging.py).  It runs whether auto-pause is on or not.
 
 When a user cell ends and the kernel stays idle, a notebook whose class asks for it
 and that has been in use (cells run) for ``autosave_every`` seconds since its state
@@ -66,8 +69,11 @@ class Autosaver:
         workload_class: Callable[[Any], Awaitable[tuple[WorkloadClass, str]]],
         log,
         clock: Clock = SYSTEM,
+        bucket: bool = False,
     ):
         self.operations = operations
+        #: the checkpoint root is a bucket: a class's stage_every counts too
+        self.bucket = bucket
         self.store = store
         self.activity = activity
         self.ledger = ledger
@@ -76,6 +82,8 @@ class Autosaver:
         self.clock = clock
         self.unsaved: dict[str, Unsaved] = {}
         self._tasks: set[asyncio.Task] = set()
+        #: the machine goes soon (server/notice.py): save after every cell
+        self.hurried = False
 
     def start(self) -> None:
         self.activity.listeners.append(self.on_activity)
@@ -127,6 +135,15 @@ class Autosaver:
         elif event.type in (EventType.KERNEL_STARTED, EventType.KERNEL_STOPPED):
             self.unsaved.pop(event.path, None)
 
+    async def hurry(self) -> None:
+        """The machine goes soon: save every idle notebook that ran cells since its last
+        save now, and from now on after every cell, whatever its class's interval."""
+        self.hurried = True
+        for path, session in list(self.store.sessions.items()):
+            unsaved = self.unsaved.get(path)
+            if session.kernel_id and unsaved is not None and unsaved.since is not None:
+                await self._maybe_save(path, session.kernel_id)
+
     # ---------------------------------------------------------------- acting
 
     async def _maybe_save(self, path: str, kernel_id: str) -> None:
@@ -134,10 +151,11 @@ class Autosaver:
         if session is None or session.kernel_id != kernel_id:
             return
         policy, _ = await self.workload_class(session)
+        every = 0.0 if self.hurried else policy.save_every(self.bucket)
         unsaved = self.unsaved.get(path)
-        if policy.autosave_every is None or unsaved is None or unsaved.since is None:
+        if every is None or unsaved is None or unsaved.since is None:
             return
-        if self.clock.monotonic() - unsaved.since < policy.autosave_every:
+        if self.clock.monotonic() - unsaved.since < every:
             return
         await asyncio.sleep(SETTLE)
         activity = self.activity.for_path(path)

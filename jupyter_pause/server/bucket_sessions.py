@@ -51,6 +51,7 @@ from ..engine.session_record import (
 )
 from ..lifecycle import BUSY_STATES, Operation, Session, SessionStore, State
 from .errors import PauseError
+from .staging import describe_final_save, final_save
 
 #: what a record says of a notebook in each lifecycle state
 RECORD_STATE = {
@@ -123,10 +124,18 @@ class BucketSessions:
 
     def intent(self, session: Session) -> dict[str, Any] | None:
         """What the record of ``session`` should say now (None: nothing to share, no
-        checkpoint yet)."""
-        if not session.last_checkpoint:
+        checkpoint in the bucket yet, nor a stopping server's word on it).  The checkpoint
+        it names is the newest the bucket holds: a background save still staged from
+        here is not there yet."""
+        checkpoint = session.bucket_checkpoint
+        if not checkpoint and not session.final_save:
             return None
         state = RECORD_STATE[session.state]
+        error = session.error
+        if state in HELD and session.final_save is not None:
+            # the server stops with an operation still under way: it holds it no more, and
+            # another server may resume what the bucket has
+            state, error = "failed", describe_final_save(session.final_save)
         op = session.operation
         paused = None
         if state == "paused" and op is not None and op.kind == "pause":
@@ -139,13 +148,16 @@ class BucketSessions:
             }
         return {
             "state": state,
-            "checkpoint": {k: session.last_checkpoint.get(k) for k in ("id", "time", "bytes")},
+            "checkpoint": {k: checkpoint.get(k) for k in ("id", "time", "bytes")}
+            if checkpoint
+            else None,
             "schedule": session.schedule,
             "paused": paused,
-            "error": session.error if state == "failed" else None,
+            "error": error if state == "failed" else None,
             "kernel_name": session.kernel_name,
             "workload_class": session.workload_class,
             "notebook_file": self.notebook_files.get(session.path),
+            "final_save": session.final_save,
         }
 
     def _record(self, session: Session, intent: dict[str, Any]) -> SessionRecord:
@@ -482,6 +494,15 @@ class BucketSessions:
             )
         else:
             why = theirs.error
+        final = theirs.final_save
+        if final is None and theirs.stale(now, self.hold_timeout):  # its server died: say so
+            final = final_save(
+                "older" if theirs.checkpoint else "none",
+                theirs.checkpoint,
+                None,
+                f"its server, {theirs.where}, stopped answering at {_clock_time(theirs.heartbeat)}",
+                theirs.heartbeat,
+            )
         op = None
         if theirs.paused:
             op = Operation(
@@ -507,6 +528,8 @@ class BucketSessions:
             schedule=theirs.schedule if not failed else None,
             state_checkpoint=(theirs.checkpoint or {}).get("id"),
             origin=theirs.where,
+            bucket_checkpoint=theirs.checkpoint,
+            final_save=final if final and final.get("outcome") != "newest" else None,
         )
         self.store.sessions[session.path] = session
         if theirs.notebook_file:

@@ -72,11 +72,17 @@ async def explain(session: Session, resolve_class=None) -> dict[str, Any]:
 
 
 async def status_rows(
-    live: dict[str, dict], sessions: dict[str, Session], policies: Policies, *, can_hibernate: bool
+    live: dict[str, dict],
+    sessions: dict[str, Session],
+    policies: Policies,
+    *,
+    can_hibernate: bool,
+    staging=None,
 ) -> list[dict[str, Any]]:
     """The rows of ``GET status``: every notebook with a lifecycle session or a kernel
     now (``live``, Jupyter's sessions by path), with what a person wants to know;
-    ``can_hibernate``: this server can hibernate kernels in place."""
+    ``can_hibernate``: this server can hibernate kernels in place; ``staging(session)``:
+    with a bucket, what it lacks of the notebook's state (server/staging.py)."""
     rows = []
     paths = sorted(set(live) | set(sessions))
     for path in paths:
@@ -90,6 +96,7 @@ async def status_rows(
         # when the notebook's state was last saved (a pause, a checkpoint, an autosave)
         row["last_saved"] = (session.last_checkpoint or {}).get("time")
         row.update(await explain(session, policies.workload_class))
+        row["staging"] = staging(session) if staging is not None else None
         row["can"] = allowed_now(session, has_kernel=path in live, can_hibernate=can_hibernate)
         if policies.auto_pause_status is not None:
             row["auto_pause"] = await policies.auto_pause_status(session)

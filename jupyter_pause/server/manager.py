@@ -33,6 +33,7 @@ from ..clock import SYSTEM, Clock
 from ..engine import paths as checkpoint_paths
 from ..engine import signing
 from ..engine import store as checkpoint_store
+from ..engine.errors import CheckpointError
 from ..ledger import EventType, Ledger
 from ..lifecycle import (
     BUSY_STATES,
@@ -63,6 +64,7 @@ from .reconcile import Reconciler, execution_state
 from .recorder import Recorder
 from .recovery import Recovery
 from .schedules import Schedules
+from .staging import Stager, describe_final_save, final_save, lost_at_stop
 
 #: seconds a pause waits for a busy kernel to report idle before refusing: a client
 #: that has seen its cell end (IOPub idle on its websocket) can ask before the
@@ -93,6 +95,7 @@ class PauseManager:
         policies: Policies = Policies(),
         shared: BucketSessions | None = None,
         hibernator: Hibernator | None = None,
+        stager: Stager | None = None,
     ):
         self.kernel_manager = kernel_manager
         self.session_manager = session_manager
@@ -114,6 +117,7 @@ class PauseManager:
             else checkpoint_dir
         )
         self.keep_checkpoints = keep_checkpoints
+        self.clock = clock
         self.kernel_call_timeout = kernel_call_timeout
         self.idle_wait_timeout = idle_wait_timeout
         self.log = log
@@ -140,6 +144,11 @@ class PauseManager:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         #: the sessions as a bucket shares them with other servers (None: not a bucket)
         self.shared = shared
+        #: puts background saves in the bucket, and a stopping server's last ones
+        #: (server/staging.py; None: not a bucket)
+        self.stager = stager
+        #: the platform's notice that the machine goes soon (backends' TerminationNotice)
+        self.notice = None
         #: how many resumes start kernels and restore at once; the others wait their turn
         self.resume_gate = resume_gate if resume_gate is not None else ResumeGate(machine_limit())
         self.operations: dict[str, Operation] = {}
@@ -223,13 +232,23 @@ class PauseManager:
         await self.recovered.wait()
         live = await self.jupyter_sessions()
         sessions = await status_rows(
-            live, self.store.sessions, self.policies, can_hibernate=self.hibernator.ready
+            live,
+            self.store.sessions,
+            self.policies,
+            can_hibernate=self.hibernator.ready,
+            staging=self.staging_lag if self.stager is not None else None,
         )
         return {
             "backend": self.backend.describe(),
             "hibernate": {"available": self.hibernator.ready, "why_not": self.hibernator.why_not},
+            "notice": self.notice.to_json() if self.notice is not None else None,
             "sessions": sessions,
         }
+
+    def staging_lag(self, session: Session) -> dict[str, Any]:
+        """What the bucket lacks of the notebook's state now (:meth:`.Stager.lag`)."""
+        activity = self.activity.for_path(session.path) if session.kernel_id else None
+        return self.stager.lag(session, activity, self.clock.time())
 
     def operation(self, operation_id: str) -> Operation:
         op = self.operations.get(operation_id)
@@ -277,10 +296,13 @@ class PauseManager:
         auto: bool = False,
         resume_at: float | None = None,
         reason: str = "",
+        upload_by: float | None = None,
     ) -> Operation:
         """Checkpoint, then release.  ``resume_at`` (epoch seconds) schedules the
         resume at once, so that it survives a server restart during the pause;
-        ``reason`` is recorded (the scheduler's re-pause of an unused resume)."""
+        ``reason`` is recorded (the scheduler's re-pause of an unused resume).
+        ``upload_by`` (epoch seconds; a stopping server's pause, with a bucket): the
+        checkpoint goes to the bucket only if it can before then (:meth:`_final_save`)."""
         session, live = await self._prepare(path, "pause")
         kernel = live[path]["kernel"]
         if kernel.get("execution_state") == "busy" and not (force or after_cell):
@@ -292,8 +314,9 @@ class PauseManager:
                     "or pause with force to interrupt it",
                     status=409,
                 ) from None
+        extra = {"upload_by": upload_by} if upload_by is not None else {}
         op = self._begin(
-            path, "pause", force=force, after_cell=after_cell, auto=auto, reason=reason
+            path, "pause", force=force, after_cell=after_cell, auto=auto, reason=reason, **extra
         )
         session = self.store.sessions[path]
         session.resumed_ahead = None
@@ -534,10 +557,13 @@ class PauseManager:
                 self.recorder.record(
                     EventType.ACTIVITY_ENDED, session, op, time_=activity.last_cell_finished
                 )
-            if not await self._checkpoint(session, op, pause=True):
-                return
-            group = [session]
             at_shutdown = op.options.get("reason") == SHUTDOWN_REASON
+            final = at_shutdown and self.stager is not None and "upload_by" in op.options
+            if not await self._checkpoint(session, op, pause=True, upload=not final):
+                return
+            if final:
+                await self._final_save(session, op)
+            group = [session]
             # the server stops: each notebook is paused on its own, and only its kernel
             # is stopped (never the backend's release, which would stop the server or
             # take the pod away a second time)
@@ -584,7 +610,8 @@ class PauseManager:
                         self.reconciler.released_kernels.add(kernel_ids[member.path])
                     member.kernel_id = None
                 self.recorder.move(member, State.PAUSED, op)
-                self.recorder.record(EventType.PAUSED, member, op)
+                told = {"final_save": member.final_save} if final else {}
+                self.recorder.record(EventType.PAUSED, member, op, **told)
             if facts.restored_from == "snapshot":
                 # This very process was snapshotted and has just been restored.
                 for member in group:
@@ -599,6 +626,42 @@ class PauseManager:
         finally:
             if session.state != State.PAUSED and session.schedule:
                 self.schedules.cancel(path, "the pause did not finish")
+
+    async def _final_save(self, session: Session, op: Operation) -> None:
+        """A stopping server's last save of a notebook, with a bucket: its checkpoint,
+        just committed here, goes to the bucket if it can before ``upload_by``
+        (server/staging.py); ``session.final_save`` says what the bucket holds then (the
+        newest state, an older staged one, or none), and so do the log, the ledger's
+        ``paused`` row and the bucket's record."""
+        left = op.options["upload_by"] - self.clock.time()
+        op.step = "uploading its last changes"
+        flushed = await self.stager.flush(session.path, self.clock.monotonic() + left)
+        newest = session.last_checkpoint or {}
+        if flushed.committed:
+            self.bucket_holds(session, flushed.delta.checkpoint)
+        held = session.bucket_checkpoint or {}
+        if flushed.committed or held.get("id") == newest.get("id"):
+            outcome, why = "newest", None
+        else:
+            outcome, why = ("older" if held.get("id") else "none"), flushed.why
+        session.final_save = final_save(
+            outcome,
+            held,
+            newest.get("id"),
+            why,
+            self.clock.time(),
+            flushed.delta.bytes if flushed.delta else None,
+        )
+        self.log_final_save(session)
+        if outcome != "newest":
+            op.messages.append(describe_final_save(session.final_save))
+
+    def log_final_save(self, session: Session) -> None:
+        said = describe_final_save(session.final_save)
+        if session.final_save["outcome"] == "newest":
+            self.log.info("jupyter-pause: %s: %s", session.path, said)
+        else:
+            self.log.warning("jupyter-pause: %s: %s", session.path, said)
 
     async def _checkpoint_others(self, session: Session, op: Operation) -> list[Session] | None:
         """Checkpoint every other live notebook (server-scope backends).
@@ -651,11 +714,19 @@ class PauseManager:
             await asyncio.sleep(0.1)
 
     async def _checkpoint(
-        self, session: Session, op: Operation, *, pause: bool, report: bool = True
+        self,
+        session: Session,
+        op: Operation,
+        *,
+        pause: bool,
+        report: bool = True,
+        upload: bool = True,
     ) -> bool:
         """Checkpoint the session's kernel; on failure the kernel keeps running.
 
-        ``report`` False leaves failing the operation to the caller.
+        ``report`` False leaves failing the operation to the caller.  ``upload`` False,
+        with a bucket: the kernel commits the checkpoint in the local cache only, and the
+        stager puts it in the bucket (a background save, a stopping server's last).
         """
         autosave = {"autosave": True} if op.options.get("autosave") else {}
         self.recorder.move(session, State.CHECKPOINTING, op, "checkpointing the kernel's state")
@@ -675,6 +746,7 @@ class PauseManager:
                 operation=op.id,
                 lost_from=session.lost.checkpoint if session.lost else None,
                 **autosave,
+                **({} if upload else {"upload": False}),
             )
             result = CheckpointReply.from_json(reply)
         except KernelDied as e:
@@ -700,6 +772,9 @@ class PauseManager:
             "bytes": result.bytes,
             **autosave,
         }
+        if self.stager is not None and upload:  # the kernel's call returned once it was there
+            session.bucket_checkpoint = dict(session.last_checkpoint)
+        session.final_save = None  # a new state: what a stop left is no longer news
         session.gpus = result.gpus
         session.state_checkpoint = result.id
         if self.shared is not None:  # the notebook file travels with the state
@@ -754,14 +829,46 @@ class PauseManager:
             ):
                 return
             previous = session.state
-            if await self._checkpoint(session, op, pause=False):
+            # on a bucket, a background save is committed here and staged from here
+            staged = self.stager is not None and bool(op.options.get("autosave"))
+            if await self._checkpoint(session, op, pause=False, upload=not staged):
                 self.recorder.move(
                     session, State.RUNNING if previous != State.READY else State.READY, op
                 )
                 self.recorder.finish(session, op)
+                if staged:
+                    self._spawn(self._stage(session))
         except Exception as e:
             self.log.exception("jupyter-pause: checkpoint of %s failed", session.path)
             self._unexpected(session, op, e)
+
+    async def _stage(self, session: Session) -> None:
+        """A background save committed here goes to the bucket (server/staging.py); the
+        session then names it as the bucket's newest, and its record follows."""
+        try:
+            staged = await self.stager.stage(session.path)
+        except (CheckpointError, OSError) as e:
+            self.log.warning("jupyter-pause: could not stage %s in the bucket: %s", session.path, e)
+            return
+        if staged is None or self.store.sessions.get(session.path) is not session:
+            return
+        self.bucket_holds(session, staged.checkpoint)
+
+    def bucket_holds(self, session: Session, checkpoint_id: str) -> None:
+        """The bucket holds ``checkpoint_id`` of the session's notebook now: the session,
+        and so the bucket's record of it, name it (unless it names a newer one)."""
+        held = session.bucket_checkpoint or {}
+        if held.get("id") and checkpoint_paths.id_sort_key(held["id"]) >= (
+            checkpoint_paths.id_sort_key(checkpoint_id)
+        ):
+            return
+        last = session.last_checkpoint or {}
+        session.bucket_checkpoint = (
+            dict(last)
+            if last.get("id") == checkpoint_id
+            else {"id": checkpoint_id, "time": checkpoint_paths.id_time(checkpoint_id)}
+        )
+        self.recorder.save()
 
     # ------------------------------------------------------------ hibernating
 
@@ -952,6 +1059,10 @@ class PauseManager:
             op.messages.extend(chosen.notes(result.id) if chosen else [])
             op.messages.extend(result.notes)
             op.messages.extend(self._older_than_named(session, chosen, checkpoint_id, result.id))
+            told = lost_at_stop(session.final_save, result.id)
+            if told:  # its node stopped before the bucket had its last state: never silence
+                op.messages.append(told)
+            session.final_save = None
             lost = checkpoint_store.lost_of(result.metadata)
             self.recorder.note_lost(
                 session,
@@ -1035,6 +1146,19 @@ class PauseManager:
             task.cancel()
         self.activity.close()
         await self.prewarmer.shutdown()
+
+    def hurry(self, notice) -> None:
+        """The platform gave notice that the machine goes soon (server/notice.py): staging
+        takes the whole link from now on, and the status says so."""
+        self.notice = notice
+        if self.stager is not None:
+            self.stager.share = 1.0
+
+    def stop_staging(self) -> None:
+        """The server stops: background staging ends at its next part, and starts no more
+        (a stopping server's last saves have the link)."""
+        if self.stager is not None:
+            self.stager.stop_background()
 
     def give_up_waiting(self) -> None:
         """The server stops: a resume still waiting for capacity has started no

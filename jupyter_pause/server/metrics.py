@@ -123,7 +123,8 @@ class PauseMetrics(Collector):
     """The ``jupyter_pause_*`` metrics of one server, read when Prometheus scrapes.
 
     ``storage`` returns the checkpoint store's bytes per notebook now (what
-    the server's report is given); ``ttl`` is how long, in seconds, one
+    the server's report is given); ``staging``, with a bucket, each running
+    notebook's staging lag (``Stager.lag``); ``ttl`` is how long, in seconds, one
     replay of the ledger serves scrapes; ``run`` runs a replay (by default
     on a thread of its own; tests run it in place).
     """
@@ -134,6 +135,7 @@ class PauseMetrics(Collector):
         store: SessionStore,
         *,
         storage: Callable[[], dict[str, int]] | None = None,
+        staging: Callable[[], dict[str, dict]] | None = None,
         ttl: float = 5.0,
         clock: Clock = SYSTEM,
         run: Callable[[Callable[[], None]], None] | None = None,
@@ -142,6 +144,8 @@ class PauseMetrics(Collector):
         self.ledger = ledger
         self.store = store
         self.storage = storage
+        #: with a bucket: each running notebook's staging lag (server/staging.py), now
+        self.staging = staging
         self.ttl = ttl
         self.clock = clock
         self.run = run or _on_a_thread
@@ -180,13 +184,34 @@ class PauseMetrics(Collector):
     def describe(self) -> Iterator[Metric]:
         """The families without reading anything (called once, at registration)."""
         yield from self._families(None)
+        yield from self._staging({})
 
     def collect(self) -> Iterator[Metric]:
         figures = self.figures()
+        yield from self._staging(self.staging() if self.staging is not None else {})
         if figures is None:  # the first replay runs: only what is known now
             yield self._sessions(counted=True)
             return
         yield from self._families(figures)
+
+    def _staging(self, lags: dict[str, dict]) -> Iterator[Metric]:
+        seconds = GaugeMetricFamily(
+            f"{PREFIX}_staging_lag_seconds",
+            "With a bucket: how old the newest state of a running notebook the bucket holds "
+            "is, while its kernel has run cells since (0: the bucket holds its state).",
+            labels=["notebook"],
+        )
+        nbytes = GaugeMetricFamily(
+            f"{PREFIX}_staging_lag_bytes",
+            "With a bucket: bytes of a running notebook's saved state the bucket does not "
+            "hold yet.",
+            labels=["notebook"],
+        )
+        for path, lag in sorted(lags.items()):
+            seconds.add_metric([path], lag["seconds"])
+            nbytes.add_metric([path], lag["bytes"])
+        yield seconds
+        yield nbytes
 
     def _sessions(self, counted: bool) -> Metric:
         states = GaugeMetricFamily(

@@ -3,18 +3,30 @@
 This stands above the manager, as the idle watcher does: each save is an ordinary
 pause (``reason`` ``server-shutdown``), and what could not be saved in time is said
 in the log and the ledger (``not-saved``), with the truth in the notebook's session.
+
+With a bucket as the checkpoint root, each pause commits its checkpoint in the local
+cache and then uploads only what the bucket lacks, if it can before the grace ends
+(server/staging.py); each notebook ends with its ``final_save``: the bucket holds its
+last cell's state, an older staged one (which, and how old), or none (why), said in the
+log, the ledger and the bucket's record, so that the node that resumes it tells what
+was lost.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 
 from ..ledger import EventType
 from ..lifecycle import SHUTDOWN_REASON, LostState, OperationInProgress, State
 from .errors import PauseError
 from .manager import PauseManager
 from .recovery import SERVER_STOPPED_UNDER_IT
+from .staging import describe_final_save, final_save
+
+#: of the grace, what a bucket's uploads leave for the records that say how they ended
+RECORD_MARGIN = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +55,10 @@ async def save_all(manager: PauseManager, grace: float, concurrency: int) -> Shu
     a running cell leaves the notebook ``failed`` at once, a checkpoint under
     way is settled by the next start's recovery (was it committed?)."""
     manager.give_up_waiting()  # a resume not yet started starts nothing now
+    manager.stop_staging()  # the link is the last saves' now
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace
+    upload_by = time.time() + grace - min(RECORD_MARGIN, grace / 10)
     try:
         await asyncio.wait_for(manager.recovered.wait(), grace)
         live = await asyncio.wait_for(manager.sync(), max(0.0, deadline - loop.time()))
@@ -60,7 +74,9 @@ async def save_all(manager: PauseManager, grace: float, concurrency: int) -> Shu
         ", ".join(paths),
     )
     limit = asyncio.Semaphore(concurrency)
-    saves = {path: asyncio.ensure_future(_save_one(manager, path, limit)) for path in paths}
+    saves = {
+        path: asyncio.ensure_future(_save_one(manager, path, limit, upload_by)) for path in paths
+    }
     await asyncio.wait(saves.values(), timeout=max(0.0, deadline - loop.time()))
     paused, not_saved = [], []
     for path, save in saves.items():
@@ -76,19 +92,36 @@ async def save_all(manager: PauseManager, grace: float, concurrency: int) -> Shu
         not_saved.append(_not_saved_in_time(manager, path, grace))
     for missed in not_saved:
         session = manager.store.get(missed.path)
+        told = {}
+        if manager.stager is not None:  # what the bucket holds of it, for other nodes
+            held = session.bucket_checkpoint
+            outcome = "older" if held else "none"
+            session.final_save = final_save(
+                outcome, held, (session.last_checkpoint or {}).get("id"), missed.detail, time.time()
+            )
+            manager.recorder.save()
+            told = {"final_save": session.final_save}
         manager.recorder.record(
-            EventType.NOT_SAVED, session, session.operation, why=missed.why, error=missed.detail
+            EventType.NOT_SAVED,
+            session,
+            session.operation,
+            why=missed.why,
+            error=missed.detail,
+            **told,
         )
         manager.log.warning(
-            "jupyter-pause: %s was NOT saved before the server stopped (%s): %s",
+            "jupyter-pause: %s was NOT saved before the server stopped (%s): %s%s",
             missed.path,
             missed.why,
             missed.detail,
+            f"; {describe_final_save(session.final_save)}" if told else "",
         )
     return ShutdownReport(paused, not_saved)
 
 
-async def _save_one(manager: PauseManager, path: str, limit: asyncio.Semaphore) -> str | None:
+async def _save_one(
+    manager: PauseManager, path: str, limit: asyncio.Semaphore, upload_by: float
+) -> str | None:
     """Pause one notebook at shutdown; None once it is paused, else why not."""
     async with limit:
         session = manager.store.get(path)
@@ -105,7 +138,9 @@ async def _save_one(manager: PauseManager, path: str, limit: asyncio.Semaphore) 
         if session.state in (State.PAUSED, State.PAUSING):
             return None
         try:
-            op = await manager.pause(path, after_cell=True, reason=SHUTDOWN_REASON)
+            op = await manager.pause(
+                path, after_cell=True, reason=SHUTDOWN_REASON, upload_by=upload_by
+            )
         except (PauseError, OperationInProgress) as e:
             return str(e)
         task = manager.task(op.id)

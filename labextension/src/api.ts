@@ -111,6 +111,29 @@ export interface IAutoPause {
   warning: boolean;
 }
 
+/**
+ * With a bucket as the checkpoint root: what it lacks of the notebook's state
+ * (server/staging.py): how old its newest state is while cells ran since, and
+ * the bytes written here that are not up yet.
+ */
+export interface IStaging {
+  seconds: number;
+  bytes: number;
+  checkpoint: { id: string; time: number | null } | null;
+  uploading: boolean;
+  error: string | null;
+}
+
+/** What the last save of a stopping server left in the bucket, while it is news. */
+export interface IFinalSave {
+  outcome: 'newest' | 'older' | 'none';
+  checkpoint: string | null;
+  at: number | null;
+  newest: string | null;
+  why: string | null;
+  stopped: number;
+}
+
 export interface ISessionStatus {
   path: string;
   kernel_id: string | null;
@@ -122,6 +145,10 @@ export interface ISessionStatus {
   last_checkpoint: ICheckpointSummary | null;
   /** When the state was last saved (pause, checkpoint, autosave); epoch seconds. */
   last_saved?: number | null;
+  /** With a bucket: the staging lag (null without a bucket). */
+  staging?: IStaging | null;
+  /** With a bucket: what a stopping server's last save left there. */
+  final_save?: IFinalSave | null;
   restored_from: string | null;
   live_state: 'restored' | 'fresh' | 'unknown';
   error: string | null;

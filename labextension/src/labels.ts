@@ -4,7 +4,7 @@
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 
-import { ICallProgress, ISessionStatus, PauseState } from './api';
+import { ICallProgress, ISessionStatus, IStaging, PauseState } from './api';
 
 /**
  * The status bar's word for each state.  `running` is "Live", not
@@ -105,6 +105,42 @@ export function describeProgress(
       return trans.__('reading %1', amount);
   }
   return `${progress.phase} ${amount}`;
+}
+
+/**
+ * The staging lag in a line: "up to date (12:31)", "3 min behind, 120 MB to
+ * upload (uploading)", "nothing yet", or why the last upload failed.
+ */
+export function describeStaging(
+  staging: IStaging,
+  trans: TranslationBundle
+): string {
+  const parts: string[] = [];
+  if (!staging.checkpoint) {
+    parts.push(trans.__('nothing yet'));
+  } else if (staging.seconds > 0 || staging.bytes > 0) {
+    parts.push(
+      trans.__('%1 behind', formatDuration(Math.max(1, staging.seconds), trans))
+    );
+  } else {
+    parts.push(
+      staging.checkpoint.time
+        ? trans.__('up to date (%1)', formatTime(staging.checkpoint.time))
+        : trans.__('up to date')
+    );
+  }
+  if (staging.bytes > 0) {
+    parts.push(trans.__('%1 to upload', formatBytes(staging.bytes)));
+  }
+  let text = parts.join(', ');
+  if (staging.uploading) {
+    text += ' ' + trans.__('(uploading)');
+  }
+  if (staging.error) {
+    text +=
+      '; ' + trans.__('last upload failed: %1', shortReason(staging.error));
+  }
+  return text;
 }
 
 /** "12:31" today, else the date too. */

@@ -12,6 +12,7 @@ import { ISessionStatus } from './api';
 import {
   describeProgress,
   describeSession,
+  describeStaging,
   formatBytes,
   formatDuration,
   formatTime,
@@ -154,6 +155,10 @@ export class PauseStatusItem extends Widget {
             ? trans.__('Saved %1 ago (autosave)', ago)
             : trans.__('Saved %1 ago', ago)
         ]);
+      }
+      const staging = session.staging;
+      if (staging) {
+        rows.push([trans.__('In the bucket'), describeStaging(staging, trans)]);
       }
       const policy = session.policy;
       if (policy) {
