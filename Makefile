@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # are module-scoped); mostly waiting on kernels and servers, so more workers than cores
 PYTEST_WORKERS ?= 3
 
-.PHONY: lab test lint format bench bench-objects bench-objectstore gpu-check build dist check-wheel browser kubectl strace prometheus hub-proxy clean
+.PHONY: lab test lint format bench bench-objects bench-objectstore bench-spot gpu-check build dist check-wheel browser kubectl strace prometheus hub-proxy clean
 
 # --- set-up -------------------------------------------------------------
 $(STAMP): pyproject.toml labextension/package.json
@@ -71,6 +71,12 @@ bench: $(STAMP) $(PEERS)
 	$(BIN)/python benchmarks/bench_server_latency.py
 	$(BIN)/python benchmarks/bench_autosave.py $(AUTOSAVE_BENCH_ARGS)
 	$(BIN)/python benchmarks/bench_objectstore.py $(OBJSTORE_BENCH_ARGS)
+	$(BIN)/python benchmarks/drill_spot.py $(DRILL_ARGS)
+
+# the spot drill alone: SIGTERM at random moments over a throttled link, another node
+# resumes, the work lost against grace x bandwidth (issue #38)
+bench-spot: $(STAMP)
+	$(BIN)/python benchmarks/drill_spot.py $(DRILL_ARGS)
 
 # object-heavy namespaces against cloudpickle (issue #36)
 bench-objects: $(STAMP)
