@@ -288,3 +288,39 @@ def test_a_slow_link_is_never_failed_by_a_timeout_fixed_for_a_fast_one(
         assert link.part_size() < 6 << 20  # it went up in smaller parts
     finally:
         throttle.stop()
+
+
+def test_background_staging_sends_one_part_at_a_time_and_leaves_the_link_in_proportion(
+    seaweed, bucket, tmp_path, monkeypatch
+):
+    """A background pace (stage_share) keeps one part in flight, measures each part's time
+    on the link, and rests after it for that time scaled by (1 - share) / share; a pause's
+    upload (full speed) keeps several in flight and never rests."""
+    import obstore
+
+    widths, rests = [], []
+    put = obstore.put
+
+    def note(store, key, data, **kwargs):
+        widths.append(kwargs.get("max_concurrency"))
+        return put(store, key, data, **kwargs)
+
+    monkeypatch.setattr(obstore, "put", note)
+    monkeypatch.setattr(remote.Pace, "rest", lambda self, busy: rests.append((self.share, busy)))
+    throttle = Throttle(seaweed.endpoint, per_connection=4_000_000)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", throttle.endpoint)
+    try:
+        link = remote.Link()
+        link.observe(4 << 20, 1.0)  # 4 MiB/s measured: 16 MiB parts
+        mirror = remote.Remote(paths.parse_bucket(f"s3://{bucket}/ck", str(tmp_path)), "u/n", link)
+        blob = tmp_path / "blob"
+        blob.write_bytes(bytes(3 * (16 << 20) + 1000))  # four parts
+        mirror.upload([("blobs/a", blob)], pace=remote.Pace(0.25))
+        assert widths == [1]
+        assert len(rests) == 4 and all(share == 0.25 and busy > 0 for share, busy in rests)
+        widths.clear()
+        rests.clear()
+        mirror.upload([("blobs/b", blob)])
+        assert widths == [remote.PARALLEL // 2] and rests == []
+    finally:
+        throttle.stop()

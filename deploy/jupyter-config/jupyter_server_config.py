@@ -50,3 +50,15 @@ c.KernelManager.transport = "ipc"
 # filesystem, which the snapshot contains, not on the home volume: a persistent
 # volume is re-attached at restore, not restored, and may be changed meanwhile.
 os.environ.setdefault("JUPYTER_RUNTIME_DIR", "/tmp/jupyter-runtime")
+
+# The shutdown grace, set together with the pod's (docs/kubernetes.md, "Spot and
+# preemptible GPUs"): JUPYTER_PAUSE_STOP_SECONDS is what the platform gives between
+# SIGTERM and SIGKILL -- the pod's terminationGracePeriodSeconds, but on GKE Spot and
+# preemptible nodes at most 15 s by default (up to 120 s where the node pool says so),
+# on AWS Spot 120 s at most, on Azure Spot 30 s.  The saves get all of it but the last
+# STOP_MARGIN seconds, which the server needs to write the bucket's records and stop its
+# kernels.
+STOP_MARGIN = 4.0
+if os.environ.get("JUPYTER_PAUSE_STOP_SECONDS"):
+    stop = float(os.environ["JUPYTER_PAUSE_STOP_SECONDS"])  # not a number: the server stops here
+    c.PauseApp.shutdown_grace = max(0.0, stop - STOP_MARGIN)

@@ -44,9 +44,16 @@ WORKSPACE_KIND = "jupyterlab-resumable"
 #: emulated Workspace controller makes for the kind's ``clusterRoles``
 WORKSPACE_SA = f"system:serviceaccount:{NAMESPACE}:ws-{WORKSPACE}"
 
-# principal -> (manifest under deploy/, Role name or names)
+#: the ClusterRole a notebook server reads its own node with (the notice before SIGTERM)
+NODE_NOTICE = ("gke-pod-snapshot/node-notice.yaml", "jupyter-pause-node-notice")
+WORKSPACE_NODE_NOTICE = ("kubeflow-workspaces/node-notice.yaml", "jupyter-pause-node-notice")
+
+# principal -> (manifest under deploy/, Role name or names), or a list of them
 PRINCIPALS = {
-    "sa-pod-snapshot": ("gke-pod-snapshot/rbac.yaml", f"jupyter-pause-{NOTEBOOK}"),
+    "sa-pod-snapshot": [
+        ("gke-pod-snapshot/rbac.yaml", f"jupyter-pause-{NOTEBOOK}"),
+        NODE_NOTICE,
+    ],
     "user": ("rbac/cli.yaml", "jupyter-pause-user"),
     "gc": ("rbac/cli.yaml", "jupyter-pause-gc"),
     # the emulator's RBAC is not scoped by namespace: the ClusterRole's and the
@@ -86,9 +93,15 @@ def workspace_clusterrole() -> dict:
 
 
 def role_rules(principal: str) -> list[dict]:
-    if principal == WORKSPACE_SA:
-        return workspace_clusterrole()["rules"]
-    manifest, roles = PRINCIPALS[principal]
+    if principal == WORKSPACE_SA:  # the kind's ClusterRole, and the namespace's node notice
+        return workspace_clusterrole()["rules"] + _rules(*WORKSPACE_NODE_NOTICE)
+    granted = PRINCIPALS[principal]
+    if isinstance(granted, tuple):
+        granted = [granted]
+    return [rule for manifest, roles in granted for rule in _rules(manifest, roles)]
+
+
+def _rules(manifest: str, roles: str | tuple[str, ...]) -> list[dict]:
     loaded = load_roles(manifest)
     if isinstance(roles, str):
         return loaded[roles]
@@ -125,6 +138,11 @@ class Cluster:
             role_rules("sa-pod-snapshot") if enforce_rbac else None,
         )
         self.emu.create("ClusterRole", None, workspace_clusterrole())
+        # the platform team's binding of the node notice for the namespace's accounts
+        manifest, _ = WORKSPACE_NODE_NOTICE
+        text = string.Template((DEPLOY / manifest).read_text()).substitute(VARIABLES)
+        for doc in yaml.safe_load_all(text):
+            self.emu.create(doc["kind"], None, doc)
         self.kubeconfig = str(tmp_path / "kubeconfig")
         self._users = ["admin", *PRINCIPALS, "sa-workspace", "sa-notebook"]
         self._write_kubeconfig()

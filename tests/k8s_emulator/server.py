@@ -128,6 +128,7 @@ RESOURCES = [
     Resource(RBAC_GROUP, "v1", "roles", "Role", status_subresource=False),
     Resource(RBAC_GROUP, "v1", "rolebindings", "RoleBinding", status_subresource=False),
     Resource(RBAC_GROUP, "v1", "clusterroles", "ClusterRole", False, False),
+    Resource(RBAC_GROUP, "v1", "clusterrolebindings", "ClusterRoleBinding", False, False),
     Resource(
         ADMISSION_GROUP,
         "v1",
@@ -747,14 +748,24 @@ class KubeEmulator:
         if not principal.startswith("system:serviceaccount:"):
             return None
         _, _, ns, name = principal.split(":", 3)
+        groups = {"system:serviceaccounts", f"system:serviceaccounts:{ns}"}
+
+        def names_it(subject: dict) -> bool:
+            if subject.get("kind") == "Group":
+                return subject.get("name") in groups
+            return (
+                subject.get("kind") == "ServiceAccount"
+                and subject.get("name") == name
+                and (subject.get("namespace") or ns) == ns
+            )
+
         rules: list[dict] = []
-        for binding in self.store.list(BY_KIND["RoleBinding"], ns):
-            if not any(
-                s.get("kind") == "ServiceAccount"
-                and s.get("name") == name
-                and (s.get("namespace") or ns) == ns
-                for s in binding.get("subjects") or []
-            ):
+        bindings = [
+            *self.store.list(BY_KIND["RoleBinding"], ns),
+            *self.store.list(BY_KIND["ClusterRoleBinding"], None),  # its groups' too
+        ]
+        for binding in bindings:
+            if not any(names_it(s) for s in binding.get("subjects") or []):
                 continue
             ref = binding.get("roleRef") or {}
             kind = "ClusterRole" if ref.get("kind") == "ClusterRole" else "Role"

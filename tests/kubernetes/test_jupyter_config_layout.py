@@ -163,3 +163,13 @@ def test_the_image_runs_as_the_base_images_unprivileged_user():
     (last,) = users[-1]
     assert _expand(last, {"NB_UID": "1000"}) == "1000"  # docker-stacks' jovyan
     assert _expand(last, {}) not in ("", "0", "root")
+
+
+@pytest.mark.parametrize("name", ["StatefulSet in docs/kubernetes.md", "WorkspaceKind"])
+def test_the_shutdown_grace_follows_the_pods(name, tmp_path):
+    """The pod examples say how long SIGTERM comes before SIGKILL, and the shutdown grace
+    is that, less the time the server needs after its saves."""
+    layout = LAYOUTS[name]()
+    stop = float(layout.env["JUPYTER_PAUSE_STOP_SECONDS"])
+    grace = load(layout, tmp_path)["config"]["PauseApp"]["shutdown_grace"]
+    assert 0 < grace < stop

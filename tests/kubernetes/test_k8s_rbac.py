@@ -47,6 +47,8 @@ def tour(cluster, sessions, shutdown_kernel, capsys):
             "status": {"allocatable": {"nvidia.com/gpu": "1"}},
         },
     )
+    # -- the notice before SIGTERM: the server reads its own node
+    assert asyncio.run(pod_backend(cluster).termination_notice()) is None
     asyncio.run(pod_backend(cluster).release(sessions, shutdown_kernel))
     cluster.wait_for(lambda: cluster.pod() is None, what="pod gone")
     # -- the platform's node follower: the node and its pods, the state's annotation
@@ -90,6 +92,10 @@ def tour(cluster, sessions, shutdown_kernel, capsys):
     assert rc == 0, out
     # -- kubeflow-workspace: pause, status, resume, startup; then with the add-on
     cluster.add_workspace()
+    node = cluster.emu.get("Pod", NAMESPACE, cluster.workspace_pod())["spec"]["nodeName"]
+    if cluster.emu.find("Node", None, node) is None:
+        cluster.emu.create("Node", None, {"metadata": {"name": node}})
+    assert asyncio.run(ws_backend(cluster).termination_notice()) is None
     asyncio.run(ws_backend(cluster).release(sessions, shutdown_kernel))
     rc, out = cli(cluster, "follow-nodes", "--once", context="node-follower", capsys=capsys)
     assert rc == 0 and f"{WORKSPACE}: node " in out, out

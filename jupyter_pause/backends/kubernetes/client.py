@@ -324,7 +324,9 @@ class KubeClient:
         ).get("items", [])
 
     def get_node(self, name: str) -> dict:
-        """A node (cluster-scoped): the node follower's ClusterRole (deploy/rbac/node-follower.yaml)."""
+        """A node (cluster-scoped): the node follower's ClusterRole
+        (deploy/rbac/node-follower.yaml), and a server's own node, for its termination
+        notice (deploy/rbac/node-notice.yaml)."""
         return self._call(self.core.read_node, name)
 
     def list_pods_on_node(self, node: str) -> list[dict]:
@@ -498,6 +500,10 @@ class AsyncKubeClient:
 
     async def get_pod(self, name: str) -> Pod:
         return Pod.from_obj(await asyncio.to_thread(self.client.get_pod, name))
+
+    async def get_node(self, name: str) -> dict:
+        """A node, as the API returns it (:func:`.notice.termination_notice` reads it)."""
+        return await asyncio.to_thread(self.client.get_node, name)
 
     async def list_events(self, involved_name: str, kind: str | None = None) -> list[dict]:
         """Core/v1 events, as the API returns them (:func:`.common.capacity_events` reads them)."""

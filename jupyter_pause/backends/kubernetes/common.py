@@ -46,6 +46,7 @@ import asyncio
 import datetime as dt
 import hashlib
 import json
+import os
 import time
 from typing import Any
 
@@ -56,6 +57,7 @@ from ..base import BackendError, PauseBackend, ReleaseFacts, StartupReport
 from . import compat
 from .client import AsyncKubeClient, KubeClient, KubeError, NotFound, own_pod, retrying_until
 from .nodes import NodeFollow, ReleasedNode, pod_gpus
+from .notice import termination_notice
 from .objects import Pod, StateObject, json_value
 
 PREFIX = "jupyter-pause.io/"
@@ -317,6 +319,7 @@ class KubeBackend(PauseBackend):
         super().__init__(ledger=ledger, **kwargs)
         self._client = client
         self._kube: AsyncKubeClient | None = None
+        self._node_name: str | None = None  # this pod's node, once known
 
     # -- plumbing ----------------------------------------------------------
 
@@ -338,6 +341,17 @@ class KubeBackend(PauseBackend):
         if self._kube is None or self._kube.client is not self.client:
             self._kube = AsyncKubeClient(self.client)
         return self._kube
+
+    async def termination_notice(self):
+        """Whether this pod's node is about to be terminated (:mod:`.notice`): its name
+        from ``NODE_NAME`` (the downward API's ``spec.nodeName``), else from this pod."""
+        if self._node_name is None:
+            self._node_name = os.environ.get("NODE_NAME") or (
+                (await self.kube.get_pod(self.own_pod_name())).node_name or ""
+            )
+        if not self._node_name:
+            return None
+        return termination_notice(await self.kube.get_node(self._node_name))
 
     def own_pod_name(self) -> str:
         name = self.pod_name or own_pod()[1]
