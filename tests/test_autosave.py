@@ -10,7 +10,7 @@ import signal
 import pytest
 
 from jupyter_pause.engine import paths
-from jupyter_pause.idle_policy import WorkloadClass, load_classes
+from jupyter_pause.idle_policy import STAGE_EVERY, WorkloadClass, load_classes
 
 from .helpers import (
     api,
@@ -28,12 +28,18 @@ PAST_INTERVAL = f"time.sleep({INTERVAL + 0.5})"
 
 
 @pytest.fixture
-def jp_server_config(jp_server_config):
+def auto_pause():
+    return True
+
+
+@pytest.fixture
+def jp_server_config(jp_server_config, auto_pause):
     return {
         **jp_server_config,
         "PauseApp": {
             "backend": "local",
             "keep_checkpoints": 1,
+            "auto_pause": auto_pause,
             "workload_classes": {"gpu-interactive": {"autosave_every": INTERVAL}},
         },
     }
@@ -110,6 +116,18 @@ async def test_a_killed_kernel_loses_at_most_one_interval_of_work(
     assert {c["id"] for c in listing["checkpoints"]} == {mine, following}
 
 
+@pytest.mark.parametrize("auto_pause", [False])
+async def test_autosave_runs_with_auto_pause_off(jp_fetch, jp_serverapp, notebook_path, auto_pause):
+    """Autosave is not an idle policy: it saves whether auto-pause is on or not."""
+    kernel_id = await running_notebook(
+        jp_fetch, jp_serverapp, notebook_path, "import time\nwork = [1]"
+    )
+    await execute(jp_serverapp, kernel_id, f"{PAST_INTERVAL}\nwork.append(2)")
+    saved = await next_autosave(jp_serverapp, notebook_path, 1)
+    assert saved.data["autosave"] is True
+    assert (await session_status(jp_fetch, notebook_path)).get("auto_pause") is None  # off
+
+
 async def _failed(jp_fetch, path):
     session = await session_status(jp_fetch, path)
     return session if session["state"] == "failed" else None
@@ -172,3 +190,17 @@ def test_autosave_is_off_unless_a_class_asks_and_its_interval_is_positive():
     for bad in (0, -5):
         with pytest.raises(ValueError, match="autosave_every"):
             WorkloadClass.from_config("x", {"autosave_every": bad})
+
+
+def test_staging_is_on_by_default_for_the_classes_that_pause_and_only_with_a_bucket():
+    classes = load_classes()
+    assert classes["gpu-interactive"].stage_every == STAGE_EVERY
+    assert classes["long-running"].stage_every == STAGE_EVERY
+    assert classes["cpu-small"].stage_every is None  # its action is "checkpoint"
+    assert WorkloadClass.from_config("mine", {"action": "pause"}).stage_every == STAGE_EVERY
+    off = WorkloadClass.from_config("mine", {"action": "pause", "stage_every": None})
+    assert off.stage_every is None
+    policy = WorkloadClass.from_config("x", {"autosave_every": 300, "stage_every": 60})
+    assert (policy.save_every(bucket=True), policy.save_every(bucket=False)) == (60, 300)
+    with pytest.raises(ValueError, match="stage_every"):
+        WorkloadClass.from_config("x", {"stage_every": 0})

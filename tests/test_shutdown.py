@@ -8,9 +8,11 @@ import json
 import signal
 import sys
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
+import websocket
 
 from jupyter_pause.client import LocalServer
 
@@ -65,6 +67,28 @@ def hold_state(client, path: str, value: int) -> str:
 def stop_with(server: LocalServer, signum: int, within: float) -> None:
     server.process.send_signal(signum)
     server.process.wait(within)  # TimeoutExpired: the server did not stop by then
+
+
+def open_channels(client, kernel_id: str):
+    """A kernel's websocket, as JupyterLab keeps it open (the JSON protocol)."""
+    url = client.base_url.replace("http", "ws", 1) + f"api/kernels/{kernel_id}/channels"
+    header = [f"Authorization: token {client.token}"]
+    return websocket.create_connection(f"{url}?session_id={uuid.uuid4().hex}", header=header)
+
+
+def run_cell(channels, code: str, timeout: float = 30) -> dict:
+    """Send ``code`` as a cell on open ``channels``; the content of its execute_reply."""
+    msg_id = uuid.uuid4().hex
+    header = {"msg_id": msg_id, "msg_type": "execute_request", "session": msg_id,
+              "username": "test", "version": "5.3"}  # fmt: skip
+    content = {"code": code, "silent": False, "store_history": True, "allow_stdin": False}
+    channels.send(json.dumps({"header": header, "parent_header": {}, "metadata": {},
+                              "content": content, "channel": "shell", "buffers": []}))  # fmt: skip
+    channels.settimeout(timeout)
+    while True:
+        msg = json.loads(channels.recv())
+        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "execute_reply":
+            return msg["content"]
 
 
 #: runs the server as a shell runs a background job (`jupyter server &`, a hub started
@@ -133,7 +157,15 @@ def test_a_kernel_busy_past_the_grace_is_named_and_the_next_server_says_it_faile
         60,
         "the long cell to run",
     )
-    stop_with(server, signal.SIGTERM, within=grace + 60)
+    channels = open_channels(client, busy)  # JupyterLab's, open before the signal
+    server.process.send_signal(signal.SIGTERM)
+    wait_for(
+        lambda: "the server stops: saving" in server.log_tail(100_000), 30, "the saves to begin"
+    )
+    # a cell sent now is refused at once, as the kernel refuses one: it would be lost
+    reply = run_cell(channels, "print('ran')")
+    assert reply["status"] == "error" and reply["ename"] == "ServerStopping", reply
+    server.process.wait(grace + 60)
     log = server.log_tail(100_000)
     assert f"{NOTEBOOKS[1]} was NOT saved before the server stopped (kernel busy)" in log
 

@@ -153,3 +153,26 @@ async def test_a_pause_whose_checkpoint_is_committed_is_not_waited_for_nor_named
     assert session.last_checkpoint["id"] in [
         c.id for c in engine.list_checkpoints(dir=manager.checkpoint_dir, notebook=session.path)
     ]
+
+
+async def test_a_kernel_slow_to_stop_after_its_state_is_saved_is_waited_for(tmp_path):
+    """The grace bounds the saves: a notebook whose state is saved and whose kernel is
+    still stopping when the grace ends is paused, not named unsaved, and its kernel's stop
+    is not cancelled half way (Jupyter's clean-up, which stops it next, would hang)."""
+    manager = make_manager(tmp_path)
+    session = running(manager, "nb.ipynb", 3)
+    stop = manager.kernel_manager.shutdown_kernel
+    loop = asyncio.get_running_loop()
+    grace_ends = loop.time() + 2
+
+    async def slow_stop(kernel_id, now=False):  # it ends after the grace
+        await asyncio.sleep(grace_ends + 0.5 - loop.time())
+        await stop(kernel_id, now)
+
+    manager.kernel_manager.shutdown_kernel = slow_stop
+    report = await save_all(manager, grace=2, concurrency=1)
+
+    assert report.paused == ["nb.ipynb"] and report.not_saved == []
+    assert session.state == State.PAUSED and session.operation.outcome == "succeeded"
+    assert manager.kernel_manager.kernels == {}
+    assert manager.ledger.events(types=[EventType.NOT_SAVED]) == []

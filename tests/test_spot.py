@@ -133,16 +133,22 @@ def run_steps(client, kernel_id: str, count: int) -> None:
         assert client.execute(kernel_id, f"{STEP}{PAST}").ok
 
 
-def test_staging_keeps_the_bucket_near_the_kernel_with_auto_pause_off(nodes, link):
-    throttle, url = link
-    a = nodes("a", url, throttle.endpoint)
-    client = a.start()
+def training(server: LocalServer):
+    """The notebook's state loaded and one step run, until the bucket holds it: the
+    server's client, the kernel, and the staging as the status shows it then."""
+    client = server.start()
     kernel_id = client.open_notebook(NB)["kernel"]["id"]
     assert client.execute(kernel_id, LOAD).ok
     run_steps(client, kernel_id, 1)
+    lag = wait_for(lambda: staged(client), 120, lambda: f"staging\n{server.log_tail()}")
+    return client, kernel_id, lag
 
+
+def test_staging_keeps_the_bucket_near_the_kernel_with_auto_pause_off(nodes, link):
+    throttle, url = link
+    a = nodes("a", url, throttle.endpoint)
     # autosave and staging run with auto-pause off: the state reaches the bucket by itself
-    first = wait_for(lambda: staged(client), 120, lambda: f"staging\n{a.log_tail()}")
+    client, kernel_id, first = training(a)
     record = wait_for(
         lambda: (
             (r := record_of(url, a.key_file))
@@ -176,11 +182,7 @@ def test_staging_keeps_the_bucket_near_the_kernel_with_auto_pause_off(nodes, lin
 def test_a_flush_that_fits_saves_the_last_cell_and_another_node_resumes_it(nodes, link):
     throttle, url = link
     a = nodes("a", url, throttle.endpoint)
-    client = a.start()
-    kernel_id = client.open_notebook(NB)["kernel"]["id"]
-    assert client.execute(kernel_id, LOAD).ok
-    run_steps(client, kernel_id, 1)
-    wait_for(lambda: staged(client), 120, lambda: f"staging\n{a.log_tail()}")
+    client, kernel_id, _ = training(a)
     assert client.execute(kernel_id, "step = 41\nw[:] = 41.0").ok  # the delta: one array
 
     a.process.send_signal(signal.SIGTERM)
@@ -203,11 +205,7 @@ def test_a_flush_that_fits_saves_the_last_cell_and_another_node_resumes_it(nodes
 def test_a_delta_too_large_for_the_grace_keeps_the_staged_state_and_says_what_was_lost(nodes, link):
     throttle, url = link
     a = nodes("a", url, throttle.endpoint, grace=4.0)
-    client = a.start()
-    kernel_id = client.open_notebook(NB)["kernel"]["id"]
-    assert client.execute(kernel_id, LOAD).ok
-    run_steps(client, kernel_id, 1)
-    held = wait_for(lambda: staged(client), 120, lambda: f"staging\n{a.log_tail()}")
+    client, kernel_id, held = training(a)
     assert client.evaluate(kernel_id, "print(step)") == 1
 
     # a slow link now, and more changed than the grace can carry over it

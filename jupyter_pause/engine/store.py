@@ -1555,8 +1555,10 @@ def push(
     lacks (tensor files it does not have yet, the pickle, the manifest, smallest first,
     then, once all of them are listed back with their sizes, the signature: the commit),
     delete the checkpoints the folder no longer has (retention, delete: signature first),
-    then sweep what crashed uploads left (older than ``grace``).  ``only``: upload that
-    checkpoint alone (the others stay in the folder only).  ``pace``: how the uploads
+    then sweep what crashed uploads left (older than ``grace``).  An autosave a newer
+    checkpoint here supersedes is not sent (a background save not staged before the next
+    one).  ``only``: upload that checkpoint alone (the others stay in the folder only).
+    ``pace``: how the uploads
     share the link (:class:`remote.Pace`; its ``stop`` is heard before the commit too).
     Returns the ids uploaded.  Raises :class:`RemoteStoreError`; the folder is left as it
     was."""
@@ -1566,9 +1568,13 @@ def push(
     listing = mirror.listing()
     in_bucket = set(remote.committed(listing))
     uploaded = []
-    for cid, m in _signed(nbdir):
+    signed = _signed(nbdir)
+    newest = signed[-1][0] if signed else None
+    for cid, m in signed:
         if cid in in_bucket or (only is not None and cid != only):
             continue
+        if cid != newest and m.metadata.get(AUTOSAVE) is True:
+            continue  # superseded before it was staged: nobody resumes it
         try:
             check_complete(nbdir, m)
         except CheckpointError:  # only its small files are here (a rename's re-bind

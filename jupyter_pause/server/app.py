@@ -205,7 +205,8 @@ class PauseApp(ExtensionApp):
         help="""Seconds between two looks for the platform's notice that the machine under
         the server is about to go (on Kubernetes: its node's termination taint or condition
         from GKE, or the AWS node termination handler's taints and labels; this needs the
-        read-only RBAC of deploy/rbac/node-notice.yaml).  At the notice every notebook's
+        read-only RBAC of deploy/gke-pod-snapshot/node-notice.yaml, or for
+        Workspaces deploy/kubeflow-workspaces/node-notice.yaml).  At the notice every notebook's
         state goes to the bucket at once, at full speed, so that SIGTERM finds only the
         last changes to save.  0: never look.""",
     )

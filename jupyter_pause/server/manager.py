@@ -70,6 +70,8 @@ from .staging import Stager, describe_final_save, final_save, lost_at_stop
 #: that has seen its cell end (IOPub idle on its websocket) can ask before the
 #: server's own IOPub listener has updated the kernel's state
 BUSY_GRACE = 2.0
+#: a pause's step once its state is saved: only the platform's release is left
+RELEASING = "releasing the accelerator"
 
 
 class PauseManager:
@@ -149,6 +151,8 @@ class PauseManager:
         self.stager = stager
         #: the platform's notice that the machine goes soon (backends' TerminationNotice)
         self.notice = None
+        #: the server stops and saves its notebooks: no new cell starts (:meth:`stop`)
+        self.stopping = False
         #: how many resumes start kernels and restore at once; the others wait their turn
         self.resume_gate = resume_gate if resume_gate is not None else ResumeGate(machine_limit())
         self.operations: dict[str, Operation] = {}
@@ -559,6 +563,8 @@ class PauseManager:
                 )
             at_shutdown = op.options.get("reason") == SHUTDOWN_REASON
             final = at_shutdown and self.stager is not None and "upload_by" in op.options
+            if self.stager is not None:  # the pause sends the newest state itself
+                self.stager.stop(path)
             if not await self._checkpoint(session, op, pause=True, upload=not final):
                 return
             if final:
@@ -575,7 +581,7 @@ class PauseManager:
                     return
                 group += others
             for member in group:
-                self.recorder.move(member, State.PAUSING, op, "releasing the accelerator")
+                self.recorder.move(member, State.PAUSING, op, RELEASING)
                 if self.shared is not None:  # other servers learn of it before it goes
                     await self.shared.before_release(member, op)
             kernel_ids = {m.path: m.kernel_id for m in group}
@@ -638,7 +644,7 @@ class PauseManager:
         flushed = await self.stager.flush(session.path, self.clock.monotonic() + left)
         newest = session.last_checkpoint or {}
         if flushed.committed:
-            self.bucket_holds(session, flushed.delta.checkpoint)
+            self._bucket_holds(session, flushed.delta.checkpoint)
         held = session.bucket_checkpoint or {}
         if flushed.committed or held.get("id") == newest.get("id"):
             outcome, why = "newest", None
@@ -652,16 +658,12 @@ class PauseManager:
             self.clock.time(),
             flushed.delta.bytes if flushed.delta else None,
         )
-        self.log_final_save(session)
-        if outcome != "newest":
-            op.messages.append(describe_final_save(session.final_save))
-
-    def log_final_save(self, session: Session) -> None:
         said = describe_final_save(session.final_save)
-        if session.final_save["outcome"] == "newest":
+        if outcome == "newest":
             self.log.info("jupyter-pause: %s: %s", session.path, said)
         else:
             self.log.warning("jupyter-pause: %s: %s", session.path, said)
+            op.messages.append(said)
 
     async def _checkpoint_others(self, session: Session, op: Operation) -> list[Session] | None:
         """Checkpoint every other live notebook (server-scope backends).
@@ -852,9 +854,9 @@ class PauseManager:
             return
         if staged is None or self.store.sessions.get(session.path) is not session:
             return
-        self.bucket_holds(session, staged.checkpoint)
+        self._bucket_holds(session, staged.checkpoint)
 
-    def bucket_holds(self, session: Session, checkpoint_id: str) -> None:
+    def _bucket_holds(self, session: Session, checkpoint_id: str) -> None:
         """The bucket holds ``checkpoint_id`` of the session's notebook now: the session,
         and so the bucket's record of it, name it (unless it names a newer one)."""
         held = session.bucket_checkpoint or {}
@@ -1154,9 +1156,11 @@ class PauseManager:
         if self.stager is not None:
             self.stager.share = 1.0
 
-    def stop_staging(self) -> None:
-        """The server stops: background staging ends at its next part, and starts no more
-        (a stopping server's last saves have the link)."""
+    def stop(self) -> None:
+        """The server stops and saves its notebooks (server/shutdown.py): no new cell
+        starts (server/wake.py refuses it), and background staging ends at its next part
+        and starts no more (the last saves have the link)."""
+        self.stopping = True
         if self.stager is not None:
             self.stager.stop_background()
 

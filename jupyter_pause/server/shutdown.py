@@ -21,7 +21,7 @@ import time
 from ..ledger import EventType
 from ..lifecycle import SHUTDOWN_REASON, LostState, OperationInProgress, State
 from .errors import PauseError
-from .manager import PauseManager
+from .manager import RELEASING, PauseManager
 from .recovery import SERVER_STOPPED_UNDER_IT
 from .staging import describe_final_save, final_save
 
@@ -55,7 +55,7 @@ async def save_all(manager: PauseManager, grace: float, concurrency: int) -> Shu
     a running cell leaves the notebook ``failed`` at once, a checkpoint under
     way is settled by the next start's recovery (was it committed?)."""
     manager.give_up_waiting()  # a resume not yet started starts nothing now
-    manager.stop_staging()  # the link is the last saves' now
+    manager.stop()  # no new cell; the link is the last saves' now
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace
     upload_by = time.time() + grace - min(RECORD_MARGIN, grace / 10)
@@ -78,6 +78,12 @@ async def save_all(manager: PauseManager, grace: float, concurrency: int) -> Shu
         path: asyncio.ensure_future(_save_one(manager, path, limit, upload_by)) for path in paths
     }
     await asyncio.wait(saves.values(), timeout=max(0.0, deadline - loop.time()))
+    # a save whose state is saved has only its kernel's stop left, which Jupyter's own
+    # clean-up does next anyway: it ends (cancelled, it would leave the kernel half
+    # stopped, and the clean-up stuck until SIGKILL)
+    stopping = [s for p, s in saves.items() if not s.done() and _saved(manager.store.get(p))]
+    if stopping:
+        await asyncio.wait(stopping)
     paused, not_saved = [], []
     for path, save in saves.items():
         if save.done():
@@ -147,6 +153,12 @@ async def _save_one(
         if task is not None:
             await asyncio.shield(task)  # cancelled only by the end of the grace
         return None if op.outcome == "succeeded" else op.error or "the pause did not finish"
+
+
+def _saved(session) -> bool:
+    """The notebook's shutdown pause has saved its state and stops its kernel now."""
+    op = session.operation
+    return session.busy and op.options.get("reason") == SHUTDOWN_REASON and op.step == RELEASING
 
 
 def _not_saved_in_time(manager: PauseManager, path: str, grace: float) -> NotSaved:

@@ -78,7 +78,6 @@ class Flushed:
 
     delta: checkpoint_store.Delta | None
     why: str | None = None
-    seconds: float = 0.0
 
     @property
     def committed(self) -> bool:
@@ -183,6 +182,12 @@ class Stager:
             self.checkpoint_dir, nbdir, pace, on_file=lane.count, wanted=wanted
         )
 
+    def stop(self, path: str) -> None:
+        """A pause of ``path`` uploads its newest state itself: its background staging
+        stops at the next part (a later save stages again)."""
+        if path in self.lanes:
+            self.lanes[path].stop.set()
+
     def stop_background(self) -> None:
         """The server stops: no background staging starts, and those running stop at
         their next part."""
@@ -198,11 +203,13 @@ class Stager:
         self.stop_background()
         if self._turns is None:
             self._turns = _Turns()
-        started = self.clock.monotonic()
         try:
-            delta = await asyncio.to_thread(
-                checkpoint_store.delta, self.checkpoint_dir, self._nbdir(path)
+            delta = await asyncio.wait_for(
+                in_daemon_thread(checkpoint_store.delta, self.checkpoint_dir, self._nbdir(path)),
+                max(0.0, deadline - self.clock.monotonic()),
             )
+        except (TimeoutError, asyncio.TimeoutError):
+            return Flushed(None, "the bucket did not answer within the shutdown grace")
         except (CheckpointError, OSError) as e:
             return Flushed(None, f"the bucket could not be read: {e}")
         if delta is None:
@@ -246,7 +253,7 @@ class Stager:
             finally:
                 lane.uploading = False
         lane.pending, lane.sent = None, 0
-        return Flushed(delta, seconds=self.clock.monotonic() - started)
+        return Flushed(delta)
 
     @staticmethod
     def _late(delta: checkpoint_store.Delta, sent: int, left: float, rate: float | None) -> str:

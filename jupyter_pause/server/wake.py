@@ -8,6 +8,10 @@ that is hibernated, or being hibernated, is held while the manager wakes the ker
 order is kept. Should the kernel stay hibernated (not enough GPU memory free, the driver
 failed), each held request that runs code is answered with an error that says why, as
 the kernel would answer, and the kernel never sees it; the others go on.
+
+While a stopping server saves its notebooks (server/shutdown.py), a request that runs
+code is refused the same way: a cell started then would be lost with the server anyway,
+and would make the save wait for it, past the grace, with all that was not saved yet.
 """
 
 from __future__ import annotations
@@ -31,6 +35,11 @@ PASSES = frozenset(
     {"kernel_info_request", "is_complete_request", "history_request", "comm_info_request"}
 )
 V1 = "v1.kernel.websocket.jupyter.org"
+#: what a cell sent while the server stops is told
+STOPPING = (
+    "the server is stopping and saving this notebook's state; this cell was not run "
+    "(it would have been lost, and kept the save waiting)"
+)
 
 
 class WakingConnection(ZMQChannelsWebsocketConnection):
@@ -44,6 +53,9 @@ class WakingConnection(ZMQChannelsWebsocketConnection):
             self._held.append(incoming_msg)
             return
         manager = self.websocket_handler.settings.get("jupyter_pause_manager")
+        if manager is not None and manager.stopping and self._runs_code(incoming_msg):
+            self._refuse(incoming_msg, STOPPING, "ServerStopping")
+            return
         if (
             manager is not None
             and manager.hibernated(self.kernel_id)
@@ -89,16 +101,12 @@ class WakingConnection(ZMQChannelsWebsocketConnection):
         except Exception:  # not ours to judge: Jupyter's own handling logs it
             return None, None
 
-    def _refuse(self, message, error: str) -> None:
+    def _refuse(self, message, error: str, name: str = "GPUHibernated") -> None:
         """Answer a held request as the kernel answers a failed one: busy, the error
         (for a cell, in its output), the reply, idle."""
         _, header = self._peek(message)
         kind = header["msg_type"]
-        failure = {
-            "ename": "GPUHibernated",
-            "evalue": error,
-            "traceback": [f"GPUHibernated: {error}"],
-        }
+        failure = {"ename": name, "evalue": error, "traceback": [f"{name}: {error}"]}
         reply = {"status": "error", **failure}
         if kind == "execute_request":
             reply["execution_count"] = None

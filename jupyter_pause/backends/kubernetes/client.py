@@ -326,7 +326,7 @@ class KubeClient:
     def get_node(self, name: str) -> dict:
         """A node (cluster-scoped): the node follower's ClusterRole
         (deploy/rbac/node-follower.yaml), and a server's own node, for its termination
-        notice (deploy/rbac/node-notice.yaml)."""
+        notice (deploy/gke-pod-snapshot/node-notice.yaml)."""
         return self._call(self.core.read_node, name)
 
     def list_pods_on_node(self, node: str) -> list[dict]:
