@@ -1216,6 +1216,14 @@ def pull(dir, nbdir: Path) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def check_store(dir=None) -> None:
+    """Raise :class:`RemoteStoreError` when the bucket behind the checkpoint root cannot
+    be used now; nothing for a folder (it is made at the first checkpoint)."""
+    bucket = paths.bucket_of(dir)
+    if bucket is not None:
+        remote.probe(bucket)
+
+
 def notebook_folders(dir=None) -> list[Path]:
     """This user's notebook folders: those in the folder, and with a bucket behind it,
     those in the bucket too (a machine that never saw them has no folder yet)."""

@@ -14,7 +14,8 @@ import getpass
 import os
 import signal
 from pathlib import Path
-from zoneinfo import ZoneInfo
+from typing import NamedTuple
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
@@ -28,14 +29,14 @@ from ..backends.base import PauseBackend
 from ..clock import SYSTEM
 from ..engine import durable, signing
 from ..engine import paths as checkpoint_paths
-from ..idle_policy import load_classes
+from ..idle_policy import WorkloadClass, load_classes
 from ..ledger import Ledger
 from ..lifecycle import SessionStore
 from ..version import __version__
 from .autosave import Autosaver
 from .capacity import ResumeGate, machine_limit
 from .classify import WorkloadClassifier
-from .explain import policy_summary
+from .explain import policy_summary, shutdown_summary, store_summary
 from .fleet import FleetPublisher
 from .handlers import ROUTES
 from .idle_watcher import IdleWatcher
@@ -48,6 +49,21 @@ from .shutdown import save_all
 
 EVENT_SCHEMA = Path(__file__).parent.parent / "events" / "lifecycle.yaml"
 EVENT_SCHEMA_ID = "https://events.jupyter.org/jupyter_pause/lifecycle/v1"
+
+
+class InForce(NamedTuple):
+    """The settings as read and checked at start-up (:meth:`PauseApp._read_settings`)."""
+
+    checkpoint_dir: str | checkpoint_paths.Bucket
+    classes: dict[str, WorkloadClass]
+    time_zone: ZoneInfo | None
+    backend: type[PauseBackend]
+
+
+def _known_class(name: str, classes: dict[str, WorkloadClass]) -> str:
+    if name not in classes:
+        raise ValueError(f"not one of the workload classes ({', '.join(sorted(classes))})")
+    return name
 
 
 class PauseApp(ExtensionApp):
@@ -191,13 +207,51 @@ class PauseApp(ExtensionApp):
 
     def _checkpoint_location(self):
         """The checkpoint root: a folder, or a bucket and its cache (engine/paths.py);
-        a URL that is neither stops the server here, before anything is written."""
+        ValueError for a URL that is neither."""
         bucket = checkpoint_paths.parse_bucket(
             self.checkpoint_dir, self.checkpoint_cache_dir or None
         )
         return bucket or self.checkpoint_dir
 
+    def _read_settings(self) -> InForce:
+        """Every setting that can be wrong, read once, before anything is built or written.
+
+        A bad one stops the server here, each named in the log (its credentials masked),
+        rather than leaving it to serve notebooks without jupyter-pause: no pause, no
+        auto-pause, no save at shutdown, behind one "extension failed loading" line."""
+        problems = []
+
+        def read(name: str, reader):
+            try:
+                return reader()
+            except (ValueError, TypeError, ImportError, ZoneInfoNotFoundError) as e:
+                shown = checkpoint_paths.redact(str(getattr(self, name)))
+                said = "" if shown in str(e) else f" = {shown!r}"  # a URL's error names it
+                problems.append(f"c.PauseApp.{name}{said}: {e}")
+
+        location = read("checkpoint_dir", self._checkpoint_location)
+        classes = read("workload_classes", lambda: load_classes(self.workload_classes))
+        if classes is not None:
+            default = self.default_workload_class
+            read("default_workload_class", lambda: _known_class(default, classes))
+        zone = read(
+            "prediction_time_zone",
+            lambda: ZoneInfo(self.prediction_time_zone) if self.prediction_time_zone else None,
+        )
+        backend = read("backend", self._backend_class)
+        if problems:
+            for problem in problems:
+                self.log.critical("jupyter-pause: %s", problem)
+            self.log.critical(
+                "jupyter-pause: the server does not start with these settings: it would "
+                "serve notebooks without pausing, auto-pausing or saving them at shutdown. "
+                "Correct them (`jupyter pause config` lists every setting)."
+            )
+            raise SystemExit(1)
+        return InForce(location, classes, zone, backend)
+
     def initialize_settings(self):
+        self.in_force = self._read_settings()
         # on a hub, the Hub's user name (under KubeSpawner every Unix user is jovyan)
         user = os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
         self._make_private_folders()
@@ -208,7 +262,7 @@ class PauseApp(ExtensionApp):
         # a kernel's class is decided when it starts, for the ledger's rows whether or not
         # the idle policies are on
         classifier = WorkloadClassifier(
-            classes=load_classes(self.workload_classes),
+            classes=self.in_force.classes,
             default_class=self.default_workload_class,
             kernel_manager=self.serverapp.kernel_manager,
             contents_manager=self.serverapp.contents_manager,
@@ -229,7 +283,7 @@ class PauseApp(ExtensionApp):
             store=SessionStore(Path(self.state_dir) / "sessions.json"),
             ledger=self.ledger,
             backend=self.backend_instance,
-            checkpoint_dir=self._checkpoint_location(),
+            checkpoint_dir=self.in_force.checkpoint_dir,
             keep_checkpoints=self.keep_checkpoints,
             kernel_call_timeout=self.kernel_call_timeout,
             idle_wait_timeout=self.idle_wait_timeout,
@@ -285,7 +339,7 @@ class PauseApp(ExtensionApp):
             workload_class=policies.workload_class,
             interval=self.schedule_check_interval,
             clock=clock,
-            tz=ZoneInfo(self.prediction_time_zone) if self.prediction_time_zone else None,
+            tz=self.in_force.time_zone,
         )
         self.settings.update(
             jupyter_pause_manager=self.manager,
@@ -350,11 +404,20 @@ class PauseApp(ExtensionApp):
         await self.manager.came_back(report)
         self.fleet.start()
         self.log.info(
-            "jupyter-pause %s: backend %s%s",
+            "jupyter-pause %s: backend %s%s; %s; %s",
             __version__,
             self.backend_instance.name,
             f", {report.detail}" if report.detail else "",
+            store_summary(self.in_force.checkpoint_dir),
+            shutdown_summary(self.shutdown_grace, self.shutdown_concurrency),
         )
+        problem = await self.manager.catalogue.store_problem()
+        if problem:  # found now, not at the first pause
+            self.log.warning(
+                "jupyter-pause: the checkpoint store cannot be used: %s Pauses, checkpoints "
+                "and the saves at shutdown fail until it can (c.PauseApp.checkpoint_dir).",
+                problem,
+            )
 
     def _warn_about_culling(self):
         """Jupyter's own culler shuts kernels down (state lost): it must not fire first."""
@@ -375,19 +438,21 @@ class PauseApp(ExtensionApp):
                 int(max(pausing)),
             )
 
-    def _make_backend(self, clock) -> PauseBackend:
-        cls = self.backend_class
-        if cls is None:
-            from ..backends import backend_class_for
+    def _backend_class(self) -> type[PauseBackend]:
+        if self.backend_class is not None:
+            return self.backend_class
+        from ..backends import backend_class_for
 
-            cls = backend_class_for(self.backend)
-        return cls(
+        return backend_class_for(self.backend)
+
+    def _make_backend(self, clock) -> PauseBackend:
+        return self.in_force.backend(
             parent=self,
             log=self.log,
             ledger=self.ledger,
             clock=clock,
             state_dir=self.state_dir,
-            checkpoint_dir=self._checkpoint_location(),
+            checkpoint_dir=self.in_force.checkpoint_dir,
         )
 
     def _prepare_kernels(self, kernel_settings: dict[str, str]):

@@ -65,6 +65,15 @@ class Catalogue:
         except RemoteStoreError as e:  # the bucket behind the folder: say so, not 500
             raise PauseError(str(e), status=503) from e
 
+    async def store_problem(self) -> str | None:
+        """Why the checkpoint store cannot be used now (a missing bucket, refused
+        credentials, a store that does not answer), or None."""
+        try:
+            await asyncio.to_thread(checkpoint_store.check_store, self.checkpoint_dir)
+        except RemoteStoreError as e:
+            return str(e)
+        return None
+
     async def list_checkpoints(self, path: str) -> list[dict[str, Any]]:
         """A notebook's checkpoints, newest first, without their private metadata."""
         return await self.in_thread(self.listing, path)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine.paths import id_time
+from ..engine.paths import Bucket, id_time
 from ..lifecycle import OPERATION_STATES, SHUTDOWN_REASON, Session, State, allowed_now
 from .ports import Policies
 
@@ -63,6 +63,7 @@ async def explain(session: Session, resolve_class=None) -> dict[str, Any]:
             "idle_threshold": workload_class.idle_threshold if workload_class.acts else None,
             "action": workload_class.action,
             "warn_before": workload_class.warn_before,
+            "autosave_every": workload_class.autosave_every,
         }
     return {
         "paused_by": paused_by(session),
@@ -104,12 +105,33 @@ def policy_summary(classes: dict, default: str) -> str:
     parts = []
     for name, policy in sorted(classes.items(), key=lambda item: item[0] != default):
         if not policy.acts:
-            parts.append(f"{name}: never acts")
-            continue
-        text = f"{name}: {policy.action} after {format_seconds(policy.idle_threshold)} idle"
-        if policy.warn_before:
-            text += f", warned {format_seconds(policy.warn_before)} before"
-        if policy.min_running_time:
-            text += f", not in its first {format_seconds(policy.min_running_time)}"
+            text = f"{name}: never acts"
+        else:
+            text = f"{name}: {policy.action} after {format_seconds(policy.idle_threshold)} idle"
+            if policy.warn_before:
+                text += f", warned {format_seconds(policy.warn_before)} before"
+            if policy.min_running_time:
+                text += f", not in its first {format_seconds(policy.min_running_time)}"
+        if policy.autosave_every is not None:
+            text += f", autosaved after {format_seconds(policy.autosave_every)} of use"
         parts.append(text + (" (default)" if name == default else ""))
     return "; ".join(parts)
+
+
+def store_summary(checkpoint_dir) -> str:
+    """Where checkpoints go, for the start-up log: a folder, or a bucket and its cache."""
+    if isinstance(checkpoint_dir, Bucket):
+        return f"checkpoints in {checkpoint_dir.url} (local cache {checkpoint_dir.cache})"
+    return f"checkpoints in {checkpoint_dir}"
+
+
+def shutdown_summary(grace: float, concurrency: int) -> str:
+    """What a stopping server saves, for the start-up log."""
+    from ..formatting import format_seconds
+
+    if grace <= 0:
+        return "a stopping server saves nothing (c.PauseApp.shutdown_grace = 0)"
+    return (
+        f"a stopping server pauses every live notebook within {format_seconds(grace)} "
+        f"({concurrency} at once; c.PauseApp.shutdown_grace)"
+    )

@@ -556,11 +556,21 @@ class PauseManager:
             await self.reconciler.kernel_died(session, op, str(e), report=report)
             return False
         except (KernelCallError, KeyError) as e:
-            error = (
-                f"autosave failed; the kernel keeps running and its last saved state is intact: {e}"
-                if autosave
-                else f"checkpoint failed, so the notebook was not paused and its kernel keeps running: {e}"
-            )
+            # the cause first (a notice has room for a line), then what it means
+            if autosave:
+                then = (
+                    "Autosave failed; the kernel keeps running and its last saved state is intact."
+                )
+            elif op.options.get("reason") == SHUTDOWN_REASON:
+                then = (
+                    "The checkpoint failed, so the notebook was not saved; its kernel is being "
+                    "stopped with the server: what it did since its last checkpoint is lost."
+                )
+            elif pause:
+                then = "The checkpoint failed, so the notebook was not paused; its kernel keeps running."
+            else:
+                then = "The checkpoint failed; the kernel keeps running."
+            error = f"{e}\n{then}"
             self.recorder.record(EventType.CHECKPOINT_FAILED, session, op, error=str(e), **autosave)
             self.recorder.move(session, State.RUNNING, op, error=error)
             if report:

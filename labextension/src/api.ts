@@ -89,6 +89,8 @@ export interface IPolicy {
   idle_threshold: number | null;
   action: 'pause' | 'checkpoint' | 'none';
   warn_before: number;
+  /** Seconds of use after which the notebook is autosaved; null: never. */
+  autosave_every: number | null;
 }
 
 export interface IAutoPause {
