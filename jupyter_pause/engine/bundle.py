@@ -50,7 +50,7 @@ import xxhash
 
 from . import paths, signing, store
 from .durable import fsync_dir, makedirs, write_file
-from .errors import BundleRefused, CheckpointError, CheckpointNotFound
+from .errors import BundleRefused, CheckpointError, CheckpointNotFound, RemoteStoreError
 from .manifest import MANIFEST, PICKLE, SIGNATURE, Manifest
 
 FORMAT = "jupyter-pause-bundle/1"
@@ -142,6 +142,7 @@ def export(
     key = signing.load_key(create=False)
     nbdir = paths.notebook_dir(dir, notebook)
     notebook_bytes = notebook_file.read_bytes()
+    _download(dir, nbdir, checkpoint_id)
     with store.locked(nbdir, shared=True):
         if checkpoint_id is None:
             newest = store.latest_checkpoint(dir, notebook, verify=True)
@@ -187,6 +188,26 @@ def export(
             raise
     fsync_dir(out.parent)
     return Exported(out, checkpoint_id, _sha256(header), origin.key_id, size)
+
+
+def _download(dir, nbdir: Path, checkpoint_id: str | None) -> None:
+    """With a bucket behind the root: the checkpoint to export into the local cache (the
+    newest that downloads whole, without ``checkpoint_id``), as a resume brings it.
+    Nothing for a folder; :class:`RemoteStoreError` when the bucket cannot be read."""
+    if paths.bucket_of(dir) is None:
+        return
+    store.pull(dir, nbdir)
+    ids = store.checkpoint_ids(nbdir)
+    if checkpoint_id is not None:
+        ids = [checkpoint_id] if checkpoint_id in ids else []  # a missing one: said below
+    for cid in reversed(ids):
+        try:
+            store.fetch(dir, nbdir, cid)
+            return
+        except RemoteStoreError:
+            raise
+        except CheckpointError:  # unsigned or damaged: an older one may do
+            continue
 
 
 # ---------------------------------------------------------------- reading one

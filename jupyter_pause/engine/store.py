@@ -342,6 +342,12 @@ def list_checkpoints(dir=None, notebook: str | None = None) -> list[CheckpointIn
     manifest is checked here; ``scrub`` hashes the data too."""
     nbdir = paths.notebook_dir(dir, notebook)
     pull(dir, nbdir)
+    return list_folder(nbdir)
+
+
+def list_folder(nbdir: Path) -> list[CheckpointInfo]:
+    """The committed checkpoints of the notebook folder ``nbdir``, oldest first (as
+    :func:`list_checkpoints`)."""
     key, key_problem = _load_key_for_listing()
     out = []
     for cid in checkpoint_ids(nbdir):

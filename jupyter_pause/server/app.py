@@ -205,7 +205,7 @@ class PauseApp(ExtensionApp):
             self.state_dir, "checkpoints"
         )
 
-    def _checkpoint_location(self):
+    def checkpoint_location(self):
         """The checkpoint root: a folder, or a bucket and its cache (engine/paths.py);
         ValueError for a URL that is neither."""
         bucket = checkpoint_paths.parse_bucket(
@@ -229,7 +229,7 @@ class PauseApp(ExtensionApp):
                 said = "" if shown in str(e) else f" = {shown!r}"  # a URL's error names it
                 problems.append(f"c.PauseApp.{name}{said}: {e}")
 
-        location = read("checkpoint_dir", self._checkpoint_location)
+        location = read("checkpoint_dir", self.checkpoint_location)
         classes = read("workload_classes", lambda: load_classes(self.workload_classes))
         if classes is not None:
             default = self.default_workload_class
