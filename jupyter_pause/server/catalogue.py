@@ -74,6 +74,19 @@ class Catalogue:
             return str(e)
         return None
 
+    async def present(self, paths: list[str]) -> dict[str, list[str] | None]:
+        """The checkpoint ids each notebook's folder holds now, None where that cannot
+        be told (no folder here yet: a bucket's cache on a new node); only the folder is
+        read, never the bucket."""
+        return await asyncio.to_thread(lambda: {path: self._present(path) for path in paths})
+
+    def _present(self, path: str) -> list[str] | None:
+        try:
+            folder = self.check_folder(path)
+            return checkpoint_store.checkpoint_ids(folder) if folder.is_dir() else None
+        except (ValueError, OSError):
+            return None
+
     async def list_checkpoints(self, path: str) -> list[dict[str, Any]]:
         """A notebook's checkpoints, newest first, without their private metadata."""
         return await self.in_thread(self.listing, path)

@@ -211,7 +211,9 @@ class PauseManager:
         """Every notebook's state: a pure read (nothing is recorded or saved)."""
         await self.recovered.wait()
         live = await self.jupyter_sessions()
-        sessions = await status_rows(live, self.store.sessions, self.policies)
+        offering = [p for p, s in self.store.sessions.items() if s.lost and s.lost.checkpoint]
+        present = await self.catalogue.present(offering) if offering else {}
+        sessions = await status_rows(live, self.store.sessions, self.policies, present)
         return {"backend": self.backend.describe(), "sessions": sessions}
 
     def operation(self, operation_id: str) -> Operation:

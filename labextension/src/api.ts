@@ -146,6 +146,8 @@ export interface ISavedStateUnrestored {
   at: number;
   /** How the kernel went: "the kernel died", "the server stopped". */
   lost: string;
+  /** The same, for a label. */
+  cause: 'kernel-died' | 'server-stopped';
 }
 
 /** When a paused notebook resumes by itself (`PUT sessions/schedule`). */
