@@ -4,6 +4,7 @@ reason and time, never ``stopped`` with a reason left from before (a real hub)."
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -67,6 +68,7 @@ def test_a_pause_is_reported_only_by_its_owner_and_with_a_date(hub_factory):
     url = f"{hub.service_url}api/pauses"
     code, body = hub.request("PUT", f"{url}/bob/", report, token=token["token"])
     assert code == 403, body  # alice may not say bob's server paused
+    assert body["message"] == "only bob or an admin may report the pause of bob's server"
     for at in (float("nan"), 1e300, time.time() + 3600):
         code, body = hub.request("PUT", f"{url}/alice/", {"at": at}, token=token["token"])
         assert code == 400 and "'at' must be epoch seconds between" in body["message"], body
@@ -76,3 +78,45 @@ def test_a_pause_is_reported_only_by_its_owner_and_with_a_date(hub_factory):
     assert code == 204
     row = service_row(hub, "alice")
     assert row["state"] == "paused" and row["reason"] == "paused by its user", row
+
+
+def test_only_servers_the_hub_knows_are_recorded_and_those_it_forgets_go(hub_factory):
+    hub = hub_factory(service={"timeout": 3600, "check_interval": 1})
+    hub.start()
+    for user in ("alice", "carol"):
+        hub.add_user(user)
+    code, token = hub.api(
+        "POST", "users/alice/tokens", {"scopes": ["access:services!service=jupyter-pause"]}
+    )
+    assert code == 201, token
+    report = {"at": time.time(), "reason": "paused by its user"}
+    url = f"{hub.service_url}api/pauses"
+    # a user's own token cannot fill the admins' page with servers that do not exist
+    for n in range(5):
+        code, body = hub.request("PUT", f"{url}/alice/ghost{n}", report, token=token["token"])
+        assert code == 404 and f"alice has no server named 'ghost{n}'" in body["message"], body
+    code, body = hub.request("PUT", f"{url}/nobody/", report)  # an admin's, for no user
+    assert code == 404 and "the Hub has no user 'nobody'" in body["message"], body
+    code, _ = hub.request("PUT", f"{url}/alice/", report, token=token["token"])
+    assert code == 204
+    code, _ = hub.request("PUT", f"{url}/carol/", report)
+    assert code == 204
+
+    def rows():
+        code, body = hub.request("GET", f"{hub.service_url}api/servers")
+        assert code == 200, body
+        return {(r["user"], r["server"]): r["state"] for r in body["servers"]}
+
+    assert {k: v for k, v in rows().items() if k[0] != "admin"} == {
+        ("alice", ""): "paused",
+        ("carol", ""): "paused",
+    }
+    records = json.loads((hub.dir / "service" / "pauses.json").read_text())["servers"]
+    assert sorted(records) == ["alice/", "carol/"]
+
+    # carol is deleted from the Hub: her record goes at the service's next walk
+    assert hub.api("DELETE", "users/carol")[0] == 204
+    wait_for(lambda: ("carol", "") not in rows(), 60, "carol's record to go")
+    assert ("alice", "") in rows()
+    records = json.loads((hub.dir / "service" / "pauses.json").read_text())["servers"]
+    assert sorted(records) == ["alice/"]
