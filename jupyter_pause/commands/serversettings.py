@@ -32,7 +32,7 @@ class ServerSettings:
     files: list[str] = field(default_factory=list)
     #: the settings the files set (``state_dir``, ``checkpoint_dir``, ...)
     configured: frozenset[str] = frozenset()
-    #: the checkpoint root came from ``$JUPYTER_PAUSE_CHECKPOINT_DIR``
+    #: the checkpoint root came from the environment (``paths.ENV_DIR``)
     from_environment: bool = False
 
     @property

@@ -25,7 +25,9 @@ from tornado.ioloop import IOLoop
 from traitlets import Bool, Dict, Float, Int, Type, Unicode, default
 from traitlets.utils.importstring import import_item
 
+from .. import nvml
 from ..backends.base import PauseBackend
+from ..backends.kubernetes.compat import collect as fingerprint
 from ..clock import SYSTEM
 from ..engine import durable, signing
 from ..engine import paths as checkpoint_paths
@@ -58,6 +60,8 @@ class InForce(NamedTuple):
     classes: dict[str, WorkloadClass]
     time_zone: ZoneInfo | None
     backend: type[PauseBackend]
+    kernel_gpus: int  # accelerators a kernel holds, unless its checkpoint found others
+    accelerators: str  # the same, in words, and why
 
 
 def _known_class(name: str, classes: dict[str, WorkloadClass]) -> str:
@@ -175,6 +179,19 @@ class PauseApp(ExtensionApp):
         predicting their return by weekday and hour; empty: this machine's.""",
     )
 
+    kernel_accelerators = Int(
+        None,
+        allow_none=True,
+        min=0,
+        config=True,
+        help="""Accelerators each kernel holds, for the GPU-time report and the
+        jupyter_pause_accelerator_* metrics (a kernel's checkpoint corrects it to the
+        GPUs it was found using).  Default: 1 where this machine has a GPU (NVML, else
+        nvidia-smi), else 0: "no accelerator detected", and no accelerator-hours are
+        counted.  Set it where the platform gives kernels accelerators that cannot be
+        detected here.""",
+    )
+
     metrics_cache_seconds = Float(
         5,
         config=True,
@@ -239,6 +256,7 @@ class PauseApp(ExtensionApp):
             lambda: ZoneInfo(self.prediction_time_zone) if self.prediction_time_zone else None,
         )
         backend = read("backend", self._backend_class)
+        kernel_gpus, accelerators = self._accelerators()
         if problems:
             for problem in problems:
                 self.log.critical("jupyter-pause: %s", problem)
@@ -248,7 +266,7 @@ class PauseApp(ExtensionApp):
                 "Correct them (`jupyter pause config` lists every setting)."
             )
             raise SystemExit(1)
-        return InForce(location, classes, zone, backend)
+        return InForce(location, classes, zone, backend, kernel_gpus, accelerators)
 
     def initialize_settings(self):
         self.in_force = self._read_settings()
@@ -292,6 +310,7 @@ class PauseApp(ExtensionApp):
             resume_gate=ResumeGate(self.max_concurrent_resumes),
             classifier=classifier,
             policies=policies,
+            kernel_gpus=self.in_force.kernel_gpus,
         )
         self._prepare_kernels(self.manager.kernel_settings())
         self._watch_kernel_starts()
@@ -404,12 +423,13 @@ class PauseApp(ExtensionApp):
         await self.manager.came_back(report)
         self.fleet.start()
         self.log.info(
-            "jupyter-pause %s: backend %s%s; %s; %s",
+            "jupyter-pause %s: backend %s%s; %s; %s; %s",
             __version__,
             self.backend_instance.name,
             f", {report.detail}" if report.detail else "",
             store_summary(self.in_force.checkpoint_dir),
             shutdown_summary(self.shutdown_grace, self.shutdown_concurrency),
+            self.in_force.accelerators,
         )
         problem = await self.manager.catalogue.store_problem()
         if problem:  # found now, not at the first pause
@@ -437,6 +457,21 @@ class PauseApp(ExtensionApp):
                 cull,
                 int(max(pausing)),
             )
+
+    def _accelerators(self) -> tuple[int, str]:
+        """What each kernel counts as holding, and why, in words."""
+        if self.kernel_accelerators is not None:
+            n = self.kernel_accelerators
+            return n, f"{n} accelerator(s) per kernel (c.PauseApp.kernel_accelerators)"
+        found = nvml.device_count()
+        if found is None:  # no NVML here: nvidia-smi, as the environment's fingerprint
+            found = fingerprint().get("gpus_visible") or 0
+        if not found:
+            return 0, (
+                "no accelerator detected: no accelerator-hours are counted "
+                "(c.PauseApp.kernel_accelerators if kernels hold some)"
+            )
+        return 1, f"1 accelerator per kernel ({found} GPU(s) detected)"
 
     def _backend_class(self) -> type[PauseBackend]:
         if self.backend_class is not None:

@@ -87,13 +87,14 @@ class PauseManager:
         resume_gate: ResumeGate | None = None,
         classifier: WorkloadClassifier,
         policies: Policies = Policies(),
+        kernel_gpus: int = 1,
     ):
         self.kernel_manager = kernel_manager
         self.session_manager = session_manager
         self.contents_manager = contents_manager
         self.store = store
         self.ledger = ledger
-        self.recorder = Recorder(store=store, ledger=ledger, log=log)
+        self.recorder = Recorder(store=store, ledger=ledger, log=log, kernel_gpus=kernel_gpus)
         self.schedules = Schedules(store=store, recorder=self.recorder)
         self.catalogue = Catalogue(
             checkpoint_dir=checkpoint_dir, store=store, recorder=self.recorder, log=log
