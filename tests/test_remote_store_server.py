@@ -326,3 +326,20 @@ def test_gs_a_store_that_is_down_leaves_the_kernel_running_and_a_retry_pauses(
         assert client.evaluate(kernel_id, CHECK) == EXPECTED
     finally:
         store.close()
+
+
+def test_a_resume_the_bucket_refuses_answers_503_and_names_the_store(
+    node, seaweed, bucket, monkeypatch
+):
+    url = f"s3://{bucket}/ck"
+    a = node("a", seaweed, url)
+    pause_with_state(a.start())
+    a.stop()
+    a.env["AWS_SECRET_ACCESS_KEY"] = "not-the-secret"  # the store answers "access denied"
+    client = a.start()
+    with pytest.raises(ClientError) as refused:
+        client.resume(NB)
+    assert refused.value.status == 503, refused.value
+    assert refused.value.body["reason"] == "Service Unavailable", refused.value.body
+    assert "access denied" in str(refused.value) and url in str(refused.value)
+    assert client.session_status(NB)["state"] == "paused"  # nothing was started
