@@ -402,7 +402,7 @@ class PauseService(Application):
             )
         await self.known_server(user, name)
         self.records.update(
-            f"{user}/{name}",
+            key,
             state="paused",
             requested=min(at, now),
             stopped=now,
