@@ -107,8 +107,8 @@ def parse_bucket(text: str, cache: str | os.PathLike | None = None) -> Bucket | 
     scheme = m.group(1).lower()
     if scheme not in SCHEMES or not text[len(scheme) + 1 :].startswith("//"):
         raise ValueError(
-            f"{shown!r} is a URL, but only s3://BUCKET/PREFIX and gs://BUCKET/PREFIX are "
-            "checkpoint stores (a local folder is a plain path)"
+            f"checkpoint directory {shown!r} is a URL, but only s3://BUCKET/PREFIX and "
+            "gs://BUCKET/PREFIX are checkpoint stores (a local folder is a plain path)"
         )
     bucket, _, prefix = text[len(scheme) + 3 :].partition("/")
     if "@" in bucket:

@@ -13,6 +13,8 @@ pytestmark = pytest.mark.browser
 
 BUCKET = "made-later"
 URL = f"s3://{BUCKET}/checkpoints"
+#: what a notice has room for: the store and the cause
+CAUSE = f"RemoteStoreError: the checkpoint store {URL}: the bucket does not exist"
 #: autosave after a second of use: a cell of two seconds asks for one
 AUTOSAVE = {"gpu-interactive": {"autosave_every": 1, "idle_threshold": 3600}}
 
@@ -39,15 +41,13 @@ def test_a_failed_autosave_and_pause_stay_until_a_save_succeeds(lab_factory, pag
     # an autosave this page did not start fails: said, and it stays
     run_cell(page, 0, None)
     wait_status(page, "Pause: Live · autosave failed", timeout=120_000)
-    autosave = toasts.filter(has_text="nb.ipynb: RemoteStoreError: the bucket does not exist")
+    autosave = toasts.filter(has_text=f"nb.ipynb: {CAUSE}")
     autosave.wait_for()
     assert page.locator("[data-jp-pause='status']").get_attribute("data-state") == "problem"
 
     # a pause from the toolbar fails: its notice says why and stays too
     page.locator("jp-button[data-command='jupyter-pause:pause']:not([disabled])").click()
-    pause = toasts.filter(
-        has_text="Pausing nb.ipynb failed: RemoteStoreError: the bucket does not exist"
-    )
+    pause = toasts.filter(has_text=f"Pausing nb.ipynb failed: {CAUSE}")
     pause.wait_for(timeout=120_000)
     wait_status(page, "Pause: Live · pause failed")
     polls(page)
@@ -58,7 +58,7 @@ def test_a_failed_autosave_and_pause_stay_until_a_save_succeeds(lab_factory, pag
     # the status popover says what failed and why
     page.locator(STATUS_TEXT).click()
     popover = page.locator("[data-jp-pause='popover']")
-    popover.get_by_text("pause failed: RemoteStoreError: the bucket does not exist").wait_for()
+    popover.get_by_text(f"pause failed: {CAUSE}").wait_for()
     page.locator(STATUS_TEXT).click()  # closed again
     # and so does the notification centre
     page.locator(".jp-Notification-Status").click()
