@@ -12,6 +12,7 @@ import { ISessionStatus } from './api';
 import {
   describeProgress,
   describeSession,
+  failedOperation,
   formatBytes,
   formatDuration,
   formatTime,
@@ -70,7 +71,14 @@ export class PauseStatusItem extends Widget {
     } else if (session) {
       const left = this._model.secondsLeft(path);
       text = describeSession(session, trans, left);
-      state = left !== null ? 'warning' : session.state;
+      state =
+        left !== null
+          ? 'warning'
+          : session.saved_state_unrestored
+            ? 'unrestored'
+            : failedOperation(session, trans) !== null
+              ? 'problem'
+              : session.state;
     } else if (path) {
       text = trans.__('Pause: no kernel');
       state = 'none';
@@ -174,7 +182,12 @@ export class PauseStatusItem extends Widget {
         rows.push([trans.__('Policy'), trans.__('auto-pause is off')]);
       }
       if (session.error) {
-        rows.push([trans.__('Problem'), shortReason(session.error)]);
+        const failed = failedOperation(session, trans);
+        const reason = shortReason(session.error);
+        rows.push([
+          trans.__('Problem'),
+          failed ? trans.__('%1: %2', failed, reason) : reason
+        ]);
       }
     } else {
       rows.push([trans.__('Notebook'), path ?? trans.__('none open')]);
