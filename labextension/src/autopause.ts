@@ -158,7 +158,11 @@ export class AutoPauseNotices {
     const own =
       session.operation &&
       this._actions.ownOperations.has(session.operation.id);
-    if (error && error !== previous && previous !== undefined && !own) {
+    // on the page's first look, a failure is told again unless its notice was dismissed
+    const notices = this._actions.notices;
+    const told =
+      previous === undefined && notices.wasDismissed(session.path, error ?? '');
+    if (error && error !== previous && !own && !told) {
       this._actions.notices.notify(
         session.path,
         `${session.path}: ${shortReason(error)}`,

@@ -69,6 +69,22 @@ def test_a_failed_autosave_and_pause_stay_until_a_save_succeeds(lab_factory, pag
     ).first.wait_for()
     page.locator(".jp-Notification-Status").click()
 
+    # a page load tells the failure again: nobody dismissed it, and it is not over
+    page.reload()
+    wait_status(page, "Pause: Live · pause failed")
+    told = toasts.filter(has_text="nb.ipynb: RemoteStoreError")
+    told.wait_for()
+    # dismissed in the notification centre, it is not told again after the next load
+    page.locator(".jp-Notification-Status").click()
+    listed = centre.filter(has_text="nb.ipynb: RemoteStoreError")
+    listed.first.get_by_title("Dismiss notification").click()
+    listed.first.wait_for(state="detached")
+    page.reload()
+    wait_status(page, "Pause: Live · pause failed")
+    polls(page)
+    assert toasts.filter(has_text="nb.ipynb: RemoteStoreError").count() == 0
+    autosave = pause = told  # what is left to go once the store is fixed
+
     # the store is fixed and the state saved: the failures are over, and their notices go
     seaweed.create_bucket(BUCKET)
     op = lab.api("POST", "jupyter-pause/api/sessions/checkpoint", {"path": "nb.ipynb"})
