@@ -31,6 +31,17 @@ def _nvml() -> Iterator[Any]:
         pynvml.nvmlShutdown()
 
 
+def device_count() -> int | None:
+    """The GPUs this machine has."""
+    with _nvml() as nvml:
+        if nvml is None:
+            return None
+        try:
+            return int(nvml.nvmlDeviceGetCount())
+        except Exception:
+            return None
+
+
 def free_memory() -> dict[int, int] | None:
     """Free bytes per GPU index."""
     with _nvml() as nvml:

@@ -16,7 +16,8 @@ def jp_server_config(jp_server_config):
         },
         # what a stopping server saves is tested with real server processes
         # (test_shutdown.py); here every test's clean-up would checkpoint its notebooks
-        "PauseApp": {"backend": "local", "shutdown_grace": 0},
+        # this machine has no GPU: each kernel counts as holding one, as on a GPU machine
+        "PauseApp": {"backend": "local", "shutdown_grace": 0, "kernel_accelerators": 1},
     }
 
 

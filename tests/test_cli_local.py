@@ -22,15 +22,19 @@ def nowhere(tmp_path, monkeypatch):
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
 
 
-@pytest.mark.parametrize(
-    "command", [["status"], ["list"], ["pause", "nb.ipynb"], ["resume", "nb.ipynb"]]
-)
+@pytest.mark.parametrize("command", [["status"], ["pause", "nb.ipynb"], ["resume", "nb.ipynb"]])
 def test_nothing_to_talk_to_fails_fast_and_says_so(nowhere, capsys, command):
     started = time.monotonic()
     assert main(command) == 1
     err = capsys.readouterr().err
     assert "nothing to talk to" in err and "jupyter lab" in err
     assert time.monotonic() - started < 10
+
+
+def test_list_with_nothing_to_talk_to_reads_the_checkpoint_store(nowhere, capsys, tmp_path):
+    assert main(["list"]) == 0
+    out, err = capsys.readouterr()
+    assert "no saved state under" in out and "the checkpoint store" in err
 
 
 def test_a_named_server_that_does_not_answer_fails_fast(nowhere, capsys):

@@ -43,6 +43,7 @@ def test_the_app_hands_its_dirs_and_clock_to_the_backend(tmp_path):
         backend="local", state_dir=str(tmp_path / "state"), checkpoint_dir=str(tmp_path / "ck")
     )
     app.ledger = None
+    app.in_force = app._read_settings()
     clock = FakeClock()
     backend = app._make_backend(clock)
     assert backend.state_dir == str(tmp_path / "state")

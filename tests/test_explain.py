@@ -37,7 +37,15 @@ def test_a_lost_kernels_saved_state_is_offered_where_resume_can_restore_it():
         "checkpoint": saved["id"],
         "at": saved["time"],
         "lost": "the kernel died (it is gone)",
+        "cause": "kernel-died",
     }
+    # the offer follows the checkpoints that exist: that one deleted, the newest left;
+    # none left, no offer; not known (no folder here yet), the one that has the state
+    older = ["2026-12-01T09-30-00-10", "2026-12-01T09-30-00-2"]
+    assert saved_state_unrestored(session, older)["checkpoint"] == "2026-12-01T09-30-00-10"
+    assert saved_state_unrestored(session, older)["at"] == id_time("2026-12-01T09-30-00")
+    assert saved_state_unrestored(session, []) is None
+    assert saved_state_unrestored(session, [*older, saved["id"]])["checkpoint"] == saved["id"]
     session.state = State.PAUSED  # re-paused on it at start-up
     assert saved_state_unrestored(session)["checkpoint"] == saved["id"]
     # an older checkpoint than the last one: its time is read from its id

@@ -401,3 +401,20 @@ def test_a_resume_lists_the_bucket_once(node, seaweed, bucket):
         assert len(lists) == 1, lists
     finally:
         gate.stop()
+
+
+def test_a_resume_the_bucket_refuses_answers_503_and_names_the_store(
+    node, seaweed, bucket, monkeypatch
+):
+    url = f"s3://{bucket}/ck"
+    a = node("a", seaweed, url)
+    pause_with_state(a.start())
+    a.stop()
+    a.env["AWS_SECRET_ACCESS_KEY"] = "not-the-secret"  # the store answers "access denied"
+    client = a.start()
+    with pytest.raises(ClientError) as refused:
+        client.resume(NB)
+    assert refused.value.status == 503, refused.value
+    assert refused.value.body["reason"] == "Service Unavailable", refused.value.body
+    assert "access denied" in str(refused.value) and url in str(refused.value)
+    assert client.session_status(NB)["state"] == "paused"  # nothing was started

@@ -168,6 +168,8 @@ def test_a_kernel_busy_past_the_grace_is_named_and_the_next_server_says_it_faile
     server.process.wait(grace + 60)
     log = server.log_tail(100_000)
     assert f"{NOTEBOOKS[1]} was NOT saved before the server stopped (kernel busy)" in log
+    # each success is said as well as each failure
+    assert f"{NOTEBOOKS[0]} was saved before the server stopped (checkpoint 20" in log
 
     client = server.start()
     saved, lost = (client.session_status(path) for path in NOTEBOOKS)
@@ -178,3 +180,16 @@ def test_a_kernel_busy_past_the_grace_is_named_and_the_next_server_says_it_faile
     assert lost["saved_state_unrestored"]["checkpoint"] == busy_saved, lost
     [event] = [e for e in client.events() if e["type"] == "not-saved"]
     assert event["path"] == NOTEBOOKS[1] and event["data"]["why"] == "kernel busy"
+
+
+def test_a_save_that_fails_at_shutdown_says_the_kernel_is_being_stopped(server_factory):
+    server = server_factory(30)
+    client = server.start()
+    hold_state(client, NOTEBOOKS[0], 1)
+    server.checkpoint_dir.write_text("not a folder")  # every checkpoint now fails
+    stop_with(server, signal.SIGTERM, within=60)
+    log = server.log_tail(100_000)
+    [line] = [line for line in log.splitlines() if "was NOT saved" in line]
+    assert f"{NOTEBOOKS[0]} was NOT saved before the server stopped (error)" in line
+    failure = log[log.index(line) :]
+    assert "is being stopped with the server" in failure and "keeps running" not in failure

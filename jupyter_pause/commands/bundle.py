@@ -16,13 +16,15 @@ import argparse
 import functools
 import importlib.metadata
 import importlib.util
+import os
 import platform
 import sys
 
-from ..engine import bundle, paths
+from ..engine import bundle
 from ..engine.errors import CheckpointError
 from ..engine.manifest import Manifest
 from ..formatting import format_bytes
+from .serversettings import checkpoint_root
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -43,11 +45,16 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
             help="accept a bundle signed with another key (its fingerprint and origin are "
             "shown) and re-sign it with yours: its pickles run code when restored",
         )
-    parser.add_argument("--dir", help=f"checkpoint root (default: ${paths.ENV_DIR})")
+    parser.add_argument(
+        "--dir",
+        help="checkpoint root: a folder, s3://BUCKET/PREFIX or gs://BUCKET/PREFIX (default: "
+        "the server's checkpoint_dir, from the Jupyter config)",
+    )
 
 
 def run(args) -> int:
     try:
+        args.dir = checkpoint_root(args.dir, args.command)
         if args.command == "export":
             return _export(args)
         return _import(args)
@@ -57,6 +64,13 @@ def run(args) -> int:
 
 
 def _export(args) -> int:
+    if not os.path.isfile(args.notebook):
+        print(
+            f"error: there is no notebook {args.notebook!r} in {os.getcwd()}: name it as the "
+            "server does, relative to its root, and run this from that folder",
+            file=sys.stderr,
+        )
+        return 1
     done = bundle.export(args.output, args.notebook, args.dir, args.notebook, args.id)
     print(
         f"exported checkpoint {done.checkpoint} of {args.notebook} to {done.path} "

@@ -14,6 +14,7 @@ import sys
 
 from ..engine import paths, store
 from ..engine.errors import CheckpointError
+from .serversettings import checkpoint_root
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -22,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument(
         "--dir",
         help="checkpoint root: a folder, s3://BUCKET/PREFIX or gs://BUCKET/PREFIX "
-        f"(default: ${paths.ENV_DIR})",
+        "(default: the server's checkpoint_dir, from the Jupyter config)",
     )
     parser.add_argument(
         "--force-foreign",
@@ -33,6 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args) -> int:
+    try:
+        args.dir = checkpoint_root(args.dir, "delete")
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     nbdir = paths.notebook_dir(args.dir, args.notebook)
     failed = False
     for cid in args.ids:

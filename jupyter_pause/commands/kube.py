@@ -22,6 +22,7 @@ import socket
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from ..formatting import format_age, format_bytes
@@ -127,14 +128,30 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
         )
         parser.add_argument(
             "--checkpoints-dir",
+            nargs="?",
+            const="",
             metavar="DIR",
-            help="also delete application checkpoints older than AGE under DIR (keeps the newest of each notebook)",
+            help="also delete application checkpoints older than AGE under DIR, a folder or "
+            "s3://… / gs://… (keeps the newest of each notebook); without DIR: the server's "
+            "checkpoint_dir, from the Jupyter config. Outside Kubernetes, only this",
         )
+
+
+def kubernetes_configured() -> bool:
+    """A cluster to talk to: in a pod, or a kubeconfig file."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return True
+    config = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+    return any(Path(p).is_file() for p in config.split(os.pathsep) if p)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..backends.base import BackendError
 
+    if args.command == "gc" and args.checkpoints_dir is not None:
+        named = args.kubeconfig or args.context or args.namespace
+        if not named and not kubernetes_configured():
+            return cmd_gc(None, args)  # a folder's or a bucket's expiry needs no cluster
     try:
         client = _client(args)
         if args.command == "status":
@@ -518,11 +535,38 @@ def cmd_list(client, args) -> int:
 
 
 def cmd_gc(client, args) -> int:
-    from ..backends.kubernetes.gc import collect_garbage
-    from ..engine import store
+    """Expire pod snapshots (with a ``client``) and, with ``--checkpoints-dir``, the
+    checkpoints of a folder or a bucket (without a client: only those)."""
     from ..formatting import parse_duration
 
     older = parse_duration(args.older_than)
+    verb = "would delete" if args.dry_run else "deleted"
+    data, lines, failed = {}, [], False
+    if client is not None:
+        failed = _gc_snapshots(client, args, older, verb, data, lines)
+    if args.checkpoints_dir is not None:
+        from ..engine import store
+        from .serversettings import checkpoint_root
+
+        root = checkpoint_root(args.checkpoints_dir, "gc")
+        expiry = store.expire(root, older, dry_run=args.dry_run)
+        data["checkpoints"] = expiry.to_json()
+        lines.append(
+            f"{verb} {len(expiry.deleted)} checkpoint(s) older than {args.older_than} under {root}"
+        )
+        lines += [f"  {p}" for p in expiry.deleted]
+        if expiry.foreign:
+            lines.append("kept, not signed with this user's key: " + ", ".join(expiry.foreign))
+        lines += [f"  error: {e}" for e in expiry.errors]
+        failed |= bool(expiry.errors)
+    _emit(args, data, "\n".join(lines))
+    return 1 if failed else 0
+
+
+def _gc_snapshots(client, args, older: float, verb: str, data: dict, lines: list) -> bool:
+    """The pod snapshots' part of ``gc``; True when something failed."""
+    from ..backends.kubernetes.gc import collect_garbage
+
     report = collect_garbage(
         client,
         older,
@@ -533,13 +577,10 @@ def cmd_gc(client, args) -> int:
         wait_timeout=args.wait_timeout,
         poll_interval=args.poll_interval,
     )
-    data = report.to_json()
-    expiry = None
-    if args.checkpoints_dir:
-        expiry = store.expire(args.checkpoints_dir, older, dry_run=args.dry_run)
-        data["checkpoints"] = expiry.to_json()
-    verb = "would delete" if args.dry_run else "deleted"
-    lines = [f"{verb} {len(report.deleted_snapshots)} pod snapshot(s) older than {args.older_than}"]
+    data.update(report.to_json())
+    lines.append(
+        f"{verb} {len(report.deleted_snapshots)} pod snapshot(s) older than {args.older_than}"
+    )
     lines += [f"  {n}" for n in report.deleted_snapshots]
     if report.still_terminating:
         lines.append(
@@ -552,12 +593,5 @@ def cmd_gc(client, args) -> int:
         lines.append(f"{verb} policy {policy} (after its snapshots)")
     for policy, why in report.refused_policies.items():
         lines.append(f"kept policy {policy}: {why}")
-    if expiry is not None:
-        lines.append(f"{verb} {len(expiry.deleted)} checkpoint(s) under {args.checkpoints_dir}")
-        lines += [f"  {p}" for p in expiry.deleted]
-        if expiry.foreign:
-            lines.append("kept, not signed with this user's key: " + ", ".join(expiry.foreign))
-        lines += [f"  error: {e}" for e in expiry.errors]
     lines += [f"error: {e}" for e in report.errors]
-    _emit(args, data, "\n".join(lines))
-    return 1 if report.errors or report.refused_policies else 0
+    return bool(report.errors or report.refused_policies)

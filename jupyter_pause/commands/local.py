@@ -40,10 +40,32 @@ def running_servers() -> list[dict[str, Any]]:
     return list(list_running_servers())
 
 
+def _same_server(a: str, b: str) -> bool:
+    """Two URLs of one server (``localhost`` and ``127.0.0.1`` alike, a trailing ``/`` or not)."""
+    from urllib.parse import urlsplit
+
+    def key(url: str):
+        u = urlsplit(url)
+        host = u.hostname or ""
+        host = "localhost" if host in ("127.0.0.1", "::1", "localhost") else host
+        return u.scheme.lower(), host, u.port, u.path.rstrip("/")
+
+    return key(a) == key(b)
+
+
+def token_for(url: str) -> str:
+    """The token of the server at ``url`` when it runs on this machine as this user (its
+    runtime file, as ``jupyter server list`` reads it); "" otherwise."""
+    for server in running_servers():
+        if _same_server(server["url"], url):
+            return server.get("token", "")
+    return ""
+
+
 def find_server(url: str | None = None, token: str | None = None) -> PauseClient:
     """A client for the server to talk to, checked to run jupyter-pause."""
     candidates = (
-        [{"url": url, "token": token or ""}]
+        [{"url": url, "token": token or token_for(url)}]
         if url
         else [{"url": s["url"], "token": token or s.get("token", "")} for s in running_servers()]
     )

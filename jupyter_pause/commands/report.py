@@ -19,18 +19,19 @@ import os
 import sys
 
 
-def default_ledger() -> str:
-    from jupyter_core.paths import jupyter_data_dir
-
-    return os.path.join(jupyter_data_dir(), "pause", "ledger.sqlite3")
-
-
 def add_arguments(parser: argparse.ArgumentParser, name: str = "report") -> None:
     parser.add_argument(
-        "--ledger", help="ledger file (default: <jupyter data dir>/pause/ledger.sqlite3)"
+        "--ledger",
+        help="ledger file (default: the server's, <c.PauseApp.state_dir>/ledger.sqlite3 as "
+        "the Jupyter config sets it)",
     )
     parser.add_argument("--url", help="read the events from this running Jupyter server instead")
-    parser.add_argument("--token", default=os.environ.get("JUPYTER_TOKEN", ""), help="its token")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("JUPYTER_TOKEN", ""),
+        help="its token (default: $JUPYTER_TOKEN, else the runtime file of that server "
+        "when it runs here)",
+    )
     parser.add_argument(
         "--since", help="period start: ISO date/time (UTC), epoch seconds, or 7d/12h ago"
     )
@@ -82,16 +83,33 @@ def add_arguments(parser: argparse.ArgumentParser, name: str = "report") -> None
 
 
 def load_events(args: argparse.Namespace):
-    """The events to report on: from a server (``--url``) or a ledger file."""
+    """The events to report on: from a server (``--url``) or a ledger file: by default
+    the server's, found as the server finds it (its Jupyter config)."""
     if args.url:
-        from ..client import PauseClient
+        from ..client import ClientError, PauseClient
+        from .local import token_for
 
-        return PauseClient(args.url, args.token).ledger_events()
+        token = args.token or token_for(args.url)
+        try:
+            return PauseClient(args.url, token).ledger_events()
+        except ClientError as e:
+            hint = "" if token else " (no token: pass --token, or set $JUPYTER_TOKEN)"
+            raise SystemExit(f"jupyter pause report: {args.url}: {e}{hint}") from None
+        except OSError as e:
+            raise SystemExit(f"jupyter pause report: {args.url} does not answer: {e}") from None
     from ..ledger import Ledger
+    from .serversettings import load, tell
 
-    path = args.ledger or default_ledger()
+    path, why = args.ledger, "--ledger"
+    if not path:
+        settings = load()
+        path, why = settings.ledger, settings.origin("state_dir")
     if not os.path.exists(path):
-        raise SystemExit(f"no ledger at {path}: pass --ledger PATH or --url of a running server")
+        raise SystemExit(
+            f"jupyter pause report: no ledger at {path} ({why}): pass --ledger PATH or "
+            "--url of a running server"
+        )
+    tell("report", f"the ledger {path} ({why})")
     return Ledger(path)
 
 

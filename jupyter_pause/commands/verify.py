@@ -20,6 +20,7 @@ import sys
 
 from ..engine import paths, store
 from ..engine.errors import CheckpointError, RemoteStoreError
+from .serversettings import checkpoint_root
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -29,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument(
         "--dir",
         help="checkpoint root: a folder, s3://BUCKET/PREFIX or gs://BUCKET/PREFIX "
-        f"(default: ${paths.ENV_DIR})",
+        "(default: the server's checkpoint_dir, from the Jupyter config)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -52,6 +53,7 @@ def _download(dir, nbdir) -> None:
 def run(args) -> int:
     report = []
     try:
+        args.dir = checkpoint_root(args.dir, "verify")
         folders = _folders(args)
         for nbdir in folders:
             _download(args.dir, nbdir)

@@ -6,7 +6,10 @@ Jupyter server on this machine.  This picks where to ask:
 - ``--url`` or ``--local``: the local server (:mod:`.local`);
 - ``--kubeconfig``, ``--context`` or ``--namespace``: the cluster (:mod:`.kube`);
 - neither: a local server if ``jupyter server list`` shows one, else the
-  cluster if a Kubernetes configuration exists, else a clear error at once.
+  cluster if a Kubernetes configuration exists, else a clear error at once
+  (``list``: the saved state in the checkpoint store the server's config names).
+
+``list --dir DIR`` reads a checkpoint root itself (:mod:`.saved`), with no server.
 
 The positional argument is a WORKSPACE on Kubernetes and a NOTEBOOK path locally.
 ``pause`` is local only: on Kubernetes the notebook server inside the workspace
@@ -17,11 +20,9 @@ pod can checkpoint its kernels.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 
-from . import kube, local
+from . import kube, local, saved
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -29,6 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     if name == "list":
         parser.add_argument(
             "workspace", nargs="?", metavar="NOTEBOOK", help="locally: one notebook (default: all)"
+        )
+        parser.add_argument(
+            "--dir",
+            help="list the saved state in this checkpoint root (a folder, s3://BUCKET/PREFIX "
+            "or gs://BUCKET/PREFIX) instead of asking a server; with no server and no "
+            "Kubernetes, the server's checkpoint_dir from the Jupyter config",
         )
     if name == "pause":
         parser.add_argument("workspace", metavar="NOTEBOOK", help="its path on the server")
@@ -63,22 +70,19 @@ def _kube(args: argparse.Namespace) -> int:
     return kube.run(args)
 
 
-def _kubernetes_configured() -> bool:
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return True
-    config = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
-    return any(Path(p).is_file() for p in config.split(os.pathsep) if p)
-
-
 def run(args: argparse.Namespace) -> int:
+    if args.command == "list" and args.dir:
+        return saved.run(args)
     if args.url or args.local:
         return local.run(args)
     if args.kubeconfig or args.context or args.namespace:
         return _kube(args)
     if local.running_servers():
         return local.run(args)
-    if _kubernetes_configured():
+    if kube.kubernetes_configured():
         return _kube(args)
+    if args.command == "list":  # the saved state is on this machine, where the server keeps it
+        return saved.run(args)
     print(
         f"jupyter pause {args.command}: nothing to talk to: no Jupyter server is running here "
         "(`jupyter server list` shows none) and there is no Kubernetes configuration. "

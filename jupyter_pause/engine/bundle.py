@@ -30,6 +30,7 @@ is imported as and to the importer: from then on it is theirs, restored like any
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -37,6 +38,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import zipfile
@@ -50,7 +52,7 @@ import xxhash
 
 from . import paths, signing, store
 from .durable import fsync_dir, makedirs, write_file
-from .errors import BundleRefused, CheckpointError, CheckpointNotFound
+from .errors import BundleRefused, CheckpointError, CheckpointNotFound, RemoteStoreError
 from .manifest import MANIFEST, PICKLE, SIGNATURE, Manifest
 
 FORMAT = "jupyter-pause-bundle/1"
@@ -142,6 +144,7 @@ def export(
     key = signing.load_key(create=False)
     nbdir = paths.notebook_dir(dir, notebook)
     notebook_bytes = notebook_file.read_bytes()
+    _download(dir, nbdir, checkpoint_id)
     with store.locked(nbdir, shared=True):
         if checkpoint_id is None:
             newest = store.latest_checkpoint(dir, notebook, verify=True)
@@ -187,6 +190,26 @@ def export(
             raise
     fsync_dir(out.parent)
     return Exported(out, checkpoint_id, _sha256(header), origin.key_id, size)
+
+
+def _download(dir, nbdir: Path, checkpoint_id: str | None) -> None:
+    """With a bucket behind the root: the checkpoint to export into the local cache (the
+    newest that downloads whole, without ``checkpoint_id``), as a resume brings it.
+    Nothing for a folder; :class:`RemoteStoreError` when the bucket cannot be read."""
+    if paths.bucket_of(dir) is None:
+        return
+    store.pull(dir, nbdir)
+    ids = store.checkpoint_ids(nbdir)
+    if checkpoint_id is not None:
+        ids = [checkpoint_id] if checkpoint_id in ids else []  # a missing one: said below
+    for cid in reversed(ids):
+        try:
+            store.fetch(dir, nbdir, cid)
+            return
+        except RemoteStoreError:
+            raise
+        except CheckpointError:  # unsigned or damaged: an older one may do
+            continue
 
 
 # ---------------------------------------------------------------- reading one
@@ -310,7 +333,8 @@ class Imported:
 
 def notebook_target(root, notebook: str, path) -> Path:
     """Where the notebook file goes: ``notebook`` below ``root``, refused unless it is a
-    relative path that stays there."""
+    relative ``.ipynb`` path that stays there, through folders of their own (a symbolic
+    link on the way could lead anywhere: it is never followed)."""
     p = PurePosixPath(notebook)
     if p.is_absolute() or ".." in p.parts or not p.parts or "\\" in notebook:
         raise _refuse(
@@ -319,7 +343,33 @@ def notebook_target(root, notebook: str, path) -> Path:
             "notebook to import it as with --to NOTEBOOK",
             "unsafe-entry",
         )
-    return Path(root).absolute() / p
+    if any(ord(c) < 32 or ord(c) == 127 for c in notebook):
+        raise _refuse(
+            path, f"the notebook path {notebook!r} holds a control character", "unsafe-entry"
+        )
+    if notebook.endswith("/") or p.suffix != ".ipynb":
+        raise _refuse(
+            path,
+            f"{notebook!r} is not a notebook's name: name the notebook to import it as with "
+            "--to FOLDER/NAME.ipynb",
+            "unsafe-entry",
+        )
+    base = Path(root).absolute()
+    target = base / p
+    for step in [*reversed(p.parents[:-1]), p]:  # a, a/b, a/b/c.ipynb
+        at = base / step
+        try:
+            st = os.lstat(at)
+        except FileNotFoundError:
+            break  # made by the import, below a folder of this one
+        if stat.S_ISLNK(st.st_mode) or (at != target and not stat.S_ISDIR(st.st_mode)):
+            what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a folder"
+            raise _refuse(
+                path,
+                f"{at} is {what}: the notebook is only written into folders of this one",
+                "unsafe-entry",
+            )
+    return target
 
 
 def import_bundle(
@@ -351,10 +401,21 @@ def import_bundle(
                 "another name with --to NOTEBOOK",
                 "notebook-exists",
             )
-        m = _import_checkpoint(z, b, dir, notebook, key)
-    if not present:
-        makedirs(target.parent, mode=0o755)
-        write_file(target, b.notebook, replace=False)
+        # the notebook first, whose writing can fail (a name too long, a full disk):
+        # then nothing is committed; a checkpoint that is refused takes it away again
+        made = [] if present else _missing_folders(target.parent)
+        if not present:
+            makedirs(target.parent, mode=0o755)
+            write_file(target, b.notebook, replace=False)
+        try:
+            m = _import_checkpoint(z, b, dir, notebook, key)
+        except BaseException:
+            if not present:
+                target.unlink(missing_ok=True)
+                for folder in made:  # deepest first
+                    with contextlib.suppress(OSError):
+                        folder.rmdir()
+            raise
     return Imported(
         checkpoint=m.id,
         exported=b.header.checkpoint,
@@ -367,6 +428,15 @@ def import_bundle(
         manifest=m,
         environment=b.header.environment,
     )
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """The folders ``makedirs(folder)`` would make, deepest first."""
+    missing = []
+    while not folder.exists() and folder.parent != folder:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
 
 
 def _import_checkpoint(z: zipfile.ZipFile, b: Bundle, dir, notebook: str, key: bytes) -> Manifest:

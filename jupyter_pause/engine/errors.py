@@ -268,8 +268,9 @@ class RemoteStoreError(CheckpointError):
         self.url = url
         self.action = action
         self.detail = detail
+        # the store and the cause first: a notice has room for one line
         super().__init__(
-            f"could not {action} in the checkpoint store {url}: {detail}. A checkpoint "
+            f"the checkpoint store {url}: {detail} (could not {action}). A checkpoint "
             "that is not in the bucket is kept in the local cache; try again once the "
             "store answers."
         )

@@ -66,8 +66,20 @@ def pause_data_dir() -> Path:
 # "s3://…", "gs:/…", "https:…": a scheme, then a colon and a slash (not "C:\\" nor "./a:b")
 URL_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/")
 SCHEMES = ("s3", "gs")
-# S3's and GCS's rules for bucket names (the common part): 3-63 of [a-z0-9.-_]
-BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+# the rules for bucket names: S3's 3-63 of [a-z0-9.-], GCS's also "_" (names with dots,
+# up to 222 characters, are left to GCS to judge)
+BUCKET_RULES = {
+    "s3": (re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"), "3-63 of a-z 0-9 . -"),
+    "gs": (re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$"), "3-63 of a-z 0-9 . - _"),
+}
+# "scheme://user:password@" — what must never reach a log
+_USERINFO_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:/+)[^/]*@")
+
+
+def redact(text: str) -> str:
+    """``text`` with the credentials of a URL (``s3://KEY:SECRET@bucket``) masked, as
+    it may be shown or logged."""
+    return _USERINFO_RE.sub(r"\1***@", text)
 
 
 @dataclass(frozen=True)
@@ -93,18 +105,26 @@ def parse_bucket(text: str, cache: str | os.PathLike | None = None) -> Bucket | 
     m = URL_RE.match(text)
     if not m:
         return None
+    shown = redact(text)  # error messages end up in logs
     scheme = m.group(1).lower()
     if scheme not in SCHEMES or not text[len(scheme) + 1 :].startswith("//"):
         raise ValueError(
-            f"checkpoint directory {text!r} is a URL, but only s3://BUCKET/PREFIX and "
+            f"checkpoint directory {shown!r} is a URL, but only s3://BUCKET/PREFIX and "
             "gs://BUCKET/PREFIX are checkpoint stores (a local folder is a plain path)"
         )
     bucket, _, prefix = text[len(scheme) + 3 :].partition("/")
-    if not BUCKET_RE.match(bucket):
-        raise ValueError(f"{text!r}: {bucket!r} is not a bucket name (3-63 of a-z 0-9 . - _)")
+    if "@" in bucket:
+        raise ValueError(
+            f"{shown!r} holds credentials: they do not belong in the URL (they would be "
+            "logged); give them as the standard variables (AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY, GOOGLE_APPLICATION_CREDENTIALS) or credential files"
+        )
+    pattern, rule = BUCKET_RULES[scheme]
+    if not pattern.match(bucket):
+        raise ValueError(f"{shown!r}: {bucket!r} is not a bucket name ({rule})")
     parts = [p for p in prefix.split("/") if p]
     if any(p in (".", "..") for p in parts):
-        raise ValueError(f"{text!r}: the prefix may not contain '.' or '..'")
+        raise ValueError(f"{shown!r}: the prefix may not contain '.' or '..'")
     prefix = "/".join(parts)
     if cache is None:
         cache = os.environ.get(ENV_CACHE)

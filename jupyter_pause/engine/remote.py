@@ -675,6 +675,18 @@ class Uploads:
         self._pool.shutdown(wait=True)
 
 
+def probe(bucket: paths.Bucket) -> None:
+    """Ask the store for one object under the prefix: :class:`RemoteStoreError` when it
+    cannot be used (no such bucket, access denied, no answer)."""
+    import obstore
+
+    store = open_store(bucket)
+    try:
+        next(iter(obstore.list(store, prefix=bucket.prefix or None, chunk_size=1)), None)
+    except Exception as e:
+        raise RemoteStoreError(bucket.url, "list", describe(e)) from e
+
+
 def folders(bucket: paths.Bucket, rel: str) -> list[str]:
     """The names of the folders directly under ``rel`` in the bucket (a user's notebook
     folders)."""

@@ -355,6 +355,12 @@ def list_checkpoints(
     nbdir = paths.notebook_dir(dir, notebook)
     if not here_only:
         pull(dir, nbdir)
+    return list_folder(nbdir)
+
+
+def list_folder(nbdir: Path) -> list[CheckpointInfo]:
+    """The committed checkpoints of the notebook folder ``nbdir``, oldest first (as
+    :func:`list_checkpoints`)."""
     key, key_problem = _load_key_for_listing()
     out = []
     for cid in checkpoint_ids(nbdir):
@@ -1236,6 +1242,14 @@ def pull(dir, nbdir: Path) -> None:
             os.rename(tmp, nbdir / cid)
         except OSError:  # another thread or process brought it first
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check_store(dir=None) -> None:
+    """Raise :class:`RemoteStoreError` when the bucket behind the checkpoint root cannot
+    be used now; nothing for a folder (it is made at the first checkpoint)."""
+    bucket = paths.bucket_of(dir)
+    if bucket is not None:
+        remote.probe(bucket)
 
 
 def notebook_folders(dir=None) -> list[Path]:

@@ -96,12 +96,14 @@ class HubAPI:
         query = {"include_stopped_servers": "1"} if include_stopped_servers else {}
         return (await self.request("GET", f"users/{quote(name, safe='')}", **query))[1]
 
-    async def users(self) -> list[dict[str, Any]]:
-        """Every user with their servers (all pages)."""
+    async def users(self, include_stopped_servers: bool = False) -> list[dict[str, Any]]:
+        """Every user with their servers (all pages): the running ones, or all of them."""
         users: list[dict[str, Any]] = []
         offset = 0
+        stopped = {"include_stopped_servers": "1"} if include_stopped_servers else {}
         while True:
-            url = self.api_url + "users?" + urlencode({"offset": offset, "limit": 200})
+            query = {"offset": offset, "limit": 200, **stopped}
+            url = self.api_url + "users?" + urlencode(query)
             _, page = await fetch_json(
                 url,
                 self.token,

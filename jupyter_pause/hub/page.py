@@ -22,7 +22,7 @@ from tornado import web
 from ..report.fleet import FLEET_CSS, RowError
 from .api import HubError
 from .metrics import exposition
-from .policy import ScheduleRefused, iso
+from .policy import Refused, iso
 
 
 class ServiceHandler(HubOAuthenticated, web.RequestHandler):
@@ -149,7 +149,7 @@ class ScheduleHandler(ServiceHandler):
         kind = body.get("kind") if body.get("kind") in ("scheduled", "predicted") else "scheduled"
         try:
             schedule = await self.service.set_schedule(user, name, at, kind)
-        except ScheduleRefused as e:
+        except Refused as e:
             raise web.HTTPError(e.status, reason=str(e)) from None
         self.write_json({"user": user, "server": name, "schedule": schedule})
 
@@ -170,7 +170,7 @@ class PausedHandler(ServiceHandler):
 
     @web.authenticated
     async def put(self, user: str, name: str):
-        await self.check_owner(user)
+        await self.check_owner(user, "report the pause of")
         try:
             body = json.loads(self.request.body or b"{}")
             at = float(body["at"])
@@ -180,9 +180,9 @@ class PausedHandler(ServiceHandler):
                 400, reason="the body must be JSON with 'at' (epoch seconds) and 'reason'"
             ) from None
         try:
-            self.service.paused_itself(user, name, at, reason)
-        except ValueError as e:
-            raise web.HTTPError(400, reason=str(e)) from None
+            await self.service.paused_itself(user, name, at, reason)
+        except Refused as e:
+            raise web.HTTPError(e.status, reason=str(e)) from None
         self.set_status(204)
         self.finish()
 

@@ -110,8 +110,9 @@ def decide(
 SCHEDULE_PAST = 86400.0
 
 
-class ScheduleRefused(Exception):
-    """A scheduled start the service does not take: ``status`` (HTTP) and why."""
+class Refused(Exception):
+    """A request the service does not take (a scheduled start, a pause to record):
+    ``status`` (HTTP) and why."""
 
     def __init__(self, status: int, message: str):
         self.status = status

@@ -54,7 +54,7 @@ from ..engine import durable
 from ..version import __version__
 from .api import HubAPI, HubError, fetch_json
 from .fleet import FleetStore
-from .policy import FALLBACKS, ScheduleRefused, decide, iso, retry_delay, schedule_problem
+from .policy import FALLBACKS, Refused, decide, iso, retry_delay, schedule_problem
 
 log = logging.getLogger("jupyter_pause.hub")
 
@@ -168,6 +168,11 @@ class PauseService(Application):
     max_schedules_per_user = Int(
         16, help="scheduled starts one user may have at a time (one per server)"
     ).tag(config=True)
+    max_servers_per_user = Int(
+        16,
+        help="servers of one user the service keeps a record of (a pause, a schedule); a "
+        "server reporting its pause beyond that is refused (429)",
+    ).tag(config=True)
     max_schedule_ahead = Float(
         366 * 86400.0, help="seconds from now a scheduled start may be, at most"
     ).tag(config=True)
@@ -206,6 +211,7 @@ class PauseService(Application):
         "proxy-url": "PauseService.proxy_url",
         "data-dir": "PauseService.data_dir",
         "max-schedules-per-user": "PauseService.max_schedules_per_user",
+        "max-servers-per-user": "PauseService.max_servers_per_user",
         "max-schedule-ahead": "PauseService.max_schedule_ahead",
         "start-tries": "PauseService.start_tries",
         "start-retry-delay": "PauseService.start_retry_delay",
@@ -376,17 +382,27 @@ class PauseService(Application):
         )
         return code
 
-    def paused_itself(self, user: str, name: str, at: float, reason: str) -> None:
+    async def paused_itself(self, user: str, name: str, at: float, reason: str) -> None:
         """A server told us it paused itself (its idle policy, ``%pause``, its
         user), the Hub stopping it: the page says ``paused``, with its reason.
-        ``at`` must be a date, from a day ago to a minute ahead (clocks differ):
-        ValueError otherwise, as every admin sees it."""
+        Raises :class:`Refused`: ``at`` no date from a day ago to a minute ahead
+        (clocks differ), one server too many for the user, or a server the Hub does
+        not know (each would be a row on every admin's page, and a metric, forever)."""
         now = time.time()
         problem = schedule_problem(at, now, ahead=60)
         if problem:
-            raise ValueError(problem)
+            raise Refused(400, problem)
+        key = f"{user}/{name}"
+        others = [k for k in self.records.servers if k.partition("/")[0] == user and k != key]
+        if len(others) >= self.max_servers_per_user:
+            raise Refused(
+                429,
+                f"{user} has {len(others)} servers recorded already, the most this service "
+                "keeps for one user (c.PauseService.max_servers_per_user)",
+            )
+        await self.known_server(user, name)
         self.records.update(
-            f"{user}/{name}",
+            key,
             state="paused",
             requested=min(at, now),
             stopped=now,
@@ -402,31 +418,36 @@ class PauseService(Application):
 
     async def set_schedule(self, user: str, name: str, at: float, kind: str) -> dict[str, Any]:
         """Record the time the server is to be started again, or raise
-        :class:`ScheduleRefused`: no date, one schedule too many for the user, or a
+        :class:`Refused`: no date, one schedule too many for the user, or a
         server the Hub does not know (each would have the service ask the Hub for
         starts it cannot give)."""
         problem = schedule_problem(at, time.time(), ahead=self.max_schedule_ahead)
         if problem:
-            raise ScheduleRefused(400, problem)
+            raise Refused(400, problem)
         key = f"{user}/{name}"
         others = [k for k in self.records.scheduled(user) if k != key]
         if len(others) >= self.max_schedules_per_user:
-            raise ScheduleRefused(
+            raise Refused(
                 429,
                 f"{user} has {len(others)} scheduled starts already, the most this service "
                 "keeps for one user; cancel one first",
             )
+        await self.known_server(user, name)
+        schedule = {"at": at, "kind": kind}
+        self.records.update(key, schedule=schedule)
+        return schedule
+
+    async def known_server(self, user: str, name: str) -> None:
+        """Raise :class:`Refused` unless the Hub knows ``user``'s server ``name`` (running
+        or stopped; every user has a default server, ``""``)."""
         try:
             model = await self.hub.user(user, include_stopped_servers=True)
         except HubError as e:
             if e.status == 404:
-                raise ScheduleRefused(404, f"the Hub has no user {user!r}") from None
-            raise ScheduleRefused(502, f"the Hub did not answer: {e}") from None
+                raise Refused(404, f"the Hub has no user {user!r}") from None
+            raise Refused(502, f"the Hub did not answer: {e}") from None
         if name and name not in (model.get("servers") or {}):
-            raise ScheduleRefused(404, f"{user} has no server named {name!r}")
-        schedule = {"at": at, "kind": kind}
-        self.records.update(key, schedule=schedule)
-        return schedule
+            raise Refused(404, f"{user} has no server named {name!r}")
 
     async def start_scheduled(self, running: set[str], now: float) -> None:
         """Start every stopped server whose scheduled resume is due.  A server the
@@ -492,6 +513,29 @@ class PauseService(Application):
                 record["state"] = "paused" if record.get("schedule") else "stopped"
         self.records.save()
         await self.start_scheduled(running, time.time())
+        try:
+            await self.forget_unknown()
+        except HubError as e:  # the next walk tries again
+            log.warning("jupyter-pause-hub: could not list the Hub's servers: %s", e)
+
+    async def forget_unknown(self) -> None:
+        """Drop the records of servers the Hub no longer lists (a user or a named
+        server deleted): nothing is left to pause, start or count.  A scheduled start
+        is kept until it is due and given up, and a failure stays on the page."""
+        known = set()
+        for user in await self.hub.users(include_stopped_servers=True):
+            known.add(f"{user['name']}/")
+            known.update(f"{user['name']}/{name}" for name in user.get("servers") or {})
+        gone = [
+            key
+            for key, record in self.records.servers.items()
+            if key not in known and not record.get("schedule") and not record.get("error")
+        ]
+        for key in gone:
+            log.info("jupyter-pause-hub: forgetting %s: the Hub no longer lists it", key)
+            del self.records.servers[key]
+        if gone:
+            self.records.save()
 
     async def loop(self) -> None:
         while True:

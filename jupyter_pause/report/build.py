@@ -18,9 +18,11 @@ user and per workload class.  Definitions (also in ``docs/accounting.md``):
   ``CAPACITY_ACQUIRED``/``KERNEL_STARTED`` (or the period's end).
 * **always-on**: what an allocation that never paused or stopped would have
   held: ``gpus`` x (period end - max(period start, session first seen)).
-* GPU counts: ``data["gpus"]`` of any event of the session (default 1); each
-  interval uses the value in effect when it began.  All hours are
-  accelerator-hours (hours x gpus).
+* GPU counts: ``data["gpus"]`` of any event of the session (a ledger that never
+  says: 1); each interval uses the value in effect when it began.  All hours are
+  accelerator-hours (hours x gpus).  A server records 0 at ``KERNEL_STARTED`` where
+  it detects no accelerator: a report whose sessions all held none says so
+  (``no_accelerator``).
 * **pause latency**: ``PAUSE_REQUESTED`` -> ``ACCELERATOR_RELEASED``;
   **resume latency**: ``RESUME_REQUESTED`` -> ``FIRST_CELL_RUNNABLE``;
   **capacity wait**: ``WAITING_FOR_CAPACITY`` -> ``CAPACITY_ACQUIRED`` (or the
@@ -46,6 +48,7 @@ seconds, sizes bytes)::
       "version": 1, "generated": float,
       "period": {"since": float, "until": float, "hours": float},
       "options": {"interruption_minutes": float},
+      "no_accelerator": bool,   (sessions, and none held an accelerator)
       "totals": GROUP,
       "by_notebook": [GROUP],  "by_user": [GROUP],  "by_class": [GROUP],
       "sessions": [{"key", "path", "user", "workload_class", "gpus",
@@ -102,6 +105,13 @@ from .ahead import ahead_text, any_ahead, resume_ahead
 
 ALLOCATED_STATES = ("running", "pausing", "restoring")
 RELEASED_STATES = ("paused", "resuming", "waiting-for-capacity")
+
+#: what a report over sessions that held no accelerator says
+NO_ACCELERATOR = (
+    "No accelerator detected: these notebooks held none, so no accelerator-hours are "
+    "counted (c.PauseApp.kernel_accelerators if they held some)."
+)
+
 STATES = (*ALLOCATED_STATES, *RELEASED_STATES, "stopped")
 
 # Deletion events are not in the ledger's closed set yet; honour them once they are.
@@ -351,8 +361,8 @@ class SessionRecord:
     user: str
     workload_class: str = ""
     first_seen: float | None = None
-    gpus: int = 1
-    max_gpus: int = 1
+    gpus: int = 1  # a ledger that never says (written before it did): one each
+    max_gpus: int | None = None  # the most any event said; None: none said
     state: str | None = None  # None: not started yet
     state_since: float = 0.0
     segments: list[Segment] = field(default_factory=list)
@@ -366,6 +376,11 @@ class SessionRecord:
     @property
     def key(self) -> str:
         return f"{self.user}:{self.path}" if self.user else self.path
+
+    @property
+    def most_gpus(self) -> int:
+        """The most accelerators the session held: 0 where the server detected none."""
+        return self.gpus if self.max_gpus is None else self.max_gpus
 
     @property
     def current(self) -> PauseRecord | None:
@@ -399,7 +414,7 @@ def _apply(s: SessionRecord, ev: LedgerEvent) -> None:
         s.workload_class = ev.workload_class
     if isinstance(d.get("gpus"), (int, float)) and d["gpus"] >= 0:
         s.gpus = int(d["gpus"])
-        s.max_gpus = max(s.max_gpus, s.gpus)
+        s.max_gpus = max(s.max_gpus or 0, s.gpus)
     if s.first_seen is None:
         start = t
         if T == EventType.CELL_EXECUTED:
@@ -571,7 +586,7 @@ def _clip(
             c.active += _overlap(*cells[i], seg.start, seg.end) * seg.gpus
             i += 1
     if s.first_seen is not None and s.first_seen < until:
-        c.always_on = (until - max(since, s.first_seen)) * s.max_gpus
+        c.always_on = (until - max(since, s.first_seen)) * s.most_gpus
     for p in s.pauses:
         anchor = p.anchor
         if anchor is None or not (since <= anchor < until):
@@ -752,6 +767,9 @@ class Report:
                 "hours": (self.until - self.since) / 3600.0,
             },
             "options": {"interruption_minutes": self.interruption_minutes},
+            # sessions, and not one held an accelerator: said, not left to be guessed
+            # from zeros (the server detected none, c.PauseApp.kernel_accelerators)
+            "no_accelerator": bool(items) and all(c.session.most_gpus == 0 for c in items),
             "totals": _group("total", items),
             "by_notebook": by_notebook,
             "by_user": groups(lambda c: c.session.user or "(unknown)"),
@@ -762,7 +780,7 @@ class Report:
                     "path": c.session.path,
                     "user": c.session.user,
                     "workload_class": c.session.workload_class,
-                    "gpus": c.session.max_gpus,
+                    "gpus": c.session.most_gpus,
                     "first_seen": c.session.first_seen,
                     "timeline": [seg.to_json() for seg in c.timeline],
                     "active": [[a, b] for a, b in c.active_intervals],
@@ -885,6 +903,8 @@ class Report:
             "",
             "Accelerator-hours",
         ]
+        if data["no_accelerator"]:
+            lines.insert(2, NO_ACCELERATOR + "\n")
         head = [
             "scope",
             "key",

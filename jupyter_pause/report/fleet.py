@@ -205,7 +205,7 @@ def rows_from_report(report: Report, server: str) -> list[FleetRow]:
                 workload_class=s.workload_class,
                 as_of=report.until,
                 state=last.state if last else "stopped",
-                gpus=last.gpus if last else s.max_gpus,
+                gpus=last.gpus if last else s.most_gpus,
                 allocated_s=c.allocated,
                 active_s=c.active,
                 released_s=c.released,

@@ -13,7 +13,7 @@ from typing import Any
 from ..formatting import format_bytes, format_time
 from . import svg
 from .ahead import KINDS, any_ahead
-from .build import Report, scoped_groups
+from .build import NO_ACCELERATOR, Report, scoped_groups
 from .svg import esc
 
 CSS = """
@@ -93,6 +93,8 @@ def render_html(
         f" ({p['hours']:.1f} h), {_n(len(data['sessions']), 'session')}</div>",
         "<div class='cards'>",
     ]
+    if data.get("no_accelerator"):
+        parts.insert(-1, f"<p class='muted'>{esc(NO_ACCELERATOR)}</p>")
     for label, value in (
         ("allocated", f"{_h(gh['allocated'])} h"),
         ("actively used", f"{_h(gh['active'])} h"),

@@ -17,7 +17,8 @@ import secrets
 import signal
 import socket
 from pathlib import Path
-from zoneinfo import ZoneInfo
+from typing import NamedTuple
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
@@ -28,14 +29,17 @@ from tornado.ioloop import IOLoop
 from traitlets import Bool, Dict, Float, Int, Type, Unicode, default
 from traitlets.utils.importstring import import_item
 
+from .. import nvml
 from ..backends.base import PauseBackend
+from ..backends.kubernetes.compat import collect as fingerprint
 from ..clock import SYSTEM
 from ..engine import durable, signing
 from ..engine import paths as checkpoint_paths
+from ..engine.errors import KeyProblem
 from ..engine.session_record import STALE, Records
 from ..hibernate import driver as gpu_driver
 from ..hibernate.client import Helper
-from ..idle_policy import load_classes
+from ..idle_policy import WorkloadClass, load_classes
 from ..ledger import Ledger
 from ..lifecycle import SessionStore
 from ..version import __version__
@@ -43,7 +47,7 @@ from .autosave import Autosaver
 from .bucket_sessions import BucketSessions
 from .capacity import ResumeGate, machine_limit
 from .classify import WorkloadClassifier
-from .explain import policy_summary
+from .explain import policy_summary, shutdown_summary, store_summary
 from .fleet import FleetPublisher
 from .handlers import ROUTES
 from .hibernate import GPU_MARGIN, HOST_MARGIN, Hibernator
@@ -60,6 +64,23 @@ from .wake import WakingConnection
 
 EVENT_SCHEMA = Path(__file__).parent.parent / "events" / "lifecycle.yaml"
 EVENT_SCHEMA_ID = "https://events.jupyter.org/jupyter_pause/lifecycle/v1"
+
+
+class InForce(NamedTuple):
+    """The settings as read and checked at start-up (:meth:`PauseApp._read_settings`)."""
+
+    checkpoint_dir: str | checkpoint_paths.Bucket
+    classes: dict[str, WorkloadClass]
+    time_zone: ZoneInfo | None
+    backend: type[PauseBackend]
+    kernel_gpus: int  # accelerators a kernel holds, unless its checkpoint found others
+    accelerators: str  # the same, in words, and why
+
+
+def _known_class(name: str, classes: dict[str, WorkloadClass]) -> str:
+    if name not in classes:
+        raise ValueError(f"not one of the workload classes ({', '.join(sorted(classes))})")
+    return name
 
 
 class PauseApp(ExtensionApp):
@@ -223,6 +244,19 @@ class PauseApp(ExtensionApp):
         predicting their return by weekday and hour; empty: this machine's.""",
     )
 
+    kernel_accelerators = Int(
+        None,
+        allow_none=True,
+        min=0,
+        config=True,
+        help="""Accelerators each kernel holds, for the GPU-time report and the
+        jupyter_pause_accelerator_* metrics (a kernel's checkpoint corrects it to the
+        GPUs it was found using).  Default: 1 where this machine has a GPU (NVML, else
+        nvidia-smi), else 0: "no accelerator detected", and no accelerator-hours are
+        counted.  Set it where the platform gives kernels accelerators that cannot be
+        detected here.""",
+    )
+
     metrics_cache_seconds = Float(
         5,
         config=True,
@@ -285,18 +319,57 @@ class PauseApp(ExtensionApp):
             self.state_dir, "checkpoints"
         )
 
-    def _checkpoint_location(self):
+    def checkpoint_location(self):
         """The checkpoint root: a folder, or a bucket and its cache (engine/paths.py);
-        a URL that is neither stops the server here, before anything is written."""
+        ValueError for a URL that is neither."""
         bucket = checkpoint_paths.parse_bucket(
             self.checkpoint_dir, self.checkpoint_cache_dir or None
         )
         return bucket or self.checkpoint_dir
 
+    def _read_settings(self) -> InForce:
+        """Every setting that can be wrong, read once, before anything is built or written.
+
+        A bad one stops the server here, each named in the log (its credentials masked),
+        rather than leaving it to serve notebooks without jupyter-pause: no pause, no
+        auto-pause, no save at shutdown, behind one "extension failed loading" line."""
+        problems = []
+
+        def read(name: str, reader):
+            try:
+                return reader()
+            except (ValueError, TypeError, ImportError, ZoneInfoNotFoundError) as e:
+                shown = checkpoint_paths.redact(str(getattr(self, name)))
+                said = "" if shown in str(e) else f" = {shown!r}"  # a URL's error names it
+                problems.append(f"c.PauseApp.{name}{said}: {e}")
+
+        location = read("checkpoint_dir", self.checkpoint_location)
+        classes = read("workload_classes", lambda: load_classes(self.workload_classes))
+        if classes is not None:
+            default = self.default_workload_class
+            read("default_workload_class", lambda: _known_class(default, classes))
+        zone = read(
+            "prediction_time_zone",
+            lambda: ZoneInfo(self.prediction_time_zone) if self.prediction_time_zone else None,
+        )
+        backend = read("backend", self._backend_class)
+        read("key_file", self._use_key_file)
+        kernel_gpus, accelerators = self._accelerators()
+        if problems:
+            for problem in problems:
+                self.log.critical("jupyter-pause: %s", problem)
+            self.log.critical(
+                "jupyter-pause: the server does not start with these settings: it would "
+                "serve notebooks without pausing, auto-pausing or saving them at shutdown. "
+                "Correct them (`jupyter pause config` lists every setting)."
+            )
+            raise SystemExit(1)
+        return InForce(location, classes, zone, backend, kernel_gpus, accelerators)
+
     def initialize_settings(self):
+        self.in_force = self._read_settings()
         # on a hub, the Hub's user name (under KubeSpawner every Unix user is jovyan)
         user = os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
-        self._use_key_file()
         self._make_private_folders()
         self.ledger = Ledger(Path(self.state_dir) / "ledger.sqlite3", user=user)
         self._connect_event_bus()
@@ -305,7 +378,7 @@ class PauseApp(ExtensionApp):
         # a kernel's class is decided when it starts, for the ledger's rows whether or not
         # the idle policies are on
         classifier = WorkloadClassifier(
-            classes=load_classes(self.workload_classes),
+            classes=self.in_force.classes,
             default_class=self.default_workload_class,
             kernel_manager=self.serverapp.kernel_manager,
             contents_manager=self.serverapp.contents_manager,
@@ -320,7 +393,7 @@ class PauseApp(ExtensionApp):
             after_pause=lambda s: self.scheduler.predict(s),
         )
         store = SessionStore(Path(self.state_dir) / "sessions.json")
-        location = self._checkpoint_location()
+        location = self.in_force.checkpoint_dir
         self.shared = None
         if isinstance(location, checkpoint_paths.Bucket):
             self.shared = BucketSessions(
@@ -346,7 +419,7 @@ class PauseApp(ExtensionApp):
             store=store,
             ledger=self.ledger,
             backend=self.backend_instance,
-            checkpoint_dir=location,
+            checkpoint_dir=self.in_force.checkpoint_dir,
             keep_checkpoints=self.keep_checkpoints,
             kernel_call_timeout=self.kernel_call_timeout,
             idle_wait_timeout=self.idle_wait_timeout,
@@ -358,6 +431,7 @@ class PauseApp(ExtensionApp):
             shared=self.shared,
             hibernator=self.hibernator,
             stager=stager,
+            kernel_gpus=self.in_force.kernel_gpus,
         )
         self._prepare_kernels(self.manager.kernel_settings())
         self._watch_kernel_starts()
@@ -415,7 +489,7 @@ class PauseApp(ExtensionApp):
             workload_class=policies.workload_class,
             interval=self.schedule_check_interval,
             clock=clock,
-            tz=ZoneInfo(self.prediction_time_zone) if self.prediction_time_zone else None,
+            tz=self.in_force.time_zone,
         )
         self.settings.update(
             jupyter_pause_manager=self.manager,
@@ -473,7 +547,10 @@ class PauseApp(ExtensionApp):
             path = Path(self.key_file).expanduser().absolute()
             self._key_env_before = os.environ.get(checkpoint_paths.ENV_KEY_FILE)
             os.environ[checkpoint_paths.ENV_KEY_FILE] = str(path)
-        key = signing.load_key(create=False)
+        try:
+            key = signing.load_key(create=False)
+        except KeyProblem as e:  # never replaced silently: every checkpoint would be foreign
+            raise ValueError(str(e)) from None
         self.log.info(
             "jupyter-pause: signing key %s (%s)",
             signing.key_path(),
@@ -522,11 +599,21 @@ class PauseApp(ExtensionApp):
         self.fleet.start()
         await self.hibernator.start()  # last: the helper's driver takes seconds to start
         self.log.info(
-            "jupyter-pause %s: backend %s%s",
+            "jupyter-pause %s: backend %s%s; %s; %s; %s",
             __version__,
             self.backend_instance.name,
             f", {report.detail}" if report.detail else "",
+            store_summary(self.in_force.checkpoint_dir),
+            shutdown_summary(self.shutdown_grace, self.shutdown_concurrency),
+            self.in_force.accelerators,
         )
+        problem = await self.manager.catalogue.store_problem()
+        if problem:  # found now, not at the first pause
+            self.log.warning(
+                "jupyter-pause: the checkpoint store cannot be used: %s Pauses, checkpoints "
+                "and the saves at shutdown fail until it can (c.PauseApp.checkpoint_dir).",
+                problem,
+            )
 
     def _warn_about_culling(self):
         """Jupyter's own culler shuts kernels down (state lost): it must not fire first."""
@@ -547,19 +634,36 @@ class PauseApp(ExtensionApp):
                 int(max(pausing)),
             )
 
-    def _make_backend(self, clock) -> PauseBackend:
-        cls = self.backend_class
-        if cls is None:
-            from ..backends import backend_class_for
+    def _accelerators(self) -> tuple[int, str]:
+        """What each kernel counts as holding, and why, in words."""
+        if self.kernel_accelerators is not None:
+            n = self.kernel_accelerators
+            return n, f"{n} accelerator(s) per kernel (c.PauseApp.kernel_accelerators)"
+        found = nvml.device_count()
+        if found is None:  # no NVML here: nvidia-smi, as the environment's fingerprint
+            found = fingerprint().get("gpus_visible") or 0
+        if not found:
+            return 0, (
+                "no accelerator detected: no accelerator-hours are counted "
+                "(c.PauseApp.kernel_accelerators if kernels hold some)"
+            )
+        return 1, f"1 accelerator per kernel ({found} GPU(s) detected)"
 
-            cls = backend_class_for(self.backend)
-        return cls(
+    def _backend_class(self) -> type[PauseBackend]:
+        if self.backend_class is not None:
+            return self.backend_class
+        from ..backends import backend_class_for
+
+        return backend_class_for(self.backend)
+
+    def _make_backend(self, clock) -> PauseBackend:
+        return self.in_force.backend(
             parent=self,
             log=self.log,
             ledger=self.ledger,
             clock=clock,
             state_dir=self.state_dir,
-            checkpoint_dir=self._checkpoint_location(),
+            checkpoint_dir=self.in_force.checkpoint_dir,
         )
 
     def _prepare_kernels(self, kernel_settings: dict[str, str]):

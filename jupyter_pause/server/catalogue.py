@@ -66,6 +66,28 @@ class Catalogue:
         except RemoteStoreError as e:  # the bucket behind the folder: say so, not 500
             raise PauseError(str(e), status=503) from e
 
+    async def store_problem(self) -> str | None:
+        """Why the checkpoint store cannot be used now (a missing bucket, refused
+        credentials, a store that does not answer), or None."""
+        try:
+            await asyncio.to_thread(checkpoint_store.check_store, self.checkpoint_dir)
+        except RemoteStoreError as e:
+            return str(e)
+        return None
+
+    async def present(self, paths: list[str]) -> dict[str, list[str] | None]:
+        """The checkpoint ids each notebook's folder holds now, None where that cannot
+        be told (no folder here yet: a bucket's cache on a new node); only the folder is
+        read, never the bucket."""
+        return await asyncio.to_thread(lambda: {path: self._present(path) for path in paths})
+
+    def _present(self, path: str) -> list[str] | None:
+        try:
+            folder = self.check_folder(path)
+            return checkpoint_store.checkpoint_ids(folder) if folder.is_dir() else None
+        except (ValueError, OSError):
+            return None
+
     async def list_checkpoints(self, path: str) -> list[dict[str, Any]]:
         """A notebook's checkpoints, newest first, without their private metadata."""
         return await self.in_thread(self.listing, path)

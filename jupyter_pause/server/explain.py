@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine.paths import id_time
+from ..engine.paths import Bucket, id_sort_key, id_time
 from ..lifecycle import OPERATION_STATES, SHUTDOWN_REASON, Session, State, allowed_now
 from .ports import Policies
+from .recovery import SERVER_STOPPED_UNDER_IT
 
 
 def paused_by(session: Session) -> str | None:
@@ -31,14 +32,20 @@ def paused_by(session: Session) -> str | None:
     return "user"
 
 
-def saved_state_unrestored(session: Session) -> dict[str, Any] | None:
-    """``{checkpoint, at, lost}`` when the notebook's kernel went without a pause (it
-    died, or the server stopped under it) and a checkpoint still has the state it
+def saved_state_unrestored(
+    session: Session, present: list[str] | None = None
+) -> dict[str, Any] | None:
+    """``{checkpoint, at, lost, cause}`` when the notebook's kernel went without a pause
+    (it died, or the server stopped under it) and a checkpoint still has the state it
     held (:attr:`Session.lost`): the notebook offers that saved state back, and
     resume restores it.  None after a restart or shutdown someone asked for, once
     a resume restored it, once a checkpoint of the new kernel recorded the loss,
     and once resuming it failed (the failed resume's own offer, of the checkpoints
-    that verify, takes over)."""
+    that verify, takes over).
+
+    The offer follows the checkpoints that exist: ``present`` (the notebook's
+    checkpoint ids, when known) without that checkpoint (deleted from the panel, by
+    ``DELETE``, by the CLI) offers the newest one left, and nothing when none is."""
     lost, op = session.lost, session.operation
     if lost is None or lost.checkpoint is None or session.busy:
         return None
@@ -46,15 +53,23 @@ def saved_state_unrestored(session: Session) -> dict[str, Any] | None:
         return None
     if session.state not in OPERATION_STATES["resume"]:
         return None
+    checkpoint = lost.checkpoint
+    if present is not None and checkpoint not in present:
+        if not present:
+            return None
+        checkpoint = max(present, key=id_sort_key)
     saved = session.last_checkpoint or {}
-    at = saved["time"] if saved.get("id") == lost.checkpoint else id_time(lost.checkpoint)
-    return {"checkpoint": lost.checkpoint, "at": at, "lost": lost.why}
+    at = saved["time"] if saved.get("id") == checkpoint else id_time(checkpoint)
+    cause = "server-stopped" if lost.why == SERVER_STOPPED_UNDER_IT else "kernel-died"
+    return {"checkpoint": checkpoint, "at": at, "lost": lost.why, "cause": cause}
 
 
-async def explain(session: Session, resolve_class=None) -> dict[str, Any]:
+async def explain(
+    session: Session, resolve_class=None, present: list[str] | None = None
+) -> dict[str, Any]:
     """The ``paused_by``, ``policy`` and ``saved_state_unrestored`` fields of a
     session in ``GET status``; ``resolve_class`` is the workload classifier's, when
-    auto-pause is on."""
+    auto-pause is on; ``present`` the notebook's checkpoints, when known."""
     policy = None
     if resolve_class is not None:
         workload_class, _ = await resolve_class(session)
@@ -63,11 +78,12 @@ async def explain(session: Session, resolve_class=None) -> dict[str, Any]:
             "idle_threshold": workload_class.idle_threshold if workload_class.acts else None,
             "action": workload_class.action,
             "warn_before": workload_class.warn_before,
+            "autosave_every": workload_class.autosave_every,
         }
     return {
         "paused_by": paused_by(session),
         "policy": policy,
-        "saved_state_unrestored": saved_state_unrestored(session),
+        "saved_state_unrestored": saved_state_unrestored(session, present),
     }
 
 
@@ -75,14 +91,17 @@ async def status_rows(
     live: dict[str, dict],
     sessions: dict[str, Session],
     policies: Policies,
+    present: dict[str, list[str] | None] | None = None,
     *,
     can_hibernate: bool,
     staging=None,
 ) -> list[dict[str, Any]]:
     """The rows of ``GET status``: every notebook with a lifecycle session or a kernel
     now (``live``, Jupyter's sessions by path), with what a person wants to know;
+    ``present``: the checkpoints of the notebooks that offer a saved state back;
     ``can_hibernate``: this server can hibernate kernels in place; ``staging(session)``:
     with a bucket, what it lacks of the notebook's state (server/staging.py)."""
+    present = present or {}
     rows = []
     paths = sorted(set(live) | set(sessions))
     for path in paths:
@@ -95,7 +114,7 @@ async def status_rows(
         row["last_activity"] = kernel.get("last_activity")
         # when the notebook's state was last saved (a pause, a checkpoint, an autosave)
         row["last_saved"] = (session.last_checkpoint or {}).get("time")
-        row.update(await explain(session, policies.workload_class))
+        row.update(await explain(session, policies.workload_class, present.get(path)))
         row["staging"] = staging(session) if staging is not None else None
         row["can"] = allowed_now(session, has_kernel=path in live, can_hibernate=can_hibernate)
         if policies.auto_pause_status is not None:
@@ -112,12 +131,33 @@ def policy_summary(classes: dict, default: str) -> str:
     parts = []
     for name, policy in sorted(classes.items(), key=lambda item: item[0] != default):
         if not policy.acts:
-            parts.append(f"{name}: never acts")
-            continue
-        text = f"{name}: {policy.action} after {format_seconds(policy.idle_threshold)} idle"
-        if policy.warn_before:
-            text += f", warned {format_seconds(policy.warn_before)} before"
-        if policy.min_running_time:
-            text += f", not in its first {format_seconds(policy.min_running_time)}"
+            text = f"{name}: never acts"
+        else:
+            text = f"{name}: {policy.action} after {format_seconds(policy.idle_threshold)} idle"
+            if policy.warn_before:
+                text += f", warned {format_seconds(policy.warn_before)} before"
+            if policy.min_running_time:
+                text += f", not in its first {format_seconds(policy.min_running_time)}"
+        if policy.autosave_every is not None:
+            text += f", autosaved after {format_seconds(policy.autosave_every)} of use"
         parts.append(text + (" (default)" if name == default else ""))
     return "; ".join(parts)
+
+
+def store_summary(checkpoint_dir) -> str:
+    """Where checkpoints go, for the start-up log: a folder, or a bucket and its cache."""
+    if isinstance(checkpoint_dir, Bucket):
+        return f"checkpoints in {checkpoint_dir.url} (local cache {checkpoint_dir.cache})"
+    return f"checkpoints in {checkpoint_dir}"
+
+
+def shutdown_summary(grace: float, concurrency: int) -> str:
+    """What a stopping server saves, for the start-up log."""
+    from ..formatting import format_seconds
+
+    if grace <= 0:
+        return "a stopping server saves nothing (c.PauseApp.shutdown_grace = 0)"
+    return (
+        f"a stopping server pauses every live notebook within {format_seconds(grace)} "
+        f"({concurrency} at once; c.PauseApp.shutdown_grace)"
+    )

@@ -19,7 +19,13 @@ from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado.httputil import responses
 
-from ..engine.errors import CheckpointError, CheckpointNotFound, ForeignCheckpoint, StoreBusy
+from ..engine.errors import (
+    CheckpointError,
+    CheckpointNotFound,
+    ForeignCheckpoint,
+    RemoteStoreError,
+    StoreBusy,
+)
 from ..lifecycle import OperationInProgress
 from ..schedule import ScheduleError, parse_resume_at
 from .errors import PauseError
@@ -51,6 +57,8 @@ def translate_errors(method):
             self.send_failure(409, str(e))
         except ForeignCheckpoint as e:
             self.send_failure(403, str(e))
+        except RemoteStoreError as e:  # the bucket behind the store: not the request's fault
+            self.send_failure(503, str(e))
         except CheckpointError as e:
             self.send_failure(400, str(e))
 

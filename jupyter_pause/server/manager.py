@@ -98,13 +98,14 @@ class PauseManager:
         shared: BucketSessions | None = None,
         hibernator: Hibernator | None = None,
         stager: Stager | None = None,
+        kernel_gpus: int = 1,
     ):
         self.kernel_manager = kernel_manager
         self.session_manager = session_manager
         self.contents_manager = contents_manager
         self.store = store
         self.ledger = ledger
-        self.recorder = Recorder(store=store, ledger=ledger, log=log)
+        self.recorder = Recorder(store=store, ledger=ledger, log=log, kernel_gpus=kernel_gpus)
         self.schedules = Schedules(store=store, recorder=self.recorder)
         self.catalogue = Catalogue(
             checkpoint_dir=checkpoint_dir, store=store, recorder=self.recorder, log=log
@@ -235,10 +236,13 @@ class PauseManager:
         """Every notebook's state: a pure read (nothing is recorded or saved)."""
         await self.recovered.wait()
         live = await self.jupyter_sessions()
+        offering = [p for p, s in self.store.sessions.items() if s.lost and s.lost.checkpoint]
+        present = await self.catalogue.present(offering) if offering else {}
         sessions = await status_rows(
             live,
             self.store.sessions,
             self.policies,
+            present,
             can_hibernate=self.hibernator.ready,
             staging=self.staging_lag if self.stager is not None else None,
         )
@@ -755,11 +759,21 @@ class PauseManager:
             await self.reconciler.kernel_died(session, op, str(e), report=report)
             return False
         except (KernelCallError, KeyError) as e:
-            error = (
-                f"autosave failed; the kernel keeps running and its last saved state is intact: {e}"
-                if autosave
-                else f"checkpoint failed, so the notebook was not paused and its kernel keeps running: {e}"
-            )
+            # the cause first (a notice has room for a line), then what it means
+            if autosave:
+                then = (
+                    "Autosave failed; the kernel keeps running and its last saved state is intact."
+                )
+            elif op.options.get("reason") == SHUTDOWN_REASON:
+                then = (
+                    "The checkpoint failed, so the notebook was not saved; its kernel is being "
+                    "stopped with the server: what it did since its last checkpoint is lost."
+                )
+            elif pause:
+                then = "The checkpoint failed, so the notebook was not paused; its kernel keeps running."
+            else:
+                then = "The checkpoint failed; the kernel keeps running."
+            error = f"{e}\n{then}"
             await self._written_here(session, op)
             self.recorder.record(EventType.CHECKPOINT_FAILED, session, op, error=str(e), **autosave)
             self.recorder.move(session, State.RUNNING, op, error=error)

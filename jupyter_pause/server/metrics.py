@@ -8,8 +8,9 @@ construction, also across server restarts.  Counters are totals since the
 ledger began.  A replay is kept for ``ttl`` seconds so that a tight scrape
 interval stays cheap, and runs on a thread of its own: a scrape runs on the
 server's event loop, and a year of one busy user's ledger (90,000 events)
-takes about a second to replay.  Definitions: docs/accounting.md, "Prometheus
-metrics".
+takes about a second to replay; the families rendered from one replay serve
+every scrape until the next, so a flood of scrapes costs the event loop little.
+Definitions: docs/accounting.md, "Prometheus metrics".
 """
 
 from __future__ import annotations
@@ -153,6 +154,9 @@ class PauseMetrics(Collector):
         self._lock = threading.Lock()
         self._cached: tuple[float, LedgerFigures] | None = None  # (monotonic, figures)
         self._replaying = False
+        #: the ledger's families rendered from the figures they were rendered from: a
+        #: scrape reuses them for the replay's lifetime (a flood of scrapes renders once)
+        self._rendered: tuple[LedgerFigures, list[Metric]] | None = None
 
     def figures(self) -> LedgerFigures | None:
         """The ledger's figures as last replayed; None until the first replay has ended.
@@ -187,12 +191,15 @@ class PauseMetrics(Collector):
         yield from self._staging({})
 
     def collect(self) -> Iterator[Metric]:
+        yield self._sessions(counted=True)  # the state now, at every scrape
         figures = self.figures()
         yield from self._staging(self.staging() if self.staging is not None else {})
         if figures is None:  # the first replay runs: only what is known now
-            yield self._sessions(counted=True)
             return
-        yield from self._families(figures)
+        rendered = self._rendered
+        if rendered is None or rendered[0] is not figures:
+            rendered = self._rendered = (figures, list(self._ledger_families(figures)))
+        yield from rendered[1]
 
     def _staging(self, lags: dict[str, dict]) -> Iterator[Metric]:
         seconds = GaugeMetricFamily(
@@ -229,6 +236,10 @@ class PauseMetrics(Collector):
 
     def _families(self, f: LedgerFigures | None) -> Iterator[Metric]:
         yield self._sessions(counted=f is not None)
+        yield from self._ledger_families(f)
+
+    def _ledger_families(self, f: LedgerFigures | None) -> Iterator[Metric]:
+        """The families read from the ledger (all but the sessions by state)."""
         empty = {"succeeded": 0, "failed": 0}
         yield _counter(
             f"{PREFIX}_pauses",

@@ -15,10 +15,13 @@ from ..lifecycle import LostState, Operation, Session, SessionStore, State
 
 
 class Recorder:
-    def __init__(self, *, store: SessionStore, ledger: Ledger, log):
+    def __init__(self, *, store: SessionStore, ledger: Ledger, log, kernel_gpus: int = 1):
         self.store = store
         self.ledger = ledger
         self.log = log
+        #: the accelerators a kernel holds when it starts, for the report: what its last
+        #: checkpoint found it holding, else this (the server's setting or detection)
+        self.kernel_gpus = kernel_gpus
 
     def move(
         self,
@@ -72,6 +75,8 @@ class Recorder:
         kernel_id: str | None = None,
         **data: Any,
     ) -> None:
+        if type == EventType.KERNEL_STARTED and "gpus" not in data:
+            data["gpus"] = session.gpus if session.gpus is not None else self.kernel_gpus
         self.ledger.record(
             type,
             path=session.path,

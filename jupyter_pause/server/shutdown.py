@@ -96,6 +96,14 @@ async def save_all(manager: PauseManager, grace: float, concurrency: int) -> Shu
             continue
         save.cancel()
         not_saved.append(_not_saved_in_time(manager, path, grace))
+    for path in paused if manager.stager is None else ():  # else its final save said it
+        saved = manager.store.get(path).last_checkpoint or {}
+        manager.log.info(
+            "jupyter-pause: %s was saved before the server stopped (checkpoint %s): a resume "
+            "brings it back",
+            path,
+            saved.get("id", "?"),
+        )
     for missed in not_saved:
         session = manager.store.get(missed.path)
         told = {}

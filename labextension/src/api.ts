@@ -100,6 +100,8 @@ export interface IPolicy {
   idle_threshold: number | null;
   action: 'pause' | 'checkpoint' | 'none';
   warn_before: number;
+  /** Seconds of use after which the notebook is autosaved; null: never. */
+  autosave_every: number | null;
 }
 
 export interface IAutoPause {
@@ -196,6 +198,8 @@ export interface ISavedStateUnrestored {
   at: number;
   /** How the kernel went: "the kernel died", "the server stopped". */
   lost: string;
+  /** The same, for a label. */
+  cause: 'kernel-died' | 'server-stopped';
 }
 
 /** When a paused notebook resumes by itself (`PUT sessions/schedule`). */

@@ -3,8 +3,9 @@
  * running" button (also in a notebook just resumed), the notebook file saved
  * before the kernel goes in any pause this page did not start, and a
  * notice that stays after it happened, saying why.  Also reports errors of
- * operations this page did not start (an auto-pause whose checkpoint
- * failed, a `%pause`), and withdraws them once the notebook recovers.
+ * operations this page did not start (an auto-pause or an autosave whose
+ * checkpoint failed, a `%pause`), and withdraws them only once an operation
+ * succeeded since: a failure stays until then, or until the user dismisses it.
  *
  * The server decides (idle policy); this only shows its decisions.
  */
@@ -13,7 +14,7 @@ import { INotebookTracker } from '@jupyterlab/notebook';
 
 import { PauseActions } from './actions';
 import { ISessionStatus, PauseState } from './api';
-import { formatDuration, formatTime, shortReason } from './labels';
+import { formatDuration, formatTime, recovered, shortReason } from './labels';
 import { surfaceErrors } from './notices';
 
 export class AutoPauseNotices {
@@ -36,7 +37,8 @@ export class AutoPauseNotices {
       const before = this._states.get(session.path);
       this._states.set(session.path, session.state);
       this._reportError(session);
-      if (session.state === 'running' || session.state === 'ready') {
+      if (recovered(session)) {
+        // a failure stays until something succeeds since (or the user dismisses it)
         this._actions.notices.dismiss(session.path);
       }
       const op = session.operation;
@@ -156,7 +158,11 @@ export class AutoPauseNotices {
     const own =
       session.operation &&
       this._actions.ownOperations.has(session.operation.id);
-    if (error && error !== previous && previous !== undefined && !own) {
+    // on the page's first look, a failure is told again unless its notice was dismissed
+    const notices = this._actions.notices;
+    const told =
+      previous === undefined && notices.wasDismissed(session.path, error ?? '');
+    if (error && error !== previous && !own && !told) {
       this._actions.notices.notify(
         session.path,
         `${session.path}: ${shortReason(error)}`,

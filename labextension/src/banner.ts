@@ -6,8 +6,8 @@
  *
  * A notebook whose kernel lost its state without a pause (it died, the server
  * stopped under it) while a checkpoint still has it says so instead, until
- * resumed or dismissed: "Saved state from 14:17 · the kernel died (…) ·
- * [Resume from it] · [Dismiss]".
+ * resumed or dismissed: "Saved state from 14:17 · the kernel died (…) · work
+ * after 14:17 was lost · [Resume from it] · [Dismiss]".
  */
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { Widget } from '@lumino/widgets';
@@ -101,9 +101,10 @@ export class PauseBanner extends Widget {
     this.node.dataset.state = 'unrestored';
     const text = document.createElement('span');
     text.className = 'jp-PauseBanner-text';
+    const at = formatTime(unrestored.at);
     text.textContent = trans.__(
-      'Saved state from %1 · %2',
-      formatTime(unrestored.at),
+      'Saved state from %1 · %2 · work after %1 was lost',
+      at,
       shortReason(unrestored.lost)
     );
     const resume = this._button(trans.__('Resume from it'), () =>

@@ -197,6 +197,20 @@ export function describeSession(
   now = Date.now() / 1000
 ): string {
   const label = stateLabel(session.state, trans);
+  const unrestored = session.saved_state_unrestored;
+  if (unrestored) {
+    return trans.__(
+      'Pause: %1 · saved state from %2',
+      unrestored.cause === 'server-stopped'
+        ? trans.__('Server stopped')
+        : trans.__('Kernel died'),
+      formatTime(unrestored.at)
+    );
+  }
+  const failed = failedOperation(session, trans);
+  if (failed !== null && secondsLeft === null) {
+    return trans.__('Pause: %1 · %2', label, failed);
+  }
   if (secondsLeft !== null) {
     return trans.__(
       'Pause: %1 · auto-pause in %2',
@@ -234,4 +248,41 @@ export function describeSession(
     );
   }
   return trans.__('Pause: %1', label);
+}
+
+/**
+ * "pause failed", "autosave failed", "saving state failed": the notebook's last
+ * operation failed and nothing has succeeded since (the server keeps its error
+ * until then), though it runs on; null otherwise.  A failed resume is the
+ * notebook's state itself ("Failed").
+ */
+export function failedOperation(
+  session: ISessionStatus,
+  trans: TranslationBundle
+): string | null {
+  const op = session.operation;
+  if (
+    !session.error ||
+    op?.outcome !== 'failed' ||
+    (session.state !== 'running' && session.state !== 'ready')
+  ) {
+    return null;
+  }
+  if (op.kind === 'pause') {
+    return trans.__('pause failed');
+  }
+  if (op.kind === 'checkpoint') {
+    return op.options.autosave
+      ? trans.__('autosave failed')
+      : trans.__('saving state failed');
+  }
+  return trans.__('%1 failed', op.kind);
+}
+
+/**
+ * The notebook recovered from what went wrong: its last operation succeeded and
+ * the server reports no error, so notices about earlier failures can go.
+ */
+export function recovered(session: ISessionStatus): boolean {
+  return !session.error && session.operation?.outcome === 'succeeded';
 }

@@ -64,9 +64,28 @@ export function notifyUnrestored(
   });
 }
 
-/** The error notices about each notebook, withdrawn once it recovers. */
+/** A notice's details without what follows the failure itself (an operation's notes). */
+function failure(details: string): string {
+  return details.split('\n\n')[0];
+}
+
+/** Where the failures a user dismissed are remembered across page loads. */
+const DISMISSED = 'jupyter-pause:dismissed-failures';
+
+/**
+ * The error notices about each notebook, withdrawn once it recovers. A failure
+ * the user has not dismissed is told again after a page load (the server still
+ * reports it); one they dismissed is not, until it is over.
+ */
 export class ErrorNotices {
-  constructor(readonly trans: TranslationBundle) {}
+  constructor(readonly trans: TranslationBundle) {
+    Notification.manager.changed.connect(this._onChanged, this);
+  }
+
+  /** Whether the user dismissed the notice of this failure of `path`. */
+  wasDismissed(path: string, error: string): boolean {
+    return this._dismissed()[path] === failure(error);
+  }
 
   /**
    * An error notice about `path`; `replacing` is a notice (say, an operation's
@@ -90,15 +109,59 @@ export class ErrorNotices {
       id = Notification.error(message, options);
     }
     this._ids.set(path, [...(this._ids.get(path) ?? []), id]);
+    this._errors.set(id, details);
   }
 
   /** Withdraw the error notices about a notebook that has recovered. */
   dismiss(path: string): void {
-    for (const id of this._ids.get(path) ?? []) {
-      Notification.dismiss(id);
+    this._withdrawing = true;
+    try {
+      for (const id of this._ids.get(path) ?? []) {
+        Notification.dismiss(id);
+        this._errors.delete(id);
+      }
+    } finally {
+      this._withdrawing = false;
     }
     this._ids.delete(path);
+    const dismissed = this._dismissed();
+    if (path in dismissed) {
+      delete dismissed[path]; // over: the next failure is told again
+      this._remember(dismissed);
+    }
+  }
+
+  /** A notice the user closed: its failure is not told again after a reload. */
+  private _onChanged(_: unknown, change: Notification.IChange): void {
+    const id = change.notification.id;
+    const error = this._errors.get(id);
+    if (change.type !== 'removed' || this._withdrawing || error === undefined) {
+      return;
+    }
+    for (const [path, ids] of this._ids) {
+      if (ids.includes(id)) {
+        this._remember({ ...this._dismissed(), [path]: failure(error) });
+      }
+    }
+  }
+
+  private _dismissed(): Record<string, string> {
+    try {
+      return JSON.parse(window.localStorage.getItem(DISMISSED) ?? '{}');
+    } catch {
+      return {};
+    }
+  }
+
+  private _remember(dismissed: Record<string, string>): void {
+    try {
+      window.localStorage.setItem(DISMISSED, JSON.stringify(dismissed));
+    } catch {
+      // storage refused (private mode, a quota): the notice may come back once
+    }
   }
 
   private _ids = new Map<string, string[]>();
+  private _errors = new Map<string, string>(); // notice id -> the failure it tells
+  private _withdrawing = false;
 }

@@ -13,6 +13,7 @@ import {
   describeProgress,
   describeSession,
   describeStaging,
+  failedOperation,
   formatBytes,
   formatDuration,
   formatTime,
@@ -71,7 +72,14 @@ export class PauseStatusItem extends Widget {
     } else if (session) {
       const left = this._model.secondsLeft(path);
       text = describeSession(session, trans, left);
-      state = left !== null ? 'warning' : session.state;
+      state =
+        left !== null
+          ? 'warning'
+          : session.saved_state_unrestored
+            ? 'unrestored'
+            : failedOperation(session, trans) !== null
+              ? 'problem'
+              : session.state;
     } else if (path) {
       text = trans.__('Pause: no kernel');
       state = 'none';
@@ -179,7 +187,12 @@ export class PauseStatusItem extends Widget {
         rows.push([trans.__('Policy'), trans.__('auto-pause is off')]);
       }
       if (session.error) {
-        rows.push([trans.__('Problem'), shortReason(session.error)]);
+        const failed = failedOperation(session, trans);
+        const reason = shortReason(session.error);
+        rows.push([
+          trans.__('Problem'),
+          failed ? trans.__('%1: %2', failed, reason) : reason
+        ]);
       }
     } else {
       rows.push([trans.__('Notebook'), path ?? trans.__('none open')]);

@@ -58,7 +58,12 @@ def pause_server():
 
     work = Path(tempfile.mkdtemp(prefix="jp-accounting-"))
     (work / "root" / "work").mkdir(parents=True)
-    server = LocalServer(root_dir=work / "root", state_dir=work / "state")
+    # this machine has no GPU: each kernel counts as holding one, as on a GPU machine
+    server = LocalServer(
+        root_dir=work / "root",
+        state_dir=work / "state",
+        extra_args=["--PauseApp.kernel_accelerators=1"],
+    )
     client = server.start()
     yield server, client
     server.stop()

@@ -173,6 +173,25 @@ def test_sessions_by_state_are_read_at_each_scrape_and_the_ledger_once_per_ttl(c
     assert third[("jupyter_pause_pauses_total", (("outcome", "succeeded"),))] == 3
 
 
+def test_a_flood_of_scrapes_renders_the_ledgers_families_once_per_replay(clock):
+    """Fifty scrapes within one replay's lifetime reuse what the first one rendered (the
+    sessions by state excepted, read at each); the next replay renders anew."""
+    ledger = ledger_with(alice_events())
+    store = SessionStore(None)
+    metrics = PauseMetrics(ledger, store, ttl=5.0, clock=clock, run=in_place)
+    first = list(metrics.collect())
+    for _ in range(50):
+        again = list(metrics.collect())
+        assert [m.name for m in again] == [m.name for m in first]
+        assert all(a is b for a, b in zip(again[1:], first[1:], strict=True))
+        assert again[0] is not first[0]  # jupyter_pause_sessions: now
+    clock.advance(6)
+    list(metrics.collect())  # stale: this scrape starts the replay
+    after = list(metrics.collect())
+    assert not any(a is b for a, b in zip(after[1:], first[1:], strict=True))
+    assert scrape(metrics)[("jupyter_pause_pauses_total", (("outcome", "succeeded"),))] == 2
+
+
 def test_a_scrape_never_waits_for_the_replay_of_the_ledger(clock):
     """A scrape runs on the server's event loop: it starts a replay and returns with
     the last figures (none before the first replay ended: the sessions only, no

@@ -137,7 +137,9 @@ def test_prometheus_agrees_with_the_report_after_a_pause_and_a_resume(tmp_path, 
         "JUPYTER_DATA_DIR": str(tmp_path / "data"),
         "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
     }
-    with LocalServer(root, tmp_path / "state", env=env) as server:
+    # this machine has no GPU: each kernel counts as holding one, as on a GPU machine
+    one_each = ["--PauseApp.kernel_accelerators=1"]
+    with LocalServer(root, tmp_path / "state", env=env, extra_args=one_each) as server:
         client = server.start()
         token_file = tmp_path / "token"
         token_file.write_text(server.token)

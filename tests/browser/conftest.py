@@ -27,7 +27,13 @@ CHROMIUM_ARGS = [
 class Lab:
     """JupyterLab with jupyter-pause in a subprocess, isolated in ``home``."""
 
-    def __init__(self, home: Path, extra_args: list[str] = (), env: dict | None = None):
+    def __init__(
+        self,
+        home: Path,
+        extra_args: list[str] = (),
+        env: dict[str, str] | None = None,
+        checkpoints: str | None = None,
+    ):
         self.root = home / "root"
         self.root.mkdir(exist_ok=True)
         env = {
@@ -44,7 +50,12 @@ class Lab:
             *extra_args,
         ]
         self.server = LocalServer(
-            self.root, home / "state", app="jupyterlab", env=env, extra_args=args
+            self.root,
+            home / "state",
+            app="jupyterlab",
+            env=env,
+            extra_args=args,
+            checkpoints=checkpoints,
         )
         self.client = self.server.start()
 
@@ -77,8 +88,8 @@ def jp_server_cleanup():
 def lab_factory(tmp_path):
     servers = []
 
-    def start(extra_args: list[str] = ()) -> Lab:
-        server = Lab(tmp_path, list(extra_args))
+    def start(extra_args: list[str] = (), **kwargs) -> Lab:
+        server = Lab(tmp_path, list(extra_args), **kwargs)
         servers.append(server)
         return server
 

@@ -78,6 +78,9 @@ def test_a_killed_kernel_offers_the_saved_state_and_a_restart_asked_for_does_not
     ).click(timeout=120_000)
     banner.get_by_text("Saved state from").wait_for(timeout=60_000)
     assert "the kernel died" in banner.inner_text()
+    text = banner.inner_text()
+    at = re.search(r"Saved state from ([^·]+) ·", text).group(1)
+    assert f"work after {at} was lost" in text, text
     session = session_of(lab, "killed.ipynb")
     assert session["state"] == "failed", session
     assert session["saved_state_unrestored"]["checkpoint"] == saved["id"]
@@ -165,3 +168,46 @@ def test_a_resumed_notebook_is_warned_with_keep_running(lab_factory, page):
     warning.get_by_role("button", name="Keep running").click(timeout=30_000)
     page.locator(".Toastify__toast", has_text="postponed until").wait_for()
     assert session_of(lab, "resumed.ipynb")["state"] == "ready"
+
+
+def test_the_offer_follows_the_checkpoints_that_exist(lab, page):
+    """The saved state offered after a kernel died is deleted (the Saved state panel, the
+    API): the banner offers the newest one left, which resumes, and nothing once none is."""
+    open_with_state(lab, page, "offer.ipynb")  # the first checkpoint: answer == 42
+    older = session_of(lab, "offer.ipynb")["last_checkpoint"]["id"]
+    kernel_id = session_of(lab, "offer.ipynb")["kernel_id"]
+    lab.client.execute(kernel_id, "answer = 43")
+    op = lab.api("POST", "jupyter-pause/api/sessions/checkpoint", {"path": "offer.ipynb"})
+    assert lab.client.wait(op["operation"])["outcome"] == "succeeded"
+    newer = session_of(lab, "offer.ipynb")["last_checkpoint"]["id"]
+    assert newer != older
+
+    pid = lab.client.evaluate(kernel_id, "import os\nprint(os.getpid())")
+    os.kill(pid, signal.SIGKILL)
+    banner = page.locator(BANNER)
+    banner.get_by_text("Saved state from").wait_for(timeout=120_000)
+    assert session_of(lab, "offer.ipynb")["saved_state_unrestored"]["checkpoint"] == newer
+
+    lab.api("DELETE", f"jupyter-pause/api/checkpoints/{newer}?path=offer.ipynb")
+    offered = session_of(lab, "offer.ipynb")["saved_state_unrestored"]
+    assert offered["checkpoint"] == older, offered
+    next_status(page)
+    dialog = page.locator(".jp-Dialog", has_text="appears to have died")
+    if dialog.count():
+        dialog.get_by_role("button", name=re.compile("^ok$", re.IGNORECASE)).click()
+    banner.get_by_role("button", name="Resume from it").click()
+    wait_status(page, "Pause: Resumed")
+    assert lab.client.evaluate(session_of(lab, "offer.ipynb")["kernel_id"], "print(answer)") == 42
+
+
+def test_no_offer_is_left_once_its_checkpoints_are_deleted(lab, page):
+    open_with_state(lab, page, "gone.ipynb")
+    saved = session_of(lab, "gone.ipynb")["last_checkpoint"]["id"]
+    kernel_id = session_of(lab, "gone.ipynb")["kernel_id"]
+    pid = lab.client.evaluate(kernel_id, "import os\nprint(os.getpid())")
+    os.kill(pid, signal.SIGKILL)
+    banner = page.locator(BANNER)
+    banner.get_by_text("Saved state from").wait_for(timeout=120_000)
+    lab.api("DELETE", f"jupyter-pause/api/checkpoints/{saved}?path=gone.ipynb")
+    assert session_of(lab, "gone.ipynb")["saved_state_unrestored"] is None
+    banner.get_by_text("Saved state from").wait_for(state="hidden", timeout=60_000)

@@ -140,7 +140,9 @@ def test_a_notebook_whose_kernel_died_offers_what_the_server_allows(shared_lab, 
 
     current_cells(page).nth(1).locator(".jp-InputArea-editor").click()
     page.keyboard.press("Shift+Enter")  # the kernel dies; Jupyter starts another
-    wait_status(page, "Pause: Failed")
+    # what happened, not a red "Failed" for a pause nobody asked for
+    wait_status(page, "Pause: Kernel died · saved state from ")
+    assert page.locator(STATUS).get_attribute("data-state") == "unrestored"
     session = session_of(lab, "died.ipynb")
     assert session["kernel_id"] and session["live_state"] == "fresh"
     assert session["can"] == {

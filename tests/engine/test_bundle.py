@@ -321,3 +321,43 @@ def test_which_environment_differences_matter():
     none = dataclasses.replace(same, gpu_model=None)
     gpu = [n for n in bundle.environment_notes(manifest(THEN, ["cuda:0"]), none) if n.matters]
     assert [n.what for n in gpu] == ["gpu"] and "--device cpu" in gpu[0].why
+
+
+@pytest.mark.parametrize(
+    "to, why",
+    [
+        ("sub/", "is not a notebook's name"),
+        ("notes.txt", "is not a notebook's name"),
+        ("a\x00b.ipynb", "control character"),
+        ("linked/nb.ipynb", "is a symbolic link"),
+        ("linked/deeper/nb.ipynb", "is a symbolic link"),
+        ("afile/nb.ipynb", "is not a folder"),
+        ("link.ipynb", "is a symbolic link"),
+    ],
+)
+def test_the_notebook_goes_only_to_a_notebook_name_in_folders_of_this_one(
+    exported, tmp_path, monkeypatch, to, why
+):
+    path, _ = exported
+    home = become(monkeypatch, tmp_path, "bob")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (home / "linked").symlink_to(outside)
+    (home / "afile").write_text("a file")
+    (home / "link.ipynb").symlink_to(outside / "nb.ipynb")
+    with pytest.raises(errors.BundleRefused, match=why) as refused:
+        bundle.import_bundle(path, trust=True, to=to)
+    assert refused.value.kind == "unsafe-entry"
+    assert list(outside.iterdir()) == []  # nothing written through the link
+    assert not paths.user_root().exists()  # nothing committed
+
+
+def test_a_notebook_that_cannot_be_written_commits_no_checkpoint(exported, tmp_path, monkeypatch):
+    path, _ = exported
+    become(monkeypatch, tmp_path, "bob")
+    too_long = "x" * 300 + ".ipynb"  # a name no file system takes
+    with pytest.raises(OSError, match="too long"):
+        bundle.import_bundle(path, trust=True, to=too_long)
+    assert not store.checkpoint_ids(paths.notebook_dir(None, too_long))
+    done = bundle.import_bundle(path, trust=True, to="short.ipynb")  # and nothing in the way
+    assert restored("short.ipynb")["x"] == 42 and done.notebook_written

@@ -16,7 +16,7 @@ import pytest
 from jupyter_pause.client import free_port
 from jupyter_pause.hub.api import HubAPI
 from jupyter_pause.hub.fleet import FleetStore
-from jupyter_pause.hub.policy import ScheduleRefused, retry_delay, schedule_problem
+from jupyter_pause.hub.policy import Refused, retry_delay, schedule_problem
 from jupyter_pause.hub.service import PauseService, Records
 
 NOW = 1_800_000_000.0
@@ -54,19 +54,33 @@ def test_a_user_has_at_most_max_schedules_per_user(tmp_path):
     for name in ("a", "b"):
         app.records.update(f"alice/{name}", schedule={"at": NOW, "kind": "scheduled"})
     app.records.update("bob/", schedule={"at": NOW, "kind": "scheduled"})
-    with pytest.raises(ScheduleRefused) as refused:
+    with pytest.raises(Refused) as refused:
         asyncio.run(app.set_schedule("alice", "c", time.time() + 60, "scheduled"))
     assert refused.value.status == 429 and "alice has 2 scheduled starts" in str(refused.value)
     assert "alice/c" not in app.records.servers
     # rescheduling one of the two is no third; the Hub is asked (here: no answer)
-    with pytest.raises(ScheduleRefused) as refused:
+    with pytest.raises(Refused) as refused:
         asyncio.run(app.set_schedule("alice", "a", time.time() + 60, "scheduled"))
+    assert refused.value.status == 502
+
+
+def test_a_user_has_at_most_max_servers_per_user_recorded(tmp_path):
+    app = service(tmp_path, max_servers_per_user=2)
+    for name in ("a", "b"):
+        app.records.update(f"alice/{name}", state="paused")
+    with pytest.raises(Refused) as refused:
+        asyncio.run(app.paused_itself("alice", "c", time.time(), "paused itself"))
+    assert refused.value.status == 429 and "alice has 2 servers recorded" in str(refused.value)
+    assert "alice/c" not in app.records.servers
+    # one of the two again is no third; the Hub is asked whether it knows it (no answer)
+    with pytest.raises(Refused) as refused:
+        asyncio.run(app.paused_itself("alice", "a", time.time(), "paused itself"))
     assert refused.value.status == 502
 
 
 def test_a_time_that_is_no_date_is_never_recorded(tmp_path):
     app = service(tmp_path)
-    with pytest.raises(ScheduleRefused) as refused:
+    with pytest.raises(Refused) as refused:
         asyncio.run(app.set_schedule("alice", "", 1e300, "scheduled"))
     assert refused.value.status == 400
     assert app.records.servers == {}

@@ -33,7 +33,11 @@ pytestmark = pytest.mark.slow
 USERS = ("alice", "bob", "carol")
 #: carol's server hands its rows over every second while it runs (default 300 s);
 #: alice's and bob's only after a pause and as they stop
-CONFIG = {user: {"PauseApp": {"fleet_interval": 1 if user == "carol" else 0}} for user in USERS}
+#: this machine has no GPU: each kernel counts as holding one, as on a GPU machine
+CONFIG = {
+    user: {"PauseApp": {"fleet_interval": 1 if user == "carol" else 0, "kernel_accelerators": 1}}
+    for user in USERS
+}
 #: where the test saves the fleet page as chromium shows it
 SCREENSHOT = os.environ.get("JUPYTER_PAUSE_FLEET_SCREENSHOT", "")
 H = 3600.0
