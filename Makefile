@@ -71,12 +71,12 @@ bench: $(STAMP) $(PEERS)
 	$(BIN)/python benchmarks/bench_server_latency.py
 	$(BIN)/python benchmarks/bench_autosave.py $(AUTOSAVE_BENCH_ARGS)
 	$(BIN)/python benchmarks/bench_objectstore.py $(OBJSTORE_BENCH_ARGS)
-	$(BIN)/python benchmarks/drill_spot.py $(DRILL_ARGS)
+	$(BIN)/python benchmarks/drill_spot.py $(SPOT_BENCH_ARGS)
 
 # the spot drill alone: SIGTERM at random moments over a throttled link, another node
 # resumes, the work lost against grace x bandwidth (issue #38)
 bench-spot: $(STAMP)
-	$(BIN)/python benchmarks/drill_spot.py $(DRILL_ARGS)
+	$(BIN)/python benchmarks/drill_spot.py $(SPOT_BENCH_ARGS)
 
 # object-heavy namespaces against cloudpickle (issue #36)
 bench-objects: $(STAMP)

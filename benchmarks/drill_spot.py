@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from jupyter_pause.client import LocalServer  # noqa: E402
+from tests.helpers import empty_notebook, wait_for  # noqa: E402
 
 NB = "train.ipynb"
 MB = 1_000_000
@@ -84,28 +85,6 @@ class Trial:
     notes: list[str] = field(default_factory=list)
 
 
-def notebook() -> dict:
-    return {
-        "cells": [],
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-        "nbformat": 4,
-        "nbformat_minor": 4,
-    }  # fmt: skip
-
-
-def wait_for(condition, timeout: float, what):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(
-                f"timed out after {timeout:.0f} s waiting for {what() if callable(what) else what}"
-            )
-        time.sleep(0.2)
-
-
 class Loop(threading.Thread):
     """The training-like loop: cells, one after another, until told to stop or the
     kernel goes; each cell's step, start and end are kept (wall clock)."""
@@ -140,7 +119,7 @@ def node(tmp: Path, name: str, url: str, env: dict, sizes: Sizes) -> LocalServer
     root = tmp / name / "root"
     root.mkdir(parents=True, exist_ok=True)
     if name.startswith("a"):
-        (root / NB).write_text(json.dumps(notebook()))
+        (root / NB).write_text(json.dumps(empty_notebook()))
     classes = {"gpu-interactive": {"stage_every": sizes.stage_every}}
     return LocalServer(
         root,
@@ -170,7 +149,9 @@ def staged(client) -> dict | None:
     return None
 
 
-def one_trial(n: int, seaweed, throttle, sizes: Sizes, tmp: Path, rng: random.Random) -> Trial:
+def one_trial(
+    n: int, seaweed, throttle, sizes: Sizes, tmp: Path, rng: random.Random, logs: bool
+) -> Trial:
     bucket = f"drill-{n}-{secrets.token_hex(3)}"
     seaweed.create_bucket(bucket)
     url = f"s3://{bucket}/ck"
@@ -212,7 +193,7 @@ def one_trial(n: int, seaweed, throttle, sizes: Sizes, tmp: Path, rng: random.Ra
             a.process.wait(10)
         stop_seconds = time.time() - sigterm
         _say(f"trial {n}: A stopped in {stop_seconds:.1f} s")
-        if os.environ.get("DRILL_LOG"):
+        if logs:
             _say(a.log_tail(8000))
         loop.stop.set()
         loop.join(30)
@@ -278,8 +259,11 @@ def _final_save(server: LocalServer) -> dict | None:
     return told[-1] if told else None
 
 
-def run_drill(trials: int, sizes: Sizes, seed: int = 0, folder: Path | None = None) -> list[Trial]:
-    """``trials`` trials against one SeaweedFS behind one throttled link."""
+def run_drill(
+    trials: int, sizes: Sizes, seed: int = 0, folder: Path | None = None, logs: bool = False
+) -> list[Trial]:
+    """``trials`` trials against one SeaweedFS behind one throttled link; ``logs``: print
+    each node A's log after its stop."""
     from tests.objectstores import Seaweed, Throttle
 
     rng = random.Random(seed)
@@ -289,7 +273,9 @@ def run_drill(trials: int, sizes: Sizes, seed: int = 0, folder: Path | None = No
         seaweed.start()
         throttle = Throttle(seaweed.endpoint, total=sizes.bandwidth)
         try:
-            return [one_trial(n, seaweed, throttle, sizes, tmp, rng) for n in range(1, trials + 1)]
+            return [
+                one_trial(n, seaweed, throttle, sizes, tmp, rng, logs) for n in range(1, trials + 1)
+            ]
         finally:
             throttle.stop()
             seaweed.stop()
@@ -320,13 +306,16 @@ def table(results: list[Trial], sizes: Sizes) -> str:
     return "\n".join(lines)
 
 
-def staging_cost(results: list[Trial]) -> dict:
+def staging_cost(results: list[Trial], sizes: Sizes) -> dict:
+    """What staging cost during the loops: bytes uploaded per hour, the share of wall time
+    the saves held the kernel, and the share of the link's capacity the uploads used."""
     wall = sum(t.loop_seconds for t in results)
     sent = sum(t.staged_bytes for t in results)
     saves = sum(t.autosave_seconds for t in results)
     return {
         "bytes_per_hour": sent / wall * 3600 if wall else 0.0,
         "kernel_share_of_wall_time": saves / wall if wall else 0.0,
+        "link_share": sent / (wall * sizes.bandwidth) if wall else 0.0,
         "loop_seconds": wall,
     }
 
@@ -345,6 +334,7 @@ def main() -> None:
     parser.add_argument("--share", type=float, default=0.5)
     parser.add_argument("--span", type=float, default=30)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--logs", action="store_true", help="print node A's log each trial")
     args = parser.parse_args()
     sizes = Sizes(
         bandwidth=args.bandwidth_mb * MB,
@@ -358,12 +348,13 @@ def main() -> None:
         share=args.share,
         span=args.span,
     )
-    results = run_drill(args.trials, sizes, args.seed)
-    cost = staging_cost(results)
+    results = run_drill(args.trials, sizes, args.seed, logs=args.logs)
+    cost = staging_cost(results, sizes)
     print(table(results, sizes))
     print(
         f"staging cost: {cost['bytes_per_hour'] / 1e9:.2f} GB uploaded per hour of the loop; "
-        f"saves held the kernel {cost['kernel_share_of_wall_time']:.2%} of wall time"
+        f"saves held the kernel {cost['kernel_share_of_wall_time']:.2%} of wall time; "
+        f"uploads used {cost['link_share']:.1%} of the link"
     )
     print(
         json.dumps(

@@ -228,6 +228,16 @@ def kernel_torch_gate(folder, *, deadline=300):
     return folder
 
 
+def empty_notebook() -> dict:
+    """A notebook with no cells, of the python3 kernel (its file's JSON)."""
+    return {
+        "cells": [],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "nbformat": 4,
+        "nbformat_minor": 4,
+    }  # fmt: skip
+
+
 def wait_for(condition, timeout=60, what="the condition", interval=0.2):
     """The blocking twin of :func:`wait_until`, for tests that drive whole
     processes (servers, hubs) from a plain thread: poll ``condition()`` until it

@@ -18,7 +18,7 @@ import pytest
 
 from jupyter_pause.client import LocalServer
 from jupyter_pause.engine import paths, remote, session_record
-from tests.helpers import wait_for
+from tests.helpers import empty_notebook, wait_for
 from tests.objectstores import Throttle
 
 pytestmark = pytest.mark.slow
@@ -35,15 +35,6 @@ LOAD = (
     "step = 0\n"
 )
 STEP = "step += 1\nw = np.full(1_000_000, float(step))\n"  # 8 MB changed every cell
-
-
-def notebook() -> dict:
-    return {
-        "cells": [],
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-        "nbformat": 4,
-        "nbformat_minor": 4,
-    }  # fmt: skip
 
 
 @pytest.fixture
@@ -65,7 +56,7 @@ def nodes(tmp_path, seaweed):
         root = tmp_path / name / "root"
         (root / "work").mkdir(parents=True, exist_ok=True)
         if name == "a":
-            (root / NB).write_text(json.dumps(notebook()))
+            (root / NB).write_text(json.dumps(empty_notebook()))
         env = {
             **seaweed.env(),
             "AWS_ENDPOINT_URL": endpoint,

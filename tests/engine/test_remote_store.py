@@ -198,6 +198,33 @@ def test_a_re_pause_after_a_small_change_uploads_under_a_megabyte(url, tmp_path,
     assert 0 < second.bytes_uploaded < 1_000_000
 
 
+def test_a_save_committed_here_is_staged_smallest_file_first_and_only_what_changed(
+    url, tmp_path, monkeypatch
+):
+    """``checkpoint(upload=False)`` commits in the cache alone; ``store.delta`` names what
+    the bucket lacks of it, smallest first (the pickle and the small objects before the
+    tensors: a flush short of time sends them first), after a small change only that
+    change; ``store.stage`` commits it there."""
+    new_cache(tmp_path, monkeypatch, "c")
+    bucket = paths.parse_bucket(url)
+    nbdir = paths.notebook_dir(bucket, NB)
+    ns = state()
+    first = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False, upload=False)
+    assert first.id not in remote.committed(mirror(url).listing())  # nothing sent yet
+    wanted = store.delta(bucket, nbdir)
+    sizes = [size for _, size in wanted.files]
+    assert wanted.checkpoint == first.id and sizes == sorted(sizes) and sizes[-1] > 2_000_000
+    assert [n for n, _ in wanted.files].index(f"{first.id}/{store.PICKLE}") < len(sizes) - 1
+    assert store.stage(bucket, nbdir, wanted=wanted) == wanted
+    assert first.id in remote.committed(mirror(url).listing())
+    assert store.delta(bucket, nbdir).files == ()
+
+    ns["step"] = 2
+    second = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False, upload=False)
+    small = store.delta(bucket, nbdir)
+    assert small.checkpoint == second.id and 0 < small.bytes < 1_000_000
+
+
 def test_each_blob_is_uploaded_while_the_next_is_written(url, tmp_path, monkeypatch):
     """The upload overlaps the writing of the local copy: the first object's blob is in
     the bucket before the second object's is written (the signature still comes last)."""

@@ -1,0 +1,37 @@
+"""A stopping server's flushes share the link (server/staging.py): one at a time, and of
+those waiting the smallest delta first, so that as many notebooks as can be are saved to
+their last cell within the grace."""
+
+import asyncio
+
+from jupyter_pause.server.staging import _Turns
+
+
+async def test_flushes_take_the_link_one_at_a_time_the_smallest_delta_first():
+    turns = _Turns()
+    order, inside = [], []
+    first_holds = asyncio.Event()
+
+    async def flush(name: str, nbytes: int) -> None:
+        async with turns.turn(nbytes):
+            inside.append(name)
+            order.append(name)
+            if name == "first":
+                await first_holds.wait()
+            await asyncio.sleep(0)
+            assert inside == [name]  # alone on the link
+            inside.remove(name)
+
+    first = asyncio.ensure_future(flush("first", 500))
+    while order != ["first"]:
+        await asyncio.sleep(0)
+    others = [flush("large", 900), flush("small", 10), flush("middle", 100)]
+    waiting = [asyncio.ensure_future(f) for f in others]
+    deadline = asyncio.get_running_loop().time() + 10
+    while len(turns._waiting) < 3:  # all three wait for the link
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.01)
+    assert turns.waiting
+    first_holds.set()
+    await asyncio.gather(first, *waiting)
+    assert order == ["first", "small", "middle", "large"]
