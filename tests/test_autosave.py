@@ -4,13 +4,19 @@ a cell runs, autosaves never push out the user's checkpoints, and an autosave of
 namespace where nothing changed writes (almost) nothing."""
 
 import asyncio
+import logging
 import os
 import signal
+import time
+from types import SimpleNamespace
 
 import pytest
 
 from jupyter_pause.engine import paths
 from jupyter_pause.idle_policy import STAGE_EVERY, WorkloadClass, load_classes
+from jupyter_pause.ledger import EventType, LedgerEvent
+from jupyter_pause.lifecycle import State
+from jupyter_pause.server.autosave import Autosaver
 
 from .helpers import (
     api,
@@ -204,3 +210,44 @@ def test_staging_is_on_by_default_for_the_classes_that_pause_and_only_with_a_buc
     assert (policy.save_every(bucket=True), policy.save_every(bucket=False)) == (60, 300)
     with pytest.raises(ValueError, match="stage_every"):
         WorkloadClass.from_config("x", {"stage_every": 0})
+
+
+async def test_a_first_cell_that_starts_before_its_kernel_start_is_recorded_counts():
+    """The reconciler records a kernel's start once it is classified, which may come after
+    the first cell started (a cell sent as the notebook opens): that cell is the new
+    kernel's own use, and is saved; an older kernel's cells are not the new one's."""
+    saved = []
+
+    class Operations:
+        async def checkpoint(self, path, *, autosave=False):
+            saved.append(path)
+
+        def execution_state(self, kernel_id):
+            return "idle"
+
+    session = SimpleNamespace(kernel_id="k1", busy=False, state=State.RUNNING)
+    policy = WorkloadClass.from_config("x", {"autosave_every": 0.01})
+
+    async def workload_class(session):
+        return policy, "test"
+
+    saver = Autosaver(
+        operations=Operations(),
+        store=SimpleNamespace(sessions={"nb.ipynb": session}),
+        activity=SimpleNamespace(for_path=lambda path: SimpleNamespace(busy=False)),
+        ledger=None,
+        workload_class=workload_class,
+        log=logging.getLogger("test"),
+    )
+    saver.on_activity("nb.ipynb", "k1", "cell-started", {})
+    saver.on_ledger(LedgerEvent(EventType.KERNEL_STARTED, time.time(), "nb.ipynb", "k1"))
+    await asyncio.sleep(0.05)
+    saver.on_activity("nb.ipynb", "k1", "cell-finished", {})
+    await wait_until(lambda: saved, timeout=30, what="the autosave")
+    assert saved == ["nb.ipynb"]
+
+    saver.on_ledger(LedgerEvent(EventType.CHECKPOINT_FINISHED, time.time(), "nb.ipynb", "k1"))
+    saver.on_activity("nb.ipynb", "k1", "cell-started", {})
+    session.kernel_id = "k2"  # restarted: the old kernel's cell is not the new one's
+    saver.on_ledger(LedgerEvent(EventType.KERNEL_STARTED, time.time(), "nb.ipynb", "k2"))
+    assert "nb.ipynb" not in saver.unsaved

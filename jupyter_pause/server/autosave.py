@@ -49,6 +49,8 @@ class Unsaved:
 
     #: when the first cell since the last save started; None: nothing unsaved
     since: float | None = None
+    #: the kernel that ran it
+    kernel_id: str = ""
     #: a checkpoint is being written now
     saving: bool = False
     #: when the first cell seen during that checkpoint started (it ran after it)
@@ -110,7 +112,7 @@ class Autosaver:
                 if unsaved.during is None:  # it runs after the save: unsaved by it
                     unsaved.during = now
             elif unsaved.since is None:
-                unsaved.since = now
+                unsaved.since, unsaved.kernel_id = now, kernel_id
         elif event == "cell-finished" and unsaved.since is not None and not unsaved.saving:
             task = asyncio.ensure_future(self._maybe_save(path, kernel_id))
             self._tasks.add(task)
@@ -133,7 +135,13 @@ class Autosaver:
                 unsaved.since = unsaved.during
             unsaved.during, unsaved.saving = None, False
         elif event.type in (EventType.KERNEL_STARTED, EventType.KERNEL_STOPPED):
-            self.unsaved.pop(event.path, None)
+            # a new kernel has nothing unsaved, except the cells it ran before its start
+            # was recorded (the reconciler records it once the kernel is classified)
+            unsaved = self.unsaved.get(event.path)
+            if unsaved is not None and not (
+                event.type == EventType.KERNEL_STARTED and unsaved.kernel_id == event.kernel_id
+            ):
+                del self.unsaved[event.path]
 
     async def hurry(self) -> None:
         """The machine goes soon: save every idle notebook that ran cells since its last
