@@ -119,7 +119,7 @@ class PauseApp(ExtensionApp):
         config=True,
         help="With a bucket as checkpoint_dir: the local folder checkpoints are written to "
         "first (at disk speed) and restored from when they are already there. "
-        "Default: $JUPYTER_PAUSE_CHECKPOINT_CACHE, else a private folder in <jupyter data dir>/pause.",
+        f"Default: ${checkpoint_paths.ENV_CACHE}, else a private folder in <jupyter data dir>/pause.",
     )
     key_file = Unicode(
         config=True,
