@@ -45,6 +45,8 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(ROOT_ARGS) $(JUPYTER_ARGS)
 
 test: $(STAMP) browser kubectl strace prometheus hub-proxy lint check-wheel
+	# the frontend's unit tests (jest, labextension/src/__tests__)
+	$(JLPM) test
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # --- the rest ------------------------------------------------------------

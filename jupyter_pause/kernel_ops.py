@@ -109,7 +109,7 @@ def restore(
 ):
     """Restore a checkpoint into this (fresh) kernel's namespace.
 
-    Lazy unless ``$JUPYTER_PAUSE_RESTORE=eager``: returns once the graph and the small
+    Lazy unless ``engine.lazy.ENV_RESTORE`` says ``eager``: returns once the graph and the small
     objects are back; large tensors follow in the background (engine/lazy.py), and a
     cell that uses one waits for it alone. ``handoff``: the server's memory holding the
     checkpoint's large files (engine/handoff.py). ``or_older``: ``checkpoint_id`` is the

@@ -20,7 +20,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .engine.paths import ENV_DIR
-from .protocol import user_skipped
+from .protocol import NOTEBOOK_ENV, SERVER_TOKEN_ENV, SERVER_URL_ENV, user_skipped
 from .schedule import ScheduleError, parse_resume_at
 
 
@@ -287,14 +287,14 @@ class ServerLink:
 
     @classmethod
     def from_environment(cls) -> ServerLink:
-        url = os.environ.get("JUPYTER_PAUSE_SERVER_URL")
-        notebook = os.environ.get("JUPYTER_PAUSE_NOTEBOOK")
+        url = os.environ.get(SERVER_URL_ENV)
+        notebook = os.environ.get(NOTEBOOK_ENV)
         if not url or not notebook:
             raise ServerLinkError(
                 "%pause needs a notebook kernel started by a Jupyter server with jupyter-pause "
                 "enabled; here, use %checkpoint to save the state"
             )
-        return cls(url, os.environ.get("JUPYTER_PAUSE_SERVER_TOKEN", ""), notebook)
+        return cls(url, os.environ.get(SERVER_TOKEN_ENV, ""), notebook)
 
     def _request(self, method: str, endpoint: str, body: dict | None = None) -> dict:
         request = urllib.request.Request(

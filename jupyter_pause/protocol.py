@@ -22,6 +22,12 @@ PROGRESS_MIME = "application/vnd.jupyter-pause.progress+json"
 #: name, so a person need not hear of it (one that cannot be imported again is news)
 MODULE_REIMPORTED = "module (re-imported by name on restore)"
 
+#: what the server's kernel manager puts in a notebook kernel's environment: the
+#: notebook's server-relative path, and the way back to the server for ``%pause``
+NOTEBOOK_ENV = "JUPYTER_PAUSE_NOTEBOOK"
+SERVER_URL_ENV = "JUPYTER_PAUSE_SERVER_URL"
+SERVER_TOKEN_ENV = "JUPYTER_PAUSE_SERVER_TOKEN"
+
 
 def user_skipped(skipped: dict[str, str]) -> dict[str, str]:
     """The names of a checkpoint's ``skipped`` ({name: why it was not saved}) that are news

@@ -27,8 +27,8 @@ import os
 import time
 from pathlib import Path
 
-from jupyter_pause.engine.store import pid_alive
 from jupyter_pause.hibernate.driver import DriverError, GpuDriver, GpuProcess, ProcessState
+from jupyter_pause.processes import pid_alive
 
 ENV = "JUPYTER_PAUSE_FAKE_GPU"
 

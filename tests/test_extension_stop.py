@@ -44,3 +44,35 @@ async def test_a_kernel_start_being_watched_does_not_outlive_the_stop(jp_fetch, 
     )
     await asyncio.wait_for(pause.stop_extension(), 60)
     assert not pause_tasks()
+
+
+async def test_a_step_of_the_stop_that_fails_does_not_stop_the_others(jp_serverapp, caplog):
+    """Jupyter Server halts if ``stop_extension`` raises: each step is guarded, so one that
+    fails (the backend, the scheduler) is logged and the manager and the ledger still close."""
+    (pause,) = jp_serverapp.extension_manager.extension_apps["jupyter_pause"]
+    await wait_until(lambda: pause.manager.recovered.is_set(), what="the start-up")
+    ran = []
+
+    async def fails():
+        raise RuntimeError("a step that fails")
+
+    def recorded(name, close):
+        def wrapper(*args, **kwargs):
+            ran.append(name)
+            return close(*args, **kwargs)
+
+        return wrapper
+
+    stop_scheduler = pause.scheduler.stop
+    pause.backend_instance.stopping = fails
+    pause.scheduler.stop = fails
+    pause.manager.close = recorded("manager", pause.manager.close)
+    pause.ledger.close = recorded("ledger", pause.ledger.close)
+    await asyncio.wait_for(pause.stop_extension(), 60)
+    assert ran == ["manager", "ledger"]
+    failed = [r.getMessage() for r in caplog.records if "a step that fails" in str(r.exc_info)]
+    assert failed == [
+        "jupyter-pause: could not tell the backend while the server stops",
+        "jupyter-pause: could not stop the scheduler while the server stops",
+    ]
+    await stop_scheduler()  # what the failing step left running

@@ -70,3 +70,20 @@ def test_no_module_of_jupyter_pause_imports_itself_through_others():
     except graphlib.CycleError as e:
         circle = " -> ".join(e.args[1])
         raise AssertionError(f"an import circle: {circle}") from None
+
+
+def test_the_backends_do_not_import_the_hub_service():
+    """A single-user server's backend and the ``jupyter-pause-hub`` service both talk to
+    the Hub: what they share (``hub_api``) stands below both, so no backend reaches up
+    into the service's package."""
+    graph = import_graph()
+    reaching_up = {
+        (name, target)
+        for name, targets in graph.items()
+        if name.startswith("jupyter_pause.backends")
+        for target in targets
+        if target == "jupyter_pause.hub" or target.startswith("jupyter_pause.hub.")
+    }
+    assert not reaching_up
+    assert "jupyter_pause.hub_api" in graph["jupyter_pause.backends.jupyterhub"]
+    assert "jupyter_pause.hub_api" in graph["jupyter_pause.hub.service"]

@@ -17,7 +17,7 @@ from jupyter_pause.lifecycle import OperationInProgress, SessionStore, State
 from jupyter_pause.prediction import UNUSED_REASON
 from jupyter_pause.report.ahead import resume_ahead
 from jupyter_pause.schedule import ScheduleError, parse_resume_at
-from jupyter_pause.server.errors import PauseError
+from jupyter_pause.server.errors import Conflict, PauseError
 from jupyter_pause.server.kernels import KernelCallError
 from jupyter_pause.server.ports import Policies
 from jupyter_pause.server.scheduler import ResumeScheduler
@@ -253,7 +253,7 @@ async def test_only_a_paused_notebook_can_be_scheduled(tmp_path):
     await manager.sync()
     with pytest.raises(PauseError) as refused:
         manager.schedules.set(NB, time.time() + 60)
-    assert refused.value.status == 409 and "running" in str(refused.value)
+    assert isinstance(refused.value, Conflict) and "running" in str(refused.value)
     assert manager.store.sessions[NB].schedule is None
 
 

@@ -9,8 +9,8 @@ checkpoint fails nothing is released.  Then :meth:`JupyterHubBackend.release`
    (``state: stopping``, with each notebook's checkpoint), and
 2. asks the Hub to stop this very server
    (``DELETE /hub/api/users/{user}/server``) with the server's own token
-   (from then on SIGINT, LocalProcessSpawner's first stop signal, shuts the
-   server down in order like SIGTERM instead of ending it on the spot).
+   (SIGINT, LocalProcessSpawner's first stop signal, shuts the server down in
+   order like SIGTERM: :class:`jupyter_pause.server.app.PauseApp` sees to it).
    The token needs ``delete:servers!server``, which the Hub's default
    ``server`` role does not have: see docs/jupyterhub.md.
 
@@ -39,14 +39,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from traitlets import Bool, Float, Unicode, default
 
 from ..engine import durable
+from ..hub_api import ENV_HUB_URL, HubAPI, HubError, fetch_json
 from ..ledger import EventType
 from .base import BackendError, PauseBackend, ReleaseFacts, StartupReport, schedule_summary
 
@@ -99,12 +100,12 @@ class JupyterHubBackend(PauseBackend):
     ).tag(config=True)
     service_url = Unicode(
         help="the jupyter-pause-hub service as this server reaches it, which starts the "
-        "server for a scheduled resume; empty: $JUPYTER_PAUSE_HUB_URL"
+        f"server for a scheduled resume; empty: ${ENV_HUB_URL}"
     ).tag(config=True)
 
     @default("service_url")
     def _default_service_url(self):
-        return os.environ.get("JUPYTER_PAUSE_HUB_URL", "")
+        return os.environ.get(ENV_HUB_URL, "")
 
     @default("api_url")
     def _default_api_url(self):
@@ -136,8 +137,6 @@ class JupyterHubBackend(PauseBackend):
         return f"{self.user}/{self.server_name}"
 
     def hub(self):
-        from ..hub.api import HubAPI
-
         token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
         if not (self.api_url and self.user and token):
             raise BackendError(
@@ -172,12 +171,10 @@ class JupyterHubBackend(PauseBackend):
 
     async def hand_over_schedule(self, schedule: dict[str, Any]) -> None:
         """Give the service the scheduled resume: nothing in a stopped server can wake it."""
-        from ..hub.api import HubError, fetch_json
-
         if not self.service_url:
             raise BackendError(
                 "a scheduled resume needs the jupyter-pause-hub service to start this server "
-                "again, and its URL is not set (JUPYTER_PAUSE_HUB_URL, see docs/jupyterhub.md); "
+                f"again, and its URL is not set ({ENV_HUB_URL}, see docs/jupyterhub.md); "
                 "nothing was stopped: pause without a resume time, or ask the admin"
             )
         url = f"{self.service_url.rstrip('/')}/api/schedules/{self.user}/{self.server_name}"
@@ -204,7 +201,6 @@ class JupyterHubBackend(PauseBackend):
         )
         self._pause_task = asyncio.current_task()
         self._stop_signalled.clear()
-        previous_sigint = self._shut_down_gracefully_on_sigint()
         stop = asyncio.ensure_future(hub.stop_server(self.user, self.server_name))
         signalled = asyncio.ensure_future(self._stop_signalled.wait())
         try:
@@ -222,7 +218,6 @@ class JupyterHubBackend(PauseBackend):
             stop.cancel()
             error = str(failure) if failure else f"no answer within {self.stop_timeout:g} s"
             self._pause_task = None
-            signal.signal(signal.SIGINT, previous_sigint)
             self.write_state(state="failed", server=self.server, requested=requested, error=error)
             hint = ""
             if getattr(failure, "status", None) == 403:
@@ -251,8 +246,6 @@ class JupyterHubBackend(PauseBackend):
         when and why, so that its admin page says ``paused`` and not ``stopped``
         (``PUT api/pauses/{user}/{server}``).  Best effort, once the Hub has
         committed to the stop: the pause never waits long on it."""
-        from ..hub.api import HubError, fetch_json
-
         if not self.service_url:
             return
         url = f"{self.service_url.rstrip('/')}/api/pauses/{self.user}/{self.server_name}"
@@ -261,19 +254,6 @@ class JupyterHubBackend(PauseBackend):
             await fetch_json(url, os.environ.get("JUPYTERHUB_API_TOKEN", ""), "PUT", body, 5)
         except (HubError, OSError, TimeoutError) as e:
             self.log.warning("jupyter-pause: the hub service was not told of the pause: %s", e)
-
-    @staticmethod
-    def _shut_down_gracefully_on_sigint():
-        """LocalProcessSpawner stops a server with SIGINT first.  Without a
-        terminal Jupyter Server leaves SIGINT to Python, which ends the process
-        without any clean-up, so the pause could not be recorded: from now on,
-        treat SIGINT as the SIGTERM that Jupyter Server handles by shutting down
-        in order (extensions first, then kernels).  Returns the old handler."""
-
-        def on_sigint(signum, frame):
-            signal.raise_signal(signal.SIGTERM)
-
-        return signal.signal(signal.SIGINT, on_sigint)
 
     async def stopping(self) -> None:
         """The server shuts down.  After a pause, that is the Hub's stop: let the
@@ -329,10 +309,6 @@ class JupyterHubBackend(PauseBackend):
     async def publish_fleet(self, rows) -> str | None:
         """``PUT api/fleet/{user}/{server}`` at the service, with the server's token:
         the service keeps the rows, so the fleet counts this server while it is stopped."""
-        from urllib.parse import quote
-
-        from ..hub.api import HubError, fetch_json
-
         if not self.service_url:
             return None  # no jupyter-pause-hub service: no fleet on this hub
         url = (

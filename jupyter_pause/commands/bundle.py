@@ -110,7 +110,7 @@ def _import(args) -> int:
 
 def here(m: Manifest) -> bundle.Environment:
     """This environment: the Python that runs the command, torch and CUDA from package
-    metadata, the GPU from ``nvidia-smi`` (``$JUPYTER_PAUSE_FINGERPRINT`` overrides, as
+    metadata, the GPU from ``nvidia-smi`` (``compat.ENV_FINGERPRINT`` overrides, as
     for snapshots: compat.py), and each package the checkpoint needs. Nothing is imported."""
     from ..backends.kubernetes import compat
 

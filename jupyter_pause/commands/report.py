@@ -18,6 +18,8 @@ import argparse
 import os
 import sys
 
+from ..hub_api import ENV_HUB_URL, HubError, fetch_json
+
 
 def add_arguments(parser: argparse.ArgumentParser, name: str = "report") -> None:
     parser.add_argument(
@@ -56,9 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser, name: str = "report") -> None
     fleet.add_argument(
         "--hub",
         nargs="?",
-        const=os.environ.get("JUPYTER_PAUSE_HUB_URL", ""),
+        const=os.environ.get(ENV_HUB_URL, ""),
         metavar="SERVICE_URL",
-        help="the jupyter-pause-hub service (default: $JUPYTER_PAUSE_HUB_URL); the token "
+        help=f"the jupyter-pause-hub service (default: ${ENV_HUB_URL}); the token "
         "(--token, default $JUPYTERHUB_API_TOKEN) must be a Hub admin's or a service's",
     )
     fleet.add_argument(
@@ -141,11 +143,9 @@ def load_fleet(args: argparse.Namespace, now: float):
     if not args.hub:
         raise SystemExit(
             "jupyter pause report --fleet: say where the fleet is: --hub SERVICE_URL "
-            "(or $JUPYTER_PAUSE_HUB_URL) or --kubernetes"
+            f"(or ${ENV_HUB_URL}) or --kubernetes"
         )
     import asyncio
-
-    from ..hub.api import HubError, fetch_json
 
     url = args.hub.rstrip("/") + "/api/fleet"
     token = args.token or os.environ.get("JUPYTERHUB_API_TOKEN", "")

@@ -827,7 +827,7 @@ def restore(
     ``lazy=True`` returns once the graph and the small objects are back and reads large
     tensors in the background (engine/lazy.py); in a process that has not imported torch,
     what needs torch comes back after its import, also in the background. The default is
-    lazy in a kernel's own namespace unless ``$JUPYTER_PAUSE_RESTORE=eager``. Restoring
+    lazy in a kernel's own namespace unless ``lazy.ENV_RESTORE`` says ``eager``. Restoring
     names is always eager. ``handoff``: memory the server filled with this checkpoint's
     large files while the kernel started (engine/handoff.py), taken where it verifies
     (engine/handed.py).

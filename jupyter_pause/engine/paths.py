@@ -40,6 +40,8 @@ from pathlib import Path
 
 import xxhash
 
+from ..protocol import NOTEBOOK_ENV
+
 ENV_DIR = "JUPYTER_PAUSE_CHECKPOINT_DIR"
 ENV_CACHE = "JUPYTER_PAUSE_CHECKPOINT_CACHE"
 ENV_KEEP = "JUPYTER_PAUSE_KEEP"
@@ -167,16 +169,12 @@ def kernel_env(dir=None) -> dict[str, str]:
 
 def notebook_key(notebook: str | None = None) -> str:
     """The notebook's key: explicit, else its server-relative path
-    (``JUPYTER_PAUSE_NOTEBOOK``, set by jupyter-pause's kernel manager, so the
+    (``protocol.NOTEBOOK_ENV``, set by jupyter-pause's kernel manager, so the
     magics and the server agree), else ``JPY_SESSION_NAME`` (set by Jupyter
     Server; may be absolute), else 'default'."""
     if notebook:
         return str(notebook)
-    return (
-        os.environ.get("JUPYTER_PAUSE_NOTEBOOK")
-        or os.environ.get("JPY_SESSION_NAME")
-        or DEFAULT_NOTEBOOK
-    )
+    return os.environ.get(NOTEBOOK_ENV) or os.environ.get("JPY_SESSION_NAME") or DEFAULT_NOTEBOOK
 
 
 def owner() -> str:

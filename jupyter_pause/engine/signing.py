@@ -8,7 +8,7 @@ secret key and refuse to unpickle anything whose signature does not verify,
 unless the user explicitly says ``trust=True``.
 
 The key lives at ``<jupyter_data_dir()>/pause/secret`` with mode 0600, or wherever
-``$JUPYTER_PAUSE_KEY_FILE`` says (``c.PauseApp.key_file``: a mounted Kubernetes Secret, a
+``paths.ENV_KEY_FILE`` says (``c.PauseApp.key_file``: a mounted Kubernetes Secret, a
 file on the user's home volume; the server hands it to its kernels), and is created on
 first use (linked into place, never replacing one: two kernels starting together agree on
 one, and neither reads it half written).  The same key on every node is what lets any of

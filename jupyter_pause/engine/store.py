@@ -37,6 +37,7 @@ from typing import Any
 
 import xxhash
 
+from ..processes import pid_alive
 from . import paths, remote, signing
 from .durable import fsync_dir, makedirs
 from .errors import (
@@ -1153,17 +1154,6 @@ def referenced_files(nbdir: Path) -> set[str] | None:
             return None
         refs.update(m.files)
     return refs
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this id exists on this machine (someone else's counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def gc(nbdir: Path, locked_already: bool = False) -> int:

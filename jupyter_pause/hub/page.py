@@ -19,8 +19,8 @@ from jupyterhub.services.auth import HubOAuthenticated
 from prometheus_client import CONTENT_TYPE_LATEST
 from tornado import web
 
+from ..hub_api import HubError
 from ..report.fleet import FLEET_CSS, RowError
-from .api import HubError
 from .metrics import exposition
 from .policy import Refused, iso
 

@@ -51,8 +51,8 @@ from traitlets import Enum, Float, Int, Unicode, default
 from traitlets.config import Application
 
 from ..engine import durable
+from ..hub_api import HubAPI, HubError, fetch_json
 from ..version import __version__
-from .api import HubAPI, HubError, fetch_json
 from .fleet import FleetStore
 from .policy import FALLBACKS, Refused, decide, iso, retry_delay, schedule_problem
 

@@ -101,10 +101,14 @@ from typing import Any
 from ..capacity import IDLE, KEPT_UP, REUSED, SCALED_DOWN, CapacitySpan
 from ..formatting import format_bytes, format_time, text_table
 from ..ledger import EventType, Ledger, LedgerEvent
+from ..lifecycle import State
 from .ahead import ahead_text, any_ahead, resume_ahead
 
-ALLOCATED_STATES = ("running", "pausing", "restoring")
-RELEASED_STATES = ("paused", "resuming", "waiting-for-capacity")
+#: the replay's states are the lifecycle's, and one of its own: a kernel stopped outside
+#: a pause (the lifecycle's session has no state once its kernel is gone)
+STOPPED = "stopped"
+ALLOCATED_STATES = (State.RUNNING, State.PAUSING, State.RESTORING)
+RELEASED_STATES = (State.PAUSED, State.RESUMING, State.WAITING_FOR_CAPACITY)
 
 #: what a report over sessions that held no accelerator says
 NO_ACCELERATOR = (
@@ -112,7 +116,7 @@ NO_ACCELERATOR = (
     "counted (c.PauseApp.kernel_accelerators if they held some)."
 )
 
-STATES = (*ALLOCATED_STATES, *RELEASED_STATES, "stopped")
+STATES = (*ALLOCATED_STATES, *RELEASED_STATES, STOPPED)
 
 # Deletion events are not in the ledger's closed set yet; honour them once they are.
 _DELETED = tuple(
@@ -386,7 +390,10 @@ class SessionRecord:
     def current(self) -> PauseRecord | None:
         return self.pauses[-1] if self.pauses else None
 
-    def move(self, state: str, t: float) -> None:
+    def move(self, state: State | str, t: float) -> None:
+        """Into ``state`` (a lifecycle state, or ``STOPPED``) from ``t``; the timeline keeps
+        its plain value, as the JSON, CSV and pictures show it."""
+        state = state.value if isinstance(state, State) else state
         if state == self.state:
             return
         if self.state is not None and t > self.state_since:
@@ -427,77 +434,77 @@ def _apply(s: SessionRecord, ev: LedgerEvent) -> None:
             EventType.WAITING_FOR_CAPACITY,
             EventType.KERNEL_STOPPED,
         ):
-            s.move("running", start)
+            s.move(State.RUNNING, start)
         else:
-            s.move("paused", start)
+            s.move(State.PAUSED, start)
     st = s.state
     cur = s.current
     if T == EventType.CELL_EXECUTED:
         dur = float(d.get("duration", 0) or 0)
         s.cells.append((t - dur, t))
-        if st == "stopped":
-            s.move("running", t - dur)
+        if st == STOPPED:
+            s.move(State.RUNNING, t - dur)
     elif T == EventType.KERNEL_STARTED:
-        if st == "stopped":
-            s.move("running", t)
+        if st == STOPPED:
+            s.move(State.RUNNING, t)
         elif st in RELEASED_STATES:
-            s.move("restoring", t)
+            s.move(State.RESTORING, t)
             _close_wait(cur, t)
             _reacquired(cur, t)
     elif T == EventType.CAPACITY_ACQUIRED:
         if st in RELEASED_STATES:
-            s.move("restoring", t)
+            s.move(State.RESTORING, t)
             _reacquired(cur, t)
         _close_wait(cur, t)
     elif T == EventType.WAITING_FOR_CAPACITY:
         if st in RELEASED_STATES:
-            s.move("waiting-for-capacity", t)
+            s.move(State.WAITING_FOR_CAPACITY, t)
         if cur is not None and cur.waiting_since is None:
             cur.waiting_since = t
     elif T == EventType.RESUME_REQUESTED:
         if cur is None or cur.resume_requested is not None:
             cur = s.new_pause(None)
         cur.resume_requested = t
-        if st == "paused":
-            s.move("resuming", t)
+        if st == State.PAUSED:
+            s.move(State.RESUMING, t)
     elif T == EventType.FIRST_CELL_RUNNABLE:
         _close_wait(cur, t)
         if cur is not None and cur.resume_requested is not None and cur.runnable is None:
             cur.runnable = t
         if st in RELEASED_STATES:
             _reacquired(cur, t)
-        if st in (*RELEASED_STATES, "restoring", "stopped"):
-            s.move("running", t)
+        if st in (*RELEASED_STATES, State.RESTORING, STOPPED):
+            s.move(State.RUNNING, t)
     elif T == EventType.PAUSE_REQUESTED:
         if st in ALLOCATED_STATES:
             s.new_pause(t, auto=bool(d.get("auto", False)), reason=str(d.get("reason", "") or ""))
-            s.move("pausing", t)
+            s.move(State.PAUSING, t)
     elif T in (EventType.ACCELERATOR_RELEASED, EventType.PAUSED):
         if st in ALLOCATED_STATES:
-            if st != "pausing" or cur is None or cur.released is not None:
+            if st != State.PAUSING or cur is None or cur.released is not None:
                 cur = s.new_pause(None)
             cur.released = t
             cur.gpus = s.gpus
-            s.move("paused", t)
+            s.move(State.PAUSED, t)
     elif T == EventType.KERNEL_STOPPED:
         resuming = cur is not None and cur.resume_requested is not None and cur.runnable is None
-        if st == "restoring" and resuming:
-            s.move("paused", t)  # a failed restore stopped the kernel it had started
-        elif st in ("running", "restoring"):
-            s.move("stopped", t)
+        if st == State.RESTORING and resuming:
+            s.move(State.PAUSED, t)  # a failed restore stopped the kernel it had started
+        elif st in (State.RUNNING, State.RESTORING):
+            s.move(STOPPED, t)
     elif T == EventType.OPERATION_FAILED:
         op = str(d.get("operation", "") or "")
-        if st == "pausing" and op in ("pause", ""):
+        if st == State.PAUSING and op in ("pause", ""):
             if cur is not None:
                 cur.failed = True
-            s.move("running", t)
+            s.move(State.RUNNING, t)
         elif op == "resume" and cur is not None and cur.resume_requested is not None:
             cur.resume_failed = True
             _close_wait(cur, t)
-            if st in ("resuming", "waiting-for-capacity"):
-                s.move("paused", t)
-            elif st == "restoring":
-                s.move("running", t)
+            if st in (State.RESUMING, State.WAITING_FOR_CAPACITY):
+                s.move(State.PAUSED, t)
+            elif st == State.RESTORING:
+                s.move(State.RUNNING, t)
     elif T == EventType.RESTORE_FINISHED:
         if cur is not None and cur.resume_requested is not None and cur.runnable is None:
             cur.restored_from = str(d.get("restored_from", "checkpoint") or "checkpoint")
@@ -507,7 +514,7 @@ def _apply(s: SessionRecord, ev: LedgerEvent) -> None:
     elif T == EventType.CHECKPOINT_FINISHED:
         nbytes = int(d.get("bytes", 0) or 0)
         s.checkpoints.append((t, nbytes))
-        if st == "pausing" and cur is not None:
+        if st == State.PAUSING and cur is not None:
             cur.checkpoint_bytes = nbytes
             cur.lost = sorted(d.get("skipped") or [])
     elif T == EventType.SNAPSHOT_READY:

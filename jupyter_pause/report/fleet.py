@@ -25,7 +25,16 @@ from typing import Any
 
 from ..capacity import OUTCOMES
 from ..formatting import format_bytes, format_time, text_table
-from .build import ALLOCATED_STATES, RELEASED_STATES, STATES, Report, split_released, stats
+from ..lifecycle import State
+from .build import (
+    ALLOCATED_STATES,
+    RELEASED_STATES,
+    STATES,
+    STOPPED,
+    Report,
+    split_released,
+    stats,
+)
 
 #: resume latencies a row keeps (its notebook's latest ones)
 MAX_LATENCIES = 32
@@ -100,7 +109,7 @@ class FleetRow:
         return replace(
             self,
             as_of=max(t, self.as_of),
-            state="paused",
+            state=State.PAUSED.value,
             allocated_s=self.allocated_s + held,
             pauses=self.pauses + 1,
         )
@@ -204,7 +213,7 @@ def rows_from_report(report: Report, server: str) -> list[FleetRow]:
                 path=s.path,
                 workload_class=s.workload_class,
                 as_of=report.until,
-                state=last.state if last else "stopped",
+                state=last.state if last else STOPPED,
                 gpus=last.gpus if last else s.most_gpus,
                 allocated_s=c.allocated,
                 active_s=c.active,

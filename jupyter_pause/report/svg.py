@@ -12,14 +12,18 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from html import escape
 
+from ..lifecycle import State
+from .build import STOPPED
+
+#: the replay's states (report/build.py), by their plain values: the legend shows them
 STATE_COLORS = {
-    "running": "#2e7d32",
-    "pausing": "#f9a825",
-    "restoring": "#7cb342",
-    "paused": "#b0bec5",
-    "resuming": "#64b5f6",
-    "waiting-for-capacity": "#e53935",
-    "stopped": "#eceff1",
+    State.RUNNING.value: "#2e7d32",
+    State.PAUSING.value: "#f9a825",
+    State.RESTORING.value: "#7cb342",
+    State.PAUSED.value: "#b0bec5",
+    State.RESUMING.value: "#64b5f6",
+    State.WAITING_FOR_CAPACITY.value: "#e53935",
+    STOPPED: "#eceff1",
 }
 SERIES_COLORS = ["#1565c0", "#2e7d32", "#9e9e9e", "#f9a825", "#6a1b9a", "#e53935"]
 FONT = 'font-family="system-ui, sans-serif" font-size="11"'

@@ -121,7 +121,7 @@ class PauseApp(ExtensionApp):
         config=True,
         help="With a bucket as checkpoint_dir: the local folder checkpoints are written to "
         "first (at disk speed) and restored from when they are already there. "
-        "Default: $JUPYTER_PAUSE_CHECKPOINT_CACHE, else a private folder in <jupyter data dir>/pause.",
+        f"Default: ${checkpoint_paths.ENV_CACHE}, else a private folder in <jupyter data dir>/pause.",
     )
     key_file = Unicode(
         config=True,
@@ -761,9 +761,19 @@ class PauseApp(ExtensionApp):
             self._stop_task = asyncio.ensure_future(self._stop())
         await asyncio.shield(self._stop_task)
 
+    @contextlib.contextmanager
+    def _stop_step(self, what: str):
+        """One step of the stop: one that fails is logged, and the others run all the same
+        (Jupyter Server halts if ``stop_extension`` raises)."""
+        try:
+            yield
+        except Exception:
+            self.log.exception("jupyter-pause: could not %s while the server stops", what)
+
     async def _stop(self):
         """Called by Jupyter Server before it shuts kernels down: pause every live
         notebook (within ``shutdown_grace``), then close."""
+        step = self._stop_step
         startup = getattr(self, "_startup_task", None)
         if startup is not None:
             # a stop right after the start: the loops and leases that the start-up
@@ -771,31 +781,38 @@ class PauseApp(ExtensionApp):
             # running on a closed loop, a close that waited for it)
             await asyncio.gather(startup, return_exceptions=True)
         if getattr(self, "metrics", None) is not None:
-            REGISTRY.unregister(self.metrics)
+            with step("unregister the metrics"):
+                REGISTRY.unregister(self.metrics)
             self.metrics = None
         if getattr(self, "idle_watcher", None) is not None:
-            self.idle_watcher.stop()  # no new auto-pause while the server stops
+            with step("stop the idle watcher"):
+                self.idle_watcher.stop()  # no new auto-pause while the server stops
         if getattr(self, "autosaver", None) is not None:
-            await self.autosaver.close()  # nor a new autosave
+            with step("stop the autosaves"):
+                await self.autosaver.close()  # nor a new autosave
         if getattr(self, "notices", None) is not None:
-            await self.notices.close()
+            with step("stop the notice watcher"):
+                await self.notices.close()
         backend = getattr(self, "backend_instance", None)
         if backend is not None:
-            await backend.stopping()
+            with step("tell the backend"):
+                await backend.stopping()
         if getattr(self, "scheduler", None) is not None:
-            await self.scheduler.stop()
+            with step("stop the scheduler"):
+                await self.scheduler.stop()
         manager = getattr(self, "manager", None)
         if manager is not None:
             if self.shutdown_grace > 0:
-                try:
+                with step("save the notebooks"):  # the server must stop all the same
                     await save_all(manager, self.shutdown_grace, self.shutdown_concurrency)
-                except Exception:  # the server must stop all the same
-                    self.log.exception("jupyter-pause: could not save the notebooks")
             if getattr(self, "fleet", None) is not None:
-                await self.fleet.close()  # last: the pauses and saves just recorded
-            await manager.close()
+                with step("publish the fleet"):
+                    await self.fleet.close()  # last: the pauses and saves just recorded
+            with step("close the manager"):
+                await manager.close()
         if getattr(self, "shared", None) is not None:
-            await self.shared.close()  # after the saves: their records are written first
+            with step("close the shared sessions"):
+                await self.shared.close()  # after the saves: their records are written first
         if self.key_file and hasattr(self, "_key_env_before"):
             if self._key_env_before is None:
                 os.environ.pop(checkpoint_paths.ENV_KEY_FILE, None)
@@ -805,7 +822,9 @@ class PauseApp(ExtensionApp):
         if hibernator is not None and not hibernator.touched:
             # else kept: Jupyter stops the kernels next, and those it checkpointed are
             # locked and checkpointed once more first (the helper ends with the server)
-            await hibernator.close()
+            with step("close the GPU helper"):
+                await hibernator.close()
         ledger = getattr(self, "ledger", None)
         if ledger is not None:
-            ledger.close()
+            with step("close the ledger"):
+                ledger.close()

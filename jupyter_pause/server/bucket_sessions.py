@@ -50,7 +50,7 @@ from ..engine.session_record import (
     Stored,
 )
 from ..lifecycle import BUSY_STATES, Operation, Session, SessionStore, State
-from .errors import PauseError
+from .errors import Conflict, Unavailable
 from .staging import describe_final_save, final_save
 
 #: what a record says of a notebook in each lifecycle state
@@ -343,10 +343,10 @@ class BucketSessions:
             return  # never shared: this server's own
         theirs = current.record
         if theirs is None:
-            raise PauseError(f"{path!r} cannot be resumed here: {current.problem.reason}", 409)
+            raise Conflict(f"{path!r} cannot be resumed here: {current.problem.reason}")
         now = self.clock.time()
         if theirs.held_by_other(self.node, now, self.hold_timeout):
-            raise PauseError(self._held_message(path, theirs), 409)
+            raise Conflict(self._held_message(path, theirs))
         session = self.store.sessions.get(path)
         intent = dict(self.intent(session) or {}) if session else {}
         intent.update(state="resuming", checkpoint=intent.get("checkpoint") or theirs.checkpoint)
@@ -371,7 +371,7 @@ class BucketSessions:
                 why = self._held_message(path, winner)
             else:
                 why = f"{path!r} changed on another server, {winner.where}, meanwhile; try again"
-            raise PauseError(why, 409) from None
+            raise Conflict(why) from None
         self.published[path] = {**intent, "state": "resuming"}
         self.detached.discard(path)
 
@@ -393,7 +393,7 @@ class BucketSessions:
         try:
             return await self.records.read(path, key)
         except RemoteStoreError as e:
-            raise PauseError(str(e), 503) from e
+            raise Unavailable(str(e)) from e
 
     # ------------------------------------------------------- the notebook file
 

@@ -22,7 +22,7 @@ from ..engine.errors import CheckpointError, RemoteStoreError
 from ..engine.paths import id_time
 from ..ledger import EventType
 from ..lifecycle import OperationInProgress, Session, SessionStore
-from .errors import PauseError
+from .errors import Conflict, NotFound, PauseError, Unavailable
 from .recorder import Recorder
 
 #: seconds a request waits for a notebook's checkpoint lock held by another
@@ -62,9 +62,9 @@ class Catalogue:
         try:
             return await asyncio.to_thread(function, *args, **kwargs)
         except ValueError as e:
-            raise PauseError(f"refusing to use the checkpoint folder: {e}", status=409) from e
+            raise Conflict(f"refusing to use the checkpoint folder: {e}") from e
         except RemoteStoreError as e:  # the bucket behind the folder: say so, not 500
-            raise PauseError(str(e), status=503) from e
+            raise Unavailable(str(e)) from e
 
     async def store_problem(self) -> str | None:
         """Why the checkpoint store cannot be used now (a missing bucket, refused
@@ -141,7 +141,7 @@ class Catalogue:
             raise PauseError(f"{checkpoint_id!r} is not a checkpoint id (like 2026-11-30T18-02-11)")
         listed = {c["id"]: c for c in await self.list_checkpoints(path)}
         if checkpoint_id not in listed:
-            raise PauseError(f"{path!r} has no checkpoint {checkpoint_id!r}", status=404)
+            raise NotFound(f"{path!r} has no checkpoint {checkpoint_id!r}")
         checkpoint = listed[checkpoint_id]
         session = self.store.get(path)
         if (session.last_checkpoint or {}).get("id") != checkpoint_id:
@@ -171,7 +171,7 @@ class Catalogue:
             raise OperationInProgress(path, session.operation)
         listed = {c["id"]: c for c in await self.list_checkpoints(path)}
         if checkpoint_id not in listed:
-            raise PauseError(f"{path!r} has no checkpoint {checkpoint_id!r}", status=404)
+            raise NotFound(f"{path!r} has no checkpoint {checkpoint_id!r}")
         await self.in_thread(
             checkpoint_store.delete_checkpoint,
             dir=self.checkpoint_dir,

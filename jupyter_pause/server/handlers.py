@@ -28,7 +28,7 @@ from ..engine.errors import (
 )
 from ..lifecycle import OperationInProgress
 from ..schedule import ScheduleError, parse_resume_at
-from .errors import PauseError
+from .errors import Conflict, NotFound, PauseError, Unavailable
 from .reconcile import RestoreDamage
 from .unsaveable import unsaveable
 
@@ -40,6 +40,22 @@ MAX_ID = 2**63 - 1
 MAX_TIME = 253402300799.0
 
 
+#: the HTTP status of each error a handler answers with, by type: the first that matches
+STATUS_OF_ERROR: tuple[tuple[type[Exception], int], ...] = (
+    (NotFound, 404),
+    (Conflict, 409),
+    (Unavailable, 503),
+    (PauseError, 400),
+    (OperationInProgress, 409),
+    (CheckpointNotFound, 404),
+    (StoreBusy, 409),
+    (ForeignCheckpoint, 403),
+    (RemoteStoreError, 503),  # the bucket behind the store: not the request's fault
+    (CheckpointError, 400),
+)
+TRANSLATED = tuple(kind for kind, _ in STATUS_OF_ERROR)
+
+
 def translate_errors(method):
     """Map domain exceptions to HTTP answers with a message the user can act on."""
 
@@ -47,20 +63,12 @@ def translate_errors(method):
     async def wrapper(self, *args, **kwargs):
         try:
             return await method(self, *args, **kwargs)
-        except PauseError as e:
-            self.send_failure(e.status, str(e))
-        except OperationInProgress as e:
-            self.send_failure(409, str(e), operation=e.operation.to_json())
-        except CheckpointNotFound as e:
-            self.send_failure(404, str(e))
-        except StoreBusy as e:
-            self.send_failure(409, str(e))
-        except ForeignCheckpoint as e:
-            self.send_failure(403, str(e))
-        except RemoteStoreError as e:  # the bucket behind the store: not the request's fault
-            self.send_failure(503, str(e))
-        except CheckpointError as e:
-            self.send_failure(400, str(e))
+        except TRANSLATED as e:
+            status = next(code for kind, code in STATUS_OF_ERROR if isinstance(e, kind))
+            extra = {}
+            if isinstance(e, OperationInProgress):
+                extra["operation"] = e.operation.to_json()
+            self.send_failure(status, str(e), **extra)
 
     return wrapper
 
@@ -209,7 +217,7 @@ class ScheduleHandler(PauseHandler):
         path = await self.path_argument(self.get_query_argument("path", None))
         await self.manager.recovered.wait()
         if not self.schedules.cancel(path, "cancelled by the user"):
-            raise PauseError(f"{path!r} has no scheduled resume", status=404)
+            raise NotFound(f"{path!r} has no scheduled resume")
         self.set_status(204)
         self.finish()
 
@@ -376,7 +384,7 @@ class ActivityHandler(PauseHandler):
     async def get(self):
         watcher = self.idle_watcher
         if watcher is None:
-            raise PauseError("auto-pause is off (PauseApp.auto_pause = False)", status=404)
+            raise NotFound("auto-pause is off (PauseApp.auto_pause = False)")
         self.write_json(await watcher.report())
 
 
@@ -387,7 +395,7 @@ class PostponeHandler(PauseHandler):
         path = await self.path_argument(self.body().get("path"))
         watcher = self.idle_watcher
         if watcher is None:
-            raise PauseError("auto-pause is off (PauseApp.auto_pause = False)", status=409)
+            raise Conflict("auto-pause is off (PauseApp.auto_pause = False)")
         await self.manager.sync()
         self.write_json({"path": path, "idle_clock_started": watcher.postpone(path)})
 

@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..engine.store import pid_alive
 from ..formatting import format_bytes
 from ..hibernate.client import Helper, HelperError
 from ..hibernate.driver import GpuProcess, ProcessState
+from ..processes import pid_alive
 from ..protocol import HibernationFacts
 
 #: host memory kept free beside the GPU memory a hibernate moves there

@@ -23,7 +23,7 @@ from ..idle_policy import ActivityFacts, Verdict, WorkloadClass, judge
 from ..ledger import EventType
 from ..lifecycle import OperationInProgress, State
 from .classify import WorkloadClassifier
-from .errors import PauseError
+from .errors import Conflict, PauseError
 
 #: the states whose idleness the watcher judges: a hibernated kernel is paused once idle
 #: for its class's threshold (its pause wakes it first)
@@ -194,7 +194,7 @@ class IdleWatcher:
         """ "Keep running": the idle clock starts again now."""
         activity = self.activity.for_path(path)
         if activity is None:
-            raise PauseError(f"{path!r} has no running kernel", status=409)
+            raise Conflict(f"{path!r} has no running kernel")
         activity.reset_clock()
         self._warned.discard(path)
         session = self.store.get(path)

@@ -24,12 +24,13 @@ from jupyter_server.services.kernels.kernelmanager import ServerKernelManager
 from traitlets import Callable as CallableTrait
 from traitlets import Dict
 
-from ..protocol import PROGRESS_MIME, CallProgress
-
-NOTEBOOK_ENV = "JUPYTER_PAUSE_NOTEBOOK"
-SERVER_URL_ENV = "JUPYTER_PAUSE_SERVER_URL"
-SERVER_TOKEN_ENV = "JUPYTER_PAUSE_SERVER_TOKEN"
-
+from ..protocol import (
+    NOTEBOOK_ENV,
+    PROGRESS_MIME,
+    SERVER_TOKEN_ENV,
+    SERVER_URL_ENV,
+    CallProgress,
+)
 
 #: Seconds between two looks at whether a kernel we wait on is still alive.
 DEATH_POLL_INTERVAL = 0.5

@@ -54,7 +54,7 @@ from .bucket_sessions import BucketSessions
 from .capacity import ResumeGate, machine_limit
 from .catalogue import Catalogue
 from .classify import WorkloadClassifier
-from .errors import PauseError
+from .errors import Conflict, NotFound, PauseError, Unavailable
 from .explain import status_rows
 from .hibernate import Hibernation, Hibernator, Refused, Stuck
 from .kernels import KernelCallError, KernelDied, call_in_kernel
@@ -200,7 +200,7 @@ class PauseManager:
         if clean.startswith("..") or "\x00" in clean or os.path.isabs(clean):
             raise PauseError(f"path {path!r} is outside the server's root directory")
         if clean not in self.store.sessions and not await self._notebook_exists(clean):
-            raise PauseError(f"no notebook at {clean!r}", status=404)
+            raise NotFound(f"no notebook at {clean!r}")
         return clean
 
     # ----------------------------------------------------------------- status
@@ -264,7 +264,7 @@ class PauseManager:
             for session in self.store.sessions.values():
                 if session.operation and session.operation.id == operation_id:
                     return session.operation
-            raise PauseError(f"no operation {operation_id!r}", status=404)
+            raise NotFound(f"no operation {operation_id!r}")
         return op
 
     # ------------------------------------------------------------ operations
@@ -288,9 +288,9 @@ class PauseManager:
                 "resume": "only a paused notebook resumes",
                 "wake": "only a hibernated notebook wakes",
             }.get(kind, "not running")
-            raise PauseError(f"{path!r} is {session.state.value}; {wanted}", status=409)
+            raise Conflict(f"{path!r} is {session.state.value}; {wanted}")
         if kind != "resume" and path not in live:
-            raise PauseError(f"{path!r} has no running kernel to {kind}", status=409)
+            raise Conflict(f"{path!r} has no running kernel to {kind}")
         if kind not in ("resume", "wake"):
             await self.reconciler.refuse_second_session(path, live[path], kind)
         return session, live
@@ -317,10 +317,9 @@ class PauseManager:
             try:
                 await self._wait_idle(kernel["id"], BUSY_GRACE)
             except PauseError:
-                raise PauseError(
+                raise Conflict(
                     f"the kernel of {path!r} is busy running a cell; wait for it to finish, "
                     "or pause with force to interrupt it",
-                    status=409,
                 ) from None
         extra = {"upload_by": upload_by} if upload_by is not None else {}
         op = self._begin(
@@ -358,19 +357,16 @@ class PauseManager:
         --hibernate``). Refused at once where the server cannot, or the kernel is busy;
         the operation fails, naming why, where the kernel or its GPU use cannot."""
         if not self.hibernator.ready:
-            raise PauseError(
-                f"this server cannot hibernate kernels: {self.hibernator.why_not}", status=409
-            )
+            raise Conflict(f"this server cannot hibernate kernels: {self.hibernator.why_not}")
         session, live = await self._prepare(path, "hibernate")
         kernel = live[path]["kernel"]
         if kernel.get("execution_state") == "busy" and not after_cell:
             try:
                 await self._wait_idle(kernel["id"], BUSY_GRACE)
             except PauseError:
-                raise PauseError(
+                raise Conflict(
                     f"the kernel of {path!r} is busy running a cell: only an idle kernel "
                     "hibernates",
-                    status=409,
                 ) from None
         op = self._begin(path, "hibernate", after_cell=after_cell, auto=auto)
         self._spawn(self._run_hibernate(self.store.sessions[path], op), op)
@@ -424,7 +420,7 @@ class PauseManager:
             if session.state != State.HIBERNATED:
                 return
             if woken:  # the wake ended and the kernel is still hibernated: why
-                raise PauseError(session.error or "the kernel could not be woken", status=409)
+                raise Conflict(session.error or "the kernel could not be woken")
             try:
                 await self.wake(session.path, by="cell")
             except OperationInProgress:
@@ -449,18 +445,16 @@ class PauseManager:
             available = [c["id"] for c in await self.catalogue.list_checkpoints(path)]
             if not await self._notebook_exists(path):
                 kept = f"Its checkpoints are kept ({', '.join(available)}): " if available else ""
-                raise PauseError(
+                raise NotFound(
                     f"the notebook {path!r} was deleted, so it cannot be resumed. {kept}"
                     f"to restore one into another notebook, run `%restore --notebook {path} "
                     "[checkpoint id]` there.",
-                    status=404,
                 )
             if not available:
-                raise PauseError(f"{path!r} has no checkpoint to resume from", status=409)
+                raise Conflict(f"{path!r} has no checkpoint to resume from")
             if checkpoint_id is not None and checkpoint_id not in available:
-                raise PauseError(
+                raise NotFound(
                     f"{path!r} has no checkpoint {checkpoint_id!r}; it has {', '.join(available)}",
-                    status=404,
                 )
             if session.busy:  # claimed while we listed (a thread), by another request
                 raise OperationInProgress(path, session.operation)
@@ -498,15 +492,14 @@ class PauseManager:
         await self.sync()
         session = self.store.get(path)
         if session.state not in (State.PAUSED, State.FAILED) or session.busy:
-            raise PauseError(
+            raise Conflict(
                 f"{path!r} is {session.state.value}; only a paused notebook gets a spare kernel",
-                status=409,
             )
         self._read_ahead(path)
         try:
             return await self.prewarmer.start(path, session.kernel_name)
         except Exception as e:  # e.g. its kernelspec is gone: the resume will say so too
-            raise PauseError(f"could not start a spare kernel for {path!r}: {e}", 503) from e
+            raise Unavailable(f"could not start a spare kernel for {path!r}: {e}") from e
 
     def _begin(self, path: str, kind: str, **options: Any) -> Operation:
         """Claim the session (single flight); a claim that cannot be persisted
@@ -514,7 +507,7 @@ class PauseManager:
         try:
             op = self.store.begin(path, kind, owner=self.owner, **options)
         except PersistenceError as e:
-            raise PauseError(str(e), status=503) from e
+            raise Unavailable(str(e)) from e
         self.operations[op.id] = op
         return op
 
@@ -716,7 +709,7 @@ class PauseManager:
         await asyncio.sleep(0.1)
         while self.execution_state(kernel_id) == "busy":
             if time.monotonic() > deadline:
-                raise PauseError(f"the kernel stayed busy for {timeout:.0f} s", status=409)
+                raise Conflict(f"the kernel stayed busy for {timeout:.0f} s")
             await asyncio.sleep(0.1)
 
     async def _checkpoint(

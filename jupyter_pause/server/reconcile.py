@@ -22,7 +22,7 @@ from ..lifecycle import LiveState, LostState, Operation, Session, SessionStore, 
 from .activity import ActivityMonitor
 from .catalogue import Catalogue
 from .classify import WorkloadClassifier
-from .errors import PauseError
+from .errors import Conflict, PauseError
 from .prewarm import Prewarmer
 from .recorder import Recorder
 from .schedules import Schedules
@@ -415,10 +415,9 @@ class Reconciler:
             or op.id != damage.operation_id
             or session.state_checkpoint != damage.checkpoint_id
         ):
-            raise PauseError(
+            raise Conflict(
                 f"{path!r} is not restored from checkpoint {damage.checkpoint_id!r} by resume "
                 f"{damage.operation_id!r} now: an operation has run since",
-                status=409,
             )
         for name, older in sorted(damage.recovered.items()):
             op.messages.append(
@@ -446,14 +445,13 @@ class Reconciler:
         ]
         if others:
             other = others[0]
-            raise PauseError(
+            raise Conflict(
                 f"refusing to {kind} {path!r}: it has two Jupyter sessions, whose kernels "
                 f"are {model['kernel']['id']} (the notebook's, holding its state) and "
                 f"{other['kernel']['id']} (started beside it by another client, "
                 f"session {other['id']}); a {kind} would save only one and leave the other "
                 f"running. Shut that session down (DELETE /api/sessions/{other['id']}) "
                 f"and {kind} again",
-                status=409,
             )
 
     async def kernel_for_resume(self, session: Session, op: Operation) -> tuple[str, bool]:

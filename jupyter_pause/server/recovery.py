@@ -18,7 +18,6 @@ import time
 from collections.abc import Mapping
 
 from ..clock import Clock, StampAges
-from ..engine import store as checkpoint_store
 from ..ledger import EventType
 from ..lifecycle import (
     LEASE_INTERVAL,
@@ -31,6 +30,7 @@ from ..lifecycle import (
     SessionStore,
     State,
 )
+from ..processes import pid_alive
 from .activity import ActivityMonitor
 from .catalogue import Catalogue
 from .errors import PauseError
@@ -101,7 +101,7 @@ class Recovery:
         host, _, rest = op.owner.partition(":")
         pid = rest.partition(":")[0]
         if host == socket.gethostname() and pid.isdigit():
-            return int(pid) == os.getpid() or not checkpoint_store.pid_alive(int(pid))
+            return int(pid) == os.getpid() or not pid_alive(int(pid))
         return self._lease_ages.age(session.path, op.heartbeat) > LEASE_TIMEOUT
 
     async def recover(self) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from ..ledger import EventType
 from ..lifecycle import OPERATION_STATES, Session, SessionStore
 from ..schedule import ResumeSchedule
-from .errors import PauseError
+from .errors import Conflict, Unavailable
 from .recorder import Recorder
 
 
@@ -53,8 +53,8 @@ class Schedules:
         if not (pausing or resumable):
             what = session.operation.kind + " under way" if session and session.busy else None
             state = what or (session.state.value if session else "not paused")
-            raise PauseError(
-                f"{path!r} is {state}; only a paused notebook can be scheduled to resume", 409
+            raise Conflict(
+                f"{path!r} is {state}; only a paused notebook can be scheduled to resume"
             )
         previous = session.schedule
         schedule = ResumeSchedule(
@@ -65,7 +65,7 @@ class Schedules:
             self.store.save()
         except OSError as e:
             session.schedule = previous
-            raise PauseError(f"could not record the schedule of {path!r}: {e}", 503) from e
+            raise Unavailable(f"could not record the schedule of {path!r}: {e}") from e
         if previous:
             self.record_cancel(session, previous, "replaced by a new schedule")
         self.recorder.record(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from .errors import PauseError
+from .errors import Conflict
 from .kernels import KernelCallError, call_in_kernel
 from .manager import BUSY_GRACE
 
@@ -16,22 +16,21 @@ async def unsaveable(manager, path: str) -> dict[str, str]:
     kernel before a person pauses by hand.  A read: the sessions are not touched."""
     live = await manager.jupyter_sessions()
     if path not in live:
-        raise PauseError(f"{path!r} has no running kernel", status=409)
+        raise Conflict(f"{path!r} has no running kernel")
     kernel_id = live[path]["kernel"]["id"]
     if manager.hibernated(kernel_id):  # its objects' GPU memory is not there to look at
-        raise PauseError(
+        raise Conflict(
             f"the kernel of {path!r} is hibernated; a pause wakes it first, and a cell too",
-            status=409,
         )
     # as a pause does, wait a moment: the busy may be the end of a cell, or of this
     # read's own previous call, that the server's IOPub listener has not seen end yet
     deadline = time.monotonic() + BUSY_GRACE
     while manager.execution_state(kernel_id) == "busy":
         if time.monotonic() > deadline:
-            raise PauseError(f"the kernel of {path!r} is busy running a cell", status=409)
+            raise Conflict(f"the kernel of {path!r} is busy running a cell")
         await asyncio.sleep(0.1)
     try:
         km = manager.kernel_manager.get_kernel(kernel_id)
         return await call_in_kernel(km, "unsaveable", timeout=min(60, manager.kernel_call_timeout))
     except (KernelCallError, KeyError) as e:
-        raise PauseError(f"could not ask the kernel of {path!r}: {e}", status=409) from e
+        raise Conflict(f"could not ask the kernel of {path!r}: {e}") from e

@@ -254,6 +254,305 @@ class _S:
     deferred: bool = False  # the user came while an unused resume was being paused again
 
 
+@dataclass(frozen=True)
+class _Rules:
+    """What one run of :func:`simulate_threshold` holds fixed."""
+
+    threshold_s: float | None  # None: never pause
+    pool: int | None  # None: unlimited
+    costs: Costs
+    policy: ResumePolicy
+    interruption_s: float
+    short_break_s: float
+
+
+@dataclass
+class _Tally:
+    """What one run counts, in seconds and accelerator-seconds."""
+
+    allocated: float = 0.0
+    released: float = 0.0
+    pauses: int = 0
+    interruptions: int = 0
+    short: int = 0
+    queued: int = 0
+    queue_wait: float = 0.0
+    max_queue: int = 0
+    unserved: int = 0
+    in_use: int = 0
+    peak: int = 0
+    written: float = 0.0
+    ahead: int = 0
+    hits: int = 0
+    late: int = 0
+    came_first: int = 0
+    unused: int = 0
+    no_prediction: int = 0
+    extra_held: float = 0.0
+    waits: list[float] = field(default_factory=list)  # resume request -> runnable
+    start_waits: list[float] = field(default_factory=list)  # session start -> runnable
+
+
+class _Run:
+    """The event loop of one threshold under one policy: a heap of ``(time, seq, kind,
+    session)`` events, one handler per kind, the pool's FIFO queue and a tally."""
+
+    def __init__(self, sims: list[_S], rules: _Rules) -> None:
+        self.sims = sims
+        self.rules = rules
+        self.costs = rules.costs
+        self.policy = rules.policy
+        self.expected_resume_s = self.costs.restore_s + self.costs.median_capacity_wait()
+        self.heap: list[tuple[float, int, str, int]] = []
+        self.seq = 0
+        self.free: float = rules.pool if rules.pool is not None else math.inf
+        self.queue: deque[int] = deque()
+        self.expired: list[int] = []
+        self.tally = _Tally()
+
+    def run(self) -> _Tally:
+        handlers = {
+            "request": self.enqueue,  # the session starts
+            "return": self.on_return,
+            "ahead": self.on_ahead,
+            "ready": self.on_ready,
+            "unused": self.on_unused,
+            "pause": self.on_pause,
+            "released": self.on_released,
+            "end": self.on_end,
+        }
+        for i, s in enumerate(self.sims):
+            s.req_time = s.enqueued = s.ts.start
+            self.push(s.ts.start, "request", i)
+        while self.heap:
+            t, _, kind, i = heapq.heappop(self.heap)
+            handlers[kind](i, t)
+        self.settle()
+        return self.tally
+
+    # --- the pool and the timeline
+
+    def push(self, t: float, kind: str, i: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, i))
+
+    def try_assign(self, t: float) -> None:
+        acc, queue = self.tally, self.queue
+        while queue:
+            i = queue[0]
+            s = self.sims[i]
+            if t >= s.ts.end:  # the session ended while it waited: unserved
+                queue.popleft()
+                self.expired.append(i)
+                continue
+            if self.free < s.ts.gpus:
+                break
+            queue.popleft()
+            g = s.ts.gpus
+            self.free -= g
+            acc.in_use += g
+            acc.peak = max(acc.peak, acc.in_use)
+            s.holding, s.alloc_start = True, t
+            if t - s.enqueued > 1e-9 and s.req_kind == "resume":
+                acc.queued += 1
+                acc.queue_wait += t - s.enqueued
+            if s.ahead == "queued":
+                s.ahead = "restoring"
+            delay = self.costs.draw_capacity_wait(s.rng)
+            if s.req_kind in ("resume", "ahead"):
+                delay += self.costs.restore_s
+            self.push(t + delay, "ready", i)
+
+    def release(self, i: int, t: float) -> None:
+        s = self.sims[i]
+        if not s.holding:
+            return
+        g = s.ts.gpus
+        self.tally.allocated += (t - s.alloc_start) * g
+        self.free += g
+        self.tally.in_use -= g
+        s.holding = False
+
+    def enqueue(self, i: int, t: float) -> None:
+        self.sims[i].enqueued = t
+        self.queue.append(i)
+        self.try_assign(t)
+        self.tally.max_queue = max(self.tally.max_queue, len(self.queue))  # left waiting
+
+    def plan_next(self, i: int, t: float) -> None:
+        s = self.sims[i]
+        threshold_s = self.rules.threshold_s
+        act, end = s.ts.active, s.ts.end
+        idle_start = max(t, act[s.k][1] if s.k >= 0 else s.ts.start)
+        while True:
+            nxt = act[s.k + 1][0] if s.k + 1 < len(act) else None
+            gap_end = nxt if nxt is not None else end
+            if idle_start >= end:
+                self.push(idle_start, "end", i)
+                return
+            if threshold_s is not None and gap_end - idle_start > threshold_s:
+                s.gap = (idle_start, gap_end)
+                self.push(idle_start + threshold_s, "pause", i)
+                return
+            if nxt is None:
+                self.push(end, "end", i)
+                return
+            s.k += 1
+            idle_start = max(idle_start, act[s.k][1])
+
+    def plan_ahead(self, s: _S, t: float) -> float | None:
+        """When to resume ahead of the user after a pause released at ``t`` (None: don't)."""
+        policy = self.policy
+        if policy.kind == "scheduled":
+            if (
+                datetime.fromtimestamp(s.back, policy.tz).date()
+                <= datetime.fromtimestamp(t, policy.tz).date()
+            ):
+                return None  # a break within the day: nobody schedules lunch
+            days = (
+                datetime.fromtimestamp(s.back, policy.tz).date()
+                - datetime.fromtimestamp(t, policy.tz).date()
+            ).days
+            return _wall(t, policy.schedule_at, policy.tz, days)
+        if policy.kind == "predicted":
+            prediction = predict_return(s.returns, t, tz=policy.tz, min_samples=policy.min_samples)
+            if prediction is None or prediction.confidence < policy.min_confidence:
+                self.tally.no_prediction += 1
+                return None
+            return resume_ahead_time(prediction, self.expected_resume_s, policy.margin_s)
+        return None
+
+    # --- the events
+
+    def on_return(self, i: int, t: float) -> None:
+        """The user comes back after a pause (at ``s.back``, or later)."""
+        s, acc = self.sims[i], self.tally
+        g = s.ts.gpus
+        if s.ahead == "planned":  # before the resume ahead of them started: cancel it
+            acc.came_first += 1
+            s.ahead = None
+        if s.ahead == "repausing":  # an unused resume is being paused: wait for it
+            s.deferred = True
+            return
+        s.returns.append(Return(s.paused_at, s.back))
+        if s.ahead == "ready":  # the notebook waits for the user: nothing to wait for
+            acc.hits += 1
+            acc.extra_held += (t - s.alloc_start) * g
+            acc.waits.append(0.0)
+            s.ahead = None
+            self.plan_next(i, t)
+        elif s.ahead in ("queued", "restoring"):  # join the resume under way
+            acc.late += 1
+            if s.holding:
+                acc.extra_held += (t - s.alloc_start) * g
+            s.ahead, s.user_since = "joined", s.back
+        else:
+            if s.released_since is not None:  # released until the user asks for it back
+                acc.released += max(0.0, s.back - s.released_since) * g
+                s.released_since = None
+            s.req_time, s.req_kind = s.back, "resume"
+            self.enqueue(i, t)
+
+    def on_ahead(self, i: int, t: float) -> None:
+        """A scheduled or predicted resume starts."""
+        s, acc = self.sims[i], self.tally
+        if s.ahead != "planned" or s.ahead_at != t:
+            return
+        acc.ahead += 1
+        if s.released_since is not None:
+            acc.released += max(0.0, t - s.released_since) * s.ts.gpus
+            s.released_since = None
+        s.ahead, s.req_time, s.req_kind = "queued", t, "ahead"
+        self.enqueue(i, t)
+
+    def on_ready(self, i: int, t: float) -> None:
+        s, acc = self.sims[i], self.tally
+        if s.req_kind == "ahead":
+            if s.ahead == "joined":
+                acc.waits.append(t - s.user_since)
+                s.ahead = None
+                self.plan_next(i, t)
+            else:
+                s.ahead = "ready"
+                window = self.policy.unused_window(self.rules.threshold_s)
+                if window is not None:
+                    s.unused_at = t + window
+                    self.push(s.unused_at, "unused", i)
+            return
+        wait = t - s.req_time
+        if s.req_kind == "resume":
+            acc.waits.append(wait)
+        else:
+            acc.start_waits.append(wait)
+        self.plan_next(i, t)
+
+    def on_unused(self, i: int, t: float) -> None:
+        """Nobody came: pause it again."""
+        s = self.sims[i]
+        if s.ahead != "ready" or s.unused_at != t:
+            return
+        self.tally.unused += 1
+        self.tally.written += self.costs.state_gb
+        s.ahead = "repausing"
+        self.push(t + self.costs.pause_s, "released", i)
+
+    def on_pause(self, i: int, t: float) -> None:
+        s, acc = self.sims[i], self.tally
+        acc.pauses += 1
+        acc.written += self.costs.state_gb
+        g0, g1 = s.gap
+        if g1 - g0 < self.rules.short_break_s:
+            acc.short += 1
+        if s.k + 1 < len(s.ts.active) and g1 - t <= self.rules.interruption_s:
+            acc.interruptions += 1
+        self.push(t + self.costs.pause_s, "released", i)
+
+    def on_released(self, i: int, t: float) -> None:
+        s = self.sims[i]
+        if s.ahead == "repausing":
+            self.tally.extra_held += (t - s.alloc_start) * s.ts.gpus
+        self.release(i, t)
+        s.released_since = t
+        self.try_assign(t)
+        if s.ahead == "repausing":
+            s.ahead = None
+            if s.deferred:
+                s.deferred = False
+                self.push(t, "return", i)
+            return
+        if s.k + 1 < len(s.ts.active):
+            s.k += 1
+            s.back, s.paused_at = s.ts.active[s.k][0], t
+            ahead = self.plan_ahead(s, t)
+            if ahead is not None and ahead > t:
+                s.ahead, s.ahead_at = "planned", ahead
+                self.push(ahead, "ahead", i)
+            self.push(max(s.back, t), "return", i)
+
+    def on_end(self, i: int, t: float) -> None:
+        self.release(i, t)
+        self.sims[i].done = True
+        self.try_assign(t)
+
+    def settle(self) -> None:
+        """Sessions that never got (back) their accelerator before their end."""
+        acc = self.tally
+        for s in self.sims:
+            if s.released_since is not None:
+                acc.released += max(0.0, s.ts.end - s.released_since) * s.ts.gpus
+            if s.holding:  # pragma: no cover - every holder gets an "end"
+                acc.allocated += (s.ts.end - s.alloc_start) * s.ts.gpus
+        for i in [*self.expired, *self.queue]:
+            s = self.sims[i]
+            acc.unserved += 1
+            if s.req_kind == "ahead":
+                if s.ahead == "joined":
+                    acc.waits.append(max(0.0, s.ts.end - s.user_since))
+                continue
+            waits = acc.waits if s.req_kind == "resume" else acc.start_waits
+            waits.append(max(0.0, s.ts.end - s.req_time))
+
+
 def simulate_threshold(
     trace: Trace,
     threshold_s: float | None,
@@ -271,9 +570,14 @@ def simulate_threshold(
     ``prior``: past pause/return pairs per session id, the predictor's history
     before the trace begins (:func:`returns_from_trace` of earlier activity).
     """
-    costs = costs or Costs()
-    policy = policy or ResumePolicy()
-    expected_resume_s = costs.restore_s + costs.median_capacity_wait()
+    rules = _Rules(
+        threshold_s,
+        pool,
+        costs or Costs(),
+        policy or ResumePolicy(),
+        interruption_s=interruption_minutes * 60,
+        short_break_s=short_break_minutes * 60,
+    )
     sims = [
         _S(
             ts,
@@ -282,278 +586,44 @@ def simulate_threshold(
         )
         for ts in trace.sessions
     ]
-    heap: list[tuple[float, int, str, int]] = []
-    seq = 0
+    return _result(trace, rules, _Run(sims, rules).run())
 
-    def push(t: float, kind: str, i: int) -> None:
-        nonlocal seq
-        seq += 1
-        heapq.heappush(heap, (t, seq, kind, i))
 
-    free = pool if pool is not None else math.inf
-    queue: deque[int] = deque()
-    expired: list[int] = []
-    acc = {
-        "allocated": 0.0,
-        "released": 0.0,
-        "pauses": 0,
-        "interruptions": 0,
-        "short": 0,
-        "queued": 0,
-        "queue_wait": 0.0,
-        "max_queue": 0,
-        "unserved": 0,
-        "in_use": 0,
-        "peak": 0,
-        "written": 0.0,
-        "ahead": 0,
-        "hits": 0,
-        "late": 0,
-        "came_first": 0,
-        "unused": 0,
-        "no_prediction": 0,
-        "extra_held": 0.0,
-    }
-    waits: list[float] = []  # resume request -> runnable
-    start_waits: list[float] = []  # session start -> runnable
-
-    def try_assign(t: float) -> None:
-        nonlocal free
-        while queue:
-            i = queue[0]
-            if t >= sims[i].ts.end:  # the session ended while it waited: unserved
-                queue.popleft()
-                expired.append(i)
-                continue
-            if free < sims[i].ts.gpus:
-                break
-            queue.popleft()
-            s = sims[i]
-            g = s.ts.gpus
-            free -= g
-            acc["in_use"] += g
-            acc["peak"] = max(acc["peak"], acc["in_use"])
-            s.holding, s.alloc_start = True, t
-            if t - s.enqueued > 1e-9 and s.req_kind == "resume":
-                acc["queued"] += 1
-                acc["queue_wait"] += t - s.enqueued
-            if s.ahead == "queued":
-                s.ahead = "restoring"
-            delay = costs.draw_capacity_wait(s.rng)
-            if s.req_kind in ("resume", "ahead"):
-                delay += costs.restore_s
-            push(t + delay, "ready", i)
-
-    def release(i: int, t: float) -> None:
-        nonlocal free
-        s = sims[i]
-        if not s.holding:
-            return
-        g = s.ts.gpus
-        acc["allocated"] += (t - s.alloc_start) * g
-        free += g
-        acc["in_use"] -= g
-        s.holding = False
-
-    def plan_next(i: int, t: float) -> None:
-        s = sims[i]
-        act, end = s.ts.active, s.ts.end
-        idle_start = max(t, act[s.k][1] if s.k >= 0 else s.ts.start)
-        while True:
-            nxt = act[s.k + 1][0] if s.k + 1 < len(act) else None
-            gap_end = nxt if nxt is not None else end
-            if idle_start >= end:
-                push(idle_start, "end", i)
-                return
-            if threshold_s is not None and gap_end - idle_start > threshold_s:
-                s.gap = (idle_start, gap_end)
-                push(idle_start + threshold_s, "pause", i)
-                return
-            if nxt is None:
-                push(end, "end", i)
-                return
-            s.k += 1
-            idle_start = max(idle_start, act[s.k][1])
-
-    def plan_ahead(s: _S, t: float) -> float | None:
-        """When to resume ahead of the user after a pause released at ``t`` (None: don't)."""
-        if policy.kind == "scheduled":
-            if (
-                datetime.fromtimestamp(s.back, policy.tz).date()
-                <= datetime.fromtimestamp(t, policy.tz).date()
-            ):
-                return None  # a break within the day: nobody schedules lunch
-            days = (
-                datetime.fromtimestamp(s.back, policy.tz).date()
-                - datetime.fromtimestamp(t, policy.tz).date()
-            ).days
-            return _wall(t, policy.schedule_at, policy.tz, days)
-        if policy.kind == "predicted":
-            prediction = predict_return(s.returns, t, tz=policy.tz, min_samples=policy.min_samples)
-            if prediction is None or prediction.confidence < policy.min_confidence:
-                acc["no_prediction"] += 1
-                return None
-            return resume_ahead_time(prediction, expected_resume_s, policy.margin_s)
-        return None
-
-    def enqueue(i: int, t: float) -> None:
-        sims[i].enqueued = t
-        queue.append(i)
-        try_assign(t)
-        acc["max_queue"] = max(acc["max_queue"], len(queue))  # requests left waiting
-
-    for i, s in enumerate(sims):
-        s.req_time = s.enqueued = s.ts.start
-        push(s.ts.start, "request", i)
-
-    while heap:
-        t, _, kind, i = heapq.heappop(heap)
-        s = sims[i]
-        g = s.ts.gpus
-        if kind == "request":  # the session starts
-            enqueue(i, t)
-        elif kind == "return":  # the user comes back after a pause (at s.back, or later)
-            if s.ahead == "planned":  # before the resume ahead of them started: cancel it
-                acc["came_first"] += 1
-                s.ahead = None
-            if s.ahead == "repausing":  # an unused resume is being paused: wait for it
-                s.deferred = True
-                continue
-            s.returns.append(Return(s.paused_at, s.back))
-            if s.ahead == "ready":  # the notebook waits for the user: nothing to wait for
-                acc["hits"] += 1
-                acc["extra_held"] += (t - s.alloc_start) * g
-                waits.append(0.0)
-                s.ahead = None
-                plan_next(i, t)
-            elif s.ahead in ("queued", "restoring"):  # join the resume under way
-                acc["late"] += 1
-                if s.holding:
-                    acc["extra_held"] += (t - s.alloc_start) * g
-                s.ahead, s.user_since = "joined", s.back
-            else:
-                if s.released_since is not None:  # released until the user asks for it back
-                    acc["released"] += max(0.0, s.back - s.released_since) * g
-                    s.released_since = None
-                s.req_time, s.req_kind = s.back, "resume"
-                enqueue(i, t)
-        elif kind == "ahead":  # a scheduled or predicted resume starts
-            if s.ahead != "planned" or s.ahead_at != t:
-                continue
-            acc["ahead"] += 1
-            if s.released_since is not None:
-                acc["released"] += max(0.0, t - s.released_since) * g
-                s.released_since = None
-            s.ahead, s.req_time, s.req_kind = "queued", t, "ahead"
-            enqueue(i, t)
-        elif kind == "ready":
-            if s.req_kind == "ahead":
-                if s.ahead == "joined":
-                    waits.append(t - s.user_since)
-                    s.ahead = None
-                    plan_next(i, t)
-                else:
-                    s.ahead = "ready"
-                    window = policy.unused_window(threshold_s)
-                    if window is not None:
-                        s.unused_at = t + window
-                        push(s.unused_at, "unused", i)
-                continue
-            wait = t - s.req_time
-            if s.req_kind == "resume":
-                waits.append(wait)
-            else:
-                start_waits.append(wait)
-            plan_next(i, t)
-        elif kind == "unused":  # nobody came: pause it again
-            if s.ahead != "ready" or s.unused_at != t:
-                continue
-            acc["unused"] += 1
-            acc["written"] += costs.state_gb
-            s.ahead = "repausing"
-            push(t + costs.pause_s, "released", i)
-        elif kind == "pause":
-            acc["pauses"] += 1
-            acc["written"] += costs.state_gb
-            g0, g1 = s.gap
-            if g1 - g0 < short_break_minutes * 60:
-                acc["short"] += 1
-            if s.k + 1 < len(s.ts.active) and g1 - t <= interruption_minutes * 60:
-                acc["interruptions"] += 1
-            push(t + costs.pause_s, "released", i)
-        elif kind == "released":
-            if s.ahead == "repausing":
-                acc["extra_held"] += (t - s.alloc_start) * g
-            release(i, t)
-            s.released_since = t
-            try_assign(t)
-            if s.ahead == "repausing":
-                s.ahead = None
-                if s.deferred:
-                    s.deferred = False
-                    push(t, "return", i)
-                continue
-            if s.k + 1 < len(s.ts.active):
-                s.k += 1
-                s.back, s.paused_at = s.ts.active[s.k][0], t
-                ahead = plan_ahead(s, t)
-                if ahead is not None and ahead > t:
-                    s.ahead, s.ahead_at = "planned", ahead
-                    push(ahead, "ahead", i)
-                push(max(s.back, t), "return", i)
-        elif kind == "end":
-            release(i, t)
-            s.done = True
-            try_assign(t)
-
-    # sessions that never got (back) their accelerator before their end
-    for s in sims:
-        if s.released_since is not None:
-            acc["released"] += max(0.0, s.ts.end - s.released_since) * s.ts.gpus
-        if s.holding:  # pragma: no cover - every holder gets an "end"
-            acc["allocated"] += (s.ts.end - s.alloc_start) * s.ts.gpus
-    for i in [*expired, *queue]:
-        s = sims[i]
-        acc["unserved"] += 1
-        if s.req_kind == "ahead":
-            if s.ahead == "joined":
-                waits.append(max(0.0, s.ts.end - s.user_since))
-            continue
-        (waits if s.req_kind == "resume" else start_waits).append(max(0.0, s.ts.end - s.req_time))
-
+def _result(trace: Trace, rules: _Rules, acc: _Tally) -> ThresholdResult:
+    waits = acc.waits
     user_days = max(trace.active_user_days(), 1)
     total_wait = sum(waits)
-    all_wait = total_wait + sum(start_waits)
+    all_wait = total_wait + sum(acc.start_waits)
     return ThresholdResult(
-        threshold_s=threshold_s,
-        allocated_h=acc["allocated"] / HOUR,
-        released_h=acc["released"] / HOUR,
+        threshold_s=rules.threshold_s,
+        allocated_h=acc.allocated / HOUR,
+        released_h=acc.released / HOUR,
         always_on_h=sum((s.end - s.start) * s.gpus for s in trace.sessions) / HOUR,
         active_h=sum(s.active_seconds * s.gpus for s in trace.sessions) / HOUR,
-        pauses=acc["pauses"],
-        interruptions=acc["interruptions"],
-        short_breaks_paused=acc["short"],
+        pauses=acc.pauses,
+        interruptions=acc.interruptions,
+        short_breaks_paused=acc.short,
         resumes=len(waits),
         wait_h=total_wait / HOUR,
         wait_min_per_user_day=all_wait / 60.0 / user_days,
         wait_median_s=quantile(waits, 0.5),
         wait_p95_s=quantile(waits, 0.95),
         wait_max_s=max(waits) if waits else None,
-        queued_resumes=acc["queued"],
-        queue_wait_h=acc["queue_wait"] / HOUR,
-        max_queue=acc["max_queue"],
-        start_wait_h=sum(start_waits) / HOUR,
-        unserved=acc["unserved"],
-        peak_in_use=acc["peak"],
-        written_gb=acc["written"],
-        policy=policy.label,
-        ahead_resumes=acc["ahead"],
-        hits=acc["hits"],
-        late=acc["late"],
-        came_first=acc["came_first"],
-        unused=acc["unused"],
-        no_prediction=acc["no_prediction"],
-        extra_held_h=acc["extra_held"] / HOUR,
+        queued_resumes=acc.queued,
+        queue_wait_h=acc.queue_wait / HOUR,
+        max_queue=acc.max_queue,
+        start_wait_h=sum(acc.start_waits) / HOUR,
+        unserved=acc.unserved,
+        peak_in_use=acc.peak,
+        written_gb=acc.written,
+        policy=rules.policy.label,
+        ahead_resumes=acc.ahead,
+        hits=acc.hits,
+        late=acc.late,
+        came_first=acc.came_first,
+        unused=acc.unused,
+        no_prediction=acc.no_prediction,
+        extra_held_h=acc.extra_held / HOUR,
     )
 
 

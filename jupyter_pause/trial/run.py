@@ -37,6 +37,7 @@ from typing import Any
 
 from ..client import ClientError, LocalServer, PauseClient
 from ..formatting import format_bytes, text_table
+from ..processes import pid_alive
 from . import probe as probe_mod
 
 
@@ -243,21 +244,6 @@ def _gpu_pids() -> set[int] | None:
     return {int(x) for x in out.split() if x.strip().isdigit()}
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie is not alive for our purposes
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
-    except OSError:
-        return True
-
-
 # ---------------------------------------------------------------------- the trial
 
 
@@ -371,7 +357,7 @@ class Trial:
         step.check("session is paused", s.get("state") == "paused", f"state {s.get('state')}")
         step.check("kernel is gone", not c.kernel_exists(kernel_id), f"kernel {kernel_id[:8]}")
         if self.local:
-            alive = _process_alive(self.kernel_pid)
+            alive = pid_alive(self.kernel_pid)
             step.check("kernel process exited", not alive, f"pid {self.kernel_pid}")
             pids = _gpu_pids()
             if pids is None:

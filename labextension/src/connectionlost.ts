@@ -29,7 +29,7 @@ import { PauseStatusModel } from './model';
 import { surfaceErrors } from './notices';
 
 /** The states of a pause that is under way: the server stops at its end. */
-const PAUSING: readonly PauseState[] = ['checkpointing', 'pausing'];
+export const PAUSING: readonly PauseState[] = ['checkpointing', 'pausing'];
 
 export interface ISelfPause {
   /** When it stopped (as this page saw it), seconds since the epoch. */
@@ -41,7 +41,7 @@ export interface ISelfPause {
 }
 
 /** The states of a notebook with a kernel, which a pause of the server stops. */
-const LIVE: readonly PauseState[] = ['running', 'ready', ...PAUSING];
+export const LIVE: readonly PauseState[] = ['running', 'ready', ...PAUSING];
 
 /**
  * Where "Start and resume" leaves the notebooks to resume for the restarted page

@@ -14,10 +14,10 @@ import time
 import pytest
 
 from jupyter_pause.client import free_port
-from jupyter_pause.hub.api import HubAPI
 from jupyter_pause.hub.fleet import FleetStore
 from jupyter_pause.hub.policy import Refused, retry_delay, schedule_problem
 from jupyter_pause.hub.service import PauseService, Records
+from jupyter_pause.hub_api import HubAPI
 
 NOW = 1_800_000_000.0
 YEAR_10000 = 253_402_300_800.0

@@ -53,7 +53,7 @@ from typing import Any
 from traitlets import Bool, Float, Unicode
 
 from ...ledger import EventType
-from ..base import BackendError, PauseBackend, ReleaseFacts, StartupReport
+from ..base import BackendError, PauseBackend, ReleaseFacts, StartupReport, schedule_summary
 from . import compat
 from .client import AsyncKubeClient, KubeClient, KubeError, NotFound, own_pod, retrying_until
 from .nodes import NodeFollow, ReleasedNode, pod_gpus
@@ -407,6 +407,23 @@ class KubeBackend(PauseBackend):
             else:
                 ann[full] = json.dumps(value, separators=(",", ":"), default=str)
         await self.patch_owner({"metadata": {"annotations": ann}})
+
+    async def annotate_release(self, sessions, fingerprint: dict[str, Any], **values: Any) -> None:
+        """The annotations a release begins with: which backend pauses, when, on what, the
+        checkpoints and the scheduled resume it leaves, and nothing of the last resume
+        (``values`` add to them: the state, the trigger, the node)."""
+        await self.annotate(
+            backend=self.name,
+            paused_at=now_iso(self.clock.time()),
+            fingerprint=fingerprint,
+            checkpoints=checkpoint_summary(sessions),
+            resume_at=schedule_summary(sessions),
+            snapshot=None,
+            restored_from=None,
+            resume_operation=None,
+            pause_recorded=None,
+            **values,
+        )
 
     async def publish_fleet(self, rows) -> str | None:
         """The rows as the ``fleet`` annotation of the state object, where the CLI

@@ -9,8 +9,8 @@ start afterwards.
 
 Collected without importing torch (that costs seconds and a lot of memory in
 the server): versions come from package metadata and ``torch/version.py``; the
-GPU from ``nvidia-smi`` when present.  ``JUPYTER_PAUSE_FINGERPRINT`` (JSON)
-overrides fields, for tests and for platforms that know better.
+GPU from ``nvidia-smi`` when present.  The environment variable :data:`ENV_FINGERPRINT`
+(JSON) overrides fields, for tests and for platforms that know better.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+#: fields that override what is collected (JSON), for tests and platforms that know better
+ENV_FINGERPRINT = "JUPYTER_PAUSE_FINGERPRINT"
 
 ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
 COMPUTE_CLASS_LABEL = "cloud.google.com/compute-class"
@@ -146,7 +149,7 @@ def collect(pod: dict | None = None, container: str | None = None) -> dict[str, 
             break
     out.update(_torch_versions())
     out.update(_nvidia_smi())
-    override = os.environ.get("JUPYTER_PAUSE_FINGERPRINT")
+    override = os.environ.get(ENV_FINGERPRINT)
     if override:
         with contextlib.suppress(ValueError):
             out.update(json.loads(override))

@@ -54,7 +54,7 @@ from typing import Any
 from traitlets import Float
 
 from ...ledger import EventType
-from ..base import BackendError, ReleaseFacts, schedule_summary
+from ..base import BackendError, ReleaseFacts
 from .client import Conflict, Forbidden, Invalid, KubeError, NotFound, retrying_until
 from .common import (
     A_SNAPSHOT,
@@ -62,8 +62,6 @@ from .common import (
     MANAGED_BY,
     KubeBackend,
     Restored,
-    checkpoint_summary,
-    now_iso,
     released_node,
     state_configmap,
     trigger_name_for,
@@ -154,20 +152,13 @@ class GkePodSnapshotBackend(KubeBackend):
         trigger = trigger_name_for(sts_name)
         fingerprint = await self.fingerprint(pod)
         with retrying_until(deadline):
-            await self.annotate(
+            await self.annotate_release(
+                sessions,
+                fingerprint,
                 state="snapshotting",
                 message="taking the pod snapshot",
-                backend=self.name,
-                paused_at=now_iso(self.clock.time()),
-                fingerprint=fingerprint,
-                checkpoints=checkpoint_summary(sessions),
-                resume_at=schedule_summary(sessions),
                 replicas=str(replicas),
                 trigger=trigger,
-                snapshot=None,
-                restored_from=None,
-                resume_operation=None,
-                pause_recorded=None,
             )
         if self.settle_seconds > 0:
             await asyncio.sleep(self.settle_seconds)

@@ -49,13 +49,6 @@ class ResumeStart:
     compatibility: dict[str, Any] = field(default_factory=dict)
 
 
-def pause_intent(kind: str, owner: dict) -> bool:
-    spec = owner.get("spec") or {}
-    if kind == "Workspace":
-        return bool(spec.get("paused"))
-    return int(spec.get("replicas", 1) or 0) == 0
-
-
 def _target(kind: str, owner: dict) -> dict[str, Any]:
     """What the resumed pod will have, read from its template (for the compatibility check)."""
     if kind == "StatefulSet":
@@ -102,7 +95,7 @@ def start_resume(
         current = json_annotation(state, A_RESUME_OP)
         if current and not force:
             return ResumeStart("in-progress", found, current)
-        if not pause_intent(found, owner):
+        if not status.pause_intent(found, owner):
             return ResumeStart("not-paused", found, op)
         report = compatibility(found, owner, state, targets or {})
         patch = {

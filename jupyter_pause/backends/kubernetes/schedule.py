@@ -26,7 +26,7 @@ from typing import Any
 from . import status
 from .client import KubeClient, KubeError
 from .common import A_RESUME_AT, json_annotation, now_iso
-from .resume import pause_intent, start_resume
+from .resume import start_resume
 
 
 def _state(client: KubeClient, name: str, kind: str) -> tuple[str, dict, dict]:
@@ -40,7 +40,7 @@ def set_schedule(
     """Record ``schedule`` on a paused workspace; returns its kind.  Raises
     :class:`ValueError` when the workspace is not paused."""
     found, owner, _state_obj = _state(client, name, kind)
-    if not pause_intent(found, owner):
+    if not status.pause_intent(found, owner):
         raise ValueError(f"{name} is not paused: nothing to schedule")
     status.patch_state(
         client, found, name, {"metadata": {"annotations": {A_RESUME_AT: json.dumps(schedule)}}}

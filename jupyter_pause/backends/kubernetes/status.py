@@ -134,10 +134,7 @@ def derive(
     message = ann.get(A_MESSAGE, "")
     resume_op = json_annotation(owner if state is None else state, A_RESUME_OP)
     addon = annotations(owner).get(ADDON_STATE, "")
-    if kind == "Workspace":
-        pause_intent = bool((owner.get("spec") or {}).get("paused"))
-    else:
-        pause_intent = int((owner.get("spec") or {}).get("replicas", 1) or 0) == 0
+    paused = pause_intent(kind, owner)
     st = WorkspaceStatus(
         name=name,
         kind=kind,
@@ -157,7 +154,7 @@ def derive(
         return st
 
     if pod is None:
-        if pause_intent:
+        if paused:
             if mine == "failed":
                 return done("failed", message)
             return done(
@@ -179,7 +176,7 @@ def derive(
     status = pod.get("status") or {}
     phase = status.get("phase", "Pending")
     if meta.get("deletionTimestamp"):
-        if mine in ("snapshotting", "paused") or pause_intent:
+        if mine in ("snapshotting", "paused") or paused:
             return done("paused", "the pod is stopping")
         return done("restoring", "the pod is being replaced")
     if addon == "Checkpointing" or mine == "snapshotting":
@@ -203,7 +200,7 @@ def derive(
     ready = condition(pod, "Ready")
     if not (ready and ready.get("status") == "True"):
         return done("restoring" if resuming else "starting", "the pod is not ready yet")
-    if pause_intent:
+    if paused:
         return done("paused", "stopping")
     if mine == "resuming" or (resume_op and mine != "ready"):
         st.detail["pod_restored"] = bool(pod_restored(pod))
@@ -292,7 +289,7 @@ def fetch(client: KubeClient, name: str, kind: str = "auto") -> WorkspaceStatus:
     pod_events = client.list_events(pod["metadata"]["name"], "Pod") if pod else []
     owner_events: list[dict] = []
     sts = statefulset_name(client, kind, name)
-    if pod is None and not _pause_intent(kind, owner) and sts:
+    if pod is None and not pause_intent(kind, owner) and sts:
         owner_events = client.list_events(sts, "StatefulSet")
     trigger = snapshot = None
     if pod is not None and (
@@ -329,7 +326,9 @@ def _snapshot_objects(client: KubeClient, kind: str, name: str, owner: dict):
     return trigger, snapshot
 
 
-def _pause_intent(kind: str, owner: dict) -> bool:
+def pause_intent(kind: str, owner: dict) -> bool:
+    """Whether the owner's spec says paused: a Workspace's ``paused``, a StatefulSet's
+    zero replicas."""
     spec = owner.get("spec") or {}
     if kind == "Workspace":
         return bool(spec.get("paused"))

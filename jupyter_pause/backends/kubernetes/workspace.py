@@ -51,7 +51,7 @@ from typing import Any
 from traitlets import Float, Unicode
 
 from ...ledger import EventType
-from ..base import BackendError, ReleaseFacts, schedule_summary
+from ..base import BackendError, ReleaseFacts
 from .client import Conflict, Invalid, KubeError, NotFound, retrying_until
 from .common import (
     A_FINGERPRINT,
@@ -66,8 +66,6 @@ from .common import (
     KubeBackend,
     addon_trigger_name,
     annotations,
-    checkpoint_summary,
-    now_iso,
     released_node,
 )
 from .objects import Pod, StateObject
@@ -157,20 +155,13 @@ class KubeflowWorkspaceBackend(KubeBackend):
             fingerprint["pod_config"] = options["podConfig"]
         left = released_node(pod, fingerprint, self.clock.time())
         with retrying_until(deadline):
-            await self.annotate(
+            await self.annotate_release(
+                sessions,
+                fingerprint,
                 node=left.to_json() if left else None,
                 node_follow=None,
                 state="snapshotting" if snapshots else "paused",
                 message="taking the pod snapshot" if snapshots else None,
-                backend=self.name,
-                paused_at=now_iso(self.clock.time()),
-                fingerprint=fingerprint,
-                checkpoints=checkpoint_summary(sessions),
-                resume_at=schedule_summary(sessions),
-                snapshot=None,
-                restored_from=None,
-                resume_operation=None,
-                pause_recorded=None,
             )
         if self.settle_seconds > 0:
             await asyncio.sleep(self.settle_seconds)

@@ -1,7 +1,8 @@
 """An async client for the Hub REST API and for jupyter-pause on users' servers.
 
 Both the ``jupyterhub`` backend (a single-user server asking the Hub to stop
-itself) and the ``jupyter-pause-hub`` service use it.  Requests carry a Hub
+itself) and the ``jupyter-pause-hub`` service (:mod:`jupyter_pause.hub`) use it,
+so it stands below both.  Requests carry a Hub
 API token (``Authorization: token …``); errors become :class:`HubError` with
 the Hub's own message, so callers can say why.
 """
@@ -14,6 +15,9 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+
+#: the ``jupyter-pause-hub`` service as a single-user server or the CLI reaches it
+ENV_HUB_URL = "JUPYTER_PAUSE_HUB_URL"
 
 
 class HubError(Exception):

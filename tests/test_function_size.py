@@ -1,0 +1,128 @@
+"""Functions are short, and the engine's take few parameters (issue #42 item 3): no
+production function is over 120 lines, and no engine function takes more than 6.
+
+The ones that are today are listed with their size now as a ceiling: a listed one may
+shrink but not grow, and leaves the list once it is within the limit (the test says so),
+so the lists only get shorter.  A function is measured by ``ast`` from its ``def`` to its
+last line (docstring and comments included, decorators not)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import jupyter_pause
+
+PACKAGE = Path(jupyter_pause.__file__).parent
+MAX_LINES = 120
+MAX_ENGINE_PARAMETERS = 6
+
+#: over MAX_LINES today (issue #42 item 3 splits them): lines now, a ceiling
+LONG = {
+    "engine/api.py:restore": 253,
+    "engine/api.py:_write_checkpoint": 221,
+    "engine/api.py:_read_verified": 206,
+    "trial/run.py:Trial._run": 158,
+    "engine/api.py:checkpoint": 126,
+}
+
+#: engine functions over MAX_ENGINE_PARAMETERS today (issue #42 item 3): a ceiling
+MANY_PARAMETERS = {
+    "engine/api.py:checkpoint": 9,
+    "engine/api.py:restore": 12,
+    "engine/api.py:_read_verified": 12,
+    "engine/api.py:_lazy_objects": 7,
+    "engine/api.py:_Loader.rebuild_tensor": 7,
+    "engine/lazy.py:LazyLoad.__init__": 11,
+    "engine/pickling.py:_make_enum": 7,
+    "engine/pickling.py:_open_memmap_slice": 9,
+    "engine/records.py:_pickle_namespace": 8,
+    "engine/records.py:pickle_namespace": 8,
+    "engine/store.py:fetch": 7,
+    "engine/store.py:stream": 8,
+    "engine/tensors.py:read_storages": 7,
+    "engine/tensors.py:read_storage": 7,
+    "engine/tensors.py:rebuild_torch": 7,
+}
+
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def functions(tree: ast.AST, rel: str) -> Iterator[tuple[str, Function]]:
+    """Every function of a module, nested ones too, by ``file:Qual.name``."""
+
+    def walk(node: ast.AST, prefix: str) -> Iterator[tuple[str, Function]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield f"{rel}:{prefix}{child.name}", child
+                yield from walk(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.ClassDef):
+                yield from walk(child, f"{prefix}{child.name}.")
+            else:
+                yield from walk(child, prefix)
+
+    return walk(tree, "")
+
+
+def lines(node: Function) -> int:
+    return node.end_lineno - node.lineno + 1
+
+
+def parameters(node: Function) -> int:
+    """Named parameters, ``self`` and ``cls`` not counted (``*args``, ``**kw`` neither)."""
+    args = node.args
+    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    return len(names) - (1 if names[:1] in (["self"], ["cls"]) else 0)
+
+
+def measure(size_of: Callable[[Function], int], limit: int, where: str) -> dict[str, int]:
+    """What is over ``limit`` in the package (or its sub-folder ``where``)."""
+    return {
+        name: size
+        for path in sorted((PACKAGE / where).rglob("*.py"))
+        for name, node in functions(
+            ast.parse(path.read_text(), str(path)), path.relative_to(PACKAGE).as_posix()
+        )
+        if (size := size_of(node)) > limit
+    }
+
+
+def check(over: dict[str, int], ceilings: dict[str, int], limit: int, what: str) -> None:
+    new = {name: n for name, n in over.items() if name not in ceilings}
+    grown = {name: (n, ceilings[name]) for name, n in over.items() if n > ceilings.get(name, n)}
+    shrunk = sorted(set(ceilings) - set(over))
+    assert not new, f"over {limit} {what} (split it at its seams): {new}"
+    assert not grown, f"grew (now, ceiling): {grown}"
+    assert not shrunk, f"within {limit} {what} now, or gone: take them off the list: {shrunk}"
+    tighter = {name: n for name, n in over.items() if n < ceilings[name]}
+    assert not tighter, f"shorter now: lower their ceilings to {tighter}"
+
+
+def test_no_function_is_over_120_lines():
+    check(measure(lines, MAX_LINES, "."), LONG, MAX_LINES, "lines")
+
+
+def test_no_engine_function_takes_more_than_6_parameters():
+    check(
+        measure(parameters, MAX_ENGINE_PARAMETERS, "engine"),
+        MANY_PARAMETERS,
+        MAX_ENGINE_PARAMETERS,
+        "parameters",
+    )
+
+
+def test_the_measures_see_methods_nested_functions_and_every_parameter():
+    source = (
+        "class A:\n"
+        "    def m(self, a, /, b, *args, c, **kw):\n"
+        "        def inner(x):\n"
+        "            return x\n"
+        "        return inner\n"
+    )
+    tree = ast.parse(source)
+    method = tree.body[0].body[0]
+    assert parameters(method) == 3  # a, b, c
+    assert lines(method) == 4
+    names = [name for name, _ in functions(tree, "engine/probe.py")]
+    assert names == ["engine/probe.py:A.m", "engine/probe.py:A.m.inner"]
