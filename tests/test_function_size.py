@@ -24,12 +24,12 @@ LONG = {
     "engine/api.py:_write_checkpoint": 221,
     "engine/api.py:_read_verified": 206,
     "trial/run.py:Trial._run": 158,
-    "engine/api.py:checkpoint": 126,
+    "engine/api.py:checkpoint": 124,
 }
 
 #: engine functions over MAX_ENGINE_PARAMETERS today (issue #42 item 3): a ceiling
 MANY_PARAMETERS = {
-    "engine/api.py:checkpoint": 9,
+    "engine/api.py:checkpoint": 10,  # upload=False (issue #38): a background save
     "engine/api.py:restore": 12,
     "engine/api.py:_read_verified": 12,
     "engine/api.py:_lazy_objects": 7,

@@ -303,11 +303,7 @@ def checkpoint(
     crash) and that state was checkpoint ``lost_from``'s. What the checkpoint does not
     have of it, and what a restore could not bring back, is recorded in its metadata
     (``lost``: name -> the checkpoint that still holds it), which retention keeps.
-
-    ``upload=False``, with a bucket behind ``dir``: the checkpoint is committed in the
-    local cache only, at disk speed, and the caller puts it in the bucket
-    (``store.stage``: the server's background staging, a stopping server's last save);
-    a bucket that cannot be listed then does not stop it.
+    ``upload=False``, with a bucket: commit in the local cache only (:func:`_pull`).
     """
     t0 = time.monotonic()
     lazy_mod.wait()  # objects still loading from a lazy restore are saved whole, not missed
@@ -315,11 +311,7 @@ def checkpoint(
         ns, hidden = ns_mod.user_namespace()
     else:
         ns, hidden = namespace, {}
-    meta = dict(metadata or {})
-    try:
-        json.dumps(meta)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"metadata must be JSON-serialisable: {e}") from None
+    meta = _json_metadata(metadata)
     key_name = paths.notebook_key(notebook)
     nbdir = paths.notebook_dir(dir, notebook)
     lost = _lost_now(nbdir, lost_from, trust, ns)
@@ -364,11 +356,7 @@ def checkpoint(
     try:
         with store.locked(nbdir):
             store.gc(nbdir, locked_already=True)  # stale temp folders of dead writers
-            try:
-                store.pull(dir, nbdir)  # a bucket's checkpoints: retention counts them all
-            except RemoteStoreError:
-                if upload:
-                    raise  # else the stager pulls before it pushes
+            _pull(dir, nbdir, upload)
             if meta.get(store.AUTOSAVE) is True:
                 replaced = store.autosave_would_replace(nbdir, _OWN.get(str(nbdir)))
                 if replaced:
@@ -393,8 +381,7 @@ def checkpoint(
                 shell=shell_state,
             )
             txn = store.Transaction(nbdir)
-            # a bucket: blobs go up as they are written
-            early = store.uploads(dir, nbdir) if upload else None
+            early = store.uploads(dir, nbdir) if upload else None  # blobs go up as written
             txn.on_staged = early.add if early is not None else None
             try:
                 result = _write_checkpoint(txn, plan)
@@ -414,6 +401,27 @@ def checkpoint(
     except OSError as e:
         raise DiskError(str(nbdir), e) from e
     return result
+
+
+def _json_metadata(metadata: dict | None) -> dict:
+    meta = dict(metadata or {})
+    try:
+        json.dumps(meta)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"metadata must be JSON-serialisable: {e}") from None
+    return meta
+
+
+def _pull(dir, nbdir: Path, upload: bool) -> None:
+    """A bucket's checkpoints into the cache, so that retention counts them all.  Without
+    ``upload`` (a background save, a stopping server's last: committed in the cache at disk
+    speed, the server stages it, server/staging.py), a bucket that cannot be listed does not
+    stop the checkpoint: the stager pulls before it pushes."""
+    try:
+        store.pull(dir, nbdir)
+    except RemoteStoreError:
+        if upload:
+            raise
 
 
 def _upload(dir, nbdir, result: CheckpointResult, progress: bool, early) -> None:

@@ -394,8 +394,11 @@ class PauseApp(ExtensionApp):
         )
         store = SessionStore(Path(self.state_dir) / "sessions.json")
         location = self.in_force.checkpoint_dir
-        self.shared = None
+        self.shared = stager = None
         if isinstance(location, checkpoint_paths.Bucket):
+            stager = Stager(
+                checkpoint_dir=location, share=self.stage_share, log=self.log, clock=clock
+            )
             self.shared = BucketSessions(
                 records=Records(location),
                 store=store,
@@ -407,11 +410,6 @@ class PauseApp(ExtensionApp):
                 hold_timeout=self.bucket_hold_timeout,
             )
         self.hibernator = self._make_hibernator()
-        stager = None
-        if isinstance(location, checkpoint_paths.Bucket):
-            stager = Stager(
-                checkpoint_dir=location, share=self.stage_share, log=self.log, clock=clock
-            )
         self.manager = PauseManager(
             kernel_manager=self.serverapp.kernel_manager,
             session_manager=self.serverapp.session_manager,
@@ -446,40 +444,7 @@ class PauseApp(ExtensionApp):
             log=self.log,
             clock=clock,
         )
-        self.idle_watcher = self.autosaver = None
-        if self.auto_pause:
-            self.idle_watcher = IdleWatcher(
-                operations=self.manager,
-                store=self.manager.store,
-                activity=self.manager.activity,
-                ledger=self.ledger,
-                kernel_manager=self.serverapp.kernel_manager,
-                classifier=classifier,
-                interval=self.idle_check_interval,
-                log=self.log,
-                clock=clock,
-            )
-            self._warn_about_culling()
-        # autosave and staging, whether auto-pause is on or not
-        bucket = stager is not None
-        if any(c.save_every(bucket) is not None for c in classifier.classes.values()):
-            self.autosaver = Autosaver(
-                operations=self.manager,
-                store=self.manager.store,
-                activity=self.manager.activity,
-                ledger=self.ledger,
-                workload_class=classifier.classify,
-                log=self.log,
-                clock=clock,
-                bucket=bucket,
-            )
-        self.notices = NoticeWatcher(
-            backend=self.backend_instance,
-            operations=self.manager,
-            autosaver=self.autosaver,
-            interval=self.notice_interval,
-            log=self.log,
-        )
+        self._make_watchers(classifier, clock, bucket=stager is not None)
         self.scheduler = ResumeScheduler(
             operations=self.manager,
             schedules=self.manager.schedules,
@@ -500,6 +465,43 @@ class PauseApp(ExtensionApp):
             jupyter_pause_version=__version__,
         )
         IOLoop.current().add_callback(self._begin_startup)
+
+    def _make_watchers(self, classifier: WorkloadClassifier, clock, *, bucket: bool) -> None:
+        """What acts on the notebooks in the background through the manager: the idle
+        watcher (with auto-pause on), the autosaver (autosave and, with a ``bucket``,
+        staging, whether auto-pause is on or not), the watcher of the platform's notice."""
+        self.idle_watcher = self.autosaver = None
+        if self.auto_pause:
+            self.idle_watcher = IdleWatcher(
+                operations=self.manager,
+                store=self.manager.store,
+                activity=self.manager.activity,
+                ledger=self.ledger,
+                kernel_manager=self.serverapp.kernel_manager,
+                classifier=classifier,
+                interval=self.idle_check_interval,
+                log=self.log,
+                clock=clock,
+            )
+            self._warn_about_culling()
+        if any(c.save_every(bucket) is not None for c in classifier.classes.values()):
+            self.autosaver = Autosaver(
+                operations=self.manager,
+                store=self.manager.store,
+                activity=self.manager.activity,
+                ledger=self.ledger,
+                workload_class=classifier.classify,
+                log=self.log,
+                clock=clock,
+                bucket=bucket,
+            )
+        self.notices = NoticeWatcher(
+            backend=self.backend_instance,
+            operations=self.manager,
+            autosaver=self.autosaver,
+            interval=self.notice_interval,
+            log=self.log,
+        )
 
     def _begin_startup(self):
         """The loop runs: start the background work, unless the server already stops (a
