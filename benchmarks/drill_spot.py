@@ -162,6 +162,13 @@ def one_trial(
     try:
         client = a.start()
         kernel_id = client.open_notebook(NB)["kernel"]["id"]
+        # the server watches the kernel once its status names it: a cell sent before may
+        # go unseen by its activity monitor, and not count towards the first staging
+        wait_for(
+            lambda: (client.session_status(NB) or {}).get("kernel_id") == kernel_id,
+            60,
+            "the server",
+        )
         setup = (
             "import time\nimport numpy as np\nimport torch\n"
             f"data = np.random.default_rng(0).random({sizes.state // 8})\n"
@@ -171,7 +178,8 @@ def one_trial(
         )
         assert client.execute(kernel_id, setup, timeout=300).ok
         _say(f"trial {n}: set up")
-        wait_for(lambda: staged(client), 600, lambda: f"the first staging\n{a.log_tail()}")
+        first = max(60.0, 5 * sizes.state / (sizes.bandwidth * sizes.share))  # 5 x its time
+        wait_for(lambda: staged(client), first, lambda: f"the first staging\n{a.log_tail(20000)}")
         _say(f"trial {n}: staged")
         sent_before = throttle.sent
         loop = Loop(client, kernel_id, sizes)

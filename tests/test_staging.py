@@ -35,3 +35,33 @@ async def test_flushes_take_the_link_one_at_a_time_the_smallest_delta_first():
     first_holds.set()
     await asyncio.gather(first, *waiting)
     assert order == ["first", "small", "middle", "large"]
+
+
+async def test_a_background_staging_that_fails_is_tried_again_until_it_succeeds(
+    tmp_path, monkeypatch
+):
+    """A store down for a while does not leave the bucket behind an idle kernel for good:
+    the staging is tried again, later each time, while the notebook keeps its kernel."""
+    from types import SimpleNamespace
+
+    from jupyter_pause.server import manager as manager_module
+
+    from .fakes import make_manager
+
+    monkeypatch.setattr(manager_module, "STAGE_RETRY", 0.01)
+    tries = []
+
+    class DownThenUp:
+        async def stage(self, path):
+            tries.append(path)
+            if len(tries) < 3:
+                raise OSError("the store is down")
+            return SimpleNamespace(checkpoint="2026-12-07T05-00-00")
+
+    manager = make_manager(tmp_path)
+    manager.stager = DownThenUp()
+    session = manager.store.get("nb.ipynb")
+    session.kernel_id = "k1"
+    await manager._stage(session)
+    assert tries == ["nb.ipynb"] * 3
+    assert session.bucket_checkpoint["id"] == "2026-12-07T05-00-00"

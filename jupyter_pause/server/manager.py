@@ -70,6 +70,8 @@ from .staging import Stager, describe_final_save, final_save, lost_at_stop
 #: that has seen its cell end (IOPub idle on its websocket) can ask before the
 #: server's own IOPub listener has updated the kernel's state
 BUSY_GRACE = 2.0
+#: seconds before a failed background staging is tried again, and the most between tries
+STAGE_RETRY, STAGE_RETRY_MAX = 10.0, 300.0
 #: a pause's step once its state is saved: only the platform's release is left
 RELEASING = "releasing the accelerator"
 
@@ -853,12 +855,27 @@ class PauseManager:
 
     async def _stage(self, session: Session) -> None:
         """A background save committed here goes to the bucket (server/staging.py); the
-        session then names it as the bucket's newest, and its record follows."""
-        try:
-            staged = await self.stager.stage(session.path)
-        except (CheckpointError, OSError) as e:
-            self.log.warning("jupyter-pause: could not stage %s in the bucket: %s", session.path, e)
-            return
+        session then names it as the bucket's newest, and its record follows.  One that
+        fails is tried again, twice as late each time (at most :data:`STAGE_RETRY_MAX`),
+        while the notebook keeps its kernel: an idle kernel's bucket must not stay behind."""
+        kernel_id, wait = session.kernel_id, STAGE_RETRY
+        while True:
+            try:
+                staged = await self.stager.stage(session.path)
+                break
+            except (CheckpointError, OSError) as e:
+                self.log.warning(
+                    "jupyter-pause: could not stage %s in the bucket (trying again in %.0f s): %s",
+                    session.path,
+                    wait,
+                    e,
+                )
+            await asyncio.sleep(wait)
+            if self.store.sessions.get(session.path) is not session or (
+                session.kernel_id != kernel_id
+            ):
+                return
+            wait = min(2 * wait, STAGE_RETRY_MAX)
         if staged is None or self.store.sessions.get(session.path) is not session:
             return
         self._bucket_holds(session, staged.checkpoint)
