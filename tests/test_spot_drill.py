@@ -13,17 +13,16 @@ from benchmarks.drill_spot import MB, Sizes, run_drill, table
 pytestmark = pytest.mark.slow
 
 SIZES = Sizes(
-    bandwidth=4 * MB,  # 8 MB in the grace
-    grace=2.0,
+    bandwidth=3 * MB,  # 9 MB in the grace
+    grace=3.0,  # a cell running at SIGTERM ends well within it (the drill's misses at full size)
     kill_after=8.0,
-    state=24 * MB,  # three times what the grace can upload
+    state=24 * MB,  # several times what the grace can upload
     tensor=1 * MB,
-    cell=1.0,
+    cell=0.5,
     gap=1.0,
     stage_every=3.0,
     span=14.0,
 )
-
 
 def test_a_preempted_node_loses_at_most_the_last_cell_when_the_delta_fits(tmp_path):
     results = run_drill(2, SIZES, seed=38, folder=tmp_path)
