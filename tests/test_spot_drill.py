@@ -24,6 +24,7 @@ SIZES = Sizes(
     span=14.0,
 )
 
+
 def test_a_preempted_node_loses_at_most_the_last_cell_when_the_delta_fits(tmp_path):
     results = run_drill(2, SIZES, seed=38, folder=tmp_path)
     print(table(results, SIZES))
