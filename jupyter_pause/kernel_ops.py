@@ -14,6 +14,7 @@ import functools
 import json
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Iterator
 from typing import Any
@@ -25,6 +26,7 @@ from .protocol import (
     CheckpointReply,
     HibernationFacts,
     RestoreReply,
+    kernel_steps,
     user_skipped,
 )
 
@@ -33,9 +35,15 @@ from .protocol import (
 # (restored from a platform snapshot); a fresh kernel cannot know it.
 _live_nonce: str | None = None
 
+#: when the call running now reached this kernel (monotonic): the origin of the steps
+#: a reply names (protocol.kernel_steps)
+_call_started = 0.0
+
 
 def call(function: str, kwargs_json: str) -> str:
     """Dispatch ``function(**kwargs)`` and wrap the outcome as JSON."""
+    global _call_started
+    _call_started = time.monotonic()
     try:
         target = _OPERATIONS[function]
         return json.dumps({"result": target(**json.loads(kwargs_json))}, default=str)
@@ -72,6 +80,7 @@ def checkpoint(
         for k, v in (("pause_nonce", nonce), ("operation_id", operation), (AUTOSAVE, autosave))
         if v
     } or None
+    started = time.monotonic() - _call_started
     with _progress_to_server():
         result = engine_checkpoint(
             notebook=notebook,
@@ -92,6 +101,8 @@ def checkpoint(
         skipped=dict(result.skipped),
         lost=dict(result.lost),
         **gpu_usage(),
+        steps=kernel_steps("checkpoint started", started, result.phases),
+        took=time.monotonic() - _call_started,
     ).to_json()
 
 
@@ -118,6 +129,7 @@ def restore(
     from .engine import lazy
     from .engine.api import restore as engine_restore
 
+    started = time.monotonic() - _call_started
     with _progress_to_server():
         result = engine_restore(
             checkpoint_id,
@@ -142,6 +154,9 @@ def restore(
         loading=list(result.loading),
         bytes_loading=result.bytes_loading,
         **gpu_usage(),
+        nonce=_live_nonce,
+        steps=kernel_steps("restore started", started, result.phases),
+        took=time.monotonic() - _call_started,
     ).to_json()
 
 

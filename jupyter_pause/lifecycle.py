@@ -202,6 +202,23 @@ class LostState:
     names: dict[str, str] = field(default_factory=dict)
 
 
+class Step:
+    """The steps of an operation's timeline the server marks (:meth:`Operation.mark`);
+    a kernel names its own (``protocol.KERNEL_STEPS``)."""
+
+    REQUESTED = "request received"
+    CHOSEN = "checkpoint chosen"  # a resume: which checkpoint, decided by the server
+    KERNEL_STARTED = "kernel process started"
+    KERNEL_ANSWERING = "kernel answering"  # its kernel_info reply, before each call
+    READY = "ready"  # a resume: the first cell may run
+    FIRST_CELL = "first cell run"  # a resume: the user's first cell finished
+    CELL_ENDED = "running cell ended"  # a pause after the cell that asked for it
+    CHECKPOINT_RETURNED = "checkpoint returned"
+    RELEASING = "releasing"
+    RELEASED = "accelerator released"
+    PAUSED = "paused"
+
+
 @dataclass
 class Operation:
     """One pause, resume, checkpoint, hibernate or wake of one session."""
@@ -225,6 +242,10 @@ class Operation:
     #: resume's download and read), as the kernel says; None between calls.  In memory
     #: only: the call dies with this process, so the session file never holds it
     progress: CallProgress | None = None
+    #: how it went, step by step: ``{"step", "at"}`` (seconds after the request; a
+    #: ``note`` where the step needs one), in order (docs/ARCHITECTURE.md, "The timeline
+    #: of an operation")
+    timeline: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = _fields(self)
@@ -234,6 +255,24 @@ class Operation:
     def show(self, progress: CallProgress) -> None:
         """What the kernel says of the call it runs for this operation (until it ends)."""
         self.progress = progress
+
+    def mark(self, step: str, at: float | None = None, note: str = "") -> None:
+        """``step`` happened now, or at ``at`` (seconds since the epoch); never before
+        the step marked last, so the timeline stays in order."""
+        offset = (time.time() if at is None else at) - self.started
+        if self.timeline:
+            offset = max(offset, self.timeline[-1]["at"])
+        entry: dict[str, Any] = {"step": step, "at": round(max(0.0, offset), 4)}
+        if note:
+            entry["note"] = note
+        self.timeline.append(entry)
+
+    def mark_kernel(self, steps: list[list], took: float) -> None:
+        """A kernel's own steps of a call that answered just now
+        (:func:`protocol.kernel_steps`): the call reached it ``took`` seconds ago."""
+        reached = time.time() - took
+        for step, at in steps:
+            self.mark(step, reached + at)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Operation:

@@ -51,6 +51,7 @@ from .buffers import (
 )
 from .errors import CorruptCheckpoint, DeviceUnavailable
 from .manifest import FileEntry, StorageEntry
+from .phases import Phases, timed
 from .sharing import ATOMIC
 
 CHUNK = 64 << 20  # bytes per device<->host staging step: bounds the extra memory
@@ -603,6 +604,21 @@ def cached_digest(s: Storage) -> str | None:
     return digest
 
 
+def known_changed(s: Storage) -> bool:
+    """Whether ``s`` changed since its digest was cached: a tensor seen on it then, still
+    alive on the same memory, has another ``_version`` now. No earlier checkpoint holds
+    what it holds now, bar a change undone, so hashing it to look for a copy would only
+    read its bytes twice: the write hashes them as it goes."""
+    entry = _CACHE.get(s.skey) if s.kind == "torch" else None
+    if entry is None:
+        return False
+    for ref, version in entry[0]:
+        t = ref()
+        if t is not None and _data_ptr(t) == s.skey[1] and _version(t) != version:
+            return True
+    return False
+
+
 def _data_ptr(t) -> int | None:
     try:
         return t.untyped_storage().data_ptr()
@@ -689,7 +705,9 @@ def unique_keys(storages: list[Storage], prefix_owner: bool) -> None:
         s.key = key
 
 
-def write_safetensors(txn, tmp_name: str, storages: list[Storage], progress=None) -> WrittenFile:
+def write_safetensors(
+    txn, tmp_name: str, storages: list[Storage], progress=None, phases: Phases | None = None
+) -> WrittenFile:
     """Stream ``storages`` into one safetensors file in the transaction, fsync it, and stage it
     under its content address. Digests not yet known are computed on the fly.
 
@@ -718,18 +736,20 @@ def write_safetensors(txn, tmp_name: str, storages: list[Storage], progress=None
     raw += b" " * (-(len(raw) + 8) % DATA_ALIGN)
     path = txn.staging_path(tmp_name)
     with paths.private_open(path) as f:
-        write_all(f, struct.pack("<Q", len(raw)) + raw)
-        for s in storages:
-            h = xxhash.xxh3_128() if s.xxh3 is None else None
-            for mv in _iter_chunks(s):
-                write_all(f, mv)
+        with timed(phases, "write"):
+            write_all(f, struct.pack("<Q", len(raw)) + raw)
+            for s in storages:
+                h = xxhash.xxh3_128() if s.xxh3 is None else None
+                for mv in _iter_chunks(s):
+                    write_all(f, mv)
+                    if h is not None:
+                        h.update(mv)
+                    if progress is not None:
+                        progress.update(len(mv))
                 if h is not None:
-                    h.update(mv)
-                if progress is not None:
-                    progress.update(len(mv))
-            if h is not None:
-                s.xxh3 = h.hexdigest()
-        os.fsync(f.fileno())
+                    s.xxh3 = h.hexdigest()
+        with timed(phases, "fsync"):
+            os.fsync(f.fileno())
     tree = xxhash.xxh3_128()
     tree.update(raw)
     for s in storages:
