@@ -382,6 +382,8 @@ class SessionStore:
         self.sessions: dict[str, Session] = {}
         #: called after each save (the bucket's records follow the sessions)
         self.listeners: list[Callable[[], None]] = []
+        self._saved: dict[str, dict[str, Any]] = {}  # each session as last saved
+        self._changed: set[str] = set()  # since the last take_changed()
         if self.path and self.path.exists():
             raw = json.loads(self.path.read_text())
             self.sessions = {p: Session.from_json(s) for p, s in raw.get("sessions", {}).items()}
@@ -432,16 +434,24 @@ class SessionStore:
         return op
 
     def save(self) -> None:
-        if not self.path:
-            for listener in self.listeners:
-                listener()
-            return
-        durable.makedirs(self.path.parent)
         sessions = {p: s.to_json() for p, s in self.sessions.items()}
         for session in sessions.values():
             if session["operation"] is not None:
                 del session["operation"]["progress"]  # in memory only (Operation.progress)
-        payload = json.dumps({"version": 1, "sessions": sessions}, indent=1)
-        durable.write_file(self.path, payload.encode())
+        try:
+            if self.path:
+                durable.makedirs(self.path.parent)
+                payload = json.dumps({"version": 1, "sessions": sessions}, indent=1)
+                durable.write_file(self.path, payload.encode())
+        finally:  # written or not, the sessions in memory are what the status shows
+            saved, self._saved = self._saved, sessions
+            self._changed.update(p for p, s in sessions.items() if saved.get(p) != s)
+            self._changed.update(p for p in saved if p not in sessions)
         for listener in self.listeners:
             listener()
+
+    def take_changed(self) -> set[str]:
+        """The notebooks whose session changed (added, altered, removed) in the saves since
+        the last call: the rows the status index builds again (server/status_index.py)."""
+        changed, self._changed = self._changed, set()
+        return changed

@@ -81,7 +81,9 @@ async def test_a_pause_and_a_resume_record_their_timelines(jp_fetch, jp_serverap
     assert "note" not in resume["timeline"][2]  # a kernel started for it: no spare
     [ready] = ledger_rows(jp_serverapp, notebook_path, EventType.FIRST_CELL_RUNNABLE)
     assert ready.data["timeline"] == resume["timeline"]
+    # GET status leaves the timeline to GET operations/{id}: it would double its size
     row = await session_status(jp_fetch, notebook_path)
+    assert row["operation"]["id"] == resume["id"] and "timeline" not in row["operation"]
 
     # the user's first cell ends it, in the operation and in that cell's ledger row
     assert await execute(jp_serverapp, row["kernel_id"], "int(w.sum())") == str(1 << 20)

@@ -55,7 +55,6 @@ from .capacity import ResumeGate, machine_limit
 from .catalogue import Catalogue
 from .classify import WorkloadClassifier
 from .errors import PauseError
-from .explain import status_rows
 from .hibernate import Hibernation, Hibernator, Refused, Stuck
 from .kernels import KernelCallError, KernelDied, call_in_kernel
 from .ports import Policies
@@ -64,6 +63,7 @@ from .reconcile import Reconciler, execution_state
 from .recorder import Recorder
 from .recovery import Recovery
 from .schedules import Schedules
+from .status_index import StatusIndex
 
 #: seconds a pause waits for a busy kernel to report idle before refusing: a client
 #: that has seen its cell end (IOPub idle on its websocket) can ask before the
@@ -162,6 +162,8 @@ class PauseManager:
             log=log,
         )
         self.policies = policies
+        #: the rows of GET status, each built again only when its session changed
+        self.status_index = StatusIndex(store, policies)
         #: hibernates kernels in place (server/hibernate.py); one that cannot says why
         self.hibernator = hibernator or Hibernator(None, unavailable="not configured", log=log)
         #: set once :meth:`recover` ran: until then status and operations wait,
@@ -224,15 +226,9 @@ class PauseManager:
         """Every notebook's state: a pure read (nothing is recorded or saved)."""
         await self.recovered.wait()
         live = await self.jupyter_sessions()
-        offering = [p for p, s in self.store.sessions.items() if s.lost and s.lost.checkpoint]
+        offering = self.status_index.offering()
         present = await self.catalogue.present(offering) if offering else {}
-        sessions = await status_rows(
-            live,
-            self.store.sessions,
-            self.policies,
-            present,
-            can_hibernate=self.hibernator.ready,
-        )
+        sessions = await self.status_index.rows(live, present, can_hibernate=self.hibernator.ready)
         return {
             "backend": self.backend.describe(),
             "hibernate": {"available": self.hibernator.ready, "why_not": self.hibernator.why_not},
