@@ -145,6 +145,8 @@ class Storage:
     file: str | None = None
     key: str | None = None
     safe_dtype: str = "U8"
+    #: its sampled fingerprint, once taken in this checkpoint (``cached_digest``)
+    sampled: str | None = None
 
 
 def local_names(owner: str, obj: Any) -> dict[int, str]:
@@ -599,7 +601,8 @@ def cached_digest(s: Storage) -> str | None:
         known.add(id(t))
     if not s.reps or any(id(t) not in known for t in s.reps):
         return None
-    if fingerprint(s) != fp:
+    s.sampled = fingerprint(s)
+    if s.sampled != fp:
         return None
     return digest
 
@@ -639,7 +642,9 @@ def remember(s: Storage) -> None:
             refs.append((weakref.ref(t), v))
         except TypeError:
             return
-    _CACHE[s.skey] = (tuple(refs), fingerprint(s), s.xxh3)
+    # the fingerprint cached_digest took, if any: the bytes are the same (a write since
+    # then would have moved a version, and the storage would have been hashed anew)
+    _CACHE[s.skey] = (tuple(refs), s.sampled or fingerprint(s), s.xxh3)
     if len(_CACHE) > 100_000:  # never grow without bound in a long-lived kernel
         for k in [k for k, e in _CACHE.items() if all(r() is None for r, _v in e[0])]:
             del _CACHE[k]

@@ -143,3 +143,22 @@ def test_a_cell_that_needs_a_loading_object_starts_the_reader_itself(shell, monk
     del shell.user_ns["big"]
     assert shell.run_cell("_r = jp.restore(progress=False, **_ck)").success
     assert shell.run_cell("assert big.sum() == big.numel()").success
+
+
+def test_an_unchanged_tensor_is_sampled_once_per_checkpoint(ck, monkeypatch):
+    ns = {"a": torch.ones(MIB), "b": torch.zeros(MIB)}
+    jp.checkpoint(namespace=ns, progress=False, **ck)
+    sampled = []
+    real = tensors.fingerprint
+
+    def counting(s):
+        sampled.append(s.nbytes)
+        return real(s)
+
+    monkeypatch.setattr(tensors, "fingerprint", counting)
+    result = jp.checkpoint(namespace=ns, progress=False, **ck)
+    assert result.bytes_reused >= 2 * 4 * MIB
+    assert sorted(sampled) == [4 * MIB, 4 * MIB]  # checked, and kept as it was
+    ns["a"].data.mul_(2)  # past the version counter: the sample still sees it
+    changed = jp.checkpoint(namespace=ns, progress=False, **ck)
+    assert changed.bytes_written >= 4 * MIB
