@@ -164,7 +164,8 @@ async def call_in_kernel(
             )
         reply = call.result()
     except TimeoutError as e:
-        raise KernelCallError(f"the kernel did not answer within {timeout:.0f} s") from e
+        message = str(e) or f"the kernel did not answer within {timeout:.0f} s"
+        raise KernelCallError(message) from e
     finally:
         for task in (call, died):
             task.cancel()
@@ -197,17 +198,11 @@ async def _execute(
         "", silent=True, store_history=False, user_expressions={"result": expression}
     )
     progress = asyncio.ensure_future(_progress(client, asked, on_progress)) if on_progress else None
-    deadline = time.monotonic() + timeout
     try:
-        while True:
-            try:
-                reply = await client.shell_channel.get_msg(
-                    timeout=max(0.0, deadline - time.monotonic())
-                )
-            except Empty:
-                raise TimeoutError from None
-            if reply["parent_header"].get("msg_id") == asked:
-                return reply
+        reply = await _shell_reply(client, asked, timeout)
+        if reply is None:
+            raise TimeoutError
+        return reply
     finally:
         if progress is not None:
             progress.cancel()
@@ -225,29 +220,39 @@ async def _progress(client, asked: str, on_progress: Callable[[CallProgress], No
             on_progress(CallProgress.from_json(progress))
 
 
+async def _shell_reply(client, asked: str, timeout: float) -> dict | None:
+    """The shell reply to the request ``asked``, the replies to earlier ones dropped;
+    None when it has not come within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            reply = await client.shell_channel.get_msg(
+                timeout=max(0.0, deadline - time.monotonic())
+            )
+        except Empty:
+            return None
+        if reply["parent_header"].get("msg_id") == asked:
+            return reply
+
+
 async def _wait_for_ready(client, timeout: float) -> None:
     """Return once the kernel answers on its shell channel and this client hears its
     IOPub: jupyter_client's ``wait_for_ready`` without its last step, which then waits
     for 0.2 s of silence on IOPub to drop what came before (0.2 s added to every call);
     :func:`_execute` reads only its own request's messages, so it has nothing to drop.
-    A kernel that has not bound its sockets yet gets the request again each second."""
+    A kernel that has not bound its sockets yet gets the request again each second, and
+    answers each once it has: the answers to the earlier ones are passed over."""
     deadline = time.monotonic() + timeout
-    while True:
+    while time.monotonic() < deadline:
         asked = client.kernel_info()
-        try:
-            reply = await client.shell_channel.get_msg(timeout=1)
+        if await _shell_reply(client, asked, min(1.0, deadline - time.monotonic())) is None:
+            continue
+        try:  # its busy status for this request: IOPub is connected
+            await client.iopub_channel.get_msg(timeout=0.2)
         except Empty:
-            pass
-        else:
-            if reply["parent_header"].get("msg_id") == asked:
-                try:  # its busy status for this request: IOPub is connected
-                    await client.iopub_channel.get_msg(timeout=0.2)
-                except Empty:
-                    pass
-                else:
-                    return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the kernel did not answer within {timeout:.0f} s")
+            continue
+        return
+    raise TimeoutError(f"the kernel did not answer within {timeout:.0f} s")
 
 
 async def wait_for_death(kernel_manager) -> str:
