@@ -279,7 +279,8 @@ class Operation:
         data = dict(data)
         progress = data.get("progress")
         data["progress"] = CallProgress.from_json(progress) if progress else None
-        return cls(**data)
+        known = cls.__dataclass_fields__  # a field a later version added is dropped
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 @dataclass
