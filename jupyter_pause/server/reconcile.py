@@ -344,9 +344,8 @@ class Reconciler:
             return
         first = path in self.first_cell_pending
         self.first_cell_pending.discard(path)
-        resume = session.operation if first else None
-        if resume is not None and resume.kind != "resume":
-            resume = None
+        op = session.operation
+        resume = op if first and op is not None and op.kind == "resume" else None
         if resume is not None:  # the last step of its timeline
             resume.mark(Step.FIRST_CELL)
         session.resumed_ahead = None  # the user came back
