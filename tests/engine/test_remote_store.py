@@ -195,6 +195,9 @@ def test_a_re_pause_after_a_small_change_uploads_under_a_megabyte(url, tmp_path,
     second = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
     assert first.bytes_uploaded > 2_000_000
     assert 0 < second.bytes_uploaded < 1_000_000
+    # the upload is a step of its own on a pause's timeline (issue #41), after the commit
+    for result in (first, second):
+        assert list(result.phases)[-2:] == ["commit", "upload"], result.phases
 
 
 def test_each_blob_is_uploaded_while_the_next_is_written(url, tmp_path, monkeypatch):
