@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # are module-scoped); mostly waiting on kernels and servers, so more workers than cores
 PYTEST_WORKERS ?= 3
 
-.PHONY: lab test lint format bench bench-objects bench-objectstore bench-spot gpu-check build dist check-wheel browser kubectl strace prometheus hub-proxy clean
+.PHONY: lab test lint format bench bench-rest bench-objects bench-objectstore bench-spot gpu-check build dist check-wheel browser kubectl strace prometheus hub-proxy clean
 
 # --- set-up -------------------------------------------------------------
 $(STAMP): pyproject.toml labextension/package.json
@@ -70,6 +70,7 @@ $(PEERS):
 bench: $(STAMP) $(PEERS)
 	$(BIN)/python benchmarks/bench_checkpoint.py $(BENCH_ARGS)
 	$(BIN)/python benchmarks/bench_objects.py $(OBJECTS_BENCH_ARGS)
+	$(BIN)/python benchmarks/bench_rest.py $(REST_BENCH_ARGS)
 	$(BIN)/python benchmarks/bench_server_latency.py
 	$(BIN)/python benchmarks/bench_autosave.py $(AUTOSAVE_BENCH_ARGS)
 	$(BIN)/python benchmarks/bench_objectstore.py $(OBJSTORE_BENCH_ARGS)
@@ -79,6 +80,10 @@ bench: $(STAMP) $(PEERS)
 # resumes, the work lost against grace x bandwidth (issue #38)
 bench-spot: $(STAMP)
 	$(BIN)/python benchmarks/drill_spot.py $(SPOT_BENCH_ARGS)
+
+# what a click or a magic adds around the engine, through REST, with the timeline (issue #41)
+bench-rest: $(STAMP)
+	$(BIN)/python benchmarks/bench_rest.py $(REST_BENCH_ARGS)
 
 # object-heavy namespaces against cloudpickle (issue #36)
 bench-objects: $(STAMP)

@@ -202,6 +202,23 @@ class LostState:
     names: dict[str, str] = field(default_factory=dict)
 
 
+class Step:
+    """The steps of an operation's timeline the server marks (:meth:`Operation.mark`);
+    a kernel names its own (``protocol.KERNEL_STEPS``)."""
+
+    REQUESTED = "request received"
+    CHOSEN = "checkpoint chosen"  # a resume: which checkpoint, decided by the server
+    KERNEL_STARTED = "kernel process started"
+    KERNEL_ANSWERING = "kernel answering"  # its kernel_info reply, before each call
+    READY = "ready"  # a resume: the first cell may run
+    FIRST_CELL = "first cell run"  # a resume: the user's first cell finished
+    CELL_ENDED = "running cell ended"  # a pause after the cell that asked for it
+    CHECKPOINT_RETURNED = "checkpoint returned"
+    RELEASING = "releasing"
+    RELEASED = "accelerator released"
+    PAUSED = "paused"
+
+
 @dataclass
 class Operation:
     """One pause, resume, checkpoint, hibernate or wake of one session."""
@@ -225,6 +242,10 @@ class Operation:
     #: resume's download and read), as the kernel says; None between calls.  In memory
     #: only: the call dies with this process, so the session file never holds it
     progress: CallProgress | None = None
+    #: how it went, step by step: ``{"step", "at"}`` (seconds after the request; a
+    #: ``note`` where the step needs one), in order (docs/ARCHITECTURE.md, "The timeline
+    #: of an operation")
+    timeline: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = _fields(self)
@@ -235,12 +256,31 @@ class Operation:
         """What the kernel says of the call it runs for this operation (until it ends)."""
         self.progress = progress
 
+    def mark(self, step: str, at: float | None = None, note: str = "") -> None:
+        """``step`` happened now, or at ``at`` (seconds since the epoch); never before
+        the step marked last, so the timeline stays in order."""
+        offset = (time.time() if at is None else at) - self.started
+        if self.timeline:
+            offset = max(offset, self.timeline[-1]["at"])
+        entry: dict[str, Any] = {"step": step, "at": round(max(0.0, offset), 4)}
+        if note:
+            entry["note"] = note
+        self.timeline.append(entry)
+
+    def mark_kernel(self, steps: list[list], took: float) -> None:
+        """A kernel's own steps of a call that answered just now
+        (:func:`protocol.kernel_steps`): the call reached it ``took`` seconds ago."""
+        reached = time.time() - took
+        for step, at in steps:
+            self.mark(step, reached + at)
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Operation:
         data = dict(data)
         progress = data.get("progress")
         data["progress"] = CallProgress.from_json(progress) if progress else None
-        return cls(**data)
+        known = cls.__dataclass_fields__  # a field a later version added is dropped
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 @dataclass
@@ -352,6 +392,8 @@ class SessionStore:
         self.sessions: dict[str, Session] = {}
         #: called after each save (the bucket's records follow the sessions)
         self.listeners: list[Callable[[], None]] = []
+        self._saved: dict[str, dict[str, Any]] = {}  # each session as last saved
+        self._changed: set[str] = set()  # since the last take_changed()
         if self.path and self.path.exists():
             raw = json.loads(self.path.read_text())
             self.sessions = {p: Session.from_json(s) for p, s in raw.get("sessions", {}).items()}
@@ -402,16 +444,24 @@ class SessionStore:
         return op
 
     def save(self) -> None:
-        if not self.path:
-            for listener in self.listeners:
-                listener()
-            return
-        durable.makedirs(self.path.parent)
         sessions = {p: s.to_json() for p, s in self.sessions.items()}
         for session in sessions.values():
             if session["operation"] is not None:
                 del session["operation"]["progress"]  # in memory only (Operation.progress)
-        payload = json.dumps({"version": 1, "sessions": sessions}, indent=1)
-        durable.write_file(self.path, payload.encode())
+        try:
+            if self.path:
+                durable.makedirs(self.path.parent)
+                payload = json.dumps({"version": 1, "sessions": sessions}, indent=1)
+                durable.write_file(self.path, payload.encode())
+        finally:  # written or not, the sessions in memory are what the status shows
+            saved, self._saved = self._saved, sessions
+            self._changed.update(p for p, s in sessions.items() if saved.get(p) != s)
+            self._changed.update(p for p in saved if p not in sessions)
         for listener in self.listeners:
             listener()
+
+    def take_changed(self) -> set[str]:
+        """The notebooks whose session changed (added, altered, removed) in the saves since
+        the last call: the rows the status index builds again (server/status_index.py)."""
+        changed, self._changed = self._changed, set()
+        return changed

@@ -41,6 +41,35 @@ def user_skipped(skipped: dict[str, str]) -> dict[str, str]:
     }
 
 
+#: the steps a kernel names in a reply's ``steps``: the end of each phase of the engine's
+#: checkpoint or restore (engine/phases.py)
+KERNEL_STEPS = {
+    "prepare": "prepared",
+    "pickle": "pickled",
+    "hash": "hashed",
+    "write": "written",
+    "fsync": "fsynced",
+    "commit": "committed",
+    "upload": "uploaded",
+    "verify": "verified",
+    "imports": "imported",
+    "unpickle": "unpickled",
+    "assign": "namespace ready",
+}
+
+
+def kernel_steps(first: str, at: float, phases: dict[str, float]) -> list[list]:
+    """A reply's ``steps``: the call reached the kernel (0), ``first`` at ``at`` (seconds
+    after that: what came between is the import of what the call needs), then the end of
+    each phase (``phases``: seconds each, in order), laid out one after another: phases
+    that alternate (each file's write and fsync) are added up under their names."""
+    steps = [["call received", 0.0], [first, round(at, 4)]]
+    for phase, seconds in phases.items():
+        at += seconds
+        steps.append([KERNEL_STEPS.get(phase, phase), round(at, 4)])
+    return steps
+
+
 class _Reply:
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -64,6 +93,10 @@ class CheckpointReply(_Reply):
     lost: dict[str, str] = field(default_factory=dict)  # name -> the checkpoint that has it
     gpus: int | None = None  # GPUs the kernel holds memory on (None: none in use)
     gpu_model: str | None = None
+    #: where the call's time went in the kernel: [step, seconds after the call reached
+    #: it] (:func:`kernel_steps`); ``took``: seconds from then until this reply
+    steps: list[list] = field(default_factory=list)
+    took: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +115,12 @@ class RestoreReply(_Reply):
     bytes_loading: int = 0
     gpus: int | None = None
     gpu_model: str | None = None
+    #: the nonce this process holds (planted by the pause of this very process), None in
+    #: a fresh kernel: the server learns whether the process itself came back with the
+    #: restore's own answer, not with a second call
+    nonce: str | None = None
+    steps: list[list] = field(default_factory=list)  # as CheckpointReply's
+    took: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -194,7 +194,12 @@ def kernel_call(checkpoint_dir: Path):
                 progress=False,
                 or_older=kw.get("or_older", False),
             )
-            return {"id": result.id, "bytes": result.bytes_read, "seconds": result.seconds}
+            return {
+                "id": result.id,
+                "bytes": result.bytes_read,
+                "seconds": result.seconds,
+                "nonce": kernel.nonce,
+            }
         if function == "live_nonce":
             return kernel.nonce
         if function == "hibernation_facts":  # what this process says of itself

@@ -91,6 +91,16 @@ def test_status_list_pause_and_resume_on_the_local_server(local_server, capsys):
     assert capsys.readouterr().out.strip() == "nb.ipynb: pause succeeded"
     assert main(["status", "nb.ipynb"]) == 0
     assert "paused" in capsys.readouterr().out
+    # --verbose: how the pause went, step by step, from its request to its end
+    assert main(["status", "nb.ipynb", "--verbose"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = lines.index("  last pause (succeeded), seconds after its request:")
+    timeline = [line for line in lines[start + 1 :] if line.startswith("    ")]
+    steps = [line.split(maxsplit=3)[-1] for line in timeline]
+    assert steps[0] == "request received" and steps[-1] == "paused"
+    assert steps.index("pickled") < steps.index("committed") < steps.index("accelerator released")
+    at = [float(line.split()[0]) for line in timeline]
+    assert at == sorted(at)
 
     # a scheduled resume: set, shown by status, refused when unreadable, cancelled
     assert main(["schedule", "nb.ipynb", "tomorrow", "08:45"]) == 0

@@ -406,6 +406,17 @@ def test_sessions_round_trip_with_their_lease():
     assert again.state == State.READY and again.live_state == LiveState.FRESH
 
 
+def test_a_session_file_a_later_version_wrote_is_read(tmp_path):
+    """A field this version does not know (the timeline, read by a version before it)
+    is dropped, not a server that fails to start."""
+    session = Session(path=NB, state=State.PAUSED)
+    session.operation = Operation(kind="pause", path=NB, outcome="succeeded")
+    data = session.to_json()
+    data["newer"] = 1
+    data["operation"]["newer"] = [{"step": "request received", "at": 0.0}]
+    assert Session.from_json(data) == session
+
+
 def test_an_operation_s_progress_is_shown_and_never_written(tmp_path):
     store = SessionStore(tmp_path / "sessions.json")
     op = store.begin(NB, "pause")

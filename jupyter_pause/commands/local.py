@@ -107,6 +107,10 @@ def cmd_status(client: PauseClient, args) -> int:
             print(f"jupyter pause status: no notebook {args.workspace!r} on {client.base_url}",
                   file=sys.stderr)  # fmt: skip
             return 1
+    if getattr(args, "verbose", False):  # the timelines are in each operation's own answer
+        for s in sessions:
+            if s.get("operation"):
+                s["operation"] = client.operation(s["operation"]["id"])
     now = time.time()
     lines = [f"{'NOTEBOOK':32} {'STATE':22} {'SINCE':>8}  SAVED STATE"]
     for s in sessions:
@@ -120,6 +124,7 @@ def cmd_status(client: PauseClient, args) -> int:
             + (f"\n  resumes at: {_when(schedule['at'])} ({schedule['kind']})" if schedule else "")
             + _hibernation(s)
             + (f"\n  error: {s['error']}" if s.get("error") else "")
+            + (_timeline(s.get("operation")) if getattr(args, "verbose", False) else "")
         )
     if not sessions:
         lines.append("(no notebooks)")
@@ -128,6 +133,22 @@ def cmd_status(client: PauseClient, args) -> int:
         lines.append(f"hibernate in place: unavailable here: {hibernate.get('why_not')}")
     _emit(args, sessions, "\n".join(lines))
     return 0
+
+
+def _timeline(op: dict[str, Any] | None) -> str:
+    """The lines under a notebook with ``--verbose``: its last operation, step by step."""
+    if not op or not op.get("timeline"):
+        return ""
+    steps = op["timeline"]
+    lines = [f"\n  last {op['kind']} ({op['outcome']}), seconds after its request:"]
+    previous = 0.0
+    for step in steps:
+        note = f" ({step['note']})" if step.get("note") else ""
+        lines.append(
+            f"\n    {step['at']:8.3f} s  +{step['at'] - previous:.3f}  {step['step']}{note}"
+        )
+        previous = step["at"]
+    return "".join(lines)
 
 
 def _hibernation(session: dict[str, Any]) -> str:

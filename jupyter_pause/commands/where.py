@@ -37,6 +37,14 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
             "or gs://BUCKET/PREFIX) instead of asking a server; with no server and no "
             "Kubernetes, the server's checkpoint_dir from the Jupyter config",
         )
+    if name == "status":
+        parser.add_argument(
+            "-v",
+            "--verbose",
+            action="store_true",
+            help="locally: under each notebook, the timeline of its last operation (each "
+            "step of its pause or resume, and when it came)",
+        )
     if name == "pause":
         parser.add_argument("workspace", metavar="NOTEBOOK", help="its path on the server")
         parser.add_argument(

@@ -62,6 +62,7 @@ from .errors import (
     UntrustedCheckpoint,
 )
 from .manifest import PICKLE, GroupEntry, Manifest, ObjectEntry, PickleEntry
+from .phases import Phases
 from .progress import Progress
 from .store import CheckpointInfo
 from .tracking import track, tracked, untrack
@@ -104,6 +105,9 @@ class CheckpointResult:
     records_reused: int = 0  # variables whose records were copied from the previous one
     store: str = ""  # the bucket the checkpoint was uploaded to (engine/remote.py), if any
     bytes_uploaded: int = 0  # ... and what had to be sent there
+    #: seconds per phase, in order: prepare, pickle, hash, write, fsync, commit, upload
+    #: (engine/phases.py)
+    phases: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> str:
         rate = self.bytes_written / self.seconds if self.seconds > 0 else 0
@@ -141,6 +145,8 @@ class RestoreResult:
     loading: list[str] = field(default_factory=list)  # lazy: still being read (engine/lazy.py)
     bytes_loading: int = 0  # ... and how many tensor bytes they still need
     bytes_downloaded: int = 0  # brought from the bucket behind the folder first (remote.py)
+    #: seconds per phase, in order: verify, imports, unpickle, assign (engine/phases.py)
+    phases: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> str:
         rate = self.bytes_read / self.seconds if self.seconds > 0 else 0
@@ -306,6 +312,7 @@ def checkpoint(
     ``upload=False``, with a bucket: commit in the local cache only (:func:`_pull`).
     """
     t0 = time.monotonic()
+    phases = Phases()
     lazy_mod.wait()  # objects still loading from a lazy restore are saved whole, not missed
     if namespace is None:
         ns, hidden = ns_mod.user_namespace()
@@ -379,7 +386,9 @@ def checkpoint(
                 previous=previous,
                 changed=changed,
                 shell=shell_state,
+                phases=phases,
             )
+            phases.add("prepare", time.monotonic() - t0)
             txn = store.Transaction(nbdir)
             early = store.uploads(dir, nbdir) if upload else None  # blobs go up as written
             txn.on_staged = early.add if early is not None else None
@@ -388,18 +397,21 @@ def checkpoint(
                 _OWN[str(nbdir)] = result.id
                 result.lost = lost
                 _LOST[str(nbdir)] = lost
-                result.removed = store.apply_retention(nbdir, _keep(keep))
-                if result.removed:
-                    store.gc(nbdir, locked_already=True)
+                with phases.timed("commit"):
+                    result.removed = store.apply_retention(nbdir, _keep(keep))
+                    if result.removed:  # the blobs they alone used: deleted after
+                        store.gc(nbdir, locked_already=True, later=True)
             except BaseException:
                 if early is not None:
                     early.cancel()
                 txn.abort()
                 raise
             if early is not None:
-                _upload(dir, nbdir, result, progress, early)
+                with phases.timed("upload"):
+                    _upload(dir, nbdir, result, progress, early)
     except OSError as e:
         raise DiskError(str(nbdir), e) from e
+    result.phases = phases.rounded()
     return result
 
 
@@ -518,6 +530,7 @@ class _CheckpointPlan:
     previous: records.State | None = None  # the previous checkpoint's records, to reuse
     changed: set[str] | None = None  # the names code could have changed since then
     shell: dict[str, Any] = field(default_factory=dict)  # IPython's own state (shell.py)
+    phases: Phases = field(default_factory=Phases)  # where its time goes
 
     @property
     def incremental(self) -> bool:
@@ -525,7 +538,8 @@ class _CheckpointPlan:
 
 
 def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
-    nbdir, ns, skipped = plan.nbdir, plan.namespace, plan.skipped
+    nbdir, ns, skipped, phases = plan.nbdir, plan.namespace, plan.skipped, plan.phases
+    pickling_started = time.monotonic()
     key = signing.load_key()
     order = list(plan.required) + [n for n in plan.optional if n not in plan.required]
     objects_in = {**plan.optional, **plan.required}
@@ -595,6 +609,7 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
     pickle_entry = PickleEntry(
         file=PICKLE, bytes=w.pos, xxh3=w.xxh.hexdigest(), hmac=w.mac.hexdigest()
     )
+    phases.add("pickle", time.monotonic() - pickling_started)
 
     # arrays of Python objects: pickled now, unless no code since the last checkpoint could
     # reach them (only reused groups name them) and the store still holds what they were
@@ -628,6 +643,7 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
         return usable[rel]
 
     objects_written: list[str] = []
+    hashing_started = time.monotonic()
     for pos, s in enumerate(storages):
         if s.xxh3 is None and tensors.materialize(s):  # an array of Python objects, pickled
             bar.add_total(s.nbytes)
@@ -635,7 +651,7 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
             s.xxh3 = tensors.cached_digest(s)
         if s.xxh3 is None and pos in untouched and prev_numpy is not None:
             s.xxh3 = _untouched_numpy_digest(s, prev_numpy)
-        if s.xxh3 is None and plan.index:
+        if s.xxh3 is None and plan.index and not tensors.known_changed(s):
             s.xxh3 = tensors.hash_storage(s)
         hit = plan.index.get(s.xxh3) if s.xxh3 else None
         if hit is not None and not intact(hit[0], hit[4]):
@@ -654,7 +670,7 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
             bar.update(s.nbytes)
         elif s.kind == "objects":  # written now, into a file of its own: its bytes go
             tensors.unique_keys([s], prefix_owner=False)
-            wf = tensors.write_safetensors(txn, f"o{pos}.tmp", [s], bar)
+            wf = tensors.write_safetensors(txn, f"o{pos}.tmp", [s], bar, phases)
             files[wf.rel] = wf.entry
             objects_written.append(wf.rel)
             s.data = None
@@ -663,6 +679,8 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
             if s.xxh3 is not None:
                 pending[s.xxh3] = s
             new.append(s)
+    written_meanwhile = phases.seconds.get("write", 0.0) + phases.seconds.get("fsync", 0.0)
+    phases.add("hash", time.monotonic() - hashing_started - written_meanwhile)
 
     # 3. stream new storages into safetensors files: one per object with >= 1 MiB of new
     #    data (a model's weights end up in one portable file), small ones share a file
@@ -677,10 +695,11 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
     new_files = list(objects_written)
     for n, (g, group) in enumerate(groups.items()):
         tensors.unique_keys(group, prefix_owner=(g == ""))
-        wf = tensors.write_safetensors(txn, f"w{n}.tmp", group, bar)
+        wf = tensors.write_safetensors(txn, f"w{n}.tmp", group, bar, phases)
         files[wf.rel] = wf.entry
         new_files.append(wf.rel)
         written += wf.entry.bytes
+    committing_started = time.monotonic()
     for s, first in dupes:
         s.file, s.key, s.xxh3 = first.file, first.key, first.xxh3
     for s in storages:
@@ -725,6 +744,7 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
         tracker = changes.tracker_for(ns)
         if tracker is not None:
             tracker.reset()
+    phases.add("commit", time.monotonic() - committing_started)
     seconds = time.monotonic() - plan.started
     result = CheckpointResult(
         id=txn.id,
@@ -841,6 +861,7 @@ def restore(
     (engine/handed.py).
     """
     t0 = time.monotonic()
+    phases = Phases()
     lazy_mod.cancel()  # a restore replaces one still loading
     changes.invalidate()  # it replaces objects: the next checkpoint pickles everything
     _STATE.clear()
@@ -945,13 +966,18 @@ def restore(
     # Only now, with the pickle verified, run it. Lazy: tensor data is not read yet, but
     # every object is built over its final buffer, and none is assigned before the bytes
     # it reaches have matched their digests.
+    phases.add("verify", time.monotonic() - t0)
     by_record = {o.dump: n for n, o in m.objects.items()}
     if later:  # groups that need torch are unpickled once it is imported (lazy.Later)
         deferred = later.records
         to_load = [r for r in to_load if r not in deferred]
-    imports.wait()  # no module is imported in the background while its objects are built
+    with phases.timed("imports"):
+        imports.wait()  # no module is imported in the background while its objects are built
+    unpickling_started = time.monotonic()
     objs, failures = _load_groups(data, m, to_load, loader, ns, by_record)
     pickling.link_pandas_blocks(loader.pandas_blocks)
+    phases.add("unpickle", time.monotonic() - unpickling_started)
+    assigning_started = time.monotonic()
     if not later:  # unpickled: its bytes are freed before the lazy reader fills memory
         data = loaded.pickle = None
     failed = {by_record[i]: why for i, why in failures.items() if i in by_record}
@@ -1042,6 +1068,8 @@ def restore(
         bytes_loading=bytes_loading,
         bytes_downloaded=downloaded,
     )
+    phases.add("assign", time.monotonic() - assigning_started)
+    result.phases = phases.rounded()
     for n in failed if not names else ():  # this checkpoint holds them, as well as it can
         if n in m.objects:
             _mark_lost(nbdir, n, m.id)

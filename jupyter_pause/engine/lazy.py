@@ -214,6 +214,7 @@ class LazyLoad:
         self._stop = False
         self._finished = False
         self._thread: threading.Thread | None = None
+        self._started = False
         #: files still in the bucket (a restore from it) that are downloaded to the cache,
         #: then read (those holding a GPU tensor): file -> what downloads it, called when
         #: the reader reaches the file, so a storage waits for its own file only
@@ -460,6 +461,10 @@ class LazyLoad:
                 self.on_damaged()
 
     def start(self) -> None:
+        """Start reading (and importing torch); once: later calls do nothing."""
+        if self._started or self._stop:  # a restore after it replaced it before it began
+            return
+        self._started = True
         self._keep_copies()  # registered now: a checkpoint waits for what is to come
         if not self.torch_ready:  # beside the reader: storages on the CPU need no torch
             threading.Thread(target=self._import_torch, name="jp-lazy-torch", daemon=True).start()
@@ -583,6 +588,7 @@ class LazyLoad:
     def wait(self, names=None, show=None) -> None:
         """Block until ``names`` (default: all) are ready or failed, then settle.
         ``show(line)`` is called about twice a second with what is being waited for."""
+        self.start()  # a kernel starts it once its call is answered (begin): not yet
         want = [n for n in (self.pending() if names is None else names) if n in self.objects]
         # a cell naming torch waits for it, so torch's RNG state is in before it runs
         torch = bool(self.on_torch) and (names is None or "torch" in names)
@@ -630,6 +636,12 @@ def begin(load: LazyLoad) -> None:
         loop = getattr(getattr(shell, "kernel", None), "io_loop", None)
         if loop is not None:  # damage is settled (and told) when found, not at the next cell
             load.on_damaged = functools.partial(loop.add_callback, _settle_damaged, load)
+            # once the kernel has answered the request that restored (a server's resume
+            # waits for that answer): reading and ``import torch`` share the interpreter
+            # lock with the thread that sends it; a cell that needs the objects first
+            # starts it itself (wait)
+            loop.add_callback(load.start)
+            return
     load.start()
 
 

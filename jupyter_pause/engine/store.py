@@ -28,6 +28,7 @@ import shutil
 import struct
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -1156,9 +1157,15 @@ def referenced_files(nbdir: Path) -> set[str] | None:
     return refs
 
 
-def gc(nbdir: Path, locked_already: bool = False) -> int:
+def gc(nbdir: Path, locked_already: bool = False, later: bool = False) -> int:
     """Remove blob files no checkpoint references and temp folders of dead writers.
-    Returns the number of bytes freed."""
+    Returns the number of bytes freed.
+
+    ``later``: the blobs are only moved out of ``blobs/`` now (a rename each, into a temp
+    folder of this process), and deleted on a thread of their own: freeing a large
+    file's blocks takes the filesystem about as long as an fsync (0.24 s for a GiB
+    here), which a checkpoint need not wait for. Should the process end first, the
+    next writer's GC removes the folder (its writer is dead)."""
     if not nbdir.is_dir():
         return 0
     ctx = contextlib.nullcontext() if locked_already else locked(nbdir)
@@ -1166,13 +1173,23 @@ def gc(nbdir: Path, locked_already: bool = False) -> int:
     with ctx:
         refs = referenced_files(nbdir)
         blobs = nbdir / BLOBS
+        unused = []
         if refs is not None and blobs.is_dir():
-            for p in blobs.iterdir():
-                rel = f"{BLOBS}/{p.name}"
-                if rel not in refs:
-                    with contextlib.suppress(FileNotFoundError):
-                        freed += p.stat().st_size
-                        p.unlink()
+            unused = [p for p in blobs.iterdir() if f"{BLOBS}/{p.name}" not in refs]
+        trash = nbdir / f"{TMP_PREFIX}gc-{uuid.uuid4().hex[:8]}-{os.getpid()}"
+        if later and unused:
+            trash.mkdir()
+        for p in unused:
+            with contextlib.suppress(FileNotFoundError):
+                freed += p.stat().st_size
+                if later:
+                    p.rename(trash / p.name)
+                else:
+                    p.unlink()
+        if later and unused:
+            threading.Thread(
+                target=shutil.rmtree, args=(trash, True), name="jp-gc", daemon=True
+            ).start()
         now = time.time()
         for p in nbdir.iterdir():
             if not p.name.startswith(TMP_PREFIX):

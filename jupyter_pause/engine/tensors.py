@@ -51,6 +51,7 @@ from .buffers import (
 )
 from .errors import CorruptCheckpoint, DeviceUnavailable
 from .manifest import FileEntry, StorageEntry
+from .phases import Phases, timed
 from .sharing import ATOMIC
 
 CHUNK = 64 << 20  # bytes per device<->host staging step: bounds the extra memory
@@ -144,6 +145,8 @@ class Storage:
     file: str | None = None
     key: str | None = None
     safe_dtype: str = "U8"
+    #: its sampled fingerprint, once taken in this checkpoint (``cached_digest``)
+    sampled: str | None = None
 
 
 def local_names(owner: str, obj: Any) -> dict[int, str]:
@@ -598,9 +601,25 @@ def cached_digest(s: Storage) -> str | None:
         known.add(id(t))
     if not s.reps or any(id(t) not in known for t in s.reps):
         return None
-    if fingerprint(s) != fp:
+    s.sampled = fingerprint(s)
+    if s.sampled != fp:
         return None
     return digest
+
+
+def known_changed(s: Storage) -> bool:
+    """Whether ``s`` changed since its digest was cached: a tensor seen on it then, still
+    alive on the same memory, has another ``_version`` now. No earlier checkpoint holds
+    what it holds now, bar a change undone, so hashing it to look for a copy would only
+    read its bytes twice: the write hashes them as it goes."""
+    entry = _CACHE.get(s.skey) if s.kind == "torch" else None
+    if entry is None:
+        return False
+    for ref, version in entry[0]:
+        t = ref()
+        if t is not None and _data_ptr(t) == s.skey[1] and _version(t) != version:
+            return True
+    return False
 
 
 def _data_ptr(t) -> int | None:
@@ -623,7 +642,9 @@ def remember(s: Storage) -> None:
             refs.append((weakref.ref(t), v))
         except TypeError:
             return
-    _CACHE[s.skey] = (tuple(refs), fingerprint(s), s.xxh3)
+    # the fingerprint cached_digest took, if any: the bytes are the same (a write since
+    # then would have moved a version, and the storage would have been hashed anew)
+    _CACHE[s.skey] = (tuple(refs), s.sampled or fingerprint(s), s.xxh3)
     if len(_CACHE) > 100_000:  # never grow without bound in a long-lived kernel
         for k in [k for k, e in _CACHE.items() if all(r() is None for r, _v in e[0])]:
             del _CACHE[k]
@@ -689,7 +710,9 @@ def unique_keys(storages: list[Storage], prefix_owner: bool) -> None:
         s.key = key
 
 
-def write_safetensors(txn, tmp_name: str, storages: list[Storage], progress=None) -> WrittenFile:
+def write_safetensors(
+    txn, tmp_name: str, storages: list[Storage], progress=None, phases: Phases | None = None
+) -> WrittenFile:
     """Stream ``storages`` into one safetensors file in the transaction, fsync it, and stage it
     under its content address. Digests not yet known are computed on the fly.
 
@@ -718,18 +741,20 @@ def write_safetensors(txn, tmp_name: str, storages: list[Storage], progress=None
     raw += b" " * (-(len(raw) + 8) % DATA_ALIGN)
     path = txn.staging_path(tmp_name)
     with paths.private_open(path) as f:
-        write_all(f, struct.pack("<Q", len(raw)) + raw)
-        for s in storages:
-            h = xxhash.xxh3_128() if s.xxh3 is None else None
-            for mv in _iter_chunks(s):
-                write_all(f, mv)
+        with timed(phases, "write"):
+            write_all(f, struct.pack("<Q", len(raw)) + raw)
+            for s in storages:
+                h = xxhash.xxh3_128() if s.xxh3 is None else None
+                for mv in _iter_chunks(s):
+                    write_all(f, mv)
+                    if h is not None:
+                        h.update(mv)
+                    if progress is not None:
+                        progress.update(len(mv))
                 if h is not None:
-                    h.update(mv)
-                if progress is not None:
-                    progress.update(len(mv))
-            if h is not None:
-                s.xxh3 = h.hexdigest()
-        os.fsync(f.fileno())
+                    s.xxh3 = h.hexdigest()
+        with timed(phases, "fsync"):
+            os.fsync(f.fileno())
     tree = xxhash.xxh3_128()
     tree.update(raw)
     for s in storages:

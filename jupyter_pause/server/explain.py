@@ -87,40 +87,39 @@ async def explain(
     }
 
 
-async def status_rows(
-    live: dict[str, dict],
-    sessions: dict[str, Session],
+async def status_row(
+    path: str,
+    session: Session,
+    kernel: dict[str, Any] | None,
     policies: Policies,
-    present: dict[str, list[str] | None] | None = None,
+    present: list[str] | None = None,
     *,
     can_hibernate: bool,
     staging=None,
-) -> list[dict[str, Any]]:
-    """The rows of ``GET status``: every notebook with a lifecycle session or a kernel
-    now (``live``, Jupyter's sessions by path), with what a person wants to know;
-    ``present``: the checkpoints of the notebooks that offer a saved state back;
-    ``can_hibernate``: this server can hibernate kernels in place; ``staging(session)``:
-    with a bucket, what it lacks of the notebook's state (server/staging.py)."""
-    present = present or {}
-    rows = []
-    paths = sorted(set(live) | set(sessions))
-    for path in paths:
-        session = sessions.get(path) or Session(path=path)
-        kernel = (live.get(path) or {}).get("kernel") or {}
-        row = session.to_json()
-        del row["pause_nonce"]
-        row["kernel_id"] = kernel.get("id", session.kernel_id)
-        row["execution_state"] = kernel.get("execution_state")
-        row["last_activity"] = kernel.get("last_activity")
-        # when the notebook's state was last saved (a pause, a checkpoint, an autosave)
-        row["last_saved"] = (session.last_checkpoint or {}).get("time")
-        row.update(await explain(session, policies.workload_class, present.get(path)))
-        row["staging"] = staging(session) if staging is not None else None
-        row["can"] = allowed_now(session, has_kernel=path in live, can_hibernate=can_hibernate)
-        if policies.auto_pause_status is not None:
-            row["auto_pause"] = await policies.auto_pause_status(session)
-        rows.append(row)
-    return rows
+) -> dict[str, Any]:
+    """One row of ``GET status``: the notebook at ``path`` (``session``: its lifecycle
+    session, a fresh one where it has none), with what a person wants to know;
+    ``kernel``: Jupyter's model of its kernel now, None where it has none; ``present``:
+    its checkpoints, where it offers a saved state back; ``can_hibernate``: this server
+    can hibernate kernels in place; ``staging(session)``: with a bucket, what it lacks of
+    the notebook's state (server/staging.py).  The operation's timeline is not in it
+    (``GET operations/{id}`` has it): it would double the size of the answer."""
+    row = session.to_json()
+    del row["pause_nonce"]
+    if row["operation"] is not None:
+        del row["operation"]["timeline"]
+    live = kernel or {}
+    row["kernel_id"] = live.get("id", session.kernel_id)
+    row["execution_state"] = live.get("execution_state")
+    row["last_activity"] = live.get("last_activity")
+    # when the notebook's state was last saved (a pause, a checkpoint, an autosave)
+    row["last_saved"] = (session.last_checkpoint or {}).get("time")
+    row.update(await explain(session, policies.workload_class, present))
+    row["staging"] = staging(session) if staging is not None else None
+    row["can"] = allowed_now(session, has_kernel=kernel is not None, can_hibernate=can_hibernate)
+    if policies.auto_pause_status is not None:
+        row["auto_pause"] = await policies.auto_pause_status(session)
+    return row
 
 
 def policy_summary(classes: dict, default: str) -> str:

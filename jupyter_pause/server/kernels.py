@@ -17,7 +17,9 @@ import ast
 import asyncio
 import json
 import os
+import time
 from collections.abc import Callable
+from queue import Empty
 from typing import Any
 
 from jupyter_server.services.kernels.kernelmanager import ServerKernelManager
@@ -79,6 +81,14 @@ class PauseKernelManager(ServerKernelManager):
         if self.before_stop is not None:
             await self.before_stop(_pid(self))
 
+    async def _async_wait(self, pollinterval: float = 0.1) -> None:
+        # a shutdown waits for the process to exit: heard as it exits (its pidfd), not at
+        # jupyter_client's next look (every 0.1 s, then again in the provisioner's wait)
+        pid = _pid(self)
+        if pid is not None and await self._async_is_alive():
+            await process_exit(pid)
+        await super()._async_wait(pollinterval)
+
     def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
         cmd = super().format_kernel_cmd(extra_arguments)
         if _is_ipykernel(cmd) and "--ext=jupyter_pause" not in cmd:
@@ -122,6 +132,7 @@ async def call_in_kernel(
     function: str,
     timeout: float = 60,
     on_progress: Callable[[CallProgress], None] | None = None,
+    on_answering: Callable[[], None] | None = None,
     **kwargs: Any,
 ) -> Any:
     """Call ``jupyter_pause.kernel_ops.<function>(**kwargs)`` in a kernel.
@@ -130,7 +141,9 @@ async def call_in_kernel(
     leaves no trace in the notebook (no execution count, no history, no
     output) and its JSON return value comes back in the reply.  What the call
     says of its progress meanwhile (display data of :data:`PROGRESS_MIME` on
-    IOPub, under this request) goes to ``on_progress``.
+    IOPub, under this request) goes to ``on_progress``; ``on_answering`` is called
+    once the kernel has answered (its ``kernel_info`` reply), just before the call is
+    sent.
     """
     expression = (
         "__import__('jupyter_pause.kernel_ops', fromlist=['_']).call("
@@ -142,7 +155,7 @@ async def call_in_kernel(
     # until zmq refuses ("Too many open files"), thousands of descriptors meanwhile
     client.start_channels(hb=False)
     died = asyncio.ensure_future(wait_for_death(kernel_manager))
-    call = asyncio.ensure_future(_execute(client, expression, timeout, on_progress))
+    call = asyncio.ensure_future(_execute(client, expression, timeout, on_progress, on_answering))
     try:
         await asyncio.wait({call, died}, return_when=asyncio.FIRST_COMPLETED)
         if not call.done():
@@ -152,7 +165,8 @@ async def call_in_kernel(
             )
         reply = call.result()
     except TimeoutError as e:
-        raise KernelCallError(f"the kernel did not answer within {timeout:.0f} s") from e
+        message = str(e) or f"the kernel did not answer within {timeout:.0f} s"
+        raise KernelCallError(message) from e
     finally:
         for task in (call, died):
             task.cancel()
@@ -168,24 +182,78 @@ async def call_in_kernel(
 
 
 async def _execute(
-    client, expression: str, timeout: float, on_progress: Callable[[CallProgress], None] | None
+    client,
+    expression: str,
+    timeout: float,
+    on_progress: Callable[[CallProgress], None] | None,
+    on_answering: Callable[[], None] | None,
 ) -> dict:
-    def output(msg: dict) -> None:  # the IOPub messages of this request alone
-        if on_progress is None or msg["header"]["msg_type"] != "display_data":
-            return
+    """The reply to a silent execute request of ``expression``: its shell reply, which
+    holds the result. Not its ``idle`` status on IOPub (``execute_interactive`` waits for
+    that first): the kernel publishes it after the reply, from a thread that shares the
+    interpreter lock with the background work a restore starts then (``import torch``)."""
+    await _wait_for_ready(client, min(timeout, 60))
+    if on_answering is not None:
+        on_answering()
+    asked = client.execute(
+        "", silent=True, store_history=False, user_expressions={"result": expression}
+    )
+    progress = asyncio.ensure_future(_progress(client, asked, on_progress)) if on_progress else None
+    try:
+        reply = await _shell_reply(client, asked, timeout)
+        if reply is None:
+            raise TimeoutError
+        return reply
+    finally:
+        if progress is not None:
+            progress.cancel()
+
+
+async def _progress(client, asked: str, on_progress: Callable[[CallProgress], None]) -> None:
+    """Hand what the call says of its progress (display data under its request) to
+    ``on_progress``, until cancelled."""
+    while True:
+        msg = await client.iopub_channel.get_msg()
+        if msg["parent_header"].get("msg_id") != asked or msg["msg_type"] != "display_data":
+            continue
         progress = msg["content"].get("data", {}).get(PROGRESS_MIME)
         if progress is not None:
             on_progress(CallProgress.from_json(progress))
 
-    await client.wait_for_ready(timeout=min(timeout, 60))
-    return await client.execute_interactive(
-        "",
-        silent=True,
-        store_history=False,
-        user_expressions={"result": expression},
-        timeout=timeout,
-        output_hook=output,
-    )
+
+async def _shell_reply(client, asked: str, timeout: float) -> dict | None:
+    """The shell reply to the request ``asked``, the replies to earlier ones dropped;
+    None when it has not come within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            reply = await client.shell_channel.get_msg(
+                timeout=max(0.0, deadline - time.monotonic())
+            )
+        except Empty:
+            return None
+        if reply["parent_header"].get("msg_id") == asked:
+            return reply
+
+
+async def _wait_for_ready(client, timeout: float) -> None:
+    """Return once the kernel answers on its shell channel and this client hears its
+    IOPub: jupyter_client's ``wait_for_ready`` without its last step, which then waits
+    for 0.2 s of silence on IOPub to drop what came before (0.2 s added to every call);
+    :func:`_execute` reads only its own request's messages, so it has nothing to drop.
+    A kernel that has not bound its sockets yet gets the request again each second, and
+    answers each once it has: the answers to the earlier ones are passed over."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        asked = client.kernel_info()
+        if await _shell_reply(client, asked, min(1.0, deadline - time.monotonic())) is None:
+            continue
+        try:  # its busy status for this request: IOPub is connected
+            await client.iopub_channel.get_msg(timeout=0.2)
+        except Empty:
+            continue
+        return
+    raise TimeoutError(f"the kernel did not answer within {timeout:.0f} s")
 
 
 async def wait_for_death(kernel_manager) -> str:
@@ -225,6 +293,23 @@ async def wait_for_death(kernel_manager) -> str:
         if callbacks:
             kernel_manager.remove_restart_callback(on_restart, "restart")
             kernel_manager.remove_restart_callback(on_dead, "dead")
+
+
+async def process_exit(pid: int) -> None:
+    """Return once the process ``pid`` (a child of this one, not yet reaped) has exited,
+    told by its pidfd (Linux); at once where there is none to open."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # another system, or it is gone already
+        return
+    loop = asyncio.get_running_loop()
+    exited = loop.create_future()
+    loop.add_reader(fd, lambda: exited.done() or exited.set_result(None))
+    try:
+        await exited
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
 
 
 def _pid(kernel_manager) -> int | None:

@@ -47,6 +47,7 @@ from ..lifecycle import (
     Session,
     SessionStore,
     State,
+    Step,
 )
 from ..protocol import CheckpointReply, HibernationFacts, RestoreReply, user_skipped
 from .activity import ActivityMonitor
@@ -55,7 +56,6 @@ from .capacity import ResumeGate, machine_limit
 from .catalogue import Catalogue
 from .classify import WorkloadClassifier
 from .errors import Conflict, NotFound, PauseError, Unavailable
-from .explain import status_rows
 from .hibernate import Hibernation, Hibernator, Refused, Stuck
 from .kernels import KernelCallError, KernelDied, call_in_kernel
 from .ports import Policies
@@ -65,6 +65,7 @@ from .recorder import Recorder
 from .recovery import Recovery
 from .schedules import Schedules
 from .staging import Stager, describe_final_save, final_save, lost_at_stop
+from .status_index import StatusIndex
 
 #: seconds a pause waits for a busy kernel to report idle before refusing: a client
 #: that has seen its cell end (IOPub idle on its websocket) can ask before the
@@ -176,6 +177,10 @@ class PauseManager:
             log=log,
         )
         self.policies = policies
+        #: the rows of GET status, each built again only when its session changed
+        self.status_index = StatusIndex(
+            store, policies, staging=self.staging_lag if stager is not None else None
+        )
         #: hibernates kernels in place (server/hibernate.py); one that cannot says why
         self.hibernator = hibernator or Hibernator(None, unavailable="not configured", log=log)
         #: set once :meth:`recover` ran: until then status and operations wait,
@@ -238,16 +243,9 @@ class PauseManager:
         """Every notebook's state: a pure read (nothing is recorded or saved)."""
         await self.recovered.wait()
         live = await self.jupyter_sessions()
-        offering = [p for p, s in self.store.sessions.items() if s.lost and s.lost.checkpoint]
+        offering = self.status_index.offering()
         present = await self.catalogue.present(offering) if offering else {}
-        sessions = await status_rows(
-            live,
-            self.store.sessions,
-            self.policies,
-            present,
-            can_hibernate=self.hibernator.ready,
-            staging=self.staging_lag if self.stager is not None else None,
-        )
+        sessions = await self.status_index.rows(live, present, can_hibernate=self.hibernator.ready)
         return {
             "backend": self.backend.describe(),
             "hibernate": {"available": self.hibernator.ready, "why_not": self.hibernator.why_not},
@@ -510,6 +508,7 @@ class PauseManager:
             op = self.store.begin(path, kind, owner=self.owner, **options)
         except PersistenceError as e:
             raise Unavailable(str(e)) from e
+        op.mark(Step.REQUESTED, op.started)
         self.operations[op.id] = op
         return op
 
@@ -579,6 +578,7 @@ class PauseManager:
                 if others is None:
                     return
                 group += others
+            op.mark(Step.RELEASING)
             for member in group:
                 self.recorder.move(member, State.PAUSING, op, RELEASING)
                 if self.shared is not None:  # other servers learn of it before it goes
@@ -596,6 +596,8 @@ class PauseManager:
                 self.recorder.fail(session, op, error)
                 return
             released_at = facts.released_at or time.time()
+            op.mark(Step.RELEASED, released_at)
+            op.mark(Step.PAUSED)
             for member in group:
                 self.recorder.record(
                     EventType.ACCELERATOR_RELEASED,
@@ -616,7 +618,9 @@ class PauseManager:
                     member.kernel_id = None
                 self.recorder.move(member, State.PAUSED, op)
                 told = {"final_save": member.final_save} if final else {}
-                self.recorder.record(EventType.PAUSED, member, op, **told)
+                self.recorder.record(
+                    EventType.PAUSED, member, op, timeline=list(op.timeline), **told
+                )
             if facts.restored_from == "snapshot":
                 # This very process was snapshotted and has just been restored.
                 for member in group:
@@ -695,12 +699,14 @@ class PauseManager:
         if op.options.get("after_cell"):
             op.step = "waiting for the running cell to finish"
             await self._wait_idle(kernel_id, self.idle_wait_timeout)
+            op.mark(Step.CELL_ENDED)
         elif self.execution_state(kernel_id) == "busy" and op.options.get("force"):
             op.step = "interrupting the running cell"
             await self.kernel_manager.interrupt_kernel(kernel_id)
             op.messages.append("The running cell was interrupted so that the notebook could pause.")
             self.recorder.record(EventType.KERNEL_INTERRUPTED, session, op)
             await self._wait_idle(kernel_id, 30)
+            op.mark(Step.CELL_ENDED, note="interrupted")
 
     def execution_state(self, kernel_id: str | None) -> str | None:
         """The kernel's execution state, or None when the server has no such kernel."""
@@ -740,6 +746,7 @@ class PauseManager:
                 "checkpoint",
                 timeout=self.kernel_call_timeout,
                 on_progress=op.show,
+                on_answering=lambda: op.mark(Step.KERNEL_ANSWERING),
                 notebook=session.path,
                 dir=self.kernel_checkpoint_dir,
                 nonce=nonce,
@@ -750,6 +757,8 @@ class PauseManager:
                 **({} if upload else {"upload": False}),
             )
             result = CheckpointReply.from_json(reply)
+            op.mark_kernel(result.steps, result.took)
+            op.mark(Step.CHECKPOINT_RETURNED)
         except KernelDied as e:
             await self.reconciler.kernel_died(session, op, str(e), report=report)
             return False
@@ -1031,6 +1040,7 @@ class PauseManager:
         path = session.path
         # one decision, for all, on the listing the resume made (the bucket is listed once)
         chosen = await self.prewarmer.choose(path, checkpoint_id, synced=True)
+        op.mark(Step.CHOSEN)
         fill = await self.prewarmer.hand_over(path, chosen)  # none for a spare
         self._read_ahead(path, chosen, fill)
         kernel_id = None
@@ -1063,6 +1073,7 @@ class PauseManager:
                     "restore",
                     timeout=self.kernel_call_timeout,
                     on_progress=op.show,
+                    on_answering=lambda: op.mark(Step.KERNEL_ANSWERING),
                     notebook=path,
                     dir=self.kernel_checkpoint_dir,
                     checkpoint_id=chosen.id if chosen else checkpoint_id,
@@ -1075,7 +1086,8 @@ class PauseManager:
                 op.progress = None
                 self.prewarmer.handed_over(fill)  # the kernel has taken what it takes
             result = RestoreReply.from_json(reply)
-            nonce = await self.call(km, "live_nonce", timeout=30)
+            op.mark_kernel(result.steps, result.took)
+            nonce = result.nonce
             session.live_state = (
                 LiveState.RESTORED if nonce and nonce == session.pause_nonce else LiveState.FRESH
             )
@@ -1113,8 +1125,11 @@ class PauseManager:
             self.reconciler.first_cell_pending.add(path)
             if op.options.get("scheduled"):
                 session.resumed_ahead = {"kind": op.options["scheduled"], "at": time.time()}
+            op.mark(Step.READY)
             self.recorder.move(session, State.READY, op)
-            self.recorder.record(EventType.FIRST_CELL_RUNNABLE, session, op)
+            self.recorder.record(
+                EventType.FIRST_CELL_RUNNABLE, session, op, timeline=list(op.timeline)
+            )
             self.recorder.finish(session, op)
         except Exception as e:
             self.prewarmer.handed_over(fill, failed=True)

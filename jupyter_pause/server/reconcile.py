@@ -18,7 +18,7 @@ import time
 from ..engine import paths as checkpoint_paths
 from ..engine.errors import CheckpointError
 from ..ledger import EventType
-from ..lifecycle import LiveState, LostState, Operation, Session, SessionStore, State
+from ..lifecycle import LiveState, LostState, Operation, Session, SessionStore, State, Step
 from .activity import ActivityMonitor
 from .catalogue import Catalogue
 from .classify import WorkloadClassifier
@@ -344,6 +344,10 @@ class Reconciler:
             return
         first = path in self.first_cell_pending
         self.first_cell_pending.discard(path)
+        op = session.operation
+        resume = op if first and op is not None and op.kind == "resume" else None
+        if resume is not None:  # the last step of its timeline
+            resume.mark(Step.FIRST_CELL)
         session.resumed_ahead = None  # the user came back
         if session.state in (State.READY, State.PAUSED):
             # READY: the first cell after a resume ran.  PAUSED: the user chose
@@ -357,6 +361,7 @@ class Reconciler:
             None,
             duration=info.get("duration", 0),
             first_after_resume=first,
+            **({"timeline": list(resume.timeline)} if resume is not None else {}),
         )
 
     async def kernel_died(self, session: Session, op: Operation, how: str, *, report: bool) -> None:
@@ -472,14 +477,17 @@ class Reconciler:
                 await self.classifier.classify(session)
                 self.recorder.record(EventType.KERNEL_STARTED, session, op, started_by="user")
             await self.prewarmer.discard(path)
+            op.mark(Step.KERNEL_STARTED, note="the notebook's session's, started before")
             return kernel_id, False
         op.step = "starting a kernel"
+        spare = await self.prewarmer.adopt(path)  # started already
         model = await self.session_manager.create_session(
             path=path,
             name=posixpath.basename(path),
             type="notebook",
             kernel_name=session.kernel_name,
-            kernel_id=await self.prewarmer.adopt(path),  # a spare, started already
+            kernel_id=spare,
         )
+        op.mark(Step.KERNEL_STARTED, note="a spare, started before" if spare else "")
         session.kernel_id = model["kernel"]["id"]
         return session.kernel_id, True

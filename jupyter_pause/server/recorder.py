@@ -63,7 +63,14 @@ class Recorder:
         op.outcome = "failed"
         op.error = error
         self.save()
-        self.record(EventType.OPERATION_FAILED, session, op, operation=op.kind, error=error)
+        self.record(
+            EventType.OPERATION_FAILED,
+            session,
+            op,
+            operation=op.kind,
+            error=error,
+            timeline=list(op.timeline),
+        )
 
     def record(
         self,

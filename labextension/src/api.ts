@@ -63,6 +63,19 @@ export interface IOperation {
   options: Record<string, unknown>;
   /** How far the kernel call running now has got; null between calls. */
   progress?: ICallProgress | null;
+  /**
+   * How it went, step by step (`GET operations/{id}` only: the rows of `GET
+   * status` leave it out).
+   */
+  timeline?: ITimelineStep[];
+}
+
+/** One step of an operation's timeline: `at` seconds after its request. */
+export interface ITimelineStep {
+  step: string;
+  at: number;
+  /** Where the step needs one: "a spare, started before". */
+  note?: string;
 }
 
 /** Python's `CallProgress`: "uploading 3.1 / 8.0 GB". */

@@ -40,8 +40,18 @@ export interface ISelfPause {
   paths: string[];
 }
 
-/** The states of a notebook with a kernel, which a pause of the server stops. */
-export const LIVE: readonly PauseState[] = ['running', 'ready', ...PAUSING];
+/**
+ * The states of a notebook with a kernel, which a pause of the server stops (a
+ * hibernated one too: the stop pauses it, lifecycle.State.has_kernel).
+ */
+export const LIVE: readonly PauseState[] = [
+  'running',
+  'ready',
+  ...PAUSING,
+  'hibernating',
+  'hibernated',
+  'waking'
+];
 
 /**
  * Where "Start and resume" leaves the notebooks to resume for the restarted page

@@ -8,7 +8,7 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
 import { Widget } from '@lumino/widgets';
 
-import { ISessionStatus } from './api';
+import { IOperation, ISessionStatus, ITimelineStep, requestAPI } from './api';
 import {
   describeProgress,
   describeSession,
@@ -186,6 +186,20 @@ export class PauseStatusItem extends Widget {
       } else {
         rows.push([trans.__('Policy'), trans.__('auto-pause is off')]);
       }
+      const timeline = this._timelineOf(session);
+      if (timeline && timeline.length) {
+        const op = session.operation as IOperation;
+        rows.push([
+          trans.__('Last %1', op.kind),
+          timeline
+            .map(
+              step =>
+                `${step.at.toFixed(2)} s ${step.step}` +
+                (step.note ? ` (${step.note})` : '')
+            )
+            .join('\n')
+        ]);
+      }
       if (session.error) {
         const failed = failedOperation(session, trans);
         const reason = shortReason(session.error);
@@ -232,7 +246,40 @@ export class PauseStatusItem extends Widget {
       // rebuilt only when something changed, so a click never lands on a stale button
       this._signature = signature;
       this._body.node.replaceChildren(table, actions);
+      this._popup.update(); // placed again: it may have grown (a timeline came)
     }
+  }
+
+  /**
+   * The timeline of the session's last operation once it ended, asked of the
+   * server once per operation and state (the first cell after a resume adds
+   * its last step): `GET status` leaves it out.  Null until it has come.
+   */
+  private _timelineOf(session: ISessionStatus): ITimelineStep[] | null {
+    const op = session.operation;
+    if (!op || op.outcome === 'running') {
+      return null;
+    }
+    const key = `${op.id} ${session.since}`;
+    if (this._timeline.key !== key) {
+      this._timeline = { key, steps: null };
+      requestAPI<IOperation>(
+        `operations/${op.id}`,
+        this._model.serverSettings,
+        {},
+        false
+      )
+        .then(full => {
+          if (this._timeline.key === key) {
+            this._timeline.steps = full.timeline ?? [];
+            this.update();
+          }
+        })
+        .catch(() => {
+          // the popover shows the rest; the next state change asks again
+        });
+    }
+    return this._timeline.steps;
   }
 
   private _body: Widget | null = null;
@@ -240,5 +287,9 @@ export class PauseStatusItem extends Widget {
   private _popup: Popup | null = null;
   private _signature = '';
   private _text: HTMLSpanElement;
+  private _timeline: { key: string; steps: ITimelineStep[] | null } = {
+    key: '',
+    steps: null
+  };
   private _timer: number;
 }

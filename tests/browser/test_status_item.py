@@ -61,10 +61,30 @@ def test_popover_shows_state_saved_state_policy_and_actions(shared_lab, page, sc
     popover.get_by_text(re.compile(r"\d [KMGT]?B at ")).wait_for()
     text = popover.inner_text()
     assert "gpu-interactive: pause after 30 min idle" in text
+    # the last operation, step by step, asked of the server (GET status leaves it out)
+    steps = timeline_in(popover, "Last checkpoint")
+    assert steps[0] == "request received" and steps[-1] == "checkpoint returned"
+    assert "pickled" in steps and "committed" in steps
     screenshot("status-popover")
     popover.get_by_role("button", name="Pause").click()
     wait_status(page, "Pause: Paused")
     assert jupyter_kernels_for(lab, "pop.ipynb") == []
+    page.locator(STATUS_TEXT).click()
+    steps = timeline_in(page.locator("[data-jp-pause='popover']"), "Last pause")
+    assert steps[0] == "request received" and steps[-1] == "paused"
+    assert steps.index("committed") < steps.index("accelerator released")
+
+
+def timeline_in(popover, label):
+    """The steps of the popover's timeline row ``label``, in the order shown, each line
+    ``<seconds> s <step>``, the seconds never going back."""
+    popover.locator("dt", has_text=label).wait_for()
+    dd = popover.locator("dt", has_text=label).locator("xpath=following-sibling::dd[1]")
+    lines = [re.fullmatch(r"(\d+\.\d\d) s (.+)", line) for line in dd.inner_text().splitlines()]
+    assert all(lines), dd.inner_text()
+    at = [float(line[1]) for line in lines]
+    assert at == sorted(at), dd.inner_text()
+    return [line[2] for line in lines]
 
 
 def test_kernel_menu_palette_and_saved_state_panel(shared_lab, page, screenshot):

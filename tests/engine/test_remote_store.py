@@ -196,6 +196,9 @@ def test_a_re_pause_after_a_small_change_uploads_under_a_megabyte(url, tmp_path,
     second = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
     assert first.bytes_uploaded > 2_000_000
     assert 0 < second.bytes_uploaded < 1_000_000
+    # the upload is a step of its own on a pause's timeline (issue #41), after the commit
+    for result in (first, second):
+        assert list(result.phases)[-2:] == ["commit", "upload"], result.phases
 
 
 def test_a_save_committed_here_is_staged_smallest_file_first_and_only_what_changed(

@@ -7,14 +7,17 @@ const UNDER_WAY: PauseState[] = ['checkpointing', 'pausing'];
 
 /**
  * The notebooks a pause of the whole server stops, to resume once it is back: the
- * live ones and the pause's own.  One paused, failed or coming back has no kernel
- * of its own to stop, and the hibernation states are not among them.
+ * live ones, hibernated ones included (the stop pauses them), and the pause's own.
+ * One paused, failed or coming back has no kernel of its own to stop.
  */
 const STOPPED_WITH_THE_SERVER: PauseState[] = [
   'running',
   'ready',
   'checkpointing',
-  'pausing'
+  'pausing',
+  'hibernating',
+  'hibernated',
+  'waking'
 ];
 
 describe('the state lists', () => {
