@@ -150,7 +150,8 @@ def test_steps_stay_in_order_and_a_kernels_are_placed_by_its_answer():
     before = time.time()
     op.mark_kernel(steps_, took=0.4)  # it answered now, 0.4 s after the call reached it
     placed = {s["step"]: s["at"] + op.started for s in op.timeline}
-    assert before - 0.4 - 0.01 <= placed["call received"] <= time.time() - 0.4
+    # the timeline keeps its offsets to 0.1 ms
+    assert before - 0.4 - 0.01 <= placed["call received"] <= time.time() - 0.4 + 1e-4
     assert placed["written"] - placed["call received"] == pytest.approx(0.33, abs=1e-3)
 
 
