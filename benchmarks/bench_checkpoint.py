@@ -17,7 +17,7 @@ third equally often), as docs/reference performance-limits.md §9 asks:
       memory (first touch included); first checkpoint after a restore / the first
       checkpoint; and in real kernels: kernel start + %restore of the model (ready)
       and of a 300 KB state / a bare kernel start + `import torch`. The kernel runs
-      begin with the server's read-ahead of the checkpoint (store.prefetch), as a
+      begin with the server's read-ahead of the checkpoint (plan.prefetch), as a
       resume request (or, for the pre-warmed spare, opening the notebook) does
   T9  mixed namespace (200 MB array + the model + 10,000 small objects) vs
       dill.dump_session/load_session and plain pickle (protocol 5), each save
@@ -159,7 +159,7 @@ def bench_state_dict(args, work: Path, env) -> dict:
     import torch
 
     import jupyter_pause as jp
-    from jupyter_pause.engine import store, tensors
+    from jupyter_pause.engine import checks, store, tensors
 
     sd = make_model(int(args.size_gb * 1e9))
     nbytes = sum(v.numel() * v.element_size() for v in sd.values())
@@ -228,7 +228,7 @@ def bench_state_dict(args, work: Path, env) -> dict:
         # ... as the first checkpoint of a new process (after a resume): the blobs it reuses
         # are hashed on disk once before they are referenced (verification on reuse)
         tensors._CACHE.clear()
-        store._VERIFIED.clear()
+        checks._VERIFIED.clear()
         t4, fourth = timed(ck)
         assert not fourth.files_written and not fourth.quarantined
         # T3: cold restore in a fresh process vs cold dd read of the same blob file(s)
@@ -412,17 +412,17 @@ print(json.dumps({"import": t1 - t0, "ready": t2 - t1, "all": t3 - t1, "loading"
 KERNEL_CHILD = """
 import json, sys, threading, time
 from jupyter_client.manager import start_new_kernel
-from jupyter_pause.engine import handoff, store
+from jupyter_pause.engine import checks, handoff, plan, store
 ck, cid, what, hand_over = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
 t0 = time.perf_counter()
 fill = None
 if what != "bare":  # as the server does on a resume request (and when a spare starts)
-    chosen = store.choose_for_resume(ck, "nb", cid)
+    chosen = plan.choose_for_resume(ck, "nb", cid)
     if what != "warm" and hand_over:  # a cold kernel: the server fills memory as it starts
         fill = handoff.offer(chosen)
     skip = frozenset(f.rel for f in fill.files) if fill else frozenset()
     kw = dict(chosen=chosen, skip=skip)
-    threading.Thread(target=store.prefetch, kwargs=kw, daemon=True).start()
+    threading.Thread(target=plan.prefetch, kwargs=kw, daemon=True).start()
 km, kc = start_new_kernel(kernel_name="python3", startup_timeout=120)
 t1 = time.perf_counter()
 def run(code):

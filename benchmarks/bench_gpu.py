@@ -138,7 +138,7 @@ def our_save(model: dict, ck: Path) -> float:
 
 def bench_size(args, device: Device, size_bytes: int, work: Path) -> dict:
     import jupyter_pause as jp
-    from jupyter_pause.engine import store, tensors
+    from jupyter_pause.engine import checks, tensors
 
     torch = device.torch
     model = device.model(size_bytes)
@@ -150,7 +150,7 @@ def bench_size(args, device: Device, size_bytes: int, work: Path) -> dict:
         ck = work / f"ck{i}"
         raw = work / "raw.bin"
         tensors._CACHE.clear()  # every round writes and hashes everything
-        store._VERIFIED.clear()
+        checks._VERIFIED.clear()
 
         if i % 2 == 0:
             save = our_save(model, ck)
@@ -163,7 +163,7 @@ def bench_size(args, device: Device, size_bytes: int, work: Path) -> dict:
         drop_cache(files, args.drop_caches)
         out: dict = {}
         tensors._CACHE.clear()
-        store._VERIFIED.clear()
+        checks._VERIFIED.clear()
         t0 = time.perf_counter()
         jp.restore(namespace=out, dir=ck, notebook="nb", progress=False, lazy=False)
         device.sync()

@@ -197,7 +197,7 @@ def main() -> int:
 
 
 def run(args, work: Path, server_pid: int) -> int:
-    from jupyter_pause.engine import api, lazy, paths, remote, store
+    from jupyter_pause.engine import api, lazy, mirror, paths, remote
 
     size = int(args.size_gb * 1e9)
     ns = model(size, 0)
@@ -252,7 +252,7 @@ def run(args, work: Path, server_pid: int) -> int:
             rows["restore"].append(t)
             # its local copy is written after it returns: not in its time, nor in the next
             t0 = time.perf_counter()
-            store.wait_for_copies(paths.notebook_dir(url, "bench.ipynb"))
+            mirror.wait_for_copies(paths.notebook_dir(url, "bench.ipynb"))
             rows["copies"].append(time.perf_counter() - t0)
 
         def download(r=r):
@@ -277,7 +277,7 @@ def run(args, work: Path, server_pid: int) -> int:
                 assert lazy.wait() == {}
             rows["lazy"].append(t)
             t0 = time.perf_counter()
-            store.wait_for_copies(paths.notebook_dir(url, "bench.ipynb"))
+            mirror.wait_for_copies(paths.notebook_dir(url, "bench.ipynb"))
             rows["lazy copies"].append(time.perf_counter() - t0)
 
         def download_first(r=r):

@@ -29,7 +29,7 @@ import traceback
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from jupyter_pause.engine.store import pid_alive
+from jupyter_pause.processes import pid_alive
 
 ROOT = Path(__file__).resolve().parent.parent
 GiB = 1 << 30

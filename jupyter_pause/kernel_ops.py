@@ -79,7 +79,7 @@ def checkpoint(
     """
     global _live_nonce
     from .engine.api import checkpoint as engine_checkpoint
-    from .engine.store import AUTOSAVE
+    from .engine.checks import AUTOSAVE
 
     metadata = {
         k: v
@@ -148,7 +148,7 @@ def restore(
     objects are back; large tensors follow in the background (engine/lazy.py), and a
     cell that uses one waits for it alone. ``handoff``: the server's memory holding the
     checkpoint's large files (engine/handoff.py). ``or_older``: ``checkpoint_id`` is the
-    one the server chose (engine/store.choose_for_resume); if the restore finds its tensor
+    one the server chose (engine/plan.choose_for_resume); if the restore finds its tensor
     bytes damaged, the newest older one that verifies. ``operation``: the server's resume;
     objects the background load finds damaged are reported to it (:func:`_report_damage`).
     ``synced``: the server listed the bucket for this resume already (once per resume).

@@ -60,8 +60,8 @@ def test_the_graph_sees_relative_and_function_local_imports():
     assert "jupyter_pause.server.kernels" in graph["jupyter_pause.server.manager"]
     # inside a function: ``from .engine.api import checkpoint as engine_checkpoint``
     assert "jupyter_pause.engine.api" in graph["jupyter_pause.kernel_ops"]
-    # ``from . import store`` names a module, not a name of the package
-    assert "jupyter_pause.engine.store" in graph["jupyter_pause.engine.handoff"]
+    # ``from . import plan`` names a module, not a name of the package
+    assert "jupyter_pause.engine.plan" in graph["jupyter_pause.engine.handoff"]
 
 
 def test_no_module_of_jupyter_pause_imports_itself_through_others():
@@ -87,3 +87,27 @@ def test_the_backends_do_not_import_the_hub_service():
     assert not reaching_up
     assert "jupyter_pause.hub_api" in graph["jupyter_pause.backends.jupyterhub"]
     assert "jupyter_pause.hub_api" in graph["jupyter_pause.hub.service"]
+
+
+#: the checkpoint store's layers (issue #42 item 2), lowest first: each imports only
+#: those below it, so that a plain split into modules makes no circle
+STORE_LAYERS = ["checks", "mirror", "plan", "store"]
+STORE_MAX_LINES = 700
+
+
+def test_the_checkpoint_store_is_layered():
+    graph = import_graph()
+    reaching_up = {
+        (low, high)
+        for i, low in enumerate(STORE_LAYERS)
+        for high in STORE_LAYERS[i + 1 :]
+        if f"jupyter_pause.engine.{high}" in graph[f"jupyter_pause.engine.{low}"]
+    }
+    assert not reaching_up, f"a lower layer of the store imports a higher one: {reaching_up}"
+    assert "jupyter_pause.engine.checks" in graph["jupyter_pause.engine.mirror"]
+    assert "jupyter_pause.engine.mirror" in graph["jupyter_pause.engine.plan"]
+
+
+def test_store_py_stays_short():
+    lines = len((PACKAGE / "engine" / "store.py").read_text().splitlines())
+    assert lines < STORE_MAX_LINES, f"engine/store.py has {lines} lines"

@@ -10,8 +10,8 @@ import signal
 import pytest
 
 from jupyter_pause.engine import paths
+from jupyter_pause.engine.checks import read_safetensors_header
 from jupyter_pause.engine.manifest import MANIFEST, Manifest
-from jupyter_pause.engine.store import read_safetensors_header
 
 from .helpers import kernel_torch_gate, wait_for
 from .test_recovery import NB, server_factory, start_notebook  # noqa: F401 (a fixture)

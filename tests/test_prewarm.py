@@ -5,9 +5,8 @@ import asyncio
 
 import pytest
 
-from jupyter_pause.engine import handoff
+from jupyter_pause.engine import checks, handoff, plan
 from jupyter_pause.engine import paths as checkpoint_paths
-from jupyter_pause.engine import store as checkpoint_store
 
 from .helpers import (
     api,
@@ -134,13 +133,13 @@ async def test_a_resume_reads_its_checkpoint_ahead(
     await paused_notebook(jp_fetch, jp_serverapp, notebook_path)
     manager = jp_serverapp.web_app.settings["jupyter_pause_manager"]
     asked = []
-    real = checkpoint_store.prefetch
+    real = plan.prefetch
 
     def prefetch(*args, **kwargs):
         asked.append(args)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(checkpoint_store, "prefetch", prefetch)
+    monkeypatch.setattr(plan, "prefetch", prefetch)
     op = await operate(jp_fetch, "resume", notebook_path)
     assert op["outcome"] == "succeeded", str(op)
     restored = manager.store.get(notebook_path).state_checkpoint
@@ -195,8 +194,8 @@ async def test_with_the_newest_checkpoint_damaged_the_fill_and_the_restore_agree
     newer = (await session_status(jp_fetch, notebook_path))["last_checkpoint"]["id"]
     manager = jp_serverapp.web_app.settings["jupyter_pause_manager"]
     nbdir = checkpoint_paths.notebook_dir(manager.checkpoint_dir, notebook_path)
-    own = set(checkpoint_store.read_manifest(nbdir, newer).files) - set(
-        checkpoint_store.read_manifest(nbdir, older).files
+    own = set(checks.read_manifest(nbdir, newer).files) - set(
+        checks.read_manifest(nbdir, older).files
     )
     assert newer != older and len(own) == 1  # v's file; w's is the older one's
     damaged = nbdir / newer / "objects.pkl" if damage == "pickle" else nbdir / own.pop()

@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from ..engine import paths, store
+from ..engine import mirror, paths, store
 from ..engine.errors import CheckpointError
 from .serversettings import checkpoint_root
 
@@ -23,10 +23,10 @@ def run(args: argparse.Namespace) -> int:
         if args.workspace:
             folders = [paths.notebook_dir(root, args.workspace)]
         else:
-            folders = store.notebook_folders(root)
+            folders = mirror.notebook_folders(root)
         listing = {}
         for nbdir in folders:
-            store.pull(root, nbdir)
+            mirror.pull(root, nbdir)
             infos = store.list_folder(nbdir)
             notebook = next((i.notebook for i in infos if i.notebook), None)
             listing[notebook or args.workspace or nbdir.name] = infos

@@ -18,7 +18,7 @@ import dataclasses
 import json
 import sys
 
-from ..engine import paths, store
+from ..engine import checks, mirror, paths, store
 from ..engine.errors import CheckpointError, RemoteStoreError
 from .serversettings import checkpoint_root
 
@@ -38,16 +38,16 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
 def _folders(args) -> list:
     if args.notebook:
         return [paths.notebook_dir(args.dir, args.notebook)]
-    return store.notebook_folders(args.dir)
+    return mirror.notebook_folders(args.dir)
 
 
 def _download(dir, nbdir) -> None:
     """With a bucket: every checkpoint into the local cache, as stored (the scrub then
     hashes what the bucket holds)."""
-    store.pull(dir, nbdir)
-    for cid in store.checkpoint_ids(nbdir):
+    mirror.pull(dir, nbdir)
+    for cid in checks.checkpoint_ids(nbdir):
         with contextlib.suppress(CheckpointError):  # unsigned, damaged: the scrub says
-            store.fetch(dir, nbdir, cid, repair=False)
+            mirror.fetch(dir, nbdir, cid, repair=False)
 
 
 def run(args) -> int:
@@ -72,7 +72,7 @@ def run(args) -> int:
                     {k: v for k, v in dataclasses.asdict(i).items() if k != "metadata"}
                     for i in infos
                 ],
-                "quarantined": store.quarantined(nbdir),
+                "quarantined": checks.quarantined(nbdir),
             }
         )
     healthy = all(

@@ -43,7 +43,20 @@ import xxhash
 
 from ..formatting import format_bytes, format_seconds
 from ..protocol import user_skipped
-from . import changes, memory, paths, pickling, records, rerun, rng, signing, store, tensors
+from . import (
+    changes,
+    checks,
+    memory,
+    mirror,
+    paths,
+    pickling,
+    records,
+    rerun,
+    rng,
+    signing,
+    store,
+    tensors,
+)
 from . import handed as handed_mod
 from . import lazy as lazy_mod
 from . import namespace as ns_mod
@@ -255,9 +268,9 @@ def _previous_index(nbdir, trust: bool):
     """digest -> (file, key, dtype, shape, FileEntry) over the committed checkpoints."""
     index: dict[str, tuple] = {}
     key = signing.load_key(create=False)
-    for cid in store.checkpoint_ids(nbdir):
+    for cid in checks.checkpoint_ids(nbdir):
         try:
-            m = store.read_manifest(nbdir, cid, trust=trust, key=key)
+            m = checks.read_manifest(nbdir, cid, trust=trust, key=key)
         except CheckpointError:
             continue  # unsigned/tampered: never build on it
         for s in m.storages:
@@ -359,12 +372,12 @@ def checkpoint(
     tracked_names = set(held) & set(required)
     memory.check()  # near its memory limit: refuse now, rather than be killed half way
 
-    store.wait_for_copies(nbdir)  # a restore's copies of the bucket's files: reused here
+    mirror.wait_for_copies(nbdir)  # a restore's copies of the bucket's files: reused here
     try:
-        with store.locked(nbdir):
-            store.gc(nbdir, locked_already=True)  # stale temp folders of dead writers
+        with checks.locked(nbdir):
+            checks.gc(nbdir, locked_already=True)  # stale temp folders of dead writers
             _pull(dir, nbdir, upload)
-            if meta.get(store.AUTOSAVE) is True:
+            if meta.get(checks.AUTOSAVE) is True:
                 replaced = store.autosave_would_replace(nbdir, _OWN.get(str(nbdir)))
                 if replaced:
                     raise AutosaveRefused(replaced)
@@ -390,7 +403,7 @@ def checkpoint(
             )
             phases.add("prepare", time.monotonic() - t0)
             txn = store.Transaction(nbdir)
-            early = store.uploads(dir, nbdir) if upload else None  # blobs go up as written
+            early = mirror.uploads(dir, nbdir) if upload else None  # blobs go up as written
             txn.on_staged = early.add if early is not None else None
             try:
                 result = _write_checkpoint(txn, plan)
@@ -400,7 +413,7 @@ def checkpoint(
                 with phases.timed("commit"):
                     result.removed = store.apply_retention(nbdir, _keep(keep))
                     if result.removed:  # the blobs they alone used: deleted after
-                        store.gc(nbdir, locked_already=True, later=True)
+                        checks.gc(nbdir, locked_already=True, later=True)
             except BaseException:
                 if early is not None:
                     early.cancel()
@@ -430,7 +443,7 @@ def _pull(dir, nbdir: Path, upload: bool) -> None:
     speed, the server stages it, server/staging.py), a bucket that cannot be listed does not
     stop the checkpoint: the stager pulls before it pushes."""
     try:
-        store.pull(dir, nbdir)
+        mirror.pull(dir, nbdir)
     except RemoteStoreError:
         if upload:
             raise
@@ -438,14 +451,14 @@ def _pull(dir, nbdir: Path, upload: bool) -> None:
 
 def _upload(dir, nbdir, result: CheckpointResult, progress: bool, early) -> None:
     """With a bucket behind the folder: the checkpoint counts once it is committed there
-    (store.push, after the blobs ``early`` sent while they were written); until then it
+    (mirror.push, after the blobs ``early`` sent while they were written); until then it
     is only in the local cache, and this raises."""
     bucket = paths.bucket_of(dir)
     bar = Progress("uploading", 0, enabled=progress)
     t0 = time.monotonic()
     early.report(bar)
     early.wait()
-    store.push(dir, nbdir, bar)
+    mirror.push(dir, nbdir, bar)
     result.store = bucket.url
     result.bytes_uploaded = bar.done
     result.seconds += time.monotonic() - t0
@@ -469,7 +482,7 @@ def _lost_now(nbdir, lost_from: str | None, trust: bool, ns: dict) -> dict[str, 
     lost = dict(_LOST.get(str(nbdir), {}))
     if lost_from is not None:
         try:
-            m = store.read_manifest(nbdir, lost_from, trust=trust)
+            m = checks.read_manifest(nbdir, lost_from, trust=trust)
         except CheckpointError:  # gone or damaged: it holds nothing to keep
             m = None
         if m is not None:
@@ -491,7 +504,7 @@ def _incremental(nbdir, ns, named: bool, full: bool):
     prev = _STATE.get(str(nbdir))
     if named or full or tracker is None or prev is None or prev.namespace_id != id(ns):
         return None, None
-    ids = store.checkpoint_ids(nbdir)
+    ids = checks.checkpoint_ids(nbdir)
     if not ids or ids[-1] != prev.checkpoint_id:
         return None, None
     changed = tracker.changed()
@@ -635,9 +648,9 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
         """Never reference a blob that was not verified: a damaged one is quarantined and
         its objects are written again from memory, where they are still live."""
         if rel not in usable:
-            why = store.check_blob(nbdir / rel, entry)
+            why = checks.check_blob(nbdir / rel, entry)
             if why is not None:
-                store.quarantine(nbdir, rel, why)
+                checks.quarantine(nbdir, rel, why)
                 quarantined.append(f"{rel} ({why})")
             usable[rel] = why is None
         return usable[rel]
@@ -844,7 +857,7 @@ def restore(
     Without an id, a checkpoint that is damaged or untrusted is passed over for the next
     older one, and the result says so (``passed_over``, ``notes``); with an id and
     ``or_older``, so is that one (a server's resume names the checkpoint it chose,
-    store.choose_for_resume, and this restore falls back only on damage that choice could
+    plan.choose_for_resume, and this restore falls back only on damage that choice could
     not see: tensor bytes, which only a restore hashes).
     ``names`` restricts what is assigned (objects they share with others come along).
     ``device``: None = each tensor to the device it was saved from; "cpu" / "cuda:0" = all
@@ -876,7 +889,7 @@ def restore(
         ns = namespace
     nbdir = paths.notebook_dir(dir, notebook)
     if not synced:  # a bucket behind the folder: its checkpoints, small files first
-        store.pull(dir, nbdir)
+        mirror.pull(dir, nbdir)
     if not nbdir.is_dir():
         raise CheckpointNotFound(checkpoint_id, str(nbdir))
     device_of_name = tensors.parse_device_map(device)
@@ -888,8 +901,8 @@ def restore(
     defer_torch = lazy and not lazy_mod.module_ready("torch")
     imports = _BackgroundImports()
 
-    with store.locked(nbdir, shared=True):
-        ids = store.checkpoint_ids(nbdir)
+    with checks.locked(nbdir, shared=True):
+        ids = checks.checkpoint_ids(nbdir)
         if checkpoint_id is None and not ids:
             raise CheckpointNotFound(None, str(nbdir))
         # no id: the newest checkpoint that verifies, saying which ones were passed over
@@ -958,7 +971,7 @@ def restore(
                     rel: functools.partial(_fetch_later, dir, nbdir, m.id, rel)
                     for rel in loaded.fetch_later
                 },
-                stream=(functools.partial(store.stream, dir, nbdir, m), loaded.stream_later),
+                stream=(functools.partial(mirror.stream, dir, nbdir, m), loaded.stream_later),
             )
             load.fallback = functools.partial(_older_copy, dir, nbdir, m.id, device_of_name, ns)
             load.on_lost = functools.partial(_mark_lost, nbdir)  # no sound copy anywhere
@@ -1080,7 +1093,7 @@ def restore(
             stacklevel=2,
         )
     bar.finish(result.summary())
-    store.keep_copies(nbdir, loaded.copies)  # what came straight from the bucket
+    mirror.keep_copies(nbdir, loaded.copies)  # what came straight from the bucket
     return result
 
 
@@ -1108,7 +1121,7 @@ def _read_verified(
     root; with a bucket behind it, a lazy restore downloads now only the files of what it
     reads now (their headers for the others), and its reader each other file when it
     reaches it (``fetch_later``)."""
-    m = store.read_manifest(nbdir, checkpoint_id, trust=trust)
+    m = checks.read_manifest(nbdir, checkpoint_id, trust=trust)
     if not defer_torch:
         imports.start(m)  # while the pickle is verified and the tensors read
     unknown = [n for n in names if n not in m.objects]
@@ -1142,12 +1155,12 @@ def _read_verified(
     if paths.bucket_of(dir) is not None:
         missing = {rel for rel in {m.storages[i].file for i in needed} if not _have(nbdir, m, rel)}
     streamed: set[str] = set()  # eager: read from the bucket straight into memory
-    fetched = store.Fetched()
+    fetched = mirror.Fetched()
     if missing and not lazy:
         streamed = set() if partial else _streamable(m, missing, needed, device_of)
         # a restore of everything hashes every tensor it reads: what it downloads is
         # not hashed whole before as well
-        fetched = store.fetch(
+        fetched = mirror.fetch(
             dir,
             nbdir,
             checkpoint_id,
@@ -1159,7 +1172,7 @@ def _read_verified(
     if partial:
         bad = {}
         for rel in sorted({m.storages[i].file for i in needed}):
-            why = store.check_blob(nbdir / rel, m.files[rel], full=True)
+            why = checks.check_blob(nbdir / rel, m.files[rel], full=True)
             if why is not None:
                 bad[rel] = why
         damaged = {
@@ -1172,7 +1185,7 @@ def _read_verified(
     absent = missing if lazy else streamed
     # the files it reads (restoring names from a bucket, it has downloaded only those)
     unread = set(m.files) - {m.storages[i].file for i in needed}
-    store.check_complete(nbdir, m, skip={m.storages[i].file for i in damaged} | absent | unread)
+    checks.check_complete(nbdir, m, skip={m.storages[i].file for i in damaged} | absent | unread)
     total = sum(m.storages[i].nbytes for i in needed)
     bar = Progress("restore", total, enabled=progress)
     if lazy:
@@ -1197,7 +1210,7 @@ def _read_verified(
         # others' headers only (their data is read later, likewise)
         first = {m.storages[i].file for i in read_now} & missing
         first_streamed = _streamable(m, first, read_now, device_of)
-        downloaded = store.fetch(
+        downloaded = mirror.fetch(
             dir,
             nbdir,
             checkpoint_id,
@@ -1217,7 +1230,7 @@ def _read_verified(
         # nothing left for later (small objects only): no plan, no memory handed over, and
         # the restore returns as soon as an eager one would
         rest = set(needed) - set(buffers)
-        heads = store.headers(dir, nbdir, m, missing - first) if rest else {}
+        heads = mirror.headers(dir, nbdir, m, missing - first) if rest else {}
         plan = tensors.plan_reads(nbdir, m, sorted(rest), heads) if rest else []
         stream_later = _streamable(m, set(heads), needed, device_of)
         handed = handed_mod.buffers_over(
@@ -1273,7 +1286,7 @@ def _read_verified(
             over = handed_mod.buffers_over(received, plan, m, device_of)
         buffers.update(tensors.read_storages(nbdir, m, here, device_of, bar, handed=over))
     except CorruptCheckpoint:  # a file it downloaded? out of the bucket, too
-        store.reject(dir, nbdir, checkpoint_id, fetched.unverified)
+        mirror.reject(dir, nbdir, checkpoint_id, fetched.unverified)
         raise
     finally:
         for handed in received.values():
@@ -1293,24 +1306,24 @@ def _read_verified(
 
 
 def _records(dir, nbdir, m: Manifest, to_load: list[int], trust: bool, progress: bool):
-    """The records a restore unpickles, verified (store.records_data): objects.pkl, and the
+    """The records a restore unpickles, verified (checks.records_data): objects.pkl, and the
     storages of the groups among ``to_load`` that keep theirs apart (downloaded first,
     with a bucket behind the folder)."""
-    pickle = store.verify_pickle(nbdir, m, trust=trust)
+    pickle = checks.verify_pickle(nbdir, m, trust=trust)
     apart = m.apart(to_load)
     if not apart:
-        return store.records_data(m, pickle, {}, trust)
+        return checks.records_data(m, pickle, {}, trust)
     files = {m.storages[i].file for i in apart.values()}
     missing = {rel for rel in files if not _have(nbdir, m, rel)}
     if missing:
-        store.fetch(dir, nbdir, m.id, Progress("downloading", 0, progress), only=missing)
+        mirror.fetch(dir, nbdir, m.id, Progress("downloading", 0, progress), only=missing)
     read = {
-        k: store.read_records(
+        k: checks.read_records(
             nbdir / m.storages[i].file, m.files[m.storages[i].file], m.storages[i]
         )
         for k, i in apart.items()
     }
-    return store.records_data(m, pickle, read, trust)
+    return checks.records_data(m, pickle, read, trust)
 
 
 def _streamable(m: Manifest, rels: set[str], needed, device_of) -> set[str]:
@@ -1356,11 +1369,11 @@ class _Verified:
     downloaded: int = 0
     fetch_later: set[str] = field(default_factory=set)
     #: from a bucket: the files read straight into memory before the restore returns, to
-    #: be written here once it has (store.keep_copies)
-    copies: list[store.Copy] = field(default_factory=list)
+    #: be written here once it has (mirror.keep_copies)
+    copies: list[mirror.Copy] = field(default_factory=list)
     #: lazy, from a bucket: the files its reader reads straight into memory, each with
     #: its copy, written here once it verified (lazy.LazyLoad.stream)
-    stream_later: dict[str, store.Copy] = field(default_factory=dict)
+    stream_later: dict[str, mirror.Copy] = field(default_factory=dict)
 
 
 def _have(nbdir, m: Manifest, rel: str) -> bool:
@@ -1374,8 +1387,8 @@ def _fetch_later(dir, nbdir, checkpoint_id: str, rel: str) -> None:
     """A lazy reader's download of one file of the checkpoint it restores (parallel ranged
     GETs, hashed whole; a damaged one is removed from the bucket and raises), under the
     shared lock: a GC cannot take the file away meanwhile."""
-    with store.locked(nbdir, shared=True):
-        store.fetch(dir, nbdir, checkpoint_id, only={rel})
+    with checks.locked(nbdir, shared=True):
+        mirror.fetch(dir, nbdir, checkpoint_id, only={rel})
 
 
 @dataclass
@@ -1575,12 +1588,12 @@ def _older_copy(dir, nbdir, newer: str, device_of_name, ns, name: str):
     """(object, checkpoint id): ``name`` from the newest checkpoint older than ``newer``
     whose copy verifies (every byte it needs hashed first, read from the bucket behind
     ``dir`` where the folder lacks it); None where there is none."""
-    ids = store.checkpoint_ids(nbdir)
+    ids = checks.checkpoint_ids(nbdir)
     older = ids[: ids.index(newer)] if newer in ids else [c for c in ids if c < newer]
     for cid in reversed(older):
         try:
             imports = _BackgroundImports()
-            with store.locked(nbdir, shared=True):
+            with checks.locked(nbdir, shared=True):
                 got = _read_verified(
                     nbdir,
                     cid,

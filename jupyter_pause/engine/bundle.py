@@ -50,7 +50,7 @@ from typing import Any
 
 import xxhash
 
-from . import paths, signing, store
+from . import checks, mirror, paths, signing, store
 from .durable import fsync_dir, makedirs, write_file
 from .errors import BundleRefused, CheckpointError, CheckpointNotFound, RemoteStoreError
 from .manifest import MANIFEST, PICKLE, SIGNATURE, Manifest
@@ -145,16 +145,16 @@ def export(
     nbdir = paths.notebook_dir(dir, notebook)
     notebook_bytes = notebook_file.read_bytes()
     _download(dir, nbdir, checkpoint_id)
-    with store.locked(nbdir, shared=True):
+    with checks.locked(nbdir, shared=True):
         if checkpoint_id is None:
             newest = store.latest_checkpoint(dir, notebook, verify=True)
             if newest is None:
                 raise CheckpointNotFound(None, str(nbdir))
             checkpoint_id = newest.id
-            m = store.read_manifest(nbdir, checkpoint_id, key=key)
+            m = checks.read_manifest(nbdir, checkpoint_id, key=key)
         else:
-            m = store.read_manifest(nbdir, checkpoint_id, key=key)
-            store.verify_manifest(nbdir, m)
+            m = checks.read_manifest(nbdir, checkpoint_id, key=key)
+            checks.verify_manifest(nbdir, m)
         folder = nbdir / checkpoint_id
         small = {name: (folder / name.split("/")[1]).read_bytes() for name in CHECKPOINT_FILES}
         small[NOTEBOOK] = notebook_bytes
@@ -198,13 +198,13 @@ def _download(dir, nbdir: Path, checkpoint_id: str | None) -> None:
     Nothing for a folder; :class:`RemoteStoreError` when the bucket cannot be read."""
     if paths.bucket_of(dir) is None:
         return
-    store.pull(dir, nbdir)
-    ids = store.checkpoint_ids(nbdir)
+    mirror.pull(dir, nbdir)
+    ids = checks.checkpoint_ids(nbdir)
     if checkpoint_id is not None:
         ids = [checkpoint_id] if checkpoint_id in ids else []  # a missing one: said below
     for cid in reversed(ids):
         try:
-            store.fetch(dir, nbdir, cid)
+            mirror.fetch(dir, nbdir, cid)
             return
         except RemoteStoreError:
             raise
@@ -443,10 +443,10 @@ def _import_checkpoint(z: zipfile.ZipFile, b: Bundle, dir, notebook: str, key: b
     """Copy the checkpoint in as a new one of ``notebook``, each blob checked as it
     lands, re-signed with this user's key for this notebook and this user."""
     nbdir = paths.notebook_dir(dir, notebook)
-    with store.locked(nbdir):
+    with checks.locked(nbdir):
         txn = store.Transaction(nbdir)
         try:
-            store.write_file_synced(txn.tmp / PICKLE, b.pickle)
+            checks.write_file_synced(txn.tmp / PICKLE, b.pickle)
             for rel in sorted(b.manifest.files):
                 name = rel.split("/", 1)[1]
                 part = txn.staging_path(name + ".part")
@@ -454,7 +454,7 @@ def _import_checkpoint(z: zipfile.ZipFile, b: Bundle, dir, notebook: str, key: b
                     shutil.copyfileobj(src, dst, COPY_CHUNK)
                     dst.flush()
                     os.fsync(dst.fileno())
-                why = store.check_blob(part, b.manifest.files[rel], full=True)
+                why = checks.check_blob(part, b.manifest.files[rel], full=True)
                 if why is not None:
                     raise _refuse(
                         b.path, f"its {rel} does not match the checkpoint's manifest ({why})"
@@ -489,7 +489,9 @@ def _resigned(b: Bundle, txn, key: bytes) -> list:
             continue
         s = m.storages[g.records]
         try:
-            data = store.read_records(txn.staging_path(s.file.split("/", 1)[1]), m.files[s.file], s)
+            data = checks.read_records(
+                txn.staging_path(s.file.split("/", 1)[1]), m.files[s.file], s
+            )
         except CheckpointError as e:
             raise _refuse(
                 b.path, f"its {s.file} does not match the checkpoint's manifest ({e})"
@@ -507,7 +509,7 @@ def _metadata(b: Bundle) -> dict[str, Any]:
     """The imported checkpoint's metadata: the exporter's, less what only meant something
     in their store (which checkpoints held what it lost, its autosave budget), plus where
     it came from."""
-    kept = {k: v for k, v in b.manifest.metadata.items() if k not in (store.LOST, store.AUTOSAVE)}
+    kept = {k: v for k, v in b.manifest.metadata.items() if k not in (store.LOST, checks.AUTOSAVE)}
     origin = asdict(b.header.origin)
     return {
         **kept,

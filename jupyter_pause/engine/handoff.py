@@ -6,7 +6,7 @@ engine/handed.py.
 A cold resume is a race between two jobs: starting a kernel and importing torch (CPU
 work, one core) and bringing the model's bytes into memory (the disk, and the first
 touch of fresh memory, which on a VM costs as much as the disk read itself). Reading
-ahead into the page cache (store.prefetch) starts the disk early, but the kernel still
+ahead into the page cache (plan.prefetch) starts the disk early, but the kernel still
 copies every byte into fresh memory of its own, after it has started and beside its
 ``import torch``. Here the server does that part too, before the kernel even runs:
 
@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import store
+from . import plan
 from .handed import MEMFD_PREFIX, PAGE, SEALS, call_libc, pages, supported
 
 HANDOFF_MIN = 16 << 20  # smaller files: the kernel reads them itself (lazy.EAGER_BELOW)
@@ -128,15 +128,15 @@ class Fill:
                         os.close(fd)
 
 
-def offer(chosen: store.Chosen, budget: int | None = None) -> Fill | None:
+def offer(chosen: plan.Chosen, budget: int | None = None) -> Fill | None:
     """Start filling memory with the large files of the checkpoint a resume will restore
-    (``chosen``: store.choose_for_resume): files of CPU tensors and arrays only, at most
+    (``chosen``: plan.choose_for_resume): files of CPU tensors and arrays only, at most
     ``budget`` bytes (default: half the memory available), the smallest files first, at
     most MAX_FILES. None where there is nothing to hand over or the platform cannot."""
     if not supported():
         return None
     cid, m, candidates = chosen.id, chosen.manifest, chosen.files
-    budget = store.memory_available() // 2 if budget is None else budget
+    budget = plan.memory_available() // 2 if budget is None else budget
     nonce = secrets.token_hex(8)
     # files whose bytes all go to the CPU: a GPU tensor is streamed from its file to the
     # device (pinned staging buffers), and its file is read ahead into the page cache

@@ -220,8 +220,8 @@ class LazyLoad:
         #: the reader reaches the file, so a storage waits for its own file only
         self.fetch: dict[str, Any] = fetch or {}
         #: the other files still in the bucket, read straight into their storages' buffers:
-        #: (``store.stream`` over the restore's bucket and manifest, file -> its
-        #: ``store.Copy``, written to the cache by ``store.keep_copies`` once it verified)
+        #: (``mirror.stream`` over the restore's bucket and manifest, file -> its
+        #: ``mirror.Copy``, written to the cache by ``mirror.keep_copies`` once it verified)
         self.stream, self.copies = stream or (None, {})
         self._paths = {rel: path for path, rel, _items in plan}
         self._items = {rel: items for _path, rel, items in plan}
@@ -282,7 +282,7 @@ class LazyLoad:
 
     def _read_into(self, i: int) -> None:
         """Read, verify and mark storage ``i`` into its buffer."""
-        from . import store
+        from . import checks
 
         path, rel, pos = self.where[i]
         s = self.m.storages[i]
@@ -296,7 +296,7 @@ class LazyLoad:
             why = f"{path}: {type(e).__name__}: {e}"
         self._mark(i, why)
         if why is None and self._files[rel] <= self.done:
-            store.remember_verified(path)
+            checks.remember_verified(path)
 
     def _mark(self, i: int, why: str | None) -> None:
         """Storage ``i`` matched its digest (``why`` None), or not, and why."""
@@ -318,10 +318,10 @@ class LazyLoad:
 
     def _stream(self, rels: list[str]) -> None:
         """Read files still in the bucket straight into their storages' buffers, in this
-        order, 16 ranged GETs in flight across them (``store.stream``): each storage
+        order, 16 ranged GETs in flight across them (``mirror.stream``): each storage
         is marked once its bytes are in and match their digest; a file that does not
         download fails its storages alone. A file whose every storage verified is then
-        queued for its local copy (``store.keep_copies``)."""
+        queued for its local copy (``mirror.keep_copies``)."""
         if not rels:
             return
         from . import tensors
@@ -402,12 +402,12 @@ class LazyLoad:
     def _keep_copies(self) -> None:
         """Have the local copies of the files streamed from the bucket written, each once
         it verified, on a thread of its own: the next checkpoint of this process waits
-        for them (``store.wait_for_copies``) and finds the files here."""
-        from . import store
+        for them (``mirror.wait_for_copies``) and finds the files here."""
+        from . import mirror
 
         if self.copies and not self._copying:
             self._copying = True
-            store.keep_copies(self.nbdir, iter(self._verified.get, None))
+            mirror.keep_copies(self.nbdir, iter(self._verified.get, None))
 
     def _import_torch(self) -> None:
         """Import torch, then allocate the buffers that were waiting for it (GPU ones)."""

@@ -15,8 +15,8 @@ signature first.  What a crashed upload leaves behind (files of a checkpoint wit
 signature, blobs no signed manifest references, unfinished multipart uploads) is swept
 once it is older than a grace period, so that a writer still uploading is never robbed.
 
-This module only moves files; the store (engine/store.py) decides what to move, checks
-signatures and hashes, and keeps the retention policy.  The client is ``obstore`` (Rust,
+This module only moves files; the store decides what to move (engine/mirror.py), checks
+signatures and hashes (engine/checks.py), and keeps the retention policy (engine/store.py).  The client is ``obstore`` (Rust,
 parallel multipart uploads and ranged reads, S3 and GCS): docs/engine.md says why.
 """
 
@@ -618,7 +618,7 @@ class Uploads:
     again.  Bytes are counted in ``total`` and ``sent`` until ``report(progress)`` hands
     them, and those still to come, to a progress bar.  ``wait`` returns once every upload
     has ended; failures are kept in ``failed``, not raised: what is not in the bucket then
-    is found by ``store.push``, which lists the bucket, uploads it, or fails with the
+    is found by ``mirror.push``, which lists the bucket, uploads it, or fails with the
     cause.  The signature, the commit, is never sent here."""
 
     def __init__(self, remote: Remote, listed: dict[str, Listed]):

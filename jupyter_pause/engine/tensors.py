@@ -849,7 +849,7 @@ def read_storages(
     ``handed``: {storage index: (handed.Handed, its buffer)} (``handed.buffers_over``),
     buffers over memory the server filled with some of the files; one that verifies is
     taken as it is, not read (engine/handed.py). The caller closes what it received."""
-    from . import store
+    from . import checks
 
     over = handed or {}
     plan = plan_reads(nbdir, manifest, indices)
@@ -884,22 +884,22 @@ def read_storages(
                     out[i] = got[0]
             if {manifest.storages[i].key for _pos, i in items} >= set(manifest.files[rel].tensors):
                 # every tensor of the file was just hashed: the next checkpoint of this
-                # process may reuse it without hashing it again (store.check_blob)
-                store.remember_verified(path)
+                # process may reuse it without hashing it again (checks.check_blob)
+                checks.remember_verified(path)
     return out
 
 
 def download_storages(dir, nbdir, manifest, indices, progress=None, as_numpy=False):
     """Read the given CPU storages, whose files the folder lacks, from the bucket behind it
     straight into freshly allocated buffers (their headers first, checked against the
-    manifest; each tensor hashed once its bytes are in: store.stream).  Returns
-    ({storage index: flat uint8 buffer}, [store.Copy of each file]): what the caller
-    hands to ``store.keep_copies`` once the restore is done.  ``as_numpy``: as
+    manifest; each tensor hashed once its bytes are in: mirror.stream).  Returns
+    ({storage index: flat uint8 buffer}, [mirror.Copy of each file]): what the caller
+    hands to ``mirror.keep_copies`` once the restore is done.  ``as_numpy``: as
     :func:`read_storages`."""
-    from . import store
+    from . import mirror
 
     rels = sorted({manifest.storages[i].file for i in indices})
-    headers = store.headers(dir, nbdir, manifest, rels)
+    headers = mirror.headers(dir, nbdir, manifest, rels)
     plan = plan_reads(nbdir, manifest, indices, headers)
     buffers = {
         i: _empty("numpy" if as_numpy else manifest.storages[i].kind, manifest.storages[i].nbytes)
@@ -907,7 +907,7 @@ def download_storages(dir, nbdir, manifest, indices, progress=None, as_numpy=Fal
         for _pos, i in items
     }
     views = {i: flat(buf) for i, buf in buffers.items()}
-    store.stream(dir, nbdir, manifest, plan, views, progress)
+    mirror.stream(dir, nbdir, manifest, plan, views, progress)
     return buffers, copies_of(manifest, plan, headers, views)
 
 
@@ -917,12 +917,12 @@ def flat(buf):
 
 
 def copies_of(manifest, plan, headers, views) -> list:
-    """The ``store.Copy`` of each file of ``plan`` that a restore reads from the bucket
+    """The ``mirror.Copy`` of each file of ``plan`` that a restore reads from the bucket
     into ``views`` (storage index -> flat numpy array), to be written here afterwards."""
-    from . import store
+    from . import mirror
 
     return [
-        store.Copy(
+        mirror.Copy(
             rel,
             manifest.files[rel],
             headers[rel][1],
@@ -937,9 +937,9 @@ def plan_reads(
 ) -> list[tuple[Any, str, list[tuple[int, int]]]]:
     """[(path, file, [(byte position, storage index), ...]), ...] for the given storages,
     each file's header read and checked against the manifest before any data is.
-    ``headers``: file -> its header as :func:`store.read_safetensors_header` gives it, for
-    files not here yet (a lazy restore from a bucket: store.headers)."""
-    from . import store
+    ``headers``: file -> its header as :func:`checks.read_safetensors_header` gives it, for
+    files not here yet (a lazy restore from a bucket: mirror.headers)."""
+    from . import checks
 
     headers = headers or {}
     by_file: dict[str, list[int]] = {}
@@ -951,7 +951,7 @@ def plan_reads(
         path = nbdir / rel
         entry = manifest.files[rel]
         try:
-            start, raw, header = headers.get(rel) or store.read_safetensors_header(path)
+            start, raw, header = headers.get(rel) or checks.read_safetensors_header(path)
         except (OSError, ValueError) as e:
             owner = manifest.storages[idxs[0]].owner
             raise CorruptCheckpoint(owner, str(path), str(e)) from None

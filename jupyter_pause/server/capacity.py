@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..engine.store import memory_available
+from ..engine.plan import memory_available
 
 #: the memory one resume is budgeted (a kernel, the libraries it imports, the
 #: state it restores on the CPU side) when the default bound is sized

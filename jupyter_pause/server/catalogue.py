@@ -16,6 +16,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+from ..engine import checks, mirror
 from ..engine import paths as checkpoint_paths
 from ..engine import store as checkpoint_store
 from ..engine.errors import CheckpointError, RemoteStoreError
@@ -70,7 +71,7 @@ class Catalogue:
         """Why the checkpoint store cannot be used now (a missing bucket, refused
         credentials, a store that does not answer), or None."""
         try:
-            await asyncio.to_thread(checkpoint_store.check_store, self.checkpoint_dir)
+            await asyncio.to_thread(mirror.check_store, self.checkpoint_dir)
         except RemoteStoreError as e:
             return str(e)
         return None
@@ -84,7 +85,7 @@ class Catalogue:
     def _present(self, path: str) -> list[str] | None:
         try:
             folder = self.check_folder(path)
-            return checkpoint_store.checkpoint_ids(folder) if folder.is_dir() else None
+            return checks.checkpoint_ids(folder) if folder.is_dir() else None
         except (ValueError, OSError):
             return None
 
@@ -215,8 +216,8 @@ class Catalogue:
             if folder.is_symlink() or not folder.is_dir():
                 continue
             try:
-                with checkpoint_store.locked(folder, timeout=0):
-                    checkpoint_store.gc(folder, locked_already=True)
+                with checks.locked(folder, timeout=0):
+                    checks.gc(folder, locked_already=True)
             except (CheckpointError, OSError) as e:
                 self.log.info("jupyter-pause: %s not cleaned now: %s", folder, e)
 

@@ -8,7 +8,7 @@ counted as allocated in the ledger or reports, and importing torch initialises n
 A resume adopts it (``adopt``); unused, it is shut down after ``ttl`` seconds.
 
 This is the one home of "prepare a resume": besides the
-spare kernel, the checkpoint is read ahead from disk (``engine/store.prefetch``) and
+spare kernel, the checkpoint is read ahead from disk (``engine/plan.prefetch``) and
 its large files are filled in memory for the restore to map (``engine/handoff.py``)
 while the kernel starts.  All of it is best effort: it decides nothing, and a resume
 without it reads its files itself.
@@ -24,8 +24,7 @@ import threading
 from collections.abc import Coroutine
 from typing import Any
 
-from ..engine import handoff
-from ..engine import store as checkpoint_store
+from ..engine import handoff, plan
 from .kernels import call_in_kernel
 
 DEFAULT_TTL = 180.0
@@ -106,14 +105,14 @@ class Prewarmer:
 
     async def choose(
         self, path: str, checkpoint_id: str | None, *, synced: bool = False
-    ) -> checkpoint_store.Chosen | None:
-        """Which checkpoint this resume restores (engine/store.choose_for_resume): decided
+    ) -> plan.Chosen | None:
+        """Which checkpoint this resume restores (engine/plan.choose_for_resume): decided
         once, and given to the read-ahead, the handoff's fill and the kernel's restore.
         None where the server cannot tell (the kernel's restore then decides alone).
         ``synced``: the bucket was listed for this resume already."""
         try:
             return await asyncio.to_thread(
-                functools.partial(checkpoint_store.choose_for_resume, synced=synced),
+                functools.partial(plan.choose_for_resume, synced=synced),
                 self.checkpoint_dir,
                 path,
                 checkpoint_id,
@@ -125,12 +124,12 @@ class Prewarmer:
     def read_ahead(
         self,
         path: str,
-        chosen: checkpoint_store.Chosen | None = None,
+        chosen: plan.Chosen | None = None,
         fill: handoff.Fill | None = None,
     ) -> Coroutine[Any, Any, None] | None:
         """Have the disk read the checkpoint a kernel is about to restore (``chosen``; for
         a spare, the one a resume would choose now) while that kernel starts
-        (engine/store.prefetch), so a resume waits for the slower of the two, not for
+        (engine/plan.prefetch), so a resume waits for the slower of the two, not for
         both in turn. Best effort, on a thread, one at a time per notebook; it decides
         nothing. ``fill``: the files handed over in memory are not read.
 
@@ -146,9 +145,7 @@ class Prewarmer:
                 which = chosen or await self.choose(path, None)
                 done = 0
                 if which is not None:
-                    done = await asyncio.to_thread(
-                        checkpoint_store.prefetch, which, stop=stop, skip=skip
-                    )
+                    done = await asyncio.to_thread(plan.prefetch, which, stop=stop, skip=skip)
                 self._debug("jupyter-pause: read %d bytes ahead for %s", done, path)
             except Exception as e:  # a refused folder, say: the restore will tell
                 self._debug("jupyter-pause: no read-ahead for %s: %s", path, e)
@@ -157,9 +154,7 @@ class Prewarmer:
 
         return read_ahead()
 
-    async def hand_over(
-        self, path: str, chosen: checkpoint_store.Chosen | None
-    ) -> handoff.Fill | None:
+    async def hand_over(self, path: str, chosen: plan.Chosen | None) -> handoff.Fill | None:
         """Fill memory with the large files of the checkpoint the resume chose while a
         cold kernel starts, for its restore to map instead of reading them
         (engine/handoff.py); a spare has no start to overlap. Best effort: None where

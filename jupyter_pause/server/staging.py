@@ -20,7 +20,7 @@ and hands the notebook here.  *How it travels* is this module's:
   if it can end before the deadline; notebooks take turns on the link, the smallest delta
   first, so that as many as can be are saved.  A flush that cannot end in time says why.
 
-The upload itself is the engine's (``store.stage``), in a thread; nothing here blocks the
+The upload itself is the engine's (``mirror.stage``), in a thread; nothing here blocks the
 event loop or a kernel.
 """
 
@@ -37,9 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from ..clock import SYSTEM, Clock
+from ..engine import mirror, remote
 from ..engine import paths as checkpoint_paths
-from ..engine import remote
-from ..engine import store as checkpoint_store
 from ..engine.errors import CheckpointError
 from ..formatting import format_bytes, format_seconds
 
@@ -54,7 +53,7 @@ class Lane:
     """One notebook's staging, as the status shows it."""
 
     #: what the bucket lacked of the newest checkpoint here when its upload began
-    pending: checkpoint_store.Delta | None = None
+    pending: mirror.Delta | None = None
     #: bytes of ``pending`` up so far
     sent: int = 0
     uploading: bool = False
@@ -76,7 +75,7 @@ class Flushed:
     """What a flush did: ``delta``, what the bucket lacked of the newest checkpoint here
     (None: none was found), and ``why`` it is not committed there (None: it is)."""
 
-    delta: checkpoint_store.Delta | None
+    delta: mirror.Delta | None
     why: str | None = None
 
     @property
@@ -149,7 +148,7 @@ class Stager:
 
     # ------------------------------------------------------------ background
 
-    async def stage(self, path: str) -> checkpoint_store.Delta | None:
+    async def stage(self, path: str) -> mirror.Delta | None:
         """Put the newest checkpoint written here of ``path`` in the bucket, in the
         background; returns it once it is committed there (None: nothing to stage, or the
         server stops).  Raises what the store raised (``CheckpointError``) or
@@ -176,11 +175,9 @@ class Stager:
 
     def _stage(self, path: str, lane: Lane, pace: remote.Pace):
         nbdir = self._nbdir(path)
-        wanted = checkpoint_store.delta(self.checkpoint_dir, nbdir)
+        wanted = mirror.delta(self.checkpoint_dir, nbdir)
         lane.pending = wanted if wanted and wanted.files else None
-        return checkpoint_store.stage(
-            self.checkpoint_dir, nbdir, pace, on_file=lane.count, wanted=wanted
-        )
+        return mirror.stage(self.checkpoint_dir, nbdir, pace, on_file=lane.count, wanted=wanted)
 
     def stop(self, path: str) -> None:
         """A pause of ``path`` uploads its newest state itself: its background staging
@@ -205,7 +202,7 @@ class Stager:
             self._turns = _Turns()
         try:
             delta = await asyncio.wait_for(
-                in_daemon_thread(checkpoint_store.delta, self.checkpoint_dir, self._nbdir(path)),
+                in_daemon_thread(mirror.delta, self.checkpoint_dir, self._nbdir(path)),
                 max(0.0, deadline - self.clock.monotonic()),
             )
         except (TimeoutError, asyncio.TimeoutError):
@@ -229,7 +226,7 @@ class Stager:
             stop = threading.Event()
 
             def run() -> None:
-                checkpoint_store.stage(
+                mirror.stage(
                     self.checkpoint_dir,
                     self._nbdir(path),
                     remote.Pace(1.0, stop=stop.is_set),
@@ -256,7 +253,7 @@ class Stager:
         return Flushed(delta)
 
     @staticmethod
-    def _late(delta: checkpoint_store.Delta, sent: int, left: float, rate: float | None) -> str:
+    def _late(delta: mirror.Delta, sent: int, left: float, rate: float | None) -> str:
         need = format_bytes(delta.bytes) + (f" ({format_bytes(sent)} of it sent)" if sent else "")
         speed = f" at the {format_bytes(rate)}/s measured" if rate else ""
         if left > 0 and rate:

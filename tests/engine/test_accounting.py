@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 import jupyter_pause as jp
-from jupyter_pause.engine import api, changes, records, store
+from jupyter_pause.engine import api, changes, checks, records
 from jupyter_pause.engine.errors import UnsavableObject
 
 
@@ -64,7 +64,7 @@ def test_a_pass_that_cannot_account_for_a_name_commits_nothing(ck, monkeypatch):
     )
     with pytest.raises(records.Unaccounted, match="neither saved nor skipped: b"):
         jp.checkpoint(namespace={"a": [1], "b": [2]}, progress=False, **ck)
-    assert store.checkpoint_ids(ck_dir(ck)) == []
+    assert checks.checkpoint_ids(ck_dir(ck)) == []
 
 
 def ck_dir(ck):

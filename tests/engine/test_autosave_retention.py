@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import jupyter_pause as jp
-from jupyter_pause.engine import api, errors, store
+from jupyter_pause.engine import api, checks, errors
 
 AUTOSAVE = {"autosave": True}
 
@@ -24,15 +24,15 @@ def test_autosaves_never_push_out_the_users_checkpoints(ck, nbdir):
     mine = [save(ck, 0), save(ck, 1)]
     autosaves = [save(ck, 2 + i, autosave=True) for i in range(3)]
     # keep=2: both of the user's checkpoints stay, and the newest autosave beside them
-    assert store.checkpoint_ids(nbdir) == [*mine, autosaves[-1]]
-    assert [store.is_autosave(nbdir / cid) for cid in store.checkpoint_ids(nbdir)] == [
+    assert checks.checkpoint_ids(nbdir) == [*mine, autosaves[-1]]
+    assert [checks.is_autosave(nbdir / cid) for cid in checks.checkpoint_ids(nbdir)] == [
         False,
         False,
         True,
     ]
     # the user's next checkpoint pushes out their oldest, never the newest autosave
     newer = save(ck, 9)
-    assert store.checkpoint_ids(nbdir) == [mine[1], autosaves[-1], newer]
+    assert checks.checkpoint_ids(nbdir) == [mine[1], autosaves[-1], newer]
     # the blobs of the autosaves that went were collected; what stays restores
     ns = {}
     jp.restore(autosaves[-1], namespace=ns, lazy=False, **ck)
@@ -49,18 +49,18 @@ def test_an_autosave_never_replaces_another_kernels_newer_autosave(ck, nbdir):
     with pytest.raises(errors.AutosaveRefused) as refused:
         save(ck, 0, ns=fresh, autosave=True)
     assert last_good in str(refused.value)
-    assert store.checkpoint_ids(nbdir) == [earlier, last_good]  # nothing written
+    assert checks.checkpoint_ids(nbdir) == [earlier, last_good]  # nothing written
 
     # once it restored that state, it continues from it: autosaves go on
     restored = {}
     jp.restore(namespace=restored, lazy=False, **ck)
     assert restored["a"][0] == 1
     following = save(ck, 0, ns=restored, autosave=True)
-    assert store.checkpoint_ids(nbdir) == [earlier, following]
+    assert checks.checkpoint_ids(nbdir) == [earlier, following]
 
     # or the user saves this kernel by hand: kept beside the autosave, which then may go
     api._OWN.clear()
     mine = save(ck, 0, ns=fresh)
-    assert store.checkpoint_ids(nbdir) == [earlier, following, mine]
+    assert checks.checkpoint_ids(nbdir) == [earlier, following, mine]
     later = save(ck, 0, ns=fresh, autosave=True)
-    assert store.checkpoint_ids(nbdir) == [earlier, mine, later]
+    assert checks.checkpoint_ids(nbdir) == [earlier, mine, later]

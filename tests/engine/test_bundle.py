@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import jupyter_pause as jp
-from jupyter_pause.engine import bundle, durable, errors, paths, signing, store
+from jupyter_pause.engine import bundle, checks, durable, errors, paths, signing, store
 from jupyter_pause.engine.manifest import Manifest
 
 NB = "work/demo.ipynb"
@@ -174,11 +174,11 @@ def test_a_tampered_bundle_is_refused_before_anything_is_loaded(
     for who, trust in (("alice", False), ("bob", True))[: 1 if what == "header" else 2]:
         home = become(monkeypatch, tmp_path, who)
         before = sorted(p.relative_to(home) for p in home.rglob("*"))
-        ids = store.checkpoint_ids(paths.notebook_dir(None, NB))
+        ids = checks.checkpoint_ids(paths.notebook_dir(None, NB))
         with pytest.raises(errors.BundleRefused) as refused:
             bundle.import_bundle(bad, trust=trust)
         assert refused.value.kind in ("damaged", "tampered"), refused.value
-        assert store.checkpoint_ids(paths.notebook_dir(None, NB)) == ids
+        assert checks.checkpoint_ids(paths.notebook_dir(None, NB)) == ids
         assert sorted(p.relative_to(home) for p in home.rglob("*")) == before
         nbdir = paths.notebook_dir(None, NB)
         assert not [p for p in nbdir.glob(".tmp-*")] if nbdir.exists() else True
@@ -255,7 +255,7 @@ def test_a_different_notebook_in_the_way_is_not_overwritten(exported, tmp_path, 
         bundle.import_bundle(path, trust=True)
     assert refused.value.kind == "notebook-exists"
     assert (home / NB).read_text() == "bob's own notebook"
-    assert not store.checkpoint_ids(paths.notebook_dir(None, NB))
+    assert not checks.checkpoint_ids(paths.notebook_dir(None, NB))
     done = bundle.import_bundle(path, trust=True, to="work/from-alice.ipynb")
     assert (home / "work/from-alice.ipynb").read_text() == NOTEBOOK
     assert (home / NB).read_text() == "bob's own notebook"
@@ -358,6 +358,6 @@ def test_a_notebook_that_cannot_be_written_commits_no_checkpoint(exported, tmp_p
     too_long = "x" * 300 + ".ipynb"  # a name no file system takes
     with pytest.raises(OSError, match="too long"):
         bundle.import_bundle(path, trust=True, to=too_long)
-    assert not store.checkpoint_ids(paths.notebook_dir(None, too_long))
+    assert not checks.checkpoint_ids(paths.notebook_dir(None, too_long))
     done = bundle.import_bundle(path, trust=True, to="short.ipynb")  # and nothing in the way
     assert restored("short.ipynb")["x"] == 42 and done.notebook_written

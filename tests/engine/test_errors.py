@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import jupyter_pause as jp
-from jupyter_pause.engine import errors, signing, store, tensors
+from jupyter_pause.engine import checks, errors, signing, tensors
 
 
 def test_unknown_names(ck):
@@ -54,7 +54,7 @@ def test_disk_full_keeps_previous(ck, nbdir, monkeypatch):
         with pytest.raises(errors.DiskError, match="disk is full.*previous checkpoint is intact"):
             jp.checkpoint(namespace={"a": np.zeros(1000)}, **ck)
     assert len(jp.list_checkpoints(ck["dir"], ck["notebook"])) == 1
-    assert not [p for p in nbdir.iterdir() if p.name.startswith(store.TMP_PREFIX)]
+    assert not [p for p in nbdir.iterdir() if p.name.startswith(checks.TMP_PREFIX)]
     out = {}
     jp.restore(namespace=out, **ck)
     assert out["a"].sum() == 1000
@@ -121,7 +121,7 @@ def test_metadata_must_be_json(ck):
 def _fake_cuda_checkpoint(ck, nbdir, device="cuda:3"):
     """Rewrite a CPU checkpoint as if its tensor had been on ``device`` (and re-sign it)."""
     res = jp.checkpoint(namespace={"w": torch.arange(4.0)}, **ck)
-    m = store.read_manifest(nbdir, res.id)
+    m = checks.read_manifest(nbdir, res.id)
     for s in m.storages:
         if s.owner == "w":
             s.device = device

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import jupyter_pause as jp
-from jupyter_pause.engine import store
+from jupyter_pause.engine import checks, plan, store
 
 pytestmark = [
     pytest.mark.gpu,
@@ -93,7 +93,7 @@ def test_lazy_restore_streams_to_the_device_and_repauses_for_free(ck, monkeypatc
     opt.step()
     jp.checkpoint(namespace={"model": model, "opt": opt}, **ck)
     tensors._CACHE.clear()
-    store._VERIFIED.clear()
+    checks._VERIFIED.clear()
     out = {}
     res = jp.restore(namespace=out, lazy=True, **ck)
     assert set(res.loading) == {"model", "opt"}
@@ -112,7 +112,7 @@ def test_a_handed_over_restore_serves_the_cpu_and_streams_the_gpu(ck):
         pytest.skip("Linux memfd and /proc only")
     src = {"g": torch.randn(8 << 20, device="cuda"), "c": torch.randn(8 << 20)}
     jp.checkpoint(namespace=src, **ck)
-    fill = handoff.offer(store.choose_for_resume(**ck))
+    fill = handoff.offer(plan.choose_for_resume(**ck))
     assert len(fill.files) == 1  # the CPU tensor's file: the GPU one streams as ever
     out = {}
     jp.restore(namespace=out, lazy=True, handoff=fill.token(), **ck)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import jupyter_pause as jp
-from jupyter_pause.engine import handoff, lazy, store, tensors
+from jupyter_pause.engine import checks, handoff, lazy, plan, store, tensors
 
 from ..helpers import cached_bytes, drop_cached, memfd_links
 
@@ -54,7 +54,7 @@ def resume(ck, fill, **kw):
 def test_a_restore_maps_the_memory_the_server_filled(ck):
     src = state()
     cid = jp.checkpoint(namespace=src, **ck).id
-    fill = handoff.offer(store.choose_for_resume(**ck))
+    fill = handoff.offer(plan.choose_for_resume(**ck))
     assert fill is not None and fill.checkpoint_id == cid
     ns, res, failed = resume(ck, fill)
     assert not failed and set(res.loading) == {"model", "arr"}
@@ -75,7 +75,7 @@ def test_a_restore_maps_the_memory_the_server_filled(ck):
 def test_writes_stay_in_the_kernel_and_the_memory_is_sealed(ck):
     src = state()
     jp.checkpoint(namespace=src, **ck)
-    fill = handoff.offer(store.choose_for_resume(**ck))
+    fill = handoff.offer(plan.choose_for_resume(**ck))
     assert fill.wait(60)
     offered = fill.files[0].offered
     original = os.pread(offered, 1 << 16, 0)
@@ -94,7 +94,7 @@ def test_a_fill_that_did_not_finish_is_read_from_the_file(ck, monkeypatch):
     src = state()
     jp.checkpoint(namespace=src, **ck)
     monkeypatch.setattr(handoff.Fill, "start", lambda self: self)  # filled by hand below
-    fill = handoff.offer(store.choose_for_resume(**ck))
+    fill = handoff.offer(plan.choose_for_resume(**ck))
     ns = {}
     jp.restore(namespace=ns, lazy=True, handoff=fill.token(), **ck)
     fill.stop.set()  # e.g. the server shuts down before filling anything
@@ -115,7 +115,7 @@ def test_unsealed_memory_is_never_taken(ck, monkeypatch):
     jp.checkpoint(namespace=src, **ck)
     with monkeypatch.context() as server:  # the kernel's side checks the real seals
         server.setattr(handoff, "SEALS", 0)  # the fill writes every byte, seals nothing
-        fill = handoff.offer(store.choose_for_resume(**ck))
+        fill = handoff.offer(plan.choose_for_resume(**ck))
         assert fill.wait(60) and all(fill.filled.values())
     took = []
     real = lazy.LazyLoad._took_handed
@@ -140,8 +140,8 @@ def test_a_damaged_file_fails_its_objects_by_name(ck, nbdir):
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
-    store._VERIFIED.clear()
-    fill = handoff.offer(store.choose_for_resume(**ck))  # the server copies the damage faithfully
+    checks._VERIFIED.clear()
+    fill = handoff.offer(plan.choose_for_resume(**ck))  # the server copies the damage faithfully
     ns, res, failed = resume(ck, fill)
     assert set(failed) == {"arr"} and "tensor" in failed["arr"]
     assert "arr" not in ns
@@ -152,7 +152,7 @@ def test_a_damaged_file_fails_its_objects_by_name(ck, nbdir):
 def test_a_token_that_is_not_this_fills_is_ignored(ck, what):
     src = state()
     jp.checkpoint(namespace=src, **ck)
-    fill = handoff.offer(store.choose_for_resume(**ck))
+    fill = handoff.offer(plan.choose_for_resume(**ck))
     token = fill.token()
     if what == "another nonce":
         token["nonce"] = "0" * 16
@@ -172,7 +172,7 @@ def test_a_token_that_is_not_this_fills_is_ignored(ck, what):
 def test_the_server_keeps_nothing_open_once_done(ck):
     jp.checkpoint(namespace=state(), **ck)
     before = set(os.listdir("/proc/self/fd"))
-    fill = handoff.offer(store.choose_for_resume(**ck))
+    fill = handoff.offer(plan.choose_for_resume(**ck))
     assert len(memfd_links(f"/memfd:jupyter-pause-{fill.nonce}")) >= 2 * len(
         fill.files
     )  # offered, and the fill's own
@@ -186,10 +186,10 @@ def test_a_budget_and_small_files_are_left_to_the_kernel(ck):
     jp.checkpoint(namespace={"small": torch.ones(MB), **state()}, **ck)  # 4 MB: too small
     m = store.get_manifest(ck["dir"], ck["notebook"])
     big = sorted(e.bytes for e in m.files.values() if e.bytes >= handoff.HANDOFF_MIN)
-    fill = handoff.offer(store.choose_for_resume(**ck), budget=big[0])
+    fill = handoff.offer(plan.choose_for_resume(**ck), budget=big[0])
     assert [f.size for f in fill.files] == big[:1]
     fill.cancel()
-    assert handoff.offer(store.choose_for_resume(**ck), budget=big[0] - 1) is None
+    assert handoff.offer(plan.choose_for_resume(**ck), budget=big[0] - 1) is None
 
 
 def test_storages_whose_size_allows_it_start_aligned(tmp_path, ck, nbdir):
@@ -213,7 +213,7 @@ def test_an_eager_restore_takes_it_too(ck, sealed, monkeypatch):
     with monkeypatch.context() as server:
         if not sealed:
             server.setattr(handoff, "SEALS", 0)
-        fill = handoff.offer(store.choose_for_resume(**ck))
+        fill = handoff.offer(plan.choose_for_resume(**ck))
         assert fill.wait(60)
     ns = {}
     jp.restore(namespace=ns, lazy=False, handoff=fill.token(), **ck)
@@ -234,7 +234,7 @@ def test_a_file_not_in_the_page_cache_lands_in_memory_once(ck, nbdir):
     big = [f for f in (nbdir / "blobs").iterdir() if f.stat().st_size >= handoff.HANDOFF_MIN]
     if not all(drop_cached(f) for f in big):
         pytest.skip("this file system keeps its pages in memory (tmpfs)")
-    fill = handoff.offer(store.choose_for_resume(**ck))
+    fill = handoff.offer(plan.choose_for_resume(**ck))
     assert fill.wait(60) and all(fill.filled.values())
     # read around the page cache (O_DIRECT): not a second copy of each byte in memory
     assert all(cached_bytes(f) < f.stat().st_size // 2 for f in big), [
@@ -247,7 +247,7 @@ def test_a_file_not_in_the_page_cache_lands_in_memory_once(ck, nbdir):
 
 def test_files_for_the_gpu_are_left_to_the_streaming_read(ck):
     jp.checkpoint(namespace=state(), **ck)
-    chosen = store.choose_for_resume(**ck)
+    chosen = plan.choose_for_resume(**ck)
     for s in chosen.manifest.storages:  # as if the model were on a GPU
         if s.owner == "model":
             s.device = "cuda:0"

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import jupyter_pause as jp
-from jupyter_pause.engine import lazy, store, tensors
+from jupyter_pause.engine import checks, lazy, store, tensors
 from jupyter_pause.engine.changes import names_used
 
 DEADLINE = 120
@@ -226,7 +226,7 @@ def test_a_blob_damaged_mid_way_fails_only_the_objects_that_use_it(ck, nbdir):
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF  # a flipped byte in the middle of big's data
     path.write_bytes(bytes(data))
-    store._VERIFIED.clear()
+    checks._VERIFIED.clear()
     ns = {}
     res = jp.restore(namespace=ns, lazy=True, **ck)
     assert "big" in res.loading  # the header is intact: found while reading
@@ -244,7 +244,7 @@ def test_the_first_checkpoint_after_a_lazy_restore_writes_no_tensor(ck):
     big = torch.nn.Linear(1024, 1024)  # 4 MiB: above the digest cache's threshold
     jp.checkpoint(namespace={"model": big}, **ck)
     tensors._CACHE.clear()
-    store._VERIFIED.clear()
+    checks._VERIFIED.clear()
     ns = {}
     jp.restore(namespace=ns, lazy=True, **ck)
     res = jp.checkpoint(namespace=ns, **ck)

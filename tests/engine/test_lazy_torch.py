@@ -190,7 +190,7 @@ def test_a_damaged_blob_fails_only_the_torch_objects_that_use_it(ck, nbdir):
     weight = m.storages[m.objects["model"].storages[0]]  # model[0].weight: all three reach it
     assert m.storages[m.objects["other"].storages[0]].file != weight.file
     path = nbdir / weight.file
-    start, _raw, header = jp.engine.store.read_safetensors_header(path)
+    start, _raw, header = jp.engine.checks.read_safetensors_header(path)
     raw = bytearray(path.read_bytes())
     raw[start + header[weight.key]["data_offsets"][0] + 1] ^= 0xFF  # one flipped byte
     path.write_bytes(bytes(raw))
@@ -220,7 +220,7 @@ def test_damage_in_a_small_tensor_still_passes_over_to_an_older_checkpoint(ck, n
     m = jp.engine.store.get_manifest(ck["dir"], ck["notebook"], newer.id)
     extra = m.storages[m.objects["extra"].storages[0]]
     path = nbdir / extra.file
-    start, _raw, header = jp.engine.store.read_safetensors_header(path)
+    start, _raw, header = jp.engine.checks.read_safetensors_header(path)
     raw = bytearray(path.read_bytes())
     raw[start + header[extra.key]["data_offsets"][0]] ^= 0xFF
     path.write_bytes(bytes(raw))

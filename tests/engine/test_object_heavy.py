@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import jupyter_pause as jp
-from jupyter_pause.engine import bundle, errors, lazy, paths, pickling, store
+from jupyter_pause.engine import bundle, checks, errors, lazy, paths, pickling, store
 
 from .conftest import main_ns
 
@@ -78,7 +78,7 @@ def test_views_of_an_array_of_strings_view_it_again(ck, nbdir):
         "column = grid[:, 3]\n"
     )
     res = jp.checkpoint(namespace=ns, progress=False, **ck)
-    m = store.read_manifest(nbdir, res.id)
+    m = checks.read_manifest(nbdir, res.id)
     assert [s.kind for s in m.storages].count("objects") == 1  # pickled once for all four
     for lazy_ in (False, True):
         out = restored(ck, lazy=lazy_)
@@ -94,7 +94,7 @@ def test_an_array_of_lists_is_pickled_with_its_variable(ck, nbdir):
         "for i in range(5000):\n    tokens[i] = ['t', i]\n"
     )
     res = jp.checkpoint(namespace=ns, progress=False, **ck)
-    assert "objects" not in {s.kind for s in store.read_manifest(nbdir, res.id).storages}
+    assert "objects" not in {s.kind for s in checks.read_manifest(nbdir, res.id).storages}
     assert restored(ck)["tokens"][4321] == ["t", 4321]
 
 
@@ -103,7 +103,7 @@ def test_columns_of_strings_viewed_by_many_frames_are_pickled_once(ck, nbdir):
     df = pd.DataFrame({"n": np.arange(30_000), "t": pd.Series(words, dtype=object)})
     ns = {"df": df, **{f"col{i}": df["t"] for i in range(8)}, "head": df.iloc[:100]}
     res = jp.checkpoint(namespace=ns, progress=False, **ck)
-    m = store.read_manifest(nbdir, res.id)
+    m = checks.read_manifest(nbdir, res.id)
     assert [s.kind for s in m.storages].count("objects") == 1
     out = restored(ck)
     assert out["col3"].equals(df["t"]) and out["head"].equals(df.iloc[:100])
@@ -134,13 +134,13 @@ def test_a_large_group_keeps_its_records_apart_and_its_reuse_writes_nothing(shel
         "big = [{'i': i, 'name': str(i), 'tags': [i % 7]} for i in range(60_000)]\nn = 1"
     ).success
     first = checkpoint(shell)
-    m = store.read_manifest(nbdir, first.id)
+    m = checks.read_manifest(nbdir, first.id)
     apart = [g for g in m.groups if g.records is not None]
     assert len(apart) == 1 and m.storages[apart[0].records].nbytes > 1_000_000
     assert shell.run_cell("n = 2").success
     second = checkpoint(shell)
     assert second.records_reused >= 1 and second.bytes_written < 100_000
-    again = store.read_manifest(nbdir, second.id)
+    again = checks.read_manifest(nbdir, second.id)
     kept = [g.records for g in again.groups if g.records is not None]
     assert again.storages[kept[0]].file == m.storages[apart[0].records].file
     for lazy_ in (False, True):
@@ -156,7 +156,7 @@ def test_damaged_records_make_a_restore_fall_back_and_verify_names_them(ck, nbdi
     older = jp.checkpoint(namespace=ns, progress=False, **ck)
     ns["big"].append("newer")
     newer = jp.checkpoint(namespace=ns, progress=False, **ck)
-    m = store.read_manifest(nbdir, newer.id)
+    m = checks.read_manifest(nbdir, newer.id)
     s = m.storages[next(g.records for g in m.groups if g.records is not None)]
     path = nbdir / s.file
     data = bytearray(path.read_bytes())

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import jupyter_pause as jp
-from jupyter_pause.engine import lazy, store, tensors
+from jupyter_pause.engine import checks, lazy, store, tensors
 
 from ..helpers import wait_for
 
@@ -84,9 +84,9 @@ def test_the_blobs_retention_frees_leave_at_once_and_are_deleted_after(ck, nbdir
         jp.checkpoint(namespace={"a": np.full(MIB, i)}, keep=1, progress=False, **ck)
     # what the kept checkpoint does not use is out of blobs/ when the checkpoint returns
     assert {f"blobs/{p.name}" for p in (nbdir / "blobs").iterdir()} == (
-        store.referenced_files(nbdir)
+        checks.referenced_files(nbdir)
     )
-    [trash] = [p for p in nbdir.iterdir() if p.name.startswith(f"{store.TMP_PREFIX}gc-")]
+    [trash] = [p for p in nbdir.iterdir() if p.name.startswith(f"{checks.TMP_PREFIX}gc-")]
     assert [p.suffix for p in trash.iterdir()] == [".safetensors"]  # not deleted yet
     opened.set()
     wait_for(lambda: not trash.exists(), what="the freed blob to be deleted")
@@ -98,7 +98,7 @@ def test_a_trash_folder_of_a_dead_process_is_removed_by_the_next_checkpoint(ck, 
     if dead == 0:
         os._exit(0)
     os.waitpid(dead, 0)
-    trash = nbdir / f"{store.TMP_PREFIX}gc-deadbeef-{dead}"
+    trash = nbdir / f"{checks.TMP_PREFIX}gc-deadbeef-{dead}"
     trash.mkdir()
     (trash / "x.safetensors").write_bytes(b"x")
     jp.checkpoint(namespace={"a": 2}, progress=False, **ck)

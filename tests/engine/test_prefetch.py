@@ -1,5 +1,5 @@
-"""Which checkpoint a resume restores (store.choose_for_resume, decided once by the
-server), and reading it ahead into the page cache (store.prefetch), as the server does
+"""Which checkpoint a resume restores (plan.choose_for_resume, decided once by the
+server), and reading it ahead into the page cache (plan.prefetch), as the server does
 while a resume's kernel starts. Page-cache state is read with ``mincore``."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import jupyter_pause as jp
-from jupyter_pause.engine import store
+from jupyter_pause.engine import plan
 from jupyter_pause.engine.errors import CorruptCheckpoint
 
 from ..helpers import cached_bytes, drop_cached
@@ -32,7 +32,7 @@ def blobs(ck, nbdir):
 
 
 def test_the_newest_checkpoint_is_read_into_the_cache(ck, blobs):
-    done = store.prefetch(store.choose_for_resume(**ck))
+    done = plan.prefetch(plan.choose_for_resume(**ck))
     assert done == sum(f.stat().st_size for f in blobs)
     assert all(cached_bytes(f) >= f.stat().st_size - 4096 for f in blobs)
     out = {}
@@ -43,7 +43,7 @@ def test_the_newest_checkpoint_is_read_into_the_cache(ck, blobs):
 def test_a_budget_reads_the_smallest_files_first_and_stops(ck, blobs):
     *smaller, big = blobs
     first = sum(f.stat().st_size for f in smaller)
-    assert store.prefetch(store.choose_for_resume(**ck), budget=first + 4 * MB) == first + 4 * MB
+    assert plan.prefetch(plan.choose_for_resume(**ck), budget=first + 4 * MB) == first + 4 * MB
     assert all(cached_bytes(f) >= f.stat().st_size - 4096 for f in smaller)
     assert cached_bytes(big) < 40 * MB  # 4 MB asked (the OS reads ahead a little further)
 
@@ -51,19 +51,19 @@ def test_a_budget_reads_the_smallest_files_first_and_stops(ck, blobs):
 def test_a_stop_reads_nothing_more(ck, blobs):
     stop = threading.Event()
     stop.set()
-    assert store.prefetch(store.choose_for_resume(**ck), stop=stop) == 0
+    assert plan.prefetch(plan.choose_for_resume(**ck), stop=stop) == 0
     assert sum(cached_bytes(f) for f in blobs) < 4 * MB
 
 
 def test_a_checkpoint_signed_with_another_key_is_not_read(ck, blobs, tmp_path, monkeypatch):
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "someone-else"))
-    assert store.choose_for_resume(**ck) is None
+    assert plan.choose_for_resume(**ck) is None
     assert sum(cached_bytes(f) for f in blobs) < 4 * MB
 
 
 def test_nothing_to_read(ck):
-    assert store.choose_for_resume(**ck) is None  # no checkpoint yet
-    assert store.choose_for_resume(**ck, checkpoint_id="../../etc") is None
+    assert plan.choose_for_resume(**ck) is None  # no checkpoint yet
+    assert plan.choose_for_resume(**ck, checkpoint_id="../../etc") is None
 
 
 def flip(path: Path, at: int) -> None:
@@ -86,7 +86,7 @@ def test_a_damaged_newest_checkpoint_is_passed_over_once_for_all(ck, nbdir, dama
         flip(nbdir / own[0], 20)
     else:
         flip(nbdir / newer.id / "manifest.json", 30)
-    chosen = store.choose_for_resume(**ck)
+    chosen = plan.choose_for_resume(**ck)
     assert chosen.id == older and list(chosen.passed_over) == [newer.id]
     assert chosen.notes(older) == [
         f"checkpoint {newer.id} was passed over: {chosen.passed_over[newer.id]}",
@@ -97,7 +97,7 @@ def test_a_damaged_newest_checkpoint_is_passed_over_once_for_all(ck, nbdir, dama
     out = {}
     assert jp.restore(chosen.id, namespace=out, or_older=True, **ck).id == older
     assert out["n"] == 1
-    assert store.choose_for_resume(**ck, checkpoint_id=newer.id) is None
+    assert plan.choose_for_resume(**ck, checkpoint_id=newer.id) is None
 
 
 def test_damage_in_tensor_bytes_is_the_restores_to_find(ck, nbdir):
@@ -106,7 +106,7 @@ def test_damage_in_tensor_bytes_is_the_restores_to_find(ck, nbdir):
     older = jp.checkpoint(namespace={"n": 1}, **ck).id
     newer = jp.checkpoint(namespace={"n": 2, "v": torch.zeros(MB)}, **ck)
     flip(nbdir / next(f for f in newer.files_written if f.startswith("blobs/")), -5)
-    chosen = store.choose_for_resume(**ck)
+    chosen = plan.choose_for_resume(**ck)
     assert chosen.id == newer.id and not chosen.passed_over
     out = {}
     result = jp.restore(chosen.id, namespace=out, or_older=True, lazy=False, **ck)

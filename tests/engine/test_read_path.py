@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import jupyter_pause as jp
-from jupyter_pause.engine import errors, lazy, store, tensors
+from jupyter_pause.engine import checks, errors, lazy, store, tensors
 
 
 @pytest.fixture
@@ -130,7 +130,7 @@ def test_corruption_in_a_later_chunk_is_caught(ck, nbdir, small_steps):
     res = jp.checkpoint(namespace=ns, **ck)
     m = store.get_manifest(ck["dir"], ck["notebook"], res.id)
     s = next(s for s in m.storages if s.owner == "big")
-    start, _raw, header = store.read_safetensors_header(nbdir / s.file)
+    start, _raw, header = checks.read_safetensors_header(nbdir / s.file)
     b, _e = header[s.key]["data_offsets"]
     with open(nbdir / s.file, "r+b") as f:  # flip one byte deep inside the tensor
         f.seek(start + b + 100_000)

@@ -18,7 +18,9 @@ import obstore
 import pytest
 import torch
 
-from jupyter_pause.engine import api, errors, paths, remote, store, tensors
+from jupyter_pause.engine import api, checks, errors, paths, plan, remote, store, tensors
+from jupyter_pause.engine import mirror as folder_mirror
+from jupyter_pause.engine.manifest import PICKLE
 from tests.objectstores import FakeGCS, Gate, Seaweed
 
 NB = "work/demo.ipynb"
@@ -149,7 +151,7 @@ def test_one_name_restores_from_the_bucket_with_only_its_files(url, tmp_path, mo
     rr = api.restore(r.id, "first", dir=url, notebook=NB, namespace=out, progress=False)
     assert rr.restored == ["first"] and np.array_equal(out["first"], ns["first"])
     nbdir = paths.notebook_dir(url, NB)
-    m = store.read_manifest(nbdir, r.id)
+    m = checks.read_manifest(nbdir, r.id)
     assert not (nbdir / m.storages[m.objects["second"].storages[0]].file).exists()
 
 
@@ -166,7 +168,7 @@ def test_a_lazy_restore_downloads_a_file_only_when_its_object_is_read(
         "second": np.full(6_000_000, 2.0),  # 48 MB, read after the smaller one
     }
     r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
-    m = store.read_manifest(paths.notebook_dir(url, NB), r.id)
+    m = checks.read_manifest(paths.notebook_dir(url, NB), r.id)
     held = m.storages[m.objects["second"].storages[0]].file
     gate = Gate(seaweed.endpoint, held.rsplit("/", 1)[-1])
     try:
@@ -204,27 +206,27 @@ def test_a_re_pause_after_a_small_change_uploads_under_a_megabyte(url, tmp_path,
 def test_a_save_committed_here_is_staged_smallest_file_first_and_only_what_changed(
     url, tmp_path, monkeypatch
 ):
-    """``checkpoint(upload=False)`` commits in the cache alone; ``store.delta`` names what
+    """``checkpoint(upload=False)`` commits in the cache alone; ``folder_mirror.delta`` names what
     the bucket lacks of it, smallest first (the pickle and the small objects before the
     tensors: a flush short of time sends them first), after a small change only that
-    change; ``store.stage`` commits it there."""
+    change; ``folder_mirror.stage`` commits it there."""
     new_cache(tmp_path, monkeypatch, "c")
     bucket = paths.parse_bucket(url)
     nbdir = paths.notebook_dir(bucket, NB)
     ns = state()
     first = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False, upload=False)
     assert first.id not in remote.committed(mirror(url).listing())  # nothing sent yet
-    wanted = store.delta(bucket, nbdir)
+    wanted = folder_mirror.delta(bucket, nbdir)
     sizes = [size for _, size in wanted.files]
     assert wanted.checkpoint == first.id and sizes == sorted(sizes) and sizes[-1] > 2_000_000
-    assert [n for n, _ in wanted.files].index(f"{first.id}/{store.PICKLE}") < len(sizes) - 1
-    assert store.stage(bucket, nbdir, wanted=wanted) == wanted
+    assert [n for n, _ in wanted.files].index(f"{first.id}/{PICKLE}") < len(sizes) - 1
+    assert folder_mirror.stage(bucket, nbdir, wanted=wanted) == wanted
     assert first.id in remote.committed(mirror(url).listing())
-    assert store.delta(bucket, nbdir).files == ()
+    assert folder_mirror.delta(bucket, nbdir).files == ()
 
     ns["step"] = 2
     second = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False, upload=False)
-    small = store.delta(bucket, nbdir)
+    small = folder_mirror.delta(bucket, nbdir)
     assert small.checkpoint == second.id and 0 < small.bytes < 1_000_000
 
 
@@ -303,9 +305,9 @@ def test_an_eager_restore_hashes_what_it_downloads_once(url, tmp_path, monkeypat
     r = api.checkpoint(dir=url, notebook=NB, namespace=state(), progress=False)
     new_cache(tmp_path, monkeypatch, "b")
     whole = []
-    check = store.check_blob
+    check = checks.check_blob
     monkeypatch.setattr(
-        store, "check_blob", lambda p, e, full=False: whole.append(p) if full else check(p, e)
+        checks, "check_blob", lambda p, e, full=False: whole.append(p) if full else check(p, e)
     )
     out = {"__name__": "__main__"}
     rr = api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
@@ -319,19 +321,19 @@ def held_copies(monkeypatch):
     """The local copies an eager restore writes once it has returned, held until the
     test sets the event, or until a checkpoint of this process waits for them."""
     go = threading.Event()
-    write, wait = store._write_copies, store.wait_for_copies
+    write, wait = folder_mirror._write_copies, folder_mirror.wait_for_copies
 
     def held(*args):
         go.wait(120)
         write(*args)
 
     def waited(nbdir):
-        if store._COPYING.get(str(nbdir)):  # (not the first checkpoint's, with none)
+        if folder_mirror._COPYING.get(str(nbdir)):  # (not the first checkpoint's, with none)
             go.set()
         wait(nbdir)
 
-    monkeypatch.setattr(store, "_write_copies", held)
-    monkeypatch.setattr(store, "wait_for_copies", waited)
+    monkeypatch.setattr(folder_mirror, "_write_copies", held)
+    monkeypatch.setattr(folder_mirror, "wait_for_copies", waited)
     return go
 
 
@@ -382,14 +384,14 @@ def test_a_restore_reads_the_bucket_straight_into_memory_then_keeps_a_copy(
     assert {"first", "second"} <= set(rr.loading) if lazy else not rr.loading
     assert api.lazy_mod.wait() == {}
     assert same_state(out, ns)
-    m = store.read_manifest(nbdir, r.id)
+    m = checks.read_manifest(nbdir, r.id)
     assert not [rel for rel in m.files if (nbdir / rel).exists()]  # nothing written yet
     assert not list(nbdir.rglob("*.part-*"))
     held_copies.set()
-    store.wait_for_copies(nbdir)
+    folder_mirror.wait_for_copies(nbdir)
     assert not list(nbdir.rglob("*.part-*"))
     for rel, entry in m.files.items():
-        assert store.check_blob(nbdir / rel, entry, full=True) is None, rel
+        assert checks.check_blob(nbdir / rel, entry, full=True) is None, rel
 
 
 def test_a_lazy_restore_from_the_bucket_fails_only_what_a_damaged_file_holds(
@@ -404,7 +406,7 @@ def test_a_lazy_restore_from_the_bucket_fails_only_what_a_damaged_file_holds(
     ns = large_state(2)
     new = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
     nbdir = paths.notebook_dir(url, NB)
-    m = store.read_manifest(nbdir, new.id)
+    m = checks.read_manifest(nbdir, new.id)
     victim = m.storages[m.objects["second"].storages[0]].file
     data = bytearray((nbdir / victim).read_bytes())
     data[-100] ^= 0xFF  # in the data, same size
@@ -419,10 +421,10 @@ def test_a_lazy_restore_from_the_bucket_fails_only_what_a_damaged_file_holds(
     assert torch.equal(out["second"], large_state(1)["second"])  # the older copy
     assert np.array_equal(out["first"], ns["first"]) and out["step"] == 2
     assert victim not in mirror(url).listing()
-    store.wait_for_copies(nbdir)
+    folder_mirror.wait_for_copies(nbdir)
     assert not (nbdir / victim).exists()
     other = m.storages[m.objects["first"].storages[0]].file
-    assert store.check_blob(nbdir / other, m.files[other], full=True) is None
+    assert checks.check_blob(nbdir / other, m.files[other], full=True) is None
 
 
 @pytest.mark.parametrize("lazy", [False, True])
@@ -457,8 +459,8 @@ def test_a_tensor_changed_before_its_copy_is_written_is_not_kept(
     api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
     out["table"][0] = -1.0
     held_copies.set()
-    store.wait_for_copies(nbdir)
-    m = store.read_manifest(nbdir, r.id)
+    folder_mirror.wait_for_copies(nbdir)
+    m = checks.read_manifest(nbdir, r.id)
     table = m.storages[m.objects["table"].storages[0]].file
     assert not (nbdir / table).exists()
     assert all((nbdir / rel).exists() for rel in m.files if rel != table)
@@ -487,7 +489,7 @@ def test_retention_and_delete_free_only_unshared_blobs(either_url, tmp_path, mon
     nbdir = paths.notebook_dir(url, NB)
 
     def files(*cids):
-        return sorted(set().union(*(store.read_manifest(nbdir, c).files for c in cids)))
+        return sorted(set().union(*(checks.read_manifest(nbdir, c).files for c in cids)))
 
     committed, blobs = referenced_in_bucket(url)
     assert committed == ids[1:]  # the same keep policy as on disk
@@ -513,8 +515,8 @@ def test_the_sweep_removes_what_crashed_uploads_left(either_url, tmp_path, monke
     for name in stray:
         obstore.put(m.store, m.key(name), b"left by a crash")
     nbdir = paths.notebook_dir(url, NB)
-    assert store.sweep(url, nbdir) == []  # young: maybe an upload under way (another node)
-    assert sorted(store.sweep(url, nbdir, grace=timedelta(0))) == sorted(stray)
+    assert folder_mirror.sweep(url, nbdir) == []  # young: maybe an upload under way (another node)
+    assert sorted(folder_mirror.sweep(url, nbdir, grace=timedelta(0))) == sorted(stray)
     committed, _ = referenced_in_bucket(url)
     assert committed == [r.id]
     new_cache(tmp_path, monkeypatch, "d")
@@ -531,8 +533,8 @@ def test_a_corrupted_object_is_detected_and_the_older_checkpoint_restored(
     old = api.checkpoint(dir=url, notebook=NB, namespace=state(1), progress=False)
     new = api.checkpoint(dir=url, notebook=NB, namespace=state(2), progress=False)
     nbdir = paths.notebook_dir(url, NB)
-    m = store.read_manifest(nbdir, new.id)
-    own = sorted(set(m.files) - set(store.read_manifest(nbdir, old.id).files))
+    m = checks.read_manifest(nbdir, new.id)
+    own = sorted(set(m.files) - set(checks.read_manifest(nbdir, old.id).files))
     victim = max(own, key=lambda rel: m.files[rel].bytes)
     data = bytearray((nbdir / victim).read_bytes())
     data[-100] ^= 0xFF  # same size: only a hash can tell
@@ -564,7 +566,7 @@ def test_a_lazy_restore_finds_a_damaged_header_in_the_bucket_and_falls_back(
     second = {"__name__": "__main__", "big": np.full(3_000_000, 2.0)}
     new = api.checkpoint(dir=url, notebook=NB, namespace=second, progress=False)
     nbdir = paths.notebook_dir(url, NB)
-    m = store.read_manifest(nbdir, new.id)
+    m = checks.read_manifest(nbdir, new.id)
     victim = m.storages[m.objects["big"].storages[0]].file
     data = bytearray((nbdir / victim).read_bytes())
     data[20] ^= 0x01  # in the header, same size
@@ -604,7 +606,7 @@ def test_an_older_checkpoint_copied_over_the_newest_in_the_bucket_is_refused(
     with pytest.raises(errors.UntrustedCheckpoint) as ei:
         api.restore(new.id, dir=url, notebook=NB, namespace={}, progress=False, lazy=lazy)
     assert ei.value.kind == "other-checkpoint"
-    chosen = store.choose_for_resume(url, NB)
+    chosen = plan.choose_for_resume(url, NB)
     assert chosen.id == old.id and "rollback" in chosen.passed_over[new.id]
 
     out = {"__name__": "__main__"}
@@ -653,13 +655,13 @@ def test_a_bucket_out_of_quota_is_named_the_local_copy_kept_and_a_retry_complete
     with pytest.raises(errors.RemoteStoreError, match="refused the request.*out of quota"):
         api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
     nbdir = paths.notebook_dir(url, NB)
-    assert len(store.checkpoint_ids(nbdir)) == 1  # kept locally
+    assert len(checks.checkpoint_ids(nbdir)) == 1  # kept locally
     assert remote.committed(mirror(url).listing()) == []
 
     seaweed.lift_quota(bucket)
     r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
     committed, _ = referenced_in_bucket(url)
-    assert committed == [*store.checkpoint_ids(nbdir)] and committed[-1] == r.id  # both up
+    assert committed == [*checks.checkpoint_ids(nbdir)] and committed[-1] == r.id  # both up
     new_cache(tmp_path, monkeypatch, "d")
     out = {"__name__": "__main__"}
     assert api.restore(dir=url, notebook=NB, namespace=out, progress=False).id == r.id
@@ -692,15 +694,15 @@ def test_store_killed_mid_upload_then_back_a_retry_completes_and_nothing_is_orph
             api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
         monkeypatch.setattr(remote.Remote, "upload", upload)
         nbdir = paths.notebook_dir(url, NB)
-        assert len(store.checkpoint_ids(nbdir)) == 1  # kept locally
+        assert len(checks.checkpoint_ids(nbdir)) == 1  # kept locally
         server.start()  # the same data folder
         r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
-        store.sweep(url, nbdir, grace=timedelta(0))
+        folder_mirror.sweep(url, nbdir, grace=timedelta(0))
         assert unfinished_uploads(url) == []  # the parts the kill cut short: aborted
         committed, blobs = referenced_in_bucket(url)
-        assert committed == [*store.checkpoint_ids(nbdir)][-len(committed) :]
+        assert committed == [*checks.checkpoint_ids(nbdir)][-len(committed) :]
         assert r.id in committed
-        refs = store.referenced_files(nbdir)
+        refs = checks.referenced_files(nbdir)
         assert set(blobs) <= refs  # no orphan
         shutil.rmtree(tmp_path / "c")
         new_cache(tmp_path, monkeypatch, "d")
@@ -728,8 +730,8 @@ def test_verify_and_gc_work_on_a_bucket(either_url, tmp_path, monkeypatch, capsy
     assert [nb["restorable"] for nb in report["notebooks"]] == [ids]
 
     nbdir = paths.notebook_dir(url, NB)
-    own = set(store.read_manifest(nbdir, ids[0]).files) - set(
-        store.read_manifest(nbdir, ids[1]).files
+    own = set(checks.read_manifest(nbdir, ids[0]).files) - set(
+        checks.read_manifest(nbdir, ids[1]).files
     )
     victim = sorted(own)[0]
     obstore.put(mirror(url).store, mirror(url).key(victim), b"overwritten")
@@ -744,7 +746,7 @@ def test_verify_and_gc_work_on_a_bucket(either_url, tmp_path, monkeypatch, capsy
     assert not out.errors and len(out.deleted) == 2
     committed, blobs = referenced_in_bucket(url)
     assert committed == ids[2:]
-    assert blobs == sorted(store.read_manifest(nbdir, ids[2]).files)  # nothing orphaned
+    assert blobs == sorted(checks.read_manifest(nbdir, ids[2]).files)  # nothing orphaned
 
 
 # ------------------------------------------------------------------ random cycles
@@ -803,8 +805,8 @@ def test_random_pause_resume_delete_crash_cycles_leave_no_orphan(either_url, tmp
     # an hour later, the sweeper (grace 0 here) finds what crashes left
     new_cache(tmp_path, monkeypatch, "admin")
     nbdir = paths.notebook_dir(url, NB)
-    store.pull(url, nbdir)
-    store.sweep(url, nbdir, grace=timedelta(0))
+    folder_mirror.pull(url, nbdir)
+    folder_mirror.sweep(url, nbdir, grace=timedelta(0))
     listing = mirror(url).listing()
     ids = remote.committed(listing)
     needed = set()
@@ -837,8 +839,8 @@ def test_an_interrupted_multipart_upload_is_aborted_by_the_sweep(url, tmp_path, 
                        [("uploads", "")])  # fmt: skip
     assert len(unfinished_uploads(url)) == 1
     nbdir = paths.notebook_dir(url, NB)
-    assert store.sweep(url, nbdir) == []  # maybe a writer still at it
-    swept = store.sweep(url, nbdir, grace=timedelta(0))
+    assert folder_mirror.sweep(url, nbdir) == []  # maybe a writer still at it
+    swept = folder_mirror.sweep(url, nbdir, grace=timedelta(0))
     assert swept == [
         "blobs/feedfacefeedfacefeedfacefeedface.safetensors (unfinished multipart upload)"
     ]
@@ -928,9 +930,9 @@ def test_store_killed_mid_lazy_restore_fails_what_it_had_not_read(tmp_path, monk
         assert all("does not answer" in why for why in failed.values()), failed
         assert same_state(out | {n: ns[n] for n in failed}, ns)  # the others came back
         nbdir = paths.notebook_dir(url, NB)
-        store.wait_for_copies(nbdir)
+        folder_mirror.wait_for_copies(nbdir)
         assert not list(cache.rglob("*.part-*"))
-        m = store.read_manifest(nbdir, rr.id)
+        m = checks.read_manifest(nbdir, rr.id)
         for name in failed:
             assert not (nbdir / m.storages[m.objects[name].storages[0]].file).exists()
 
@@ -972,8 +974,8 @@ def test_gs_a_checkpoint_in_a_gcs_bucket_restores_on_another_machine(
     assert torch.equal(out["model"].weight, ns["model"].weight) and out["step"] == 1
 
     # a corrupted object: detected, removed from the bucket, the older one restored
-    m = store.read_manifest(nbdir, new.id)
-    victim = sorted(set(m.files) - set(store.read_manifest(nbdir, old.id).files))[0]
+    m = checks.read_manifest(nbdir, new.id)
+    victim = sorted(set(m.files) - set(checks.read_manifest(nbdir, old.id).files))[0]
     data = bytearray((nbdir / victim).read_bytes())
     data[-10] ^= 0xFF
     fake_gcs.upload("gcs-ckpt", f"{rel}/{victim}", bytes(data))
@@ -1037,7 +1039,7 @@ def test_gs_a_missing_bucket_is_an_error_of_the_store_and_a_retry_completes(
     url = f"gs://{name}/ck"
     with pytest.raises(errors.RemoteStoreError, match=f"checkpoint store {url}: .*{name}"):
         api.checkpoint(dir=url, notebook=NB, namespace=state(), progress=False)
-    assert store.checkpoint_ids(paths.notebook_dir(url, NB)) == []  # nothing half-made
+    assert checks.checkpoint_ids(paths.notebook_dir(url, NB)) == []  # nothing half-made
     fake_gcs.create_bucket(name)
     r = api.checkpoint(dir=url, notebook=NB, namespace=state(), progress=False)
     assert referenced_in_bucket(url)[0] == [r.id]
@@ -1079,14 +1081,14 @@ def test_gs_store_killed_mid_upload_then_back_a_retry_completes(own_gcs, tmp_pat
         api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
     monkeypatch.setattr(remote.Remote, "upload", upload)
     nbdir = paths.notebook_dir(url, NB)
-    assert len(store.checkpoint_ids(nbdir)) == 1  # kept locally
+    assert len(checks.checkpoint_ids(nbdir)) == 1  # kept locally
     own_gcs.start()  # the same data folder
     assert referenced_in_bucket(url)[0] == []  # nothing committed by the cut-off pause
     r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)
-    store.sweep(url, nbdir, grace=timedelta(0))
+    folder_mirror.sweep(url, nbdir, grace=timedelta(0))
     committed, blobs = referenced_in_bucket(url)
-    assert committed == [*store.checkpoint_ids(nbdir)] and committed[-1] == r.id
-    assert set(blobs) <= store.referenced_files(nbdir)  # no orphan
+    assert committed == [*checks.checkpoint_ids(nbdir)] and committed[-1] == r.id
+    assert set(blobs) <= checks.referenced_files(nbdir)  # no orphan
     new_cache(tmp_path, monkeypatch, "d")
     out = {"__name__": "__main__"}
     api.restore(dir=url, notebook=NB, namespace=out, progress=False, lazy=False)
@@ -1124,7 +1126,7 @@ def test_a_checkpoint_of_which_only_small_files_are_here_does_not_stop_the_next_
     first = api.checkpoint(dir=url, notebook=NB, namespace=state(1), progress=False)
     nbdir = paths.notebook_dir(url, NB)
     mirror(url).delete([f"{first.id}/{remote.SIGNATURE}"])  # not in the bucket (any more)
-    for rel in store.read_manifest(nbdir, first.id).files:
+    for rel in checks.read_manifest(nbdir, first.id).files:
         (nbdir / rel).unlink()  # ... and only its small files here
     second = api.checkpoint(dir=url, notebook=NB, namespace=state(2), keep=5, progress=False)
     committed, _ = referenced_in_bucket(url)

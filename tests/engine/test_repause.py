@@ -10,7 +10,7 @@ import textwrap
 import torch
 
 import jupyter_pause as jp
-from jupyter_pause.engine import store, tensors
+from jupyter_pause.engine import checks, tensors
 
 
 def model():
@@ -21,17 +21,17 @@ def model():
 def _fresh_process(ck):
     """As after a resume: a new process with empty caches (no digests, no verified blobs)."""
     tensors._CACHE.clear()
-    store._VERIFIED.clear()
+    checks._VERIFIED.clear()
 
 
 def _count_hashing(monkeypatch):
     calls = []
-    real_storage, real_range = tensors.hash_storage, store.hash_range
+    real_storage, real_range = tensors.hash_storage, checks.hash_range
     monkeypatch.setattr(
         tensors, "hash_storage", lambda s: calls.append(s.nbytes) or real_storage(s)
     )
     monkeypatch.setattr(
-        store, "hash_range", lambda f, pos, n: calls.append(n) or real_range(f, pos, n)
+        checks, "hash_range", lambda f, pos, n: calls.append(n) or real_range(f, pos, n)
     )
     return calls
 

@@ -12,7 +12,7 @@ import torch
 import xxhash
 
 import jupyter_pause as jp
-from jupyter_pause.engine import errors, signing, store
+from jupyter_pause.engine import checks, errors, signing, store
 
 
 def flip(path, pos=-1):
@@ -76,7 +76,7 @@ def test_tampered_pickle_never_unpickled(ck, saved, monkeypatch):
     with pytest.raises(errors.CorruptCheckpoint):
         jp.restore(namespace={}, **ck)
     # even with a matching xxh3 in a re-signed-by-someone-else manifest, the HMAC catches it
-    m = store.read_manifest(saved.parent, saved.name, trust=True)
+    m = checks.read_manifest(saved.parent, saved.name, trust=True)
     import xxhash
 
     m.pickle.xxh3 = xxhash.xxh3_128_hexdigest((saved / "objects.pkl").read_bytes())
@@ -92,7 +92,7 @@ def test_flipped_tensor_byte_names_object(ck, nbdir):
     jp.checkpoint(namespace=ns, **ck)
     m = store.get_manifest(ck["dir"], ck["notebook"])
     s = next(s for s in m.storages if s.owner == "arr")
-    start, _, header = store.read_safetensors_header(nbdir / s.file)
+    start, _, header = checks.read_safetensors_header(nbdir / s.file)
     flip(nbdir / s.file, start + header[s.key]["data_offsets"][0] + 3)
     target = {"arr": "untouched"}
     with pytest.raises(errors.CorruptCheckpoint, match="'arr'") as ei:

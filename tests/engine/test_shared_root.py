@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import jupyter_pause as jp
-from jupyter_pause.engine import durable, paths, store
+from jupyter_pause.engine import checks, durable, paths
 from jupyter_pause.engine.errors import UnsafeFolder
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="making B's folders needs root")
@@ -168,7 +168,7 @@ def test_a_notebook_folder_or_lock_of_another_user_is_refused(ck, nbdir, what):
     durable.makedirs(nbdir)
     (nbdir / ".lock").touch()
     os.chown(nbdir / ".lock" if what == "lock" else nbdir, B, B)
-    with pytest.raises(UnsafeFolder, match="belongs to uid"), store.locked(nbdir, timeout=0):
+    with pytest.raises(UnsafeFolder, match="belongs to uid"), checks.locked(nbdir, timeout=0):
         pass
 
 

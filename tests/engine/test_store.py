@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import jupyter_pause as jp
-from jupyter_pause.engine import errors, paths, store
+from jupyter_pause.engine import checks, errors, paths, store
 
 
 def test_ids_are_utc_seconds_with_suffix(ck):
@@ -82,7 +82,7 @@ def test_sigkill_mid_checkpoint_leaves_previous_intact(tmp_path):
     finally:
         proc.wait()
     nbdir = paths.notebook_dir(root, "nb")
-    assert any(p.name.startswith(store.TMP_PREFIX) for p in nbdir.iterdir())  # half-written
+    assert any(p.name.startswith(checks.TMP_PREFIX) for p in nbdir.iterdir())  # half-written
     infos = jp.list_checkpoints(root, "nb")
     assert len(infos) == 1  # the half-written one is not listed
     out = {}
@@ -91,7 +91,7 @@ def test_sigkill_mid_checkpoint_leaves_previous_intact(tmp_path):
     assert store.latest_checkpoint(root, "nb", verify=True).id == infos[0].id
     # the next checkpoint cleans the dead writer's temp folder
     jp.checkpoint(namespace={"x": 3}, dir=root, notebook="nb", progress=False)
-    assert not any(p.name.startswith(store.TMP_PREFIX) for p in nbdir.iterdir())
+    assert not any(p.name.startswith(checks.TMP_PREFIX) for p in nbdir.iterdir())
 
 
 def test_retention_and_gc(ck, nbdir):
@@ -99,7 +99,7 @@ def test_retention_and_gc(ck, nbdir):
     for i in range(4):
         ids.append(jp.checkpoint(namespace={"a": np.full(1000, i)}, keep=2, **ck).id)
     assert [c.id for c in jp.list_checkpoints(ck["dir"], ck["notebook"])] == ids[-2:]
-    refs = store.referenced_files(nbdir)
+    refs = checks.referenced_files(nbdir)
     blobs = {f"blobs/{p.name}" for p in (nbdir / "blobs").iterdir()}
     assert blobs == refs  # unreferenced blobs were collected
 
@@ -119,7 +119,7 @@ def test_expiry_deletes_old_checkpoints_but_the_newest_and_their_blobs(ck, nbdir
     assert done.to_json() == {**dry.to_json(), "errors": []}
     assert [c.id for c in jp.list_checkpoints(ck["dir"], ck["notebook"])] == ids[-1:]
     blobs = {f"blobs/{p.name}" for p in (nbdir / "blobs").iterdir()}
-    assert blobs == store.referenced_files(nbdir)  # the deleted ones' blobs went with them
+    assert blobs == checks.referenced_files(nbdir)  # the deleted ones' blobs went with them
 
 
 def test_keep_from_env(ck, monkeypatch):
@@ -137,7 +137,7 @@ def test_delete_latest_and_metadata(ck, nbdir):
     assert latest.objects == ["a"] and latest.bytes > 0 and latest.time.endswith("+00:00")
     store.delete_checkpoint(ck["dir"], ck["notebook"], b.id)
     assert [c.id for c in jp.list_checkpoints(ck["dir"], ck["notebook"])] == [a.id]
-    assert set(f"blobs/{p.name}" for p in (nbdir / "blobs").iterdir()) == store.referenced_files(
+    assert set(f"blobs/{p.name}" for p in (nbdir / "blobs").iterdir()) == checks.referenced_files(
         nbdir
     )
     r = jp.restore(namespace={}, **ck)
@@ -153,7 +153,7 @@ def test_verify_names_corrupt_object(ck, nbdir):
     assert store.verify_checkpoint(ck["dir"], ck["notebook"], res.id).id == res.id
     m = store.get_manifest(ck["dir"], ck["notebook"])
     weight = next(s for s in m.storages if s.owner == "model")
-    start, _, header = store.read_safetensors_header(nbdir / weight.file)
+    start, _, header = checks.read_safetensors_header(nbdir / weight.file)
     pos = start + header[weight.key]["data_offsets"][0] + 5
     with open(nbdir / weight.file, "r+b") as f:
         f.seek(pos)
@@ -172,7 +172,7 @@ def test_store_importable_without_torch(ck):
     code = textwrap.dedent(f"""
         import sys
         sys.modules["torch"] = None; sys.modules["numpy"] = None; sys.modules["safetensors"] = None
-        from jupyter_pause.engine import store
+        from jupyter_pause.engine import checks, store
         infos = store.list_checkpoints({ck["dir"]!r}, {ck["notebook"]!r})
         assert len(infos) == 1 and infos[0].objects == ["t"], infos
         store.verify_checkpoint({ck["dir"]!r}, {ck["notebook"]!r})

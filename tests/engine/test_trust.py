@@ -16,14 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jupyter_pause as jp
-from jupyter_pause.engine import durable, errors, paths, signing, store
+from jupyter_pause.engine import checks, durable, errors, paths, plan, signing, store
 from jupyter_pause.engine import lazy as lazy_mod
 
 
 def flip_tensor_byte(nbdir, m, owner, offset=3):
     """Flip one byte inside the data of ``owner``'s first tensor (in place, like bit rot)."""
     s = next(s for s in m.storages if s.owner == owner)
-    start, _, header = store.read_safetensors_header(nbdir / s.file)
+    start, _, header = checks.read_safetensors_header(nbdir / s.file)
     pos = start + header[s.key]["data_offsets"][0] + offset
     with open(nbdir / s.file, "r+b") as f:
         f.seek(pos)
@@ -53,7 +53,7 @@ def test_reuse_never_references_a_damaged_blob(ck, nbdir, owner):
     assert torch.equal(got["model"].weight, ns["model"].weight)
     assert np.array_equal(got["small"], ns["small"])
     # the damaged copy is kept aside for a post-mortem, with the reason
-    qdir = nbdir / store.QUARANTINE
+    qdir = nbdir / checks.QUARANTINE
     whys = [p.read_text() for p in qdir.iterdir() if p.name.endswith(".why")]
     assert any(rel in w for w in whys)
 
@@ -231,9 +231,9 @@ def test_an_older_checkpoint_copied_over_the_newest_is_refused_as_a_rollback(ck,
     assert "rollback" in res.passed_over[new.id]
     assert f"restored {old.id} instead, the newest checkpoint that verifies" in res.notes
 
-    chosen = store.choose_for_resume(ck["dir"], ck["notebook"])
+    chosen = plan.choose_for_resume(ck["dir"], ck["notebook"])
     assert chosen.id == old.id and "rollback" in chosen.passed_over[new.id]
-    assert store.choose_for_resume(ck["dir"], ck["notebook"], new.id) is None
+    assert plan.choose_for_resume(ck["dir"], ck["notebook"], new.id) is None
     scrubbed = {i.id: i for i in store.scrub(nbdir)}
     assert scrubbed[new.id].status == "untrusted" and old.id in scrubbed[new.id].problem
     assert scrubbed[old.id].status == "ok"

@@ -13,8 +13,8 @@ import urllib.request
 
 import pytest
 
+from jupyter_pause.engine import checks
 from jupyter_pause.engine import paths as checkpoint_paths
-from jupyter_pause.engine import store as checkpoint_store
 from jupyter_pause.engine.errors import UntrustedCheckpoint
 
 from ..helpers import wait_for
@@ -44,7 +44,7 @@ def service_row(hub, user):
 def checkpoint_folder(hub, user, path):
     with as_user(user):
         nbdir = checkpoint_paths.notebook_dir(hub.data_dir(user) / "pause" / "checkpoints", path)
-    (checkpoint_id,) = checkpoint_store.checkpoint_ids(nbdir)
+    (checkpoint_id,) = checks.checkpoint_ids(nbdir)
     return nbdir, checkpoint_id
 
 
@@ -136,9 +136,9 @@ def test_two_users_checkpoints_never_mix_and_a_hub_restart_loses_nothing(hub_fac
         nbdir, checkpoint_id = checkpoint_folder(hub, user, "demo.ipynb")
         assert str(hub.home(user)) in str(nbdir)
         with as_user(user):
-            checkpoint_store.read_manifest(nbdir, checkpoint_id, key=keys[user])
+            checks.read_manifest(nbdir, checkpoint_id, key=keys[user])
             with pytest.raises(UntrustedCheckpoint):
-                checkpoint_store.read_manifest(nbdir, checkpoint_id, key=keys[other])
+                checks.read_manifest(nbdir, checkpoint_id, key=keys[other])
 
     hub.stop()
     hub.start()
