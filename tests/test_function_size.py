@@ -21,7 +21,6 @@ MAX_ENGINE_PARAMETERS = 6
 #: over MAX_LINES today (issue #42 item 3 splits them): lines now, a ceiling
 LONG = {
     "engine/api.py:restore": 261,
-    "engine/api.py:_write_checkpoint": 228,
     "engine/api.py:_read_verified": 206,
     "trial/run.py:Trial._run": 158,
     "engine/api.py:checkpoint": 132,

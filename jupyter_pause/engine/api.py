@@ -517,8 +517,55 @@ class _CheckpointPlan:
         return self.previous is not None or self.changed is not None
 
 
+@dataclass
+class _Written:
+    """A checkpoint being written into its transaction: what :func:`_write_checkpoint`'s
+    steps (pickle, hash, write, commit) hand on to the next."""
+
+    txn: Any
+    plan: _CheckpointPlan
+    groups: list[records.Group]
+    rng_group: records.Group | None
+    storages: list[tensors.Storage]  # this checkpoint's, in order
+    state: records.State  # what it may lend the next checkpoint of this process
+    entries: dict[str, ObjectEntry] = field(default_factory=dict)
+    group_entries: list[GroupEntry] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)  # where each record starts
+    rng_record: int | None = None
+    pickle: PickleEntry | None = None
+    untouched: set[int] = field(default_factory=set)  # storages no code since could reach
+    # a large group's records, kept as a storage of their own
+    apart: list[tuple[GroupEntry, records.Group]] = field(default_factory=list)
+    files: dict[str, Any] = field(default_factory=dict)  # blob -> FileEntry it references
+    new: list[tensors.Storage] = field(default_factory=list)  # storages still to write
+    dupes: list[tuple[tensors.Storage, tensors.Storage]] = field(default_factory=list)
+    files_written: list[str] = field(default_factory=list)
+    total: int = 0  # the storages' bytes, as their sizes were known before the hashing
+    bytes_written: int = 0  # tensor bytes, the pickle not counted
+    reused: int = 0
+    quarantined: list[str] = field(default_factory=list)
+    bar: Progress | None = None
+
+    @property
+    def all_groups(self) -> list[records.Group]:
+        return [*self.groups, *([self.rng_group] if self.rng_group else [])]
+
+
 def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
-    nbdir, ns, skipped, phases = plan.nbdir, plan.namespace, plan.skipped, plan.phases
+    """Write what ``plan`` chose into ``txn``: the records (pickled, or copied from the
+    previous checkpoint), then each storage no committed checkpoint holds, then the
+    signed manifest, which commits it."""
+    w = _pickle(txn, plan)
+    _reuse_object_digests(w)
+    _hash_and_dedup(w)
+    _write_new(w)
+    return _commit(w)
+
+
+def _pickle(txn, plan: _CheckpointPlan) -> _Written:
+    """Pickle the objects and the RNG state into records (engine/records.py) and write
+    them, signed, into the transaction's pickle; the tensors they reach are collected."""
+    ns, phases = plan.namespace, plan.phases
     pickling_started = time.monotonic()
     key = signing.load_key()
     order = list(plan.required) + [n for n in plan.optional if n not in plan.required]
@@ -527,11 +574,11 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
     prev, changed = plan.previous, plan.changed
     try:
         groups, failed = records.pickle_namespace(
-            order, objects_in, set(plan.required), collector, ns, prev, changed, nbdir
+            order, objects_in, set(plan.required), collector, ns, prev, changed, plan.nbdir
         )
     except records.Unsavable as e:
         raise UnsavableObject(e.name, e.why) from None
-    skipped.update(failed)
+    plan.skipped.update(failed)
     rng_group = None
     with contextlib.suppress(records.Unsavable):  # not with the stock generators; not fatal
         rng_group = records.pickle_group([RNG_RECORD], {RNG_RECORD: rng.capture()}, collector, ns)
@@ -541,95 +588,104 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
     for g in [*groups, *([rng_group] if rng_group else [])]:
         for i in g.local:
             used.setdefault(i, len(used))
-    storages = [collector.storages[i] for i in used]
-    offsets: list[int] = []
-    entries: dict[str, ObjectEntry] = {}
-    group_entries: list[GroupEntry] = []
-    apart: list[tuple[GroupEntry, records.Group]] = []  # a large group's records: a storage
-    rng_record = None
-    with paths.private_open(txn.tmp / PICKLE, buffering=1 << 20) as f:
-        w = _HashingWriter(f, key)
-        at = 0  # where the group's records start, as the manifest counts them
-        for g in [*groups, *([rng_group] if rng_group else [])]:
-            local = [used[i] for i in g.local]
-            entry = GroupEntry(first=len(offsets), storages=local)
-            group_entries.append(entry)
-            if g is not rng_group and g.data.size >= records.APART:
-                apart.append((entry, g))
-            else:
-                for part in g.data.chunks():
-                    w.write(part)
-            for n, off, firsts in zip(g.names, g.offsets, g.firsts, strict=True):
-                offsets.append(at + off)
-                if g is rng_group:
-                    rng_record = len(offsets) - 1
-                    continue
-                entries[n] = ObjectEntry(
-                    type=g.types[n],
-                    dump=len(offsets) - 1,
-                    storages=[local[p] for p in firsts],
-                    tracked=n in plan.tracked,
-                )
-            at += g.data.size
-        f.flush()
-        os.fsync(f.fileno())
-    for entry, g in apart:
-        entry.records = len(storages)
-        storage, entry.hmac = records.as_storage(g, key)
-        storages.append(storage)
-    state = records.State(txn.id, id(ns), groups)
-    reused_records = sum(len(g.names) for g in groups if g.reused)
+    w = _Written(
+        txn=txn,
+        plan=plan,
+        groups=groups,
+        rng_group=rng_group,
+        storages=[collector.storages[i] for i in used],
+        state=records.State(txn.id, id(ns), groups),
+    )
+    _write_pickle(w, used, key)
     # storages only reused groups name: no code since the last checkpoint could reach them
     # (numpy arrays have no version counter; their digest is reused on that ground)
     fresh = {used[i] for g in groups if not g.reused and g.touched for i in g.local}
     if rng_group is not None:
         fresh |= {used[i] for i in rng_group.local}
-    untouched = set(range(len(storages))) - fresh
-    prev_numpy = prev.numpy_digests if prev is not None else None
-    pickle_entry = PickleEntry(
-        file=PICKLE, bytes=w.pos, xxh3=w.xxh.hexdigest(), hmac=w.mac.hexdigest()
-    )
+    w.untouched = set(range(len(w.storages))) - fresh
     phases.add("pickle", time.monotonic() - pickling_started)
+    return w
 
-    # arrays of Python objects: pickled now, unless no code since the last checkpoint could
-    # reach them (only reused groups name them) and the store still holds what they were
+
+def _write_pickle(w: _Written, used: dict[int, int], key: bytes) -> None:
+    """The records, group after group, into the pickle file (fsynced), hashed and signed
+    as they go; a large group's records become a storage of their own instead."""
+    with paths.private_open(w.txn.tmp / PICKLE, buffering=1 << 20) as f:
+        hw = _HashingWriter(f, key)
+        at = 0  # where the group's records start, as the manifest counts them
+        for g in w.all_groups:
+            local = [used[i] for i in g.local]
+            entry = GroupEntry(first=len(w.offsets), storages=local)
+            w.group_entries.append(entry)
+            if g is not w.rng_group and g.data.size >= records.APART:
+                w.apart.append((entry, g))
+            else:
+                for part in g.data.chunks():
+                    hw.write(part)
+            for n, off, firsts in zip(g.names, g.offsets, g.firsts, strict=True):
+                w.offsets.append(at + off)
+                if g is w.rng_group:
+                    w.rng_record = len(w.offsets) - 1
+                    continue
+                w.entries[n] = ObjectEntry(
+                    type=g.types[n],
+                    dump=len(w.offsets) - 1,
+                    storages=[local[p] for p in firsts],
+                    tracked=n in w.plan.tracked,
+                )
+            at += g.data.size
+        f.flush()
+        os.fsync(f.fileno())
+    for entry, g in w.apart:
+        entry.records = len(w.storages)
+        storage, entry.hmac = records.as_storage(g, key)
+        w.storages.append(storage)
+    w.pickle = PickleEntry(
+        file=PICKLE, bytes=hw.pos, xxh3=hw.xxh.hexdigest(), hmac=hw.mac.hexdigest()
+    )
+
+
+def _reuse_object_digests(w: _Written) -> None:
+    """Arrays of Python objects: pickled now, unless no code since the last checkpoint could
+    reach them (only reused groups name them) and the store still holds what they were."""
+    prev = w.plan.previous
     prev_objects = prev.object_digests if prev is not None else {}
-    for pos, s in enumerate(storages):
+    for pos, s in enumerate(w.storages):
         if s.kind == "objects":
-            known = prev_objects.get(s.skey) if pos in untouched else None
-            if known is not None and known[0] in plan.index:
+            known = prev_objects.get(s.skey) if pos in w.untouched else None
+            if known is not None and known[0] in w.plan.index:
                 s.xxh3, s.nbytes = known
 
-    # 2. digests + dedup
-    total = sum(s.nbytes for s in storages)
-    bar = Progress("checkpoint", total, enabled=plan.progress)
-    files: dict[str, Any] = {}
-    new: list[tensors.Storage] = []
-    reused = 0
+
+def _hash_and_dedup(w: _Written) -> None:
+    """Each storage's digest, looked up in the committed checkpoints (``plan.index``) and
+    among this one's: what they hold is referenced, the rest is left in ``w.new`` to be
+    written (an array of Python objects is written at once, into a file of its own)."""
+    plan, phases = w.plan, w.plan.phases
+    prev_numpy = plan.previous.numpy_digests if plan.previous is not None else None
+    w.total = sum(s.nbytes for s in w.storages)
+    w.bar = bar = Progress("checkpoint", w.total, enabled=plan.progress)
     pending: dict[str, tensors.Storage] = {}
-    dupes: list[tuple[tensors.Storage, tensors.Storage]] = []
     usable: dict[str, bool] = {}  # blob -> verified intact (checked once per checkpoint)
-    quarantined: list[str] = []
 
     def intact(rel: str, entry) -> bool:
         """Never reference a blob that was not verified: a damaged one is quarantined and
         its objects are written again from memory, where they are still live."""
         if rel not in usable:
-            why = store.check_blob(nbdir / rel, entry)
+            why = store.check_blob(plan.nbdir / rel, entry)
             if why is not None:
-                store.quarantine(nbdir, rel, why)
-                quarantined.append(f"{rel} ({why})")
+                store.quarantine(plan.nbdir, rel, why)
+                w.quarantined.append(f"{rel} ({why})")
             usable[rel] = why is None
         return usable[rel]
 
-    objects_written: list[str] = []
     hashing_started = time.monotonic()
-    for pos, s in enumerate(storages):
+    for pos, s in enumerate(w.storages):
         if s.xxh3 is None and tensors.materialize(s):  # an array of Python objects, pickled
             bar.add_total(s.nbytes)
         if s.xxh3 is None:  # (a reused group's records: known)
             s.xxh3 = tensors.cached_digest(s)
-        if s.xxh3 is None and pos in untouched and prev_numpy is not None:
+        if s.xxh3 is None and pos in w.untouched and prev_numpy is not None:
             s.xxh3 = _untouched_numpy_digest(s, prev_numpy)
         if s.xxh3 is None and plan.index and not tensors.known_changed(s):
             s.xxh3 = tensors.hash_storage(s)
@@ -641,109 +697,112 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
             s.xxh3 = tensors.hash_storage(s)
         if hit is not None:
             s.file, s.key, s.dtype, s.shape = hit[0], hit[1], hit[2], hit[3]
-            files[s.file] = hit[4]
-            reused += s.nbytes
+            w.files[s.file] = hit[4]
+            w.reused += s.nbytes
             bar.update(s.nbytes)
         elif s.xxh3 is not None and s.xxh3 in pending:
-            dupes.append((s, pending[s.xxh3]))
-            reused += s.nbytes
+            w.dupes.append((s, pending[s.xxh3]))
+            w.reused += s.nbytes
             bar.update(s.nbytes)
         elif s.kind == "objects":  # written now, into a file of its own: its bytes go
             tensors.unique_keys([s], prefix_owner=False)
-            wf = tensors.write_safetensors(txn, f"o{pos}.tmp", [s], bar, phases)
-            files[wf.rel] = wf.entry
-            objects_written.append(wf.rel)
+            wf = tensors.write_safetensors(w.txn, f"o{pos}.tmp", [s], bar, phases)
+            w.files[wf.rel] = wf.entry
+            w.files_written.append(wf.rel)
+            w.bytes_written += wf.entry.bytes
             s.data = None
             pending[s.xxh3] = s
         else:
             if s.xxh3 is not None:
                 pending[s.xxh3] = s
-            new.append(s)
+            w.new.append(s)
     written_meanwhile = phases.seconds.get("write", 0.0) + phases.seconds.get("fsync", 0.0)
     phases.add("hash", time.monotonic() - hashing_started - written_meanwhile)
 
-    # 3. stream new storages into safetensors files: one per object with >= 1 MiB of new
-    #    data (a model's weights end up in one portable file), small ones share a file
+
+def _write_new(w: _Written) -> None:
+    """Stream the new storages into safetensors files: one per object with >= 1 MiB of new
+    data (a model's weights end up in one portable file), small ones share a file."""
     groups: dict[str, list[tensors.Storage]] = {}
     per_owner: dict[str, int] = {}
-    for s in new:
+    for s in w.new:
         per_owner[s.owner] = per_owner.get(s.owner, 0) + s.nbytes
-    for s in new:
+    for s in w.new:
         g = s.owner if per_owner[s.owner] >= tensors.SMALL_FILE else ""
         groups.setdefault(g, []).append(s)
-    written = sum(files[rel].bytes for rel in objects_written)
-    new_files = list(objects_written)
     for n, (g, group) in enumerate(groups.items()):
         tensors.unique_keys(group, prefix_owner=(g == ""))
-        wf = tensors.write_safetensors(txn, f"w{n}.tmp", group, bar, phases)
-        files[wf.rel] = wf.entry
-        new_files.append(wf.rel)
-        written += wf.entry.bytes
+        wf = tensors.write_safetensors(w.txn, f"w{n}.tmp", group, w.bar, w.plan.phases)
+        w.files[wf.rel] = wf.entry
+        w.files_written.append(wf.rel)
+        w.bytes_written += wf.entry.bytes
+
+
+def _commit(w: _Written) -> CheckpointResult:
+    """Sign and commit the manifest, and keep what the next checkpoint of this process
+    may reuse."""
+    plan, storages, ns = w.plan, w.storages, w.plan.namespace
     committing_started = time.monotonic()
-    for s, first in dupes:
+    for s, first in w.dupes:
         s.file, s.key, s.xxh3 = first.file, first.key, first.xxh3
     for s in storages:
         tensors.remember(s)
-    state.numpy_digests = {
+    w.state.numpy_digests = {
         s.skey: (tensors.fingerprint(s), s.xxh3)
         for s in storages
         if s.kind == "numpy" and s.xxh3 is not None and s.nbytes >= tensors.FAST_PATH_MIN
     }
-    state.object_digests = {s.skey: (s.xxh3, s.nbytes) for s in storages if s.kind == "objects"}
-
-    per_obj_bytes = {}
-    for name, e in entries.items():
+    w.state.object_digests = {s.skey: (s.xxh3, s.nbytes) for s in storages if s.kind == "objects"}
+    for e in w.entries.values():
         e.bytes = sum(storages[i].nbytes for i in e.storages)
-        per_obj_bytes[name] = e.bytes
-    unsaved = [n for n in user_skipped(skipped) if n in ns]
+    unsaved = [n for n in user_skipped(plan.skipped) if n in ns]
     manifest = Manifest(
-        id=txn.id,
+        id=w.txn.id,
         notebook=plan.notebook,
         created=datetime.now(timezone.utc).isoformat(),
-        pickle=pickle_entry,
-        versions=_versions([*plan.modules.values(), *(e.type for e in entries.values())]),
-        files=files,
+        pickle=w.pickle,
+        versions=_versions([*plan.modules.values(), *(e.type for e in w.entries.values())]),
+        files=w.files,
         storages=[tensors.storage_entry(s) for s in storages],
-        objects=entries,
-        records=offsets,
-        rng_record=rng_record,
-        skipped=skipped,
+        objects=w.entries,
+        records=w.offsets,
+        rng_record=w.rng_record,
+        skipped=plan.skipped,
         modules=plan.modules,
         shell=plan.shell,
         metadata=plan.metadata,
-        bytes_total=total,
-        bytes_written=written + pickle_entry.bytes,
+        bytes_total=w.total,
+        bytes_written=w.bytes_written + w.pickle.bytes,
         rerun=rerun.cells_for(unsaved, ns),
-        groups=group_entries,
+        groups=w.group_entries,
     )
-    final = txn.commit(manifest)
-    for entry, g in apart:  # what the next checkpoint names again, if it reuses the group
+    final = w.txn.commit(manifest)
+    for entry, g in w.apart:  # what the next checkpoint names again, if it reuses the group
         g.stored = (storages[entry.records].xxh3, entry.hmac)
     if plan.incremental or _tracking(ns):
-        _STATE[str(nbdir)] = state
+        _STATE[str(plan.nbdir)] = w.state
         tracker = changes.tracker_for(ns)
         if tracker is not None:
             tracker.reset()
-    phases.add("commit", time.monotonic() - committing_started)
-    seconds = time.monotonic() - plan.started
+    plan.phases.add("commit", time.monotonic() - committing_started)
     result = CheckpointResult(
-        id=txn.id,
+        id=w.txn.id,
         path=str(final),
         notebook=plan.notebook,
-        saved=list(entries),
-        skipped=skipped,
+        saved=list(w.entries),
+        skipped=plan.skipped,
         bytes_written=manifest.bytes_written,
-        bytes_total=total + pickle_entry.bytes,  # what the checkpoint holds, as listings say
-        seconds=seconds,
-        bytes_reused=reused,
-        files=sorted(files),
-        files_written=new_files,
+        bytes_total=w.total + w.pickle.bytes,  # what the checkpoint holds, as listings say
+        seconds=time.monotonic() - plan.started,
+        bytes_reused=w.reused,
+        files=sorted(w.files),
+        files_written=w.files_written,
         tensors=len(storages),
         metadata=plan.metadata,
-        quarantined=quarantined,
-        records_reused=reused_records,
+        quarantined=w.quarantined,
+        records_reused=sum(len(g.names) for g in w.groups if g.reused),
     )
-    bar.finish(result.summary())
+    w.bar.finish(result.summary())
     return result
 
 
