@@ -33,11 +33,11 @@ import threading
 import time
 import types
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 import xxhash
 
@@ -67,9 +67,14 @@ from .progress import Progress
 from .store import CheckpointInfo
 from .tracking import track, tracked, untrack
 
+if TYPE_CHECKING:  # typing.Unpack from Python 3.11
+    from typing_extensions import Unpack
+
 __all__ = [
     "CheckpointInfo",
+    "CheckpointOptions",
     "CheckpointResult",
+    "RestoreOptions",
     "RestoreResult",
     "checkpoint",
     "list_checkpoints",
@@ -80,6 +85,7 @@ __all__ = [
 ]
 
 RNG_RECORD = "__jupyter_pause_rng__"
+_Options = TypeVar("_Options")
 
 
 # ----------------------------------------------------------------- results
@@ -282,19 +288,56 @@ def _collector_paused():
             gc.enable()
 
 
+class CheckpointOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`checkpoint` beyond where and what it saves."""
+
+    #: how many checkpoints of the notebook retention keeps (default: ``paths.ENV_KEEP``)
+    keep: int | None
+    #: JSON-serialisable, stored in the manifest
+    metadata: dict | None
+    #: an incremental checkpoint may reuse data of unsigned older checkpoints
+    trust: bool
+    #: print a progress bar (default True)
+    progress: bool
+    #: re-pickle every variable, not just those code run since the last one could change
+    full: bool
+    #: this kernel lost its state involuntarily (a fresh one after a crash) and that state
+    #: was this checkpoint's: what the new one does not have of it, and what a restore
+    #: could not bring back, is recorded in its metadata (``lost``: name -> the checkpoint
+    #: that still holds it), which retention keeps
+    lost_from: str | None
+    #: False, with a bucket: commit in the local cache only (:func:`_pull`; default True)
+    upload: bool
+
+
+@dataclass(frozen=True)
+class _CheckpointOptions:
+    """:class:`CheckpointOptions` with their defaults."""
+
+    keep: int | None = None
+    metadata: dict | None = None
+    trust: bool = False
+    progress: bool = True
+    full: bool = False
+    lost_from: str | None = None
+    upload: bool = True
+
+
+def _options(cls: type[_Options], function: str, given: Mapping[str, Any]) -> _Options:
+    """``given`` keyword arguments of ``function`` as its options dataclass ``cls``."""
+    unknown = given.keys() - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise TypeError(f"{function}() got an unexpected keyword argument {min(unknown)!r}")
+    return cls(**given)
+
+
 @_collector_paused()
 def checkpoint(
     *names: str,
     dir=None,
     notebook: str | None = None,
-    keep: int | None = None,
-    metadata: dict | None = None,
-    trust: bool = False,
-    progress: bool = True,
     namespace: dict | None = None,
-    full: bool = False,
-    lost_from: str | None = None,
-    upload: bool = True,
+    **options: Unpack[CheckpointOptions],
 ) -> CheckpointResult:
     """Save tracked objects and the namespace (or just ``names``) as a new checkpoint.
 
@@ -302,36 +345,50 @@ def checkpoint(
     previous one could have changed and copies the other records (engine/records.py);
     ``full=True`` re-pickles everything.
 
-    ``trust=True`` lets an incremental checkpoint reuse data of unsigned older checkpoints.
     ``namespace`` defaults to the kernel's user namespace (``__main__`` outside IPython).
+    The other options are :class:`CheckpointOptions`.
 
-    ``lost_from``: this kernel lost its state involuntarily (it is a fresh one after a
-    crash) and that state was checkpoint ``lost_from``'s. What the checkpoint does not
-    have of it, and what a restore could not bring back, is recorded in its metadata
-    (``lost``: name -> the checkpoint that still holds it), which retention keeps.
-    ``upload=False``, with a bucket: commit in the local cache only (:func:`_pull`).
+    Its steps: choose the objects (:func:`_choose`); under the notebook's lock, read what
+    the store holds (:func:`_prepare`); write the checkpoint in a transaction
+    (:func:`_transact`).
     """
+    opts = _options(_CheckpointOptions, "checkpoint", options)
     t0 = time.monotonic()
-    phases = Phases()
     lazy_mod.wait()  # objects still loading from a lazy restore are saved whole, not missed
-    if namespace is None:
-        ns, hidden = ns_mod.user_namespace()
-    else:
-        ns, hidden = namespace, {}
-    meta = _json_metadata(metadata)
+    ns, hidden = ns_mod.user_namespace() if namespace is None else (namespace, {})
+    meta = _json_metadata(opts.metadata)
     key_name = paths.notebook_key(notebook)
     nbdir = paths.notebook_dir(dir, notebook)
-    lost = _lost_now(nbdir, lost_from, trust, ns)
+    lost = _lost_now(nbdir, opts.lost_from, opts.trust, ns)
     if lost:
         meta[store.LOST] = lost
+    plan = _CheckpointPlan(
+        nbdir=nbdir,
+        notebook=key_name,
+        metadata=meta,
+        progress=opts.progress,
+        namespace=ns,
+        started=t0,
+    )
+    _choose(plan, names, hidden)
+    memory.check()  # near its memory limit: refuse now, rather than be killed half way
 
-    # 1. which objects
-    required: dict[str, Any] = {}
-    optional: dict[str, Any] = {}
-    skipped: dict[str, str] = {}
-    modules: dict[str, str] = {}
-    shell_state: dict[str, Any] = {}
-    held = tracked()
+    store.wait_for_copies(nbdir)  # a restore's copies of the bucket's files: reused here
+    try:
+        with store.locked(nbdir):
+            _prepare(plan, dir, opts, named=bool(names))
+            result = _transact(plan, dir, opts, lost)
+    except OSError as e:
+        raise DiskError(str(nbdir), e) from e
+    result.phases = plan.phases.rounded()
+    return result
+
+
+def _choose(plan: _CheckpointPlan, names: tuple[str, ...], hidden: dict) -> None:
+    """The objects to save, into ``plan``: ``names`` (each must save), or the tracked
+    objects (must save too) and the namespace's other variables (those that cannot
+    are skipped, each with why), with IPython's own state."""
+    ns, held = plan.namespace, tracked()
     if names:
         missing = [n for n in names if n not in held and n not in ns]
         if missing:
@@ -343,75 +400,63 @@ def checkpoint(
             if reason and modname is None:
                 raise UnsavableObject(n, reason)
             if reason:  # an explicitly named module: remember to re-import it
-                modules[n] = modname
+                plan.modules[n] = modname
                 continue
-            required[n] = obj
+            plan.required[n] = obj
     else:
-        required.update(held)
-        cand, skipped, modules = ns_mod.select(ns, hidden)
+        plan.required.update(held)
+        cand, plan.skipped, plan.modules = ns_mod.select(ns, hidden)
         for n, obj in cand.items():
-            if n not in required:
-                optional[n] = obj
+            if n not in plan.required:
+                plan.optional[n] = obj
         sh = shell_mod.shell_of(ns)
         if sh is not None:  # the magics, extensions and backends its cells set up
-            shell_state, cannot = shell_mod.capture(sh, ns)
-            skipped.update(cannot)
-    tracked_names = set(held) & set(required)
-    memory.check()  # near its memory limit: refuse now, rather than be killed half way
+            plan.shell, cannot = shell_mod.capture(sh, ns)
+            plan.skipped.update(cannot)
+    plan.tracked = set(held) & set(plan.required)
 
-    store.wait_for_copies(nbdir)  # a restore's copies of the bucket's files: reused here
+
+def _prepare(plan: _CheckpointPlan, dir, opts: _CheckpointOptions, named: bool) -> None:
+    """Under the notebook's lock, what the store holds, into ``plan``: the digests its
+    committed checkpoints hold (dedup) and the previous checkpoint's records to reuse."""
+    nbdir = plan.nbdir
+    store.gc(nbdir, locked_already=True)  # stale temp folders of dead writers
+    _pull(dir, nbdir, opts.upload)
+    if plan.metadata.get(store.AUTOSAVE) is True:
+        replaced = store.autosave_would_replace(nbdir, _OWN.get(str(nbdir)))
+        if replaced:
+            raise AutosaveRefused(replaced)
+    plan.index = _previous_index(nbdir, opts.trust)
+    plan.previous, plan.changed = _incremental(nbdir, plan.namespace, named, opts.full)
+    plan.phases.add("prepare", time.monotonic() - plan.started)
+
+
+def _transact(
+    plan: _CheckpointPlan, dir, opts: _CheckpointOptions, lost: dict[str, str]
+) -> CheckpointResult:
+    """Write ``plan`` in a transaction, apply retention and, with a bucket, upload it; a
+    failure before the commit leaves nothing behind."""
+    nbdir, phases = plan.nbdir, plan.phases
+    txn = store.Transaction(nbdir)
+    early = store.uploads(dir, nbdir) if opts.upload else None  # blobs go up as written
+    txn.on_staged = early.add if early is not None else None
     try:
-        with store.locked(nbdir):
-            store.gc(nbdir, locked_already=True)  # stale temp folders of dead writers
-            _pull(dir, nbdir, upload)
-            if meta.get(store.AUTOSAVE) is True:
-                replaced = store.autosave_would_replace(nbdir, _OWN.get(str(nbdir)))
-                if replaced:
-                    raise AutosaveRefused(replaced)
-            index = _previous_index(nbdir, trust)
-            previous, changed = _incremental(nbdir, ns, bool(names), full)
-            plan = _CheckpointPlan(
-                nbdir=nbdir,
-                notebook=key_name,
-                required=required,
-                optional=optional,
-                skipped=skipped,
-                modules=modules,
-                tracked=tracked_names,
-                metadata=meta,
-                index=index,
-                progress=progress,
-                namespace=ns,
-                started=t0,
-                previous=previous,
-                changed=changed,
-                shell=shell_state,
-                phases=phases,
-            )
-            phases.add("prepare", time.monotonic() - t0)
-            txn = store.Transaction(nbdir)
-            early = store.uploads(dir, nbdir) if upload else None  # blobs go up as written
-            txn.on_staged = early.add if early is not None else None
-            try:
-                result = _write_checkpoint(txn, plan)
-                _OWN[str(nbdir)] = result.id
-                result.lost = lost
-                _LOST[str(nbdir)] = lost
-                with phases.timed("commit"):
-                    result.removed = store.apply_retention(nbdir, _keep(keep))
-                    if result.removed:  # the blobs they alone used: deleted after
-                        store.gc(nbdir, locked_already=True, later=True)
-            except BaseException:
-                if early is not None:
-                    early.cancel()
-                txn.abort()
-                raise
-            if early is not None:
-                with phases.timed("upload"):
-                    _upload(dir, nbdir, result, progress, early)
-    except OSError as e:
-        raise DiskError(str(nbdir), e) from e
-    result.phases = phases.rounded()
+        result = _write_checkpoint(txn, plan)
+        _OWN[str(nbdir)] = result.id
+        result.lost = lost
+        _LOST[str(nbdir)] = lost
+        with phases.timed("commit"):
+            result.removed = store.apply_retention(nbdir, _keep(opts.keep))
+            if result.removed:  # the blobs they alone used: deleted after
+                store.gc(nbdir, locked_already=True, later=True)
+    except BaseException:
+        if early is not None:
+            early.cancel()
+        txn.abort()
+        raise
+    if early is not None:
+        with phases.timed("upload"):
+            _upload(dir, nbdir, result, opts.progress, early)
     return result
 
 
@@ -517,16 +562,20 @@ class _CheckpointPlan:
 
     nbdir: Path
     notebook: str  # the notebook key the manifest is bound to
-    required: dict[str, Any]  # tracked and named objects: one that fails fails it all
-    optional: dict[str, Any]  # the namespace's other variables: one that fails is skipped
-    skipped: dict[str, str]  # name -> why it is not saved (those that fail are added)
-    modules: dict[str, str]  # alias -> module, re-imported on restore
-    tracked: set[str]  # the names of the tracked objects among ``required``
     metadata: dict[str, Any]
-    index: dict[str, tuple]  # digest -> where a committed checkpoint holds it (dedup)
     progress: bool
     namespace: dict[str, Any]
     started: float  # time.monotonic() when the checkpoint was asked for
+    # chosen (_choose): tracked and named objects: one that fails fails it all
+    required: dict[str, Any] = field(default_factory=dict)
+    # ... the namespace's other variables: one that fails is skipped
+    optional: dict[str, Any] = field(default_factory=dict)
+    # ... name -> why it is not saved (those that fail are added)
+    skipped: dict[str, str] = field(default_factory=dict)
+    modules: dict[str, str] = field(default_factory=dict)  # alias -> module, re-imported
+    tracked: set[str] = field(default_factory=set)  # the tracked objects among ``required``
+    # from the store (_prepare): digest -> where a committed checkpoint holds it (dedup)
+    index: dict[str, tuple] = field(default_factory=dict)
     previous: records.State | None = None  # the previous checkpoint's records, to reuse
     changed: set[str] | None = None  # the names code could have changed since then
     shell: dict[str, Any] = field(default_factory=dict)  # IPython's own state (shell.py)
@@ -879,50 +928,74 @@ class _Loader:
         return tensors.view_objects(flat, shape, strides, offset, writeable)
 
 
+class RestoreOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`restore` beyond what, from where and into what."""
+
+    #: None = each tensor to the device it was saved from; "cpu" / "cuda:0" = all there;
+    #: "cuda:1=cuda:0[,...]" = remap
+    device: str | None
+    #: load unsigned checkpoints too
+    trust: bool
+    #: print a progress bar (default True)
+    progress: bool
+    #: objects whose tensor data is damaged are named in ``failed`` and skipped; the others
+    #: are restored (the pickle itself must verify)
+    partial: bool
+    #: True returns once the graph and the small objects are back and reads large tensors
+    #: in the background (engine/lazy.py); in a process that has not imported torch, what
+    #: needs torch comes back after its import, also in the background.  The default is
+    #: lazy in a kernel's own namespace unless ``lazy.ENV_RESTORE`` says ``eager``.
+    #: Restoring names is always eager.
+    lazy: bool | None
+    #: memory the server filled with this checkpoint's large files while the kernel
+    #: started (engine/handoff.py), taken where it verifies (engine/handed.py)
+    handoff: dict | None
+    #: with an id: if that checkpoint is damaged or untrusted, the newest older one that
+    #: verifies (a server's resume names the checkpoint it chose, store.choose_for_resume,
+    #: and falls back only on damage that choice could not see: tensor bytes, which only a
+    #: restore hashes)
+    or_older: bool
+    #: the caller (a server's resume) brought the bucket's checkpoints into the folder for
+    #: this restore already, so the bucket is not listed again
+    synced: bool
+
+
+@dataclass(frozen=True)
+class _RestoreOptions:
+    """:class:`RestoreOptions` with their defaults."""
+
+    device: str | None = None
+    trust: bool = False
+    progress: bool = True
+    partial: bool = False
+    lazy: bool | None = None
+    handoff: dict | None = None
+    or_older: bool = False
+    synced: bool = False
+
+
 @_collector_paused()
 def restore(
     checkpoint_id: str | None = None,
     *names: str,
     dir=None,
     notebook: str | None = None,
-    device: str | None = None,
-    trust: bool = False,
     namespace: dict | None = None,
-    progress: bool = True,
-    partial: bool = False,
-    lazy: bool | None = None,
-    handoff: dict | None = None,
-    or_older: bool = False,
-    synced: bool = False,
+    **options: Unpack[RestoreOptions],
 ) -> RestoreResult:
     """Restore a checkpoint (by default the newest one that verifies) into the namespace.
 
-    ``synced``: the caller (a server's resume) brought the bucket's checkpoints into the
-    folder for this restore already, so the bucket is not listed again.
-
     Without an id, a checkpoint that is damaged or untrusted is passed over for the next
-    older one, and the result says so (``passed_over``, ``notes``); with an id and
-    ``or_older``, so is that one (a server's resume names the checkpoint it chose,
-    store.choose_for_resume, and this restore falls back only on damage that choice could
-    not see: tensor bytes, which only a restore hashes).
-    ``names`` restricts what is assigned (objects they share with others come along).
-    ``device``: None = each tensor to the device it was saved from; "cpu" / "cuda:0" = all
-    there; "cuda:1=cuda:0[,...]" = remap. ``trust=True`` loads unsigned checkpoints.
-    ``partial=True``: objects whose tensor data is damaged are named in ``failed`` and
-    skipped; the others are restored (the pickle itself must verify).
-    Restoring everything also re-imports saved module aliases and the RNG state.
-    ``lazy=True`` returns once the graph and the small objects are back and reads large
-    tensors in the background (engine/lazy.py); in a process that has not imported torch,
-    what needs torch comes back after its import, also in the background. The default is
-    lazy in a kernel's own namespace unless ``lazy.ENV_RESTORE`` says ``eager``. Restoring
-    names is always eager. ``handoff``: memory the server filled with this checkpoint's
-    large files while the kernel started (engine/handoff.py), taken where it verifies
-    (engine/handed.py).
+    older one, and the result says so (``passed_over``, ``notes``); with an id, only with
+    ``or_older``.  ``names`` restricts what is assigned (objects they share with others
+    come along).  Restoring everything also re-imports saved module aliases and the RNG
+    state.  The other options are :class:`RestoreOptions`.
 
     Its steps: resolve what to restore, from where and into what (here); verify the
     checkpoint (:func:`_verify`); load its objects (:func:`_unpickle`); assign them
     (:func:`_assign`).
     """
+    opts = _options(_RestoreOptions, "restore", options)
     t0 = time.monotonic()
     lazy_mod.cancel()  # a restore replaces one still loading
     changes.invalidate()  # it replaces objects: the next checkpoint pickles everything
@@ -934,31 +1007,30 @@ def restore(
         checkpoint_id = None
     ns = ns_mod.user_namespace()[0] if namespace is None else namespace
     nbdir = paths.notebook_dir(dir, notebook)
-    if not synced:  # a bucket behind the folder: its checkpoints, small files first
+    if not opts.synced:  # a bucket behind the folder: its checkpoints, small files first
         store.pull(dir, nbdir)
     if not nbdir.is_dir():
         raise CheckpointNotFound(checkpoint_id, str(nbdir))
-    device_of_name = tensors.parse_device_map(device)
-    if lazy is None:
-        lazy = lazy_mod.lazy_by_default(ns)
-    lazy = bool(lazy) and not names and not partial
-    opts = _ReadOptions(
+    device_of_name = tensors.parse_device_map(opts.device)
+    lazy = lazy_mod.lazy_by_default(ns) if opts.lazy is None else opts.lazy
+    lazy = bool(lazy) and not names and not opts.partial
+    reading = _ReadOptions(
         dir=dir,
         nbdir=nbdir,
         names=names,
         device_of_name=device_of_name,
         imports=_BackgroundImports(),
-        trust=trust,
-        progress=progress,
-        partial=partial,
+        trust=opts.trust,
+        progress=opts.progress,
+        partial=opts.partial,
         lazy=lazy,
         # a fresh kernel: what needs torch waits for its import in the background (lazy.py)
         defer_torch=lazy and not lazy_mod.module_ready("torch"),
-        handoff=handoff,
+        handoff=opts.handoff,
     )
     with store.locked(nbdir, shared=True):
-        loaded, passed_over = _verify(opts, checkpoint_id, or_older)
-        r = _Restore(opts, ns, loaded, passed_over, started=t0)
+        loaded, passed_over = _verify(reading, checkpoint_id, opts.or_older)
+        r = _Restore(reading, ns, loaded, passed_over, started=t0)
         if not names:  # what the checkpoint had lost stays lost, unless the user makes it anew
             _LOST[str(nbdir)] = store.lost_of(r.m.metadata)
         if lazy:  # its files are opened under the lock: a later GC cannot take them away
@@ -1056,14 +1128,9 @@ def _lazy_reader(r: _Restore) -> lazy_mod.LazyLoad:
     opts, m, loaded = r.opts, r.m, r.loaded
     plan, _read_already = loaded.lazy_plan
     later = loaded.torch_later
-    load = lazy_mod.LazyLoad(
-        opts.nbdir,
-        m,
+    sources = lazy_mod.Sources(
         plan,
         loaded.buffers,
-        opts.device_of,
-        r.namespace,
-        functools.partial(r.loader.remember_digest, m),
         torch_later=later.gpu if later else None,
         handed=loaded.handed,
         fetch={
@@ -1072,6 +1139,8 @@ def _lazy_reader(r: _Restore) -> lazy_mod.LazyLoad:
         },
         stream=(functools.partial(store.stream, opts.dir, opts.nbdir, m), loaded.stream_later),
     )
+    remember = functools.partial(r.loader.remember_digest, m)
+    load = lazy_mod.LazyLoad(opts.nbdir, m, sources, opts.device_of, r.namespace, remember)
     load.fallback = functools.partial(_older_copy, opts, r.namespace, m.id)
     load.on_lost = functools.partial(_mark_lost, opts.nbdir)  # no sound copy anywhere
     return load
