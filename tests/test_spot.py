@@ -313,3 +313,15 @@ def test_background_staging_sends_one_part_at_a_time_and_leaves_the_link_in_prop
         assert widths == [remote.PARALLEL // 2] and rests == []
     finally:
         throttle.stop()
+
+
+def test_a_flush_expects_of_several_connections_only_what_was_measured_of_them():
+    """Background staging measures one connection at a time; a flush on several may not
+    expect that rate times their number (a link is usually limited in all): it expects
+    what one carried until several were measured together."""
+    link = remote.Link()
+    assert link.rate(8) is None  # nothing measured: nothing promised
+    link.observe(20 << 20, 1.0)  # one part at a time: 20 MiB/s
+    assert link.rate(8) == pytest.approx(20 << 20)
+    link.observe(240 << 20, 2.0, connections=8)  # eight together: 120 MiB/s
+    assert link.rate(8) == pytest.approx(120 << 20)

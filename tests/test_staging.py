@@ -65,3 +65,33 @@ async def test_a_background_staging_that_fails_is_tried_again_until_it_succeeds(
     await manager._stage(session)
     assert tries == ["nb.ipynb"] * 3
     assert session.bucket_checkpoint["id"] == "2026-12-07T05-00-00"
+
+
+async def test_a_failed_staging_is_news_until_the_bucket_holds_a_state_written_after_it():
+    """The status says why the last staging failed while the bucket lacks what was saved
+    here; once a pause's or a checkpoint's own upload put a newer state there, it does
+    not (the frontend's 'upload failed' goes with it)."""
+    import logging
+    from types import SimpleNamespace
+
+    from jupyter_pause.engine import paths
+    from jupyter_pause.lifecycle import Session, State
+    from jupyter_pause.server.staging import Stager
+
+    from .fakes import FakeClock
+
+    clock = FakeClock()
+    stager = Stager(
+        checkpoint_dir=paths.parse_bucket("s3://staging-test/ck", "/tmp/unused"),
+        log=logging.getLogger("test"),
+        clock=clock,
+    )
+    lane = stager.lane("nb.ipynb")
+    lane.error, lane.failed_at = "RemoteStoreError: no bucket", clock.time()
+    session = Session(path="nb.ipynb", state=State.RUNNING)
+    session.bucket_checkpoint = {"id": "old", "time": clock.time() - 60}
+    idle = SimpleNamespace(busy=False, last_user_activity=SimpleNamespace(wall=0.0))
+    assert stager.lag(session, idle, clock.time())["error"] == "RemoteStoreError: no bucket"
+    clock.advance(5)
+    session.bucket_checkpoint = {"id": "new", "time": clock.time()}
+    assert stager.lag(session, idle, clock.time())["error"] is None

@@ -33,11 +33,11 @@ import threading
 import time
 import types
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 import xxhash
 
@@ -80,9 +80,14 @@ from .progress import Progress
 from .store import CheckpointInfo
 from .tracking import track, tracked, untrack
 
+if TYPE_CHECKING:  # typing.Unpack from Python 3.11
+    from typing_extensions import Unpack
+
 __all__ = [
     "CheckpointInfo",
+    "CheckpointOptions",
     "CheckpointResult",
+    "RestoreOptions",
     "RestoreResult",
     "checkpoint",
     "list_checkpoints",
@@ -93,6 +98,7 @@ __all__ = [
 ]
 
 RNG_RECORD = "__jupyter_pause_rng__"
+_Options = TypeVar("_Options")
 
 
 # ----------------------------------------------------------------- results
@@ -295,19 +301,56 @@ def _collector_paused():
             gc.enable()
 
 
+class CheckpointOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`checkpoint` beyond where and what it saves."""
+
+    #: how many checkpoints of the notebook retention keeps (default: ``paths.ENV_KEEP``)
+    keep: int | None
+    #: JSON-serialisable, stored in the manifest
+    metadata: dict | None
+    #: an incremental checkpoint may reuse data of unsigned older checkpoints
+    trust: bool
+    #: print a progress bar (default True)
+    progress: bool
+    #: re-pickle every variable, not just those code run since the last one could change
+    full: bool
+    #: this kernel lost its state involuntarily (a fresh one after a crash) and that state
+    #: was this checkpoint's: what the new one does not have of it, and what a restore
+    #: could not bring back, is recorded in its metadata (``lost``: name -> the checkpoint
+    #: that still holds it), which retention keeps
+    lost_from: str | None
+    #: False, with a bucket: commit in the local cache only (:func:`_pull`; default True)
+    upload: bool
+
+
+@dataclass(frozen=True)
+class _CheckpointOptions:
+    """:class:`CheckpointOptions` with their defaults."""
+
+    keep: int | None = None
+    metadata: dict | None = None
+    trust: bool = False
+    progress: bool = True
+    full: bool = False
+    lost_from: str | None = None
+    upload: bool = True
+
+
+def _options(cls: type[_Options], function: str, given: Mapping[str, Any]) -> _Options:
+    """``given`` keyword arguments of ``function`` as its options dataclass ``cls``."""
+    unknown = given.keys() - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise TypeError(f"{function}() got an unexpected keyword argument {min(unknown)!r}")
+    return cls(**given)
+
+
 @_collector_paused()
 def checkpoint(
     *names: str,
     dir=None,
     notebook: str | None = None,
-    keep: int | None = None,
-    metadata: dict | None = None,
-    trust: bool = False,
-    progress: bool = True,
     namespace: dict | None = None,
-    full: bool = False,
-    lost_from: str | None = None,
-    upload: bool = True,
+    **options: Unpack[CheckpointOptions],
 ) -> CheckpointResult:
     """Save tracked objects and the namespace (or just ``names``) as a new checkpoint.
 
@@ -315,36 +358,50 @@ def checkpoint(
     previous one could have changed and copies the other records (engine/records.py);
     ``full=True`` re-pickles everything.
 
-    ``trust=True`` lets an incremental checkpoint reuse data of unsigned older checkpoints.
     ``namespace`` defaults to the kernel's user namespace (``__main__`` outside IPython).
+    The other options are :class:`CheckpointOptions`.
 
-    ``lost_from``: this kernel lost its state involuntarily (it is a fresh one after a
-    crash) and that state was checkpoint ``lost_from``'s. What the checkpoint does not
-    have of it, and what a restore could not bring back, is recorded in its metadata
-    (``lost``: name -> the checkpoint that still holds it), which retention keeps.
-    ``upload=False``, with a bucket: commit in the local cache only (:func:`_pull`).
+    Its steps: choose the objects (:func:`_choose`); under the notebook's lock, read what
+    the store holds (:func:`_prepare`); write the checkpoint in a transaction
+    (:func:`_transact`).
     """
+    opts = _options(_CheckpointOptions, "checkpoint", options)
     t0 = time.monotonic()
-    phases = Phases()
     lazy_mod.wait()  # objects still loading from a lazy restore are saved whole, not missed
-    if namespace is None:
-        ns, hidden = ns_mod.user_namespace()
-    else:
-        ns, hidden = namespace, {}
-    meta = _json_metadata(metadata)
+    ns, hidden = ns_mod.user_namespace() if namespace is None else (namespace, {})
+    meta = _json_metadata(opts.metadata)
     key_name = paths.notebook_key(notebook)
     nbdir = paths.notebook_dir(dir, notebook)
-    lost = _lost_now(nbdir, lost_from, trust, ns)
+    lost = _lost_now(nbdir, opts.lost_from, opts.trust, ns)
     if lost:
         meta[store.LOST] = lost
+    plan = _CheckpointPlan(
+        nbdir=nbdir,
+        notebook=key_name,
+        metadata=meta,
+        progress=opts.progress,
+        namespace=ns,
+        started=t0,
+    )
+    _choose(plan, names, hidden)
+    memory.check()  # near its memory limit: refuse now, rather than be killed half way
 
-    # 1. which objects
-    required: dict[str, Any] = {}
-    optional: dict[str, Any] = {}
-    skipped: dict[str, str] = {}
-    modules: dict[str, str] = {}
-    shell_state: dict[str, Any] = {}
-    held = tracked()
+    mirror.wait_for_copies(nbdir)  # a restore's copies of the bucket's files: reused here
+    try:
+        with checks.locked(nbdir):
+            _prepare(plan, dir, opts, named=bool(names))
+            result = _transact(plan, dir, opts, lost)
+    except OSError as e:
+        raise DiskError(str(nbdir), e) from e
+    result.phases = plan.phases.rounded()
+    return result
+
+
+def _choose(plan: _CheckpointPlan, names: tuple[str, ...], hidden: dict) -> None:
+    """The objects to save, into ``plan``: ``names`` (each must save), or the tracked
+    objects (must save too) and the namespace's other variables (those that cannot
+    are skipped, each with why), with IPython's own state."""
+    ns, held = plan.namespace, tracked()
     if names:
         missing = [n for n in names if n not in held and n not in ns]
         if missing:
@@ -356,75 +413,63 @@ def checkpoint(
             if reason and modname is None:
                 raise UnsavableObject(n, reason)
             if reason:  # an explicitly named module: remember to re-import it
-                modules[n] = modname
+                plan.modules[n] = modname
                 continue
-            required[n] = obj
+            plan.required[n] = obj
     else:
-        required.update(held)
-        cand, skipped, modules = ns_mod.select(ns, hidden)
+        plan.required.update(held)
+        cand, plan.skipped, plan.modules = ns_mod.select(ns, hidden)
         for n, obj in cand.items():
-            if n not in required:
-                optional[n] = obj
+            if n not in plan.required:
+                plan.optional[n] = obj
         sh = shell_mod.shell_of(ns)
         if sh is not None:  # the magics, extensions and backends its cells set up
-            shell_state, cannot = shell_mod.capture(sh, ns)
-            skipped.update(cannot)
-    tracked_names = set(held) & set(required)
-    memory.check()  # near its memory limit: refuse now, rather than be killed half way
+            plan.shell, cannot = shell_mod.capture(sh, ns)
+            plan.skipped.update(cannot)
+    plan.tracked = set(held) & set(plan.required)
 
-    mirror.wait_for_copies(nbdir)  # a restore's copies of the bucket's files: reused here
+
+def _prepare(plan: _CheckpointPlan, dir, opts: _CheckpointOptions, named: bool) -> None:
+    """Under the notebook's lock, what the store holds, into ``plan``: the digests its
+    committed checkpoints hold (dedup) and the previous checkpoint's records to reuse."""
+    nbdir = plan.nbdir
+    checks.gc(nbdir, locked_already=True)  # stale temp folders of dead writers
+    _pull(dir, nbdir, opts.upload)
+    if plan.metadata.get(checks.AUTOSAVE) is True:
+        replaced = store.autosave_would_replace(nbdir, _OWN.get(str(nbdir)))
+        if replaced:
+            raise AutosaveRefused(replaced)
+    plan.index = _previous_index(nbdir, opts.trust)
+    plan.previous, plan.changed = _incremental(nbdir, plan.namespace, named, opts.full)
+    plan.phases.add("prepare", time.monotonic() - plan.started)
+
+
+def _transact(
+    plan: _CheckpointPlan, dir, opts: _CheckpointOptions, lost: dict[str, str]
+) -> CheckpointResult:
+    """Write ``plan`` in a transaction, apply retention and, with a bucket, upload it; a
+    failure before the commit leaves nothing behind."""
+    nbdir, phases = plan.nbdir, plan.phases
+    txn = store.Transaction(nbdir)
+    early = mirror.uploads(dir, nbdir) if opts.upload else None  # blobs go up as written
+    txn.on_staged = early.add if early is not None else None
     try:
-        with checks.locked(nbdir):
-            checks.gc(nbdir, locked_already=True)  # stale temp folders of dead writers
-            _pull(dir, nbdir, upload)
-            if meta.get(checks.AUTOSAVE) is True:
-                replaced = store.autosave_would_replace(nbdir, _OWN.get(str(nbdir)))
-                if replaced:
-                    raise AutosaveRefused(replaced)
-            index = _previous_index(nbdir, trust)
-            previous, changed = _incremental(nbdir, ns, bool(names), full)
-            plan = _CheckpointPlan(
-                nbdir=nbdir,
-                notebook=key_name,
-                required=required,
-                optional=optional,
-                skipped=skipped,
-                modules=modules,
-                tracked=tracked_names,
-                metadata=meta,
-                index=index,
-                progress=progress,
-                namespace=ns,
-                started=t0,
-                previous=previous,
-                changed=changed,
-                shell=shell_state,
-                phases=phases,
-            )
-            phases.add("prepare", time.monotonic() - t0)
-            txn = store.Transaction(nbdir)
-            early = mirror.uploads(dir, nbdir) if upload else None  # blobs go up as written
-            txn.on_staged = early.add if early is not None else None
-            try:
-                result = _write_checkpoint(txn, plan)
-                _OWN[str(nbdir)] = result.id
-                result.lost = lost
-                _LOST[str(nbdir)] = lost
-                with phases.timed("commit"):
-                    result.removed = store.apply_retention(nbdir, _keep(keep))
-                    if result.removed:  # the blobs they alone used: deleted after
-                        checks.gc(nbdir, locked_already=True, later=True)
-            except BaseException:
-                if early is not None:
-                    early.cancel()
-                txn.abort()
-                raise
-            if early is not None:
-                with phases.timed("upload"):
-                    _upload(dir, nbdir, result, progress, early)
-    except OSError as e:
-        raise DiskError(str(nbdir), e) from e
-    result.phases = phases.rounded()
+        result = _write_checkpoint(txn, plan)
+        _OWN[str(nbdir)] = result.id
+        result.lost = lost
+        _LOST[str(nbdir)] = lost
+        with phases.timed("commit"):
+            result.removed = store.apply_retention(nbdir, _keep(opts.keep))
+            if result.removed:  # the blobs they alone used: deleted after
+                checks.gc(nbdir, locked_already=True, later=True)
+    except BaseException:
+        if early is not None:
+            early.cancel()
+        txn.abort()
+        raise
+    if early is not None:
+        with phases.timed("upload"):
+            _upload(dir, nbdir, result, opts.progress, early)
     return result
 
 
@@ -530,16 +575,20 @@ class _CheckpointPlan:
 
     nbdir: Path
     notebook: str  # the notebook key the manifest is bound to
-    required: dict[str, Any]  # tracked and named objects: one that fails fails it all
-    optional: dict[str, Any]  # the namespace's other variables: one that fails is skipped
-    skipped: dict[str, str]  # name -> why it is not saved (those that fail are added)
-    modules: dict[str, str]  # alias -> module, re-imported on restore
-    tracked: set[str]  # the names of the tracked objects among ``required``
     metadata: dict[str, Any]
-    index: dict[str, tuple]  # digest -> where a committed checkpoint holds it (dedup)
     progress: bool
     namespace: dict[str, Any]
     started: float  # time.monotonic() when the checkpoint was asked for
+    # chosen (_choose): tracked and named objects: one that fails fails it all
+    required: dict[str, Any] = field(default_factory=dict)
+    # ... the namespace's other variables: one that fails is skipped
+    optional: dict[str, Any] = field(default_factory=dict)
+    # ... name -> why it is not saved (those that fail are added)
+    skipped: dict[str, str] = field(default_factory=dict)
+    modules: dict[str, str] = field(default_factory=dict)  # alias -> module, re-imported
+    tracked: set[str] = field(default_factory=set)  # the tracked objects among ``required``
+    # from the store (_prepare): digest -> where a committed checkpoint holds it (dedup)
+    index: dict[str, tuple] = field(default_factory=dict)
     previous: records.State | None = None  # the previous checkpoint's records, to reuse
     changed: set[str] | None = None  # the names code could have changed since then
     shell: dict[str, Any] = field(default_factory=dict)  # IPython's own state (shell.py)
@@ -550,8 +599,55 @@ class _CheckpointPlan:
         return self.previous is not None or self.changed is not None
 
 
+@dataclass
+class _Written:
+    """A checkpoint being written into its transaction: what :func:`_write_checkpoint`'s
+    steps (pickle, hash, write, commit) hand on to the next."""
+
+    txn: Any
+    plan: _CheckpointPlan
+    groups: list[records.Group]
+    rng_group: records.Group | None
+    storages: list[tensors.Storage]  # this checkpoint's, in order
+    state: records.State  # what it may lend the next checkpoint of this process
+    entries: dict[str, ObjectEntry] = field(default_factory=dict)
+    group_entries: list[GroupEntry] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)  # where each record starts
+    rng_record: int | None = None
+    pickle: PickleEntry | None = None
+    untouched: set[int] = field(default_factory=set)  # storages no code since could reach
+    # a large group's records, kept as a storage of their own
+    apart: list[tuple[GroupEntry, records.Group]] = field(default_factory=list)
+    files: dict[str, Any] = field(default_factory=dict)  # blob -> FileEntry it references
+    new: list[tensors.Storage] = field(default_factory=list)  # storages still to write
+    dupes: list[tuple[tensors.Storage, tensors.Storage]] = field(default_factory=list)
+    files_written: list[str] = field(default_factory=list)
+    total: int = 0  # the storages' bytes, as their sizes were known before the hashing
+    bytes_written: int = 0  # tensor bytes, the pickle not counted
+    reused: int = 0
+    quarantined: list[str] = field(default_factory=list)
+    bar: Progress | None = None
+
+    @property
+    def all_groups(self) -> list[records.Group]:
+        return [*self.groups, *([self.rng_group] if self.rng_group else [])]
+
+
 def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
-    nbdir, ns, skipped, phases = plan.nbdir, plan.namespace, plan.skipped, plan.phases
+    """Write what ``plan`` chose into ``txn``: the records (pickled, or copied from the
+    previous checkpoint), then each storage no committed checkpoint holds, then the
+    signed manifest, which commits it."""
+    w = _pickle(txn, plan)
+    _reuse_object_digests(w)
+    _hash_and_dedup(w)
+    _write_new(w)
+    return _commit(w)
+
+
+def _pickle(txn, plan: _CheckpointPlan) -> _Written:
+    """Pickle the objects and the RNG state into records (engine/records.py) and write
+    them, signed, into the transaction's pickle; the tensors they reach are collected."""
+    ns, phases = plan.namespace, plan.phases
     pickling_started = time.monotonic()
     key = signing.load_key()
     order = list(plan.required) + [n for n in plan.optional if n not in plan.required]
@@ -560,11 +656,11 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
     prev, changed = plan.previous, plan.changed
     try:
         groups, failed = records.pickle_namespace(
-            order, objects_in, set(plan.required), collector, ns, prev, changed, nbdir
+            order, objects_in, set(plan.required), collector, ns, prev, changed, plan.nbdir
         )
     except records.Unsavable as e:
         raise UnsavableObject(e.name, e.why) from None
-    skipped.update(failed)
+    plan.skipped.update(failed)
     rng_group = None
     with contextlib.suppress(records.Unsavable):  # not with the stock generators; not fatal
         rng_group = records.pickle_group([RNG_RECORD], {RNG_RECORD: rng.capture()}, collector, ns)
@@ -574,95 +670,104 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
     for g in [*groups, *([rng_group] if rng_group else [])]:
         for i in g.local:
             used.setdefault(i, len(used))
-    storages = [collector.storages[i] for i in used]
-    offsets: list[int] = []
-    entries: dict[str, ObjectEntry] = {}
-    group_entries: list[GroupEntry] = []
-    apart: list[tuple[GroupEntry, records.Group]] = []  # a large group's records: a storage
-    rng_record = None
-    with paths.private_open(txn.tmp / PICKLE, buffering=1 << 20) as f:
-        w = _HashingWriter(f, key)
-        at = 0  # where the group's records start, as the manifest counts them
-        for g in [*groups, *([rng_group] if rng_group else [])]:
-            local = [used[i] for i in g.local]
-            entry = GroupEntry(first=len(offsets), storages=local)
-            group_entries.append(entry)
-            if g is not rng_group and g.data.size >= records.APART:
-                apart.append((entry, g))
-            else:
-                for part in g.data.chunks():
-                    w.write(part)
-            for n, off, firsts in zip(g.names, g.offsets, g.firsts, strict=True):
-                offsets.append(at + off)
-                if g is rng_group:
-                    rng_record = len(offsets) - 1
-                    continue
-                entries[n] = ObjectEntry(
-                    type=g.types[n],
-                    dump=len(offsets) - 1,
-                    storages=[local[p] for p in firsts],
-                    tracked=n in plan.tracked,
-                )
-            at += g.data.size
-        f.flush()
-        os.fsync(f.fileno())
-    for entry, g in apart:
-        entry.records = len(storages)
-        storage, entry.hmac = records.as_storage(g, key)
-        storages.append(storage)
-    state = records.State(txn.id, id(ns), groups)
-    reused_records = sum(len(g.names) for g in groups if g.reused)
+    w = _Written(
+        txn=txn,
+        plan=plan,
+        groups=groups,
+        rng_group=rng_group,
+        storages=[collector.storages[i] for i in used],
+        state=records.State(txn.id, id(ns), groups),
+    )
+    _write_pickle(w, used, key)
     # storages only reused groups name: no code since the last checkpoint could reach them
     # (numpy arrays have no version counter; their digest is reused on that ground)
     fresh = {used[i] for g in groups if not g.reused and g.touched for i in g.local}
     if rng_group is not None:
         fresh |= {used[i] for i in rng_group.local}
-    untouched = set(range(len(storages))) - fresh
-    prev_numpy = prev.numpy_digests if prev is not None else None
-    pickle_entry = PickleEntry(
-        file=PICKLE, bytes=w.pos, xxh3=w.xxh.hexdigest(), hmac=w.mac.hexdigest()
-    )
+    w.untouched = set(range(len(w.storages))) - fresh
     phases.add("pickle", time.monotonic() - pickling_started)
+    return w
 
-    # arrays of Python objects: pickled now, unless no code since the last checkpoint could
-    # reach them (only reused groups name them) and the store still holds what they were
+
+def _write_pickle(w: _Written, used: dict[int, int], key: bytes) -> None:
+    """The records, group after group, into the pickle file (fsynced), hashed and signed
+    as they go; a large group's records become a storage of their own instead."""
+    with paths.private_open(w.txn.tmp / PICKLE, buffering=1 << 20) as f:
+        hw = _HashingWriter(f, key)
+        at = 0  # where the group's records start, as the manifest counts them
+        for g in w.all_groups:
+            local = [used[i] for i in g.local]
+            entry = GroupEntry(first=len(w.offsets), storages=local)
+            w.group_entries.append(entry)
+            if g is not w.rng_group and g.data.size >= records.APART:
+                w.apart.append((entry, g))
+            else:
+                for part in g.data.chunks():
+                    hw.write(part)
+            for n, off, firsts in zip(g.names, g.offsets, g.firsts, strict=True):
+                w.offsets.append(at + off)
+                if g is w.rng_group:
+                    w.rng_record = len(w.offsets) - 1
+                    continue
+                w.entries[n] = ObjectEntry(
+                    type=g.types[n],
+                    dump=len(w.offsets) - 1,
+                    storages=[local[p] for p in firsts],
+                    tracked=n in w.plan.tracked,
+                )
+            at += g.data.size
+        f.flush()
+        os.fsync(f.fileno())
+    for entry, g in w.apart:
+        entry.records = len(w.storages)
+        storage, entry.hmac = records.as_storage(g, key)
+        w.storages.append(storage)
+    w.pickle = PickleEntry(
+        file=PICKLE, bytes=hw.pos, xxh3=hw.xxh.hexdigest(), hmac=hw.mac.hexdigest()
+    )
+
+
+def _reuse_object_digests(w: _Written) -> None:
+    """Arrays of Python objects: pickled now, unless no code since the last checkpoint could
+    reach them (only reused groups name them) and the store still holds what they were."""
+    prev = w.plan.previous
     prev_objects = prev.object_digests if prev is not None else {}
-    for pos, s in enumerate(storages):
+    for pos, s in enumerate(w.storages):
         if s.kind == "objects":
-            known = prev_objects.get(s.skey) if pos in untouched else None
-            if known is not None and known[0] in plan.index:
+            known = prev_objects.get(s.skey) if pos in w.untouched else None
+            if known is not None and known[0] in w.plan.index:
                 s.xxh3, s.nbytes = known
 
-    # 2. digests + dedup
-    total = sum(s.nbytes for s in storages)
-    bar = Progress("checkpoint", total, enabled=plan.progress)
-    files: dict[str, Any] = {}
-    new: list[tensors.Storage] = []
-    reused = 0
+
+def _hash_and_dedup(w: _Written) -> None:
+    """Each storage's digest, looked up in the committed checkpoints (``plan.index``) and
+    among this one's: what they hold is referenced, the rest is left in ``w.new`` to be
+    written (an array of Python objects is written at once, into a file of its own)."""
+    plan, phases = w.plan, w.plan.phases
+    prev_numpy = plan.previous.numpy_digests if plan.previous is not None else None
+    w.total = sum(s.nbytes for s in w.storages)
+    w.bar = bar = Progress("checkpoint", w.total, enabled=plan.progress)
     pending: dict[str, tensors.Storage] = {}
-    dupes: list[tuple[tensors.Storage, tensors.Storage]] = []
     usable: dict[str, bool] = {}  # blob -> verified intact (checked once per checkpoint)
-    quarantined: list[str] = []
 
     def intact(rel: str, entry) -> bool:
         """Never reference a blob that was not verified: a damaged one is quarantined and
         its objects are written again from memory, where they are still live."""
         if rel not in usable:
-            why = checks.check_blob(nbdir / rel, entry)
+            why = checks.check_blob(plan.nbdir / rel, entry)
             if why is not None:
-                checks.quarantine(nbdir, rel, why)
-                quarantined.append(f"{rel} ({why})")
+                checks.quarantine(plan.nbdir, rel, why)
+                w.quarantined.append(f"{rel} ({why})")
             usable[rel] = why is None
         return usable[rel]
 
-    objects_written: list[str] = []
     hashing_started = time.monotonic()
-    for pos, s in enumerate(storages):
+    for pos, s in enumerate(w.storages):
         if s.xxh3 is None and tensors.materialize(s):  # an array of Python objects, pickled
             bar.add_total(s.nbytes)
         if s.xxh3 is None:  # (a reused group's records: known)
             s.xxh3 = tensors.cached_digest(s)
-        if s.xxh3 is None and pos in untouched and prev_numpy is not None:
+        if s.xxh3 is None and pos in w.untouched and prev_numpy is not None:
             s.xxh3 = _untouched_numpy_digest(s, prev_numpy)
         if s.xxh3 is None and plan.index and not tensors.known_changed(s):
             s.xxh3 = tensors.hash_storage(s)
@@ -674,109 +779,112 @@ def _write_checkpoint(txn, plan: _CheckpointPlan) -> CheckpointResult:
             s.xxh3 = tensors.hash_storage(s)
         if hit is not None:
             s.file, s.key, s.dtype, s.shape = hit[0], hit[1], hit[2], hit[3]
-            files[s.file] = hit[4]
-            reused += s.nbytes
+            w.files[s.file] = hit[4]
+            w.reused += s.nbytes
             bar.update(s.nbytes)
         elif s.xxh3 is not None and s.xxh3 in pending:
-            dupes.append((s, pending[s.xxh3]))
-            reused += s.nbytes
+            w.dupes.append((s, pending[s.xxh3]))
+            w.reused += s.nbytes
             bar.update(s.nbytes)
         elif s.kind == "objects":  # written now, into a file of its own: its bytes go
             tensors.unique_keys([s], prefix_owner=False)
-            wf = tensors.write_safetensors(txn, f"o{pos}.tmp", [s], bar, phases)
-            files[wf.rel] = wf.entry
-            objects_written.append(wf.rel)
+            wf = tensors.write_safetensors(w.txn, f"o{pos}.tmp", [s], bar, phases)
+            w.files[wf.rel] = wf.entry
+            w.files_written.append(wf.rel)
+            w.bytes_written += wf.entry.bytes
             s.data = None
             pending[s.xxh3] = s
         else:
             if s.xxh3 is not None:
                 pending[s.xxh3] = s
-            new.append(s)
+            w.new.append(s)
     written_meanwhile = phases.seconds.get("write", 0.0) + phases.seconds.get("fsync", 0.0)
     phases.add("hash", time.monotonic() - hashing_started - written_meanwhile)
 
-    # 3. stream new storages into safetensors files: one per object with >= 1 MiB of new
-    #    data (a model's weights end up in one portable file), small ones share a file
+
+def _write_new(w: _Written) -> None:
+    """Stream the new storages into safetensors files: one per object with >= 1 MiB of new
+    data (a model's weights end up in one portable file), small ones share a file."""
     groups: dict[str, list[tensors.Storage]] = {}
     per_owner: dict[str, int] = {}
-    for s in new:
+    for s in w.new:
         per_owner[s.owner] = per_owner.get(s.owner, 0) + s.nbytes
-    for s in new:
+    for s in w.new:
         g = s.owner if per_owner[s.owner] >= tensors.SMALL_FILE else ""
         groups.setdefault(g, []).append(s)
-    written = sum(files[rel].bytes for rel in objects_written)
-    new_files = list(objects_written)
     for n, (g, group) in enumerate(groups.items()):
         tensors.unique_keys(group, prefix_owner=(g == ""))
-        wf = tensors.write_safetensors(txn, f"w{n}.tmp", group, bar, phases)
-        files[wf.rel] = wf.entry
-        new_files.append(wf.rel)
-        written += wf.entry.bytes
+        wf = tensors.write_safetensors(w.txn, f"w{n}.tmp", group, w.bar, w.plan.phases)
+        w.files[wf.rel] = wf.entry
+        w.files_written.append(wf.rel)
+        w.bytes_written += wf.entry.bytes
+
+
+def _commit(w: _Written) -> CheckpointResult:
+    """Sign and commit the manifest, and keep what the next checkpoint of this process
+    may reuse."""
+    plan, storages, ns = w.plan, w.storages, w.plan.namespace
     committing_started = time.monotonic()
-    for s, first in dupes:
+    for s, first in w.dupes:
         s.file, s.key, s.xxh3 = first.file, first.key, first.xxh3
     for s in storages:
         tensors.remember(s)
-    state.numpy_digests = {
+    w.state.numpy_digests = {
         s.skey: (tensors.fingerprint(s), s.xxh3)
         for s in storages
         if s.kind == "numpy" and s.xxh3 is not None and s.nbytes >= tensors.FAST_PATH_MIN
     }
-    state.object_digests = {s.skey: (s.xxh3, s.nbytes) for s in storages if s.kind == "objects"}
-
-    per_obj_bytes = {}
-    for name, e in entries.items():
+    w.state.object_digests = {s.skey: (s.xxh3, s.nbytes) for s in storages if s.kind == "objects"}
+    for e in w.entries.values():
         e.bytes = sum(storages[i].nbytes for i in e.storages)
-        per_obj_bytes[name] = e.bytes
-    unsaved = [n for n in user_skipped(skipped) if n in ns]
+    unsaved = [n for n in user_skipped(plan.skipped) if n in ns]
     manifest = Manifest(
-        id=txn.id,
+        id=w.txn.id,
         notebook=plan.notebook,
         created=datetime.now(timezone.utc).isoformat(),
-        pickle=pickle_entry,
-        versions=_versions([*plan.modules.values(), *(e.type for e in entries.values())]),
-        files=files,
+        pickle=w.pickle,
+        versions=_versions([*plan.modules.values(), *(e.type for e in w.entries.values())]),
+        files=w.files,
         storages=[tensors.storage_entry(s) for s in storages],
-        objects=entries,
-        records=offsets,
-        rng_record=rng_record,
-        skipped=skipped,
+        objects=w.entries,
+        records=w.offsets,
+        rng_record=w.rng_record,
+        skipped=plan.skipped,
         modules=plan.modules,
         shell=plan.shell,
         metadata=plan.metadata,
-        bytes_total=total,
-        bytes_written=written + pickle_entry.bytes,
+        bytes_total=w.total,
+        bytes_written=w.bytes_written + w.pickle.bytes,
         rerun=rerun.cells_for(unsaved, ns),
-        groups=group_entries,
+        groups=w.group_entries,
     )
-    final = txn.commit(manifest)
-    for entry, g in apart:  # what the next checkpoint names again, if it reuses the group
+    final = w.txn.commit(manifest)
+    for entry, g in w.apart:  # what the next checkpoint names again, if it reuses the group
         g.stored = (storages[entry.records].xxh3, entry.hmac)
     if plan.incremental or _tracking(ns):
-        _STATE[str(nbdir)] = state
+        _STATE[str(plan.nbdir)] = w.state
         tracker = changes.tracker_for(ns)
         if tracker is not None:
             tracker.reset()
-    phases.add("commit", time.monotonic() - committing_started)
-    seconds = time.monotonic() - plan.started
+    plan.phases.add("commit", time.monotonic() - committing_started)
     result = CheckpointResult(
-        id=txn.id,
+        id=w.txn.id,
         path=str(final),
         notebook=plan.notebook,
-        saved=list(entries),
-        skipped=skipped,
+        saved=list(w.entries),
+        skipped=plan.skipped,
         bytes_written=manifest.bytes_written,
-        bytes_total=total + pickle_entry.bytes,  # what the checkpoint holds, as listings say
-        seconds=seconds,
-        bytes_reused=reused,
-        files=sorted(files),
-        files_written=new_files,
+        bytes_total=w.total + w.pickle.bytes,  # what the checkpoint holds, as listings say
+        seconds=time.monotonic() - plan.started,
+        bytes_reused=w.reused,
+        files=sorted(w.files),
+        files_written=w.files_written,
         tensors=len(storages),
         metadata=plan.metadata,
-        quarantined=quarantined,
-        records_reused=reused_records,
+        quarantined=w.quarantined,
+        records_reused=sum(len(g.names) for g in w.groups if g.reused),
     )
-    bar.finish(result.summary())
+    w.bar.finish(result.summary())
     return result
 
 
@@ -833,48 +941,75 @@ class _Loader:
         return tensors.view_objects(flat, shape, strides, offset, writeable)
 
 
+class RestoreOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`restore` beyond what, from where and into what."""
+
+    #: None = each tensor to the device it was saved from; "cpu" / "cuda:0" = all there;
+    #: "cuda:1=cuda:0[,...]" = remap
+    device: str | None
+    #: load unsigned checkpoints too
+    trust: bool
+    #: print a progress bar (default True)
+    progress: bool
+    #: objects whose tensor data is damaged are named in ``failed`` and skipped; the others
+    #: are restored (the pickle itself must verify)
+    partial: bool
+    #: True returns once the graph and the small objects are back and reads large tensors
+    #: in the background (engine/lazy.py); in a process that has not imported torch, what
+    #: needs torch comes back after its import, also in the background.  The default is
+    #: lazy in a kernel's own namespace unless ``lazy.ENV_RESTORE`` says ``eager``.
+    #: Restoring names is always eager.
+    lazy: bool | None
+    #: memory the server filled with this checkpoint's large files while the kernel
+    #: started (engine/handoff.py), taken where it verifies (engine/handed.py)
+    handoff: dict | None
+    #: with an id: if that checkpoint is damaged or untrusted, the newest older one that
+    #: verifies (a server's resume names the checkpoint it chose, plan.choose_for_resume,
+    #: and falls back only on damage that choice could not see: tensor bytes, which only a
+    #: restore hashes)
+    or_older: bool
+    #: the caller (a server's resume) brought the bucket's checkpoints into the folder for
+    #: this restore already, so the bucket is not listed again
+    synced: bool
+
+
+@dataclass(frozen=True)
+class _RestoreOptions:
+    """:class:`RestoreOptions` with their defaults."""
+
+    device: str | None = None
+    trust: bool = False
+    progress: bool = True
+    partial: bool = False
+    lazy: bool | None = None
+    handoff: dict | None = None
+    or_older: bool = False
+    synced: bool = False
+
+
 @_collector_paused()
 def restore(
     checkpoint_id: str | None = None,
     *names: str,
     dir=None,
     notebook: str | None = None,
-    device: str | None = None,
-    trust: bool = False,
     namespace: dict | None = None,
-    progress: bool = True,
-    partial: bool = False,
-    lazy: bool | None = None,
-    handoff: dict | None = None,
-    or_older: bool = False,
-    synced: bool = False,
+    **options: Unpack[RestoreOptions],
 ) -> RestoreResult:
     """Restore a checkpoint (by default the newest one that verifies) into the namespace.
 
-    ``synced``: the caller (a server's resume) brought the bucket's checkpoints into the
-    folder for this restore already, so the bucket is not listed again.
-
     Without an id, a checkpoint that is damaged or untrusted is passed over for the next
-    older one, and the result says so (``passed_over``, ``notes``); with an id and
-    ``or_older``, so is that one (a server's resume names the checkpoint it chose,
-    plan.choose_for_resume, and this restore falls back only on damage that choice could
-    not see: tensor bytes, which only a restore hashes).
-    ``names`` restricts what is assigned (objects they share with others come along).
-    ``device``: None = each tensor to the device it was saved from; "cpu" / "cuda:0" = all
-    there; "cuda:1=cuda:0[,...]" = remap. ``trust=True`` loads unsigned checkpoints.
-    ``partial=True``: objects whose tensor data is damaged are named in ``failed`` and
-    skipped; the others are restored (the pickle itself must verify).
-    Restoring everything also re-imports saved module aliases and the RNG state.
-    ``lazy=True`` returns once the graph and the small objects are back and reads large
-    tensors in the background (engine/lazy.py); in a process that has not imported torch,
-    what needs torch comes back after its import, also in the background. The default is
-    lazy in a kernel's own namespace unless ``lazy.ENV_RESTORE`` says ``eager``. Restoring
-    names is always eager. ``handoff``: memory the server filled with this checkpoint's
-    large files while the kernel started (engine/handoff.py), taken where it verifies
-    (engine/handed.py).
+    older one, and the result says so (``passed_over``, ``notes``); with an id, only with
+    ``or_older``.  ``names`` restricts what is assigned (objects they share with others
+    come along).  Restoring everything also re-imports saved module aliases and the RNG
+    state.  The other options are :class:`RestoreOptions`.
+
+    Its steps: resolve what to restore, from where and into what (here); verify the
+    checkpoint (:func:`_verify`); load its objects (:func:`_unpickle`); assign them
+    (:func:`_assign`).
     """
+    opts = _options(_RestoreOptions, "restore", options)
     t0 = time.monotonic()
-    phases = Phases()
     lazy_mod.cancel()  # a restore replaces one still loading
     changes.invalidate()  # it replaces objects: the next checkpoint pickles everything
     _STATE.clear()
@@ -883,247 +1018,383 @@ def restore(
     if checkpoint_id is not None and not paths.is_checkpoint_id(checkpoint_id):
         names = (checkpoint_id, *names)  # restore("model"): a name, from the latest
         checkpoint_id = None
-    if namespace is None:
-        ns, _ = ns_mod.user_namespace()
-    else:
-        ns = namespace
+    ns = ns_mod.user_namespace()[0] if namespace is None else namespace
     nbdir = paths.notebook_dir(dir, notebook)
-    if not synced:  # a bucket behind the folder: its checkpoints, small files first
+    if not opts.synced:  # a bucket behind the folder: its checkpoints, small files first
         mirror.pull(dir, nbdir)
     if not nbdir.is_dir():
         raise CheckpointNotFound(checkpoint_id, str(nbdir))
-    device_of_name = tensors.parse_device_map(device)
-    downloaded = 0
-    if lazy is None:
-        lazy = lazy_mod.lazy_by_default(ns)
-    lazy = bool(lazy) and not names and not partial
-    # a fresh kernel: what needs torch waits for its import in the background (lazy.py)
-    defer_torch = lazy and not lazy_mod.module_ready("torch")
-    imports = _BackgroundImports()
-
+    device_of_name = tensors.parse_device_map(opts.device)
+    lazy = lazy_mod.lazy_by_default(ns) if opts.lazy is None else opts.lazy
+    lazy = bool(lazy) and not names and not opts.partial
+    reading = _ReadOptions(
+        dir=dir,
+        nbdir=nbdir,
+        names=names,
+        device_of_name=device_of_name,
+        imports=_BackgroundImports(),
+        trust=opts.trust,
+        progress=opts.progress,
+        partial=opts.partial,
+        lazy=lazy,
+        # a fresh kernel: what needs torch waits for its import in the background (lazy.py)
+        defer_torch=lazy and not lazy_mod.module_ready("torch"),
+        handoff=opts.handoff,
+    )
     with checks.locked(nbdir, shared=True):
-        ids = checks.checkpoint_ids(nbdir)
-        if checkpoint_id is None and not ids:
-            raise CheckpointNotFound(None, str(nbdir))
-        # no id: the newest checkpoint that verifies, saying which ones were passed over
-        if checkpoint_id is None:
-            candidates = list(reversed(ids))
-        elif or_older and checkpoint_id in ids:
-            candidates = list(reversed(ids[: ids.index(checkpoint_id) + 1]))
-        else:
-            candidates = [checkpoint_id]
-        passed_over: dict[str, str] = {}
-        for cid in candidates:
-            try:
-                loaded = _read_verified(
-                    nbdir,
-                    cid,
-                    names,
-                    trust,
-                    device_of_name,
-                    progress,
-                    partial,
-                    lazy,
-                    defer_torch,
-                    handoff,
-                    imports=imports,
-                    dir=dir,
-                )
-                downloaded += loaded.downloaded
-                break
-            except (CorruptCheckpoint, UntrustedCheckpoint) as e:
-                if cid == candidates[-1]:
-                    if passed_over:  # the message is the one thing the user sees: complete it
-                        e.args = (
-                            f"{e.args[0]} (newer checkpoints failed too: "
-                            + "; ".join(f"{k}: {v}" for k, v in passed_over.items())
-                            + ")",
-                        )
-                    raise
-                passed_over[cid] = str(e)
-        m, data, wanted, to_load, total, bar = (
-            loaded.manifest,
-            loaded.pickle,
-            loaded.wanted,
-            loaded.to_load,
-            loaded.bytes,
-            loaded.progress,
-        )
-        buffers = loaded.buffers
-        loader = _Loader(buffers, loaded.damaged)
+        loaded, passed_over = _verify(reading, checkpoint_id, opts.or_older)
+        r = _Restore(reading, ns, loaded, passed_over, started=t0)
         if not names:  # what the checkpoint had lost stays lost, unless the user makes it anew
-            _LOST[str(nbdir)] = store.lost_of(m.metadata)
-        later = loaded.torch_later
-        load = None
+            _LOST[str(nbdir)] = store.lost_of(r.m.metadata)
         if lazy:  # its files are opened under the lock: a later GC cannot take them away
-            plan, read_already = loaded.lazy_plan
-            load = lazy_mod.LazyLoad(
-                nbdir,
-                m,
-                plan,
-                buffers,
-                lambda s: device_of_name(s.device),
-                ns,
-                functools.partial(loader.remember_digest, m),
-                torch_later=later.gpu if later else None,
-                handed=loaded.handed,
-                fetch={
-                    rel: functools.partial(_fetch_later, dir, nbdir, m.id, rel)
-                    for rel in loaded.fetch_later
-                },
-                stream=(functools.partial(mirror.stream, dir, nbdir, m), loaded.stream_later),
-            )
-            load.fallback = functools.partial(_older_copy, dir, nbdir, m.id, device_of_name, ns)
-            load.on_lost = functools.partial(_mark_lost, nbdir)  # no sound copy anywhere
+            r.load = _lazy_reader(r)
+    r.phases.add("verify", time.monotonic() - t0)
+    failures = _unpickle(r)
+    return _assign(r, failures)
 
-    # Only now, with the pickle verified, run it. Lazy: tensor data is not read yet, but
-    # every object is built over its final buffer, and none is assigned before the bytes
-    # it reaches have matched their digests.
-    phases.add("verify", time.monotonic() - t0)
-    by_record = {o.dump: n for n, o in m.objects.items()}
+
+@dataclass
+class _ReadOptions:
+    """How a restore reads a checkpoint: the same for each one it tries (:func:`_verify`)
+    and, mostly defaults, for an older copy a lazy reader falls back on (_older_copy)."""
+
+    dir: Any  # the root as given: with a bucket behind it, files not here are fetched
+    nbdir: Path
+    names: tuple[str, ...]  # what to restore (with what they share); () = everything
+    device_of_name: Callable[[str], Any]  # the device a tensor was saved from -> its own
+    imports: _BackgroundImports  # where the modules the restore will need start importing
+    trust: bool = False  # unsigned checkpoints load too
+    progress: bool = False
+    partial: bool = False  # tensor files that fail their hash are left out and named
+    lazy: bool = False
+    defer_torch: bool = False  # lazy only: what needs torch is left for after its import
+    handoff: dict | None = None  # the server's memory of the checkpoint's large files
+
+    def device_of(self, s) -> Any:
+        return self.device_of_name(s.device)
+
+
+def _verify(
+    opts: _ReadOptions, checkpoint_id: str | None, or_older: bool
+) -> tuple[_Verified, dict[str, str]]:
+    """The checkpoint to restore, read and verified (:func:`_read_verified`), and those
+    passed over on the way, with why: without an id, the newest that verifies; with one
+    and ``or_older``, that one or the newest older one that verifies."""
+    ids = checks.checkpoint_ids(opts.nbdir)
+    if checkpoint_id is None and not ids:
+        raise CheckpointNotFound(None, str(opts.nbdir))
+    if checkpoint_id is None:
+        candidates = list(reversed(ids))
+    elif or_older and checkpoint_id in ids:
+        candidates = list(reversed(ids[: ids.index(checkpoint_id) + 1]))
+    else:
+        candidates = [checkpoint_id]
+    passed_over: dict[str, str] = {}
+    for cid in candidates[:-1]:
+        try:
+            return _read_verified(opts, cid), passed_over
+        except (CorruptCheckpoint, UntrustedCheckpoint) as e:
+            passed_over[cid] = str(e)
+    try:
+        return _read_verified(opts, candidates[-1]), passed_over
+    except (CorruptCheckpoint, UntrustedCheckpoint) as e:
+        if passed_over:  # the message is the one thing the user sees: complete it
+            e.args = (
+                f"{e.args[0]} (newer checkpoints failed too: "
+                + "; ".join(f"{k}: {v}" for k, v in passed_over.items())
+                + ")",
+            )
+        raise
+
+
+@dataclass
+class _Restore:
+    """One restore, once its checkpoint verified: what its load and assign steps share."""
+
+    opts: _ReadOptions
+    namespace: dict[str, Any]
+    loaded: _Verified
+    passed_over: dict[str, str]  # newer checkpoints that did not verify -> why
+    started: float  # time.monotonic() when the restore was asked for
+    phases: Phases = field(default_factory=Phases)  # where its time goes
+    load: lazy_mod.LazyLoad | None = None  # lazy: its reader
+    objs: dict[int, Any] = field(default_factory=dict)  # record -> the object unpickled
+    failed: dict[str, str] = field(default_factory=dict)  # name -> why it is not back
+    restored: list[str] = field(default_factory=list)
+    loading: list[str] = field(default_factory=list)  # lazy: names still being read
+    bytes_loading: int = 0  # ... and the bytes they still need
+    notes: list[str] = field(default_factory=list)
+    reimported: list[str] = field(default_factory=list)  # module aliases
+    m: Manifest = field(init=False)
+    loader: _Loader = field(init=False)  # what the unpickler rebuilds tensors with
+    by_record: dict[int, str] = field(init=False)  # record -> the name it holds
+
+    def __post_init__(self) -> None:
+        self.m = self.loaded.manifest
+        self.loader = _Loader(self.loaded.buffers, self.loaded.damaged)
+        self.by_record = {o.dump: n for n, o in self.m.objects.items()}
+
+
+def _lazy_reader(r: _Restore) -> lazy_mod.LazyLoad:
+    """The reader of a lazy restore's large tensors, for what is unpickled over its
+    buffers (engine/lazy.py)."""
+    opts, m, loaded = r.opts, r.m, r.loaded
+    plan, _read_already = loaded.lazy_plan
+    later = loaded.torch_later
+    sources = lazy_mod.Sources(
+        plan,
+        loaded.buffers,
+        torch_later=later.gpu if later else None,
+        handed=loaded.handed,
+        fetch={
+            rel: functools.partial(_fetch_later, opts.dir, opts.nbdir, m.id, rel)
+            for rel in loaded.fetch_later
+        },
+        stream=(functools.partial(mirror.stream, opts.dir, opts.nbdir, m), loaded.stream_later),
+    )
+    remember = functools.partial(r.loader.remember_digest, m)
+    load = lazy_mod.LazyLoad(opts.nbdir, m, sources, opts.device_of, r.namespace, remember)
+    load.fallback = functools.partial(_older_copy, opts, r.namespace, m.id)
+    load.on_lost = functools.partial(_mark_lost, opts.nbdir)  # no sound copy anywhere
+    return load
+
+
+def _unpickle(r: _Restore) -> dict[int, str]:
+    """Only now, with the pickle verified, run it. Lazy: tensor data is not read yet, but
+    every object is built over its final buffer, and none is assigned before the bytes
+    it reaches have matched their digests. Returns record -> why it failed."""
+    later = r.loaded.torch_later
+    to_load = r.loaded.to_load
     if later:  # groups that need torch are unpickled once it is imported (lazy.Later)
         deferred = later.records
-        to_load = [r for r in to_load if r not in deferred]
-    with phases.timed("imports"):
-        imports.wait()  # no module is imported in the background while its objects are built
+        to_load = [i for i in to_load if i not in deferred]
+    with r.phases.timed("imports"):
+        r.opts.imports.wait()  # none imported in the background while its objects are built
     unpickling_started = time.monotonic()
-    objs, failures = _load_groups(data, m, to_load, loader, ns, by_record)
-    pickling.link_pandas_blocks(loader.pandas_blocks)
-    phases.add("unpickle", time.monotonic() - unpickling_started)
+    r.objs, failures = _load_groups(
+        r.loaded.pickle, r.m, to_load, r.loader, r.namespace, r.by_record
+    )
+    pickling.link_pandas_blocks(r.loader.pandas_blocks)
+    r.phases.add("unpickle", time.monotonic() - unpickling_started)
+    return failures
+
+
+def _assign(r: _Restore, failures: dict[int, str]) -> RestoreResult:
+    """The objects into the namespace (lazy: those whose bytes are in), and what the
+    restore did, said: its result, and a warning naming what it could not bring back."""
+    m, names, wanted = r.m, r.opts.names, r.loaded.wanted
     assigning_started = time.monotonic()
-    if not later:  # unpickled: its bytes are freed before the lazy reader fills memory
-        data = loaded.pickle = None
-    failed = {by_record[i]: why for i, why in failures.items() if i in by_record}
-    if names and any(n in failed for n in wanted) and not partial:
-        raise RestoreFailed({n: failed[n] for n in wanted if n in failed})
-    restored = []
-    loading: list[str] = []
-    bytes_loading = 0
-    if load is not None:
-        load.objects = _lazy_objects(m, objs, wanted, failed, loader, ns, read_already)
-        if later:
-            load.objects.update(_later_objects(m, data, later, loader, ns, by_record))
-            if m.rng_record in objs:  # torch's generators: before a cell that names torch
-                load.on_torch.append(functools.partial(rng.restore_torch, objs[m.rng_record]))
-        load.done |= read_already
-        for i in read_already:
-            loader.remember_digest(m, i)
-        load.read(_read_now(m, load))  # what else reaches only a little data
-        failed.update({n: load.failed[n] for n in load.settle()})
-        restored = list(load.assigned)
-        loading = load.pending()
-        if load.outstanding():
-            todo = set().union(*(load.objects[n][1] for n in loading)) - load.done
-            bytes_loading = sum(m.storages[i].nbytes for i in todo)
-            total -= bytes_loading
-            lazy_mod.begin(load)
-        else:
-            load.close()
+    if not r.loaded.torch_later:  # unpickled: freed before the lazy reader fills memory
+        r.loaded.pickle = None
+    r.failed = {r.by_record[i]: why for i, why in failures.items() if i in r.by_record}
+    if names and any(n in r.failed for n in wanted) and not r.opts.partial:
+        raise RestoreFailed({n: r.failed[n] for n in wanted if n in r.failed})
+    if r.load is not None:
+        _assign_lazy(r)
     else:
-        loader.remember_digests(m)
-        for n in wanted:
-            if n in failed or m.objects[n].dump not in objs:
-                continue
-            ns[n] = objs[m.objects[n].dump]
-            restored.append(n)
-            if m.objects[n].tracked:
-                track(ns[n], n)
+        _assign_now(r)
     if not names:
         rerun.offer(m.rerun)  # jupyter_pause.rerun() may run these, when the user says so
-    notes: list[str] = [
-        f"checkpoint {cid} was passed over: {why}" for cid, why in passed_over.items()
-    ]
-    if downloaded:
-        notes.append(
-            f"{format_bytes(downloaded)} downloaded from {paths.bucket_of(dir)}: "
-            "this machine did not have the checkpoint"
+    r.notes = [f"checkpoint {cid} was passed over: {why}" for cid, why in r.passed_over.items()]
+    if r.loaded.downloaded:
+        r.notes.append(
+            f"{format_bytes(r.loaded.downloaded)} downloaded from "
+            f"{paths.bucket_of(r.opts.dir)}: this machine did not have the checkpoint"
         )
-    if passed_over:
-        notes.append(f"restored {m.id} instead, the newest checkpoint that verifies")
-    reimported: list[str] = []
+    if r.passed_over:
+        r.notes.append(f"restored {m.id} instead, the newest checkpoint that verifies")
     if not names:
-        for alias, modname in m.modules.items():
-            if alias in ns or (load is not None and alias in load.objects):
-                continue
-            try:
-                ns[alias] = ns_mod.reimport(modname)
-                reimported.append(alias)
-            except Exception as e:
-                failed[alias] = f"could not re-import module {modname}: {pickling.describe(e)}"
-        sh = shell_mod.shell_of(ns)
-        if m.shell and sh is not None:
-            notes += shell_mod.apply(sh, m.shell, ns)
-        if m.rng_record is not None and m.rng_record in objs:
-            notes += rng.restore(objs[m.rng_record], torch_too=not later)
-        elif m.rng_record is not None:
-            notes.append("the random number generators' state was not restored (damaged)")
+        _restore_session(r)
     # every name the manifest holds is restored, still loading, or named as failed (a
     # lazy restore leaves a name the user bound anew meanwhile to the user's value)
     for n in wanted:
-        if n in failed or n in restored or n in loading or (load is not None and n in ns):
+        if n in r.failed or n in r.restored or n in r.loading:
             continue
-        failed[n] = "the checkpoint holds it, but the restore did not bring it back"
+        if r.load is not None and n in r.namespace:
+            continue
+        r.failed[n] = "the checkpoint holds it, but the restore did not bring it back"
+    nbdir = r.opts.nbdir
     _OWN[str(nbdir)] = m.id
     result = RestoreResult(
         id=m.id,
         path=str(nbdir / m.id),
-        restored=restored,
+        restored=r.restored,
         metadata=dict(m.metadata),
-        bytes_read=total,
-        seconds=time.monotonic() - t0,
-        failed=failed,
-        modules=reimported,
+        bytes_read=r.loaded.bytes - r.bytes_loading,
+        seconds=time.monotonic() - r.started,
+        failed=r.failed,
+        modules=r.reimported,
         skipped=dict(m.skipped),
-        notes=notes,
-        passed_over=passed_over,
-        rerun=[dataclasses.asdict(r) for r in m.rerun],
-        loading=loading,
-        bytes_loading=bytes_loading,
-        bytes_downloaded=downloaded,
+        notes=r.notes,
+        passed_over=r.passed_over,
+        rerun=[dataclasses.asdict(x) for x in m.rerun],
+        loading=r.loading,
+        bytes_loading=r.bytes_loading,
+        bytes_downloaded=r.loaded.downloaded,
     )
-    phases.add("assign", time.monotonic() - assigning_started)
-    result.phases = phases.rounded()
-    for n in failed if not names else ():  # this checkpoint holds them, as well as it can
+    r.phases.add("assign", time.monotonic() - assigning_started)
+    result.phases = r.phases.rounded()
+    for n in r.failed if not names else ():  # this checkpoint holds them, as well as it can
         if n in m.objects:
             _mark_lost(nbdir, n, m.id)
-    if failed:
+    if r.failed:
         warnings.warn(
             "jupyter_pause.restore: not restored: "
-            + "; ".join(f"{k}: {v}" for k, v in failed.items()),
-            stacklevel=2,
+            + "; ".join(f"{k}: {v}" for k, v in r.failed.items()),
+            stacklevel=3,  # where restore's own stacklevel=2 pointed
         )
-    bar.finish(result.summary())
-    mirror.keep_copies(nbdir, loaded.copies)  # what came straight from the bucket
+    r.loaded.progress.finish(result.summary())
+    mirror.keep_copies(nbdir, r.loaded.copies)  # what came straight from the bucket
     return result
 
 
-def _read_verified(
-    nbdir,
-    checkpoint_id,
-    names,
-    trust,
-    device_of_name,
-    progress,
-    partial,
-    lazy=False,
-    defer_torch=False,
-    handoff=None,
-    *,
-    imports: _BackgroundImports,
-    dir=None,
-):
+def _assign_lazy(r: _Restore) -> None:
+    """A lazy restore's objects to its reader, which assigns each once every byte it
+    reaches is in; those that reach little data are read now, and the reader starts
+    with the rest (engine/lazy.py)."""
+    load, m, loaded = r.load, r.m, r.loaded
+    _plan, read_already = loaded.lazy_plan
+    load.objects = _lazy_objects(r, read_already)
+    later = loaded.torch_later
+    if later:
+        load.objects.update(
+            _later_objects(m, loaded.pickle, later, r.loader, r.namespace, r.by_record)
+        )
+        if m.rng_record in r.objs:  # torch's generators: before a cell that names torch
+            load.on_torch.append(functools.partial(rng.restore_torch, r.objs[m.rng_record]))
+    load.done |= read_already
+    for i in read_already:
+        r.loader.remember_digest(m, i)
+    load.read(_read_now(m, load))  # what else reaches only a little data
+    r.failed.update({n: load.failed[n] for n in load.settle()})
+    r.restored = list(load.assigned)
+    r.loading = load.pending()
+    if load.outstanding():
+        todo = set().union(*(load.objects[n][1] for n in r.loading)) - load.done
+        r.bytes_loading = sum(m.storages[i].nbytes for i in todo)
+        lazy_mod.begin(load)
+    else:
+        load.close()
+
+
+def _assign_now(r: _Restore) -> None:
+    """An eager restore's objects into the namespace, every byte of them verified; the
+    tracked ones tracked again."""
+    m, ns = r.m, r.namespace
+    r.loader.remember_digests(m)
+    for n in r.loaded.wanted:
+        if n in r.failed or m.objects[n].dump not in r.objs:
+            continue
+        ns[n] = r.objs[m.objects[n].dump]
+        r.restored.append(n)
+        if m.objects[n].tracked:
+            track(ns[n], n)
+
+
+def _restore_session(r: _Restore) -> None:
+    """What a restore of everything brings back besides the objects: the module aliases
+    (imported again), IPython's own state and the random number generators' state."""
+    m, ns, load = r.m, r.namespace, r.load
+    for alias, modname in m.modules.items():
+        if alias in ns or (load is not None and alias in load.objects):
+            continue
+        try:
+            ns[alias] = ns_mod.reimport(modname)
+            r.reimported.append(alias)
+        except Exception as e:
+            r.failed[alias] = f"could not re-import module {modname}: {pickling.describe(e)}"
+    sh = shell_mod.shell_of(ns)
+    if m.shell and sh is not None:
+        r.notes += shell_mod.apply(sh, m.shell, ns)
+    if m.rng_record is not None and m.rng_record in r.objs:
+        r.notes += rng.restore(r.objs[m.rng_record], torch_too=not r.loaded.torch_later)
+    elif m.rng_record is not None:
+        r.notes.append("the random number generators' state was not restored (damaged)")
+
+
+@dataclass
+class _Reading:
+    """One checkpoint being read and verified for a restore: what the steps of
+    :func:`_read_verified` share."""
+
+    opts: _ReadOptions
+    checkpoint_id: str
+    m: Manifest
+    wanted: list[str]  # the names to restore
+    to_load: list[int]  # the records to unpickle
+    needed: list[int]  # the storages they reach
+    missing: set[str] = field(default_factory=set)  # with a bucket: files not here (yet)
+    damaged: dict[int, str] = field(default_factory=dict)  # storage -> why (partial only)
+    data: bytes = b""  # the records, verified
+    total: int = 0  # the bytes of the storages it reads
+    bar: Progress | None = None
+    buffers: dict[int, Any] = field(default_factory=dict)  # storage -> buffer, filled
+    copies: list[mirror.Copy] = field(default_factory=list)  # files read from the bucket
+    downloaded: int = 0
+
+    def files_of(self, storages: Iterable[int]) -> set[str]:
+        return {self.m.storages[i].file for i in storages}
+
+    def verified(self, **more) -> _Verified:
+        return _Verified(
+            manifest=self.m,
+            pickle=self.data,
+            buffers=self.buffers,
+            wanted=self.wanted,
+            to_load=self.to_load,
+            bytes=self.total,
+            damaged=self.damaged,
+            progress=self.bar,
+            downloaded=self.downloaded,
+            copies=self.copies,
+            **more,
+        )
+
+
+def _read_verified(opts: _ReadOptions, checkpoint_id: str) -> _Verified:
     """Everything a restore needs from one checkpoint, verified (signature, binding, pickle
     HMAC, every needed tensor's hash) before anything is unpickled. With ``partial``,
     tensor files that fail their hash are left out and named instead of failing it all.
-    ``defer_torch`` (lazy only): what needs torch is left for after its import.
-    ``handoff``: the server's memory of this checkpoint's large files (handed.py).
-    ``imports``: where the modules the restore will need start importing. ``dir``: the
-    root; with a bucket behind it, a lazy restore downloads now only the files of what it
+    With a bucket behind the root, a lazy restore downloads now only the files of what it
     reads now (their headers for the others), and its reader each other file when it
     reaches it (``fetch_later``)."""
-    m = checks.read_manifest(nbdir, checkpoint_id, trust=trust)
-    if not defer_torch:
-        imports.start(m)  # while the pickle is verified and the tensors read
+    m = checks.read_manifest(opts.nbdir, checkpoint_id, trust=opts.trust)
+    if not opts.defer_torch:
+        opts.imports.start(m)  # while the pickle is verified and the tensors read
+    r = _select(opts, checkpoint_id, m)
+    streamed: set[str] = set()  # eager: read from the bucket straight into memory
+    fetched = mirror.Fetched()
+    if r.missing and not opts.lazy:
+        streamed = set() if opts.partial else _streamable(m, r.missing, r.needed, opts.device_of)
+        # a restore of everything hashes every tensor it reads: what it downloads is
+        # not hashed whole before as well
+        fetched = mirror.fetch(
+            opts.dir,
+            opts.nbdir,
+            checkpoint_id,
+            Progress("downloading", 0, opts.progress),
+            verify=bool(opts.names) or opts.partial,
+            only=r.missing - streamed,
+        )
+    if opts.partial:
+        _leave_out_damaged(r)
+    r.data = _records(opts.dir, opts.nbdir, m, r.to_load, opts.trust, opts.progress)
+    absent = r.missing if opts.lazy else streamed
+    # the files it reads (restoring names from a bucket, it has downloaded only those)
+    unread = set(m.files) - r.files_of(r.needed)
+    checks.check_complete(opts.nbdir, m, skip=r.files_of(r.damaged) | absent | unread)
+    r.total = sum(m.storages[i].nbytes for i in r.needed)
+    r.bar = Progress("restore", r.total, enabled=opts.progress)
+    if opts.lazy:
+        return _read_lazy(r)
+    return _read_eager(r, streamed, fetched)
+
+
+def _select(opts: _ReadOptions, checkpoint_id: str, m: Manifest) -> _Reading:
+    """What a restore of ``opts.names`` (of everything, without) reads of ``m``: the
+    records and the storages they reach. It fails before reading a byte on a name the
+    checkpoint does not hold or a device this machine does not have."""
+    names = opts.names
     unknown = [n for n in names if n not in m.objects]
     if unknown:
         why = {n: m.skipped[n] for n in unknown if n in m.skipped}
@@ -1145,164 +1416,149 @@ def _read_verified(
     )
     # devices first: fail before reading a byte
     for dev, owner in {
-        (device_of_name(m.storages[i].device), m.storages[i].owner)
+        (opts.device_of(m.storages[i]), m.storages[i].owner)
         for i in needed
         if m.storages[i].kind == "torch"
     }:
         tensors.check_device(dev, owner)
-    device_of = lambda s: device_of_name(s.device)  # noqa: E731
-    missing: set[str] = set()  # with a bucket behind the folder: files not here (yet)
-    if paths.bucket_of(dir) is not None:
-        missing = {rel for rel in {m.storages[i].file for i in needed} if not _have(nbdir, m, rel)}
-    streamed: set[str] = set()  # eager: read from the bucket straight into memory
-    fetched = mirror.Fetched()
-    if missing and not lazy:
-        streamed = set() if partial else _streamable(m, missing, needed, device_of)
-        # a restore of everything hashes every tensor it reads: what it downloads is
-        # not hashed whole before as well
-        fetched = mirror.fetch(
-            dir,
-            nbdir,
-            checkpoint_id,
-            Progress("downloading", 0, progress),
-            verify=bool(names) or partial,
-            only=missing - streamed,
-        )
-    damaged: dict[int, str] = {}  # storage index -> why (partial restores only)
-    if partial:
-        bad = {}
-        for rel in sorted({m.storages[i].file for i in needed}):
-            why = checks.check_blob(nbdir / rel, m.files[rel], full=True)
-            if why is not None:
-                bad[rel] = why
-        damaged = {
-            i: f"{m.storages[i].file} is damaged ({bad[m.storages[i].file]})"
-            for i in needed
-            if m.storages[i].file in bad
-        }
-        needed = [i for i in needed if i not in damaged]
-    data = _records(dir, nbdir, m, to_load, trust, progress)
-    absent = missing if lazy else streamed
-    # the files it reads (restoring names from a bucket, it has downloaded only those)
-    unread = set(m.files) - {m.storages[i].file for i in needed}
-    checks.check_complete(nbdir, m, skip={m.storages[i].file for i in damaged} | absent | unread)
-    total = sum(m.storages[i].nbytes for i in needed)
-    bar = Progress("restore", total, enabled=progress)
-    if lazy:
-        # every header checked; the small objects' and the RNG state's tensors read now,
-        # so damage there still makes a restore fall back to an older checkpoint; the
-        # other buffers allocated, their bytes read later (engine/lazy.py)
-        # Without torch yet: CPU buffers are numpy arrays (buffers.as_torch later), GPU
-        # buffers wait for torch, which is imported once this thread is done (lazy.py)
-        later = _torch_later(m, data, set(needed), device_of) if defer_torch else None
-        if defer_torch:
-            imports.start(m, without={"torch"} if later else set())
-        now = set(_rng_storages(m)) if m.rng_record is not None else set()
-        for o in m.objects.values():
-            if sum(m.storages[i].nbytes for i in o.storages) < lazy_mod.EAGER_BELOW:
-                now.update(o.storages)
-        # arrays of Python objects are unpickled with the records that view them
-        now |= {i for i in needed if m.storages[i].kind == "objects"}
-        gpu = later.gpu if later else set()
-        read_now = (now - gpu) & set(needed)
-        # with a bucket: the files of what it reads now, read from the bucket straight into
-        # memory where it needs all of such a file on the CPU, else downloaded first; the
-        # others' headers only (their data is read later, likewise)
-        first = {m.storages[i].file for i in read_now} & missing
-        first_streamed = _streamable(m, first, read_now, device_of)
-        downloaded = mirror.fetch(
-            dir,
-            nbdir,
-            checkpoint_id,
-            Progress("downloading", 0, progress),
-            only=first - first_streamed,
-        ).bytes
-        buffers, copies = {}, []
-        if first_streamed:
-            from_bucket = [i for i in read_now if m.storages[i].file in first_streamed]
-            buffers, copies = tensors.download_storages(
-                dir, nbdir, m, from_bucket, Progress("downloading", 0, progress), defer_torch
-            )
-            bar.update(sum(m.storages[i].nbytes for i in from_bucket))
-            downloaded += sum(m.files[rel].bytes for rel in first_streamed)
-        here = sorted(i for i in read_now if i not in buffers)
-        buffers.update(tensors.read_storages(nbdir, m, here, device_of, bar, as_numpy=defer_torch))
-        # nothing left for later (small objects only): no plan, no memory handed over, and
-        # the restore returns as soon as an eager one would
-        rest = set(needed) - set(buffers)
-        heads = mirror.headers(dir, nbdir, m, missing - first) if rest else {}
-        plan = tensors.plan_reads(nbdir, m, sorted(rest), heads) if rest else []
-        stream_later = _streamable(m, set(heads), needed, device_of)
-        handed = handed_mod.buffers_over(
-            handed_mod.receive(handoff, checkpoint_id, m) if rest else {},
-            plan,
-            m,
-            device_of,
-            skip=set(buffers) | gpu,
-            as_numpy=defer_torch,
-        )
-        for i, (_handed, buf) in handed.items():
-            buffers[i] = buf
-        for i in needed:
-            if i not in buffers and i not in gpu:
-                s = m.storages[i]
-                buffers[i] = tensors.empty_for(s, device_of(s), as_numpy=defer_torch)
-        later_copies = tensors.copies_of(
-            m,
-            [p for p in plan if p[1] in stream_later],
-            heads,
-            {i: tensors.flat(buffers[i]) for p in plan if p[1] in stream_later for _, i in p[2]},
-        )
-        return _Verified(
-            m,
-            data,
-            buffers,
-            wanted,
-            to_load,
-            total,
-            damaged,
-            bar,
-            (plan, set(buffers) & now),
-            later,
-            {i: h for i, (h, _view) in handed.items()},
-            downloaded,
-            set(heads) - stream_later,
-            copies,
-            {c.rel: c for c in later_copies},
-        )
-    buffers, copies = {}, []
-    from_bucket = [i for i in needed if m.storages[i].file in streamed]
+    r = _Reading(opts, checkpoint_id, m, wanted, to_load, needed)
+    if paths.bucket_of(opts.dir) is not None:
+        r.missing = {rel for rel in r.files_of(needed) if not _have(opts.nbdir, m, rel)}
+    return r
+
+
+def _leave_out_damaged(r: _Reading) -> None:
+    """A partial restore: the storages in files that fail their hash are left out, each
+    with why."""
+    m, bad = r.m, {}
+    for rel in sorted(r.files_of(r.needed)):
+        why = checks.check_blob(r.opts.nbdir / rel, m.files[rel], full=True)
+        if why is not None:
+            bad[rel] = why
+    r.damaged = {
+        i: f"{m.storages[i].file} is damaged ({bad[m.storages[i].file]})"
+        for i in r.needed
+        if m.storages[i].file in bad
+    }
+    r.needed = [i for i in r.needed if i not in r.damaged]
+
+
+def _read_eager(r: _Reading, streamed: set[str], fetched: mirror.Fetched) -> _Verified:
+    """Every needed storage read into its buffer and hashed: from the bucket straight into
+    memory (``streamed``), into memory the server handed over, or from the files here."""
+    opts, m = r.opts, r.m
+    from_bucket = [i for i in r.needed if m.storages[i].file in streamed]
     if from_bucket:
-        buffers, copies = tensors.download_storages(
-            dir, nbdir, m, from_bucket, Progress("downloading", 0, progress)
+        r.buffers, r.copies = tensors.download_storages(
+            opts.dir, opts.nbdir, m, from_bucket, Progress("downloading", 0, opts.progress)
         )
-        bar.update(sum(m.storages[i].nbytes for i in from_bucket))
-    here = [i for i in needed if m.storages[i].file not in streamed]
-    received = handed_mod.receive(handoff, checkpoint_id, m)
+        r.bar.update(sum(m.storages[i].nbytes for i in from_bucket))
+    here = [i for i in r.needed if m.storages[i].file not in streamed]
+    received = handed_mod.receive(opts.handoff, r.checkpoint_id, m)
     try:
         over = {}
         if received:  # (the plan's headers are read again by the read: a few kB)
-            plan = tensors.plan_reads(nbdir, m, here)
-            over = handed_mod.buffers_over(received, plan, m, device_of)
-        buffers.update(tensors.read_storages(nbdir, m, here, device_of, bar, handed=over))
+            plan = tensors.plan_reads(opts.nbdir, m, here)
+            over = handed_mod.buffers_over(received, plan, m, opts.device_of)
+        r.buffers.update(
+            tensors.read_storages(opts.nbdir, m, here, opts.device_of, r.bar, handed=over)
+        )
     except CorruptCheckpoint:  # a file it downloaded? out of the bucket, too
-        mirror.reject(dir, nbdir, checkpoint_id, fetched.unverified)
+        mirror.reject(opts.dir, opts.nbdir, r.checkpoint_id, fetched.unverified)
         raise
     finally:
         for handed in received.values():
             handed.close()
-    return _Verified(
+    r.downloaded = fetched.bytes + sum(m.files[rel].bytes for rel in streamed)
+    return r.verified()
+
+
+def _read_lazy(r: _Reading) -> _Verified:
+    """Every header checked; the small objects' and the RNG state's tensors read now, so
+    damage there still makes a restore fall back to an older checkpoint; the other
+    buffers allocated, their bytes read later (engine/lazy.py). Without torch yet: CPU
+    buffers are numpy arrays (buffers.as_torch later), GPU buffers wait for torch, which
+    is imported once this thread is done (lazy.py)."""
+    opts, m, needed = r.opts, r.m, r.needed
+    later = _torch_later(m, r.data, set(needed), opts.device_of) if opts.defer_torch else None
+    if opts.defer_torch:
+        opts.imports.start(m, without={"torch"} if later else set())
+    now = set(_rng_storages(m)) if m.rng_record is not None else set()
+    for o in m.objects.values():
+        if sum(m.storages[i].nbytes for i in o.storages) < lazy_mod.EAGER_BELOW:
+            now.update(o.storages)
+    # arrays of Python objects are unpickled with the records that view them
+    now |= {i for i in needed if m.storages[i].kind == "objects"}
+    gpu = later.gpu if later else set()
+    first = _read_small(r, (now - gpu) & set(needed))
+    # nothing left for later (small objects only): no plan, no memory handed over, and
+    # the restore returns as soon as an eager one would
+    buffers = r.buffers
+    rest = set(needed) - set(buffers)
+    heads = mirror.headers(opts.dir, opts.nbdir, m, r.missing - first) if rest else {}
+    plan = tensors.plan_reads(opts.nbdir, m, sorted(rest), heads) if rest else []
+    stream_later = _streamable(m, set(heads), needed, opts.device_of)
+    handed = handed_mod.buffers_over(
+        handed_mod.receive(opts.handoff, r.checkpoint_id, m) if rest else {},
+        plan,
         m,
-        data,
-        buffers,
-        wanted,
-        to_load,
-        total,
-        damaged,
-        bar,
-        downloaded=fetched.bytes + sum(m.files[rel].bytes for rel in streamed),
-        copies=copies,
+        opts.device_of,
+        skip=set(buffers) | gpu,
+        as_numpy=opts.defer_torch,
     )
+    for i, (_handed, buf) in handed.items():
+        buffers[i] = buf
+    for i in needed:
+        if i not in buffers and i not in gpu:
+            s = m.storages[i]
+            buffers[i] = tensors.empty_for(s, opts.device_of(s), as_numpy=opts.defer_torch)
+    later_copies = tensors.copies_of(
+        m,
+        [p for p in plan if p[1] in stream_later],
+        heads,
+        {i: tensors.flat(buffers[i]) for p in plan if p[1] in stream_later for _, i in p[2]},
+    )
+    return r.verified(
+        lazy_plan=(plan, set(buffers) & now),
+        torch_later=later,
+        handed={i: h for i, (h, _view) in handed.items()},
+        fetch_later=set(heads) - stream_later,
+        stream_later={c.rel: c for c in later_copies},
+    )
+
+
+def _read_small(r: _Reading, read_now: set[int]) -> set[str]:
+    """A lazy restore's storages read before it returns. With a bucket: the files of what
+    it reads now, read from the bucket straight into memory where it needs all of such a
+    file on the CPU, else downloaded first (returned; the others' headers only, their
+    data is read later, likewise)."""
+    opts, m = r.opts, r.m
+    first = r.files_of(read_now) & r.missing
+    first_streamed = _streamable(m, first, read_now, opts.device_of)
+    r.downloaded = mirror.fetch(
+        opts.dir,
+        opts.nbdir,
+        r.checkpoint_id,
+        Progress("downloading", 0, opts.progress),
+        only=first - first_streamed,
+    ).bytes
+    if first_streamed:
+        from_bucket = [i for i in read_now if m.storages[i].file in first_streamed]
+        r.buffers, r.copies = tensors.download_storages(
+            opts.dir,
+            opts.nbdir,
+            m,
+            from_bucket,
+            Progress("downloading", 0, opts.progress),
+            opts.defer_torch,
+        )
+        r.bar.update(sum(m.storages[i].nbytes for i in from_bucket))
+        r.downloaded += sum(m.files[rel].bytes for rel in first_streamed)
+    here = sorted(i for i in read_now if i not in r.buffers)
+    r.buffers.update(
+        tensors.read_storages(opts.nbdir, m, here, opts.device_of, r.bar, as_numpy=opts.defer_torch)
+    )
+    return first
 
 
 def _records(dir, nbdir, m: Manifest, to_load: list[int], trust: bool, progress: bool):
@@ -1531,11 +1787,10 @@ class _BackgroundImports:
             thread.join()
 
 
-def _lazy_objects(
-    m: Manifest, objs, wanted, failed, loader, ns, ready=frozenset()
-) -> dict[str, tuple]:
+def _lazy_objects(r: _Restore, ready=frozenset()) -> dict[str, tuple]:
     """name -> (object, storages it reaches, tracked) for a lazy restore; the RNG state
     too, under its record's name (restored now: it is read with the small objects)."""
+    m, objs, loader = r.m, r.objs, r.loader
     everything = set(loader.buffers)
     # a group whose storages are all read already (``ready``: small, or none at all) has
     # nothing to wait for: its variables need no walk (10,000 small objects took longer to
@@ -1548,8 +1803,8 @@ def _lazy_objects(
     }
     out = {}
     where = stop = None  # made on the first walk
-    for n in wanted:
-        if n in failed or m.objects[n].dump not in objs:  # failed, or waiting for torch
+    for n in r.loaded.wanted:
+        if n in r.failed or m.objects[n].dump not in objs:  # failed, or waiting for torch
             continue
         obj = objs[m.objects[n].dump]
         if m.objects[n].dump in bare:
@@ -1557,7 +1812,7 @@ def _lazy_objects(
             continue
         if where is None:
             where = lazy_mod.tensor_map(loader.made, loader.arrays)
-            stop = lazy_mod.stop_ids(ns)
+            stop = lazy_mod.stop_ids(r.namespace)
         needs = lazy_mod.storages_reached(obj, where, stop)
         # plus what its record introduced, which it surely holds, even where the walk is
         # blind (an extension type that hides its references from the garbage collector)
@@ -1584,31 +1839,21 @@ def _mark_lost(nbdir, name: str, holder: str = "") -> None:
     _LOST.setdefault(str(nbdir), {}).setdefault(name, holder)
 
 
-def _older_copy(dir, nbdir, newer: str, device_of_name, ns, name: str):
+def _older_copy(opts: _ReadOptions, ns, newer: str, name: str):
     """(object, checkpoint id): ``name`` from the newest checkpoint older than ``newer``
     whose copy verifies (every byte it needs hashed first, read from the bucket behind
-    ``dir`` where the folder lacks it); None where there is none."""
-    ids = checks.checkpoint_ids(nbdir)
+    ``opts.dir`` where the folder lacks it); None where there is none."""
+    ids = checks.checkpoint_ids(opts.nbdir)
     older = ids[: ids.index(newer)] if newer in ids else [c for c in ids if c < newer]
     for cid in reversed(older):
+        one = _ReadOptions(opts.dir, opts.nbdir, (name,), opts.device_of_name, _BackgroundImports())
         try:
-            imports = _BackgroundImports()
-            with checks.locked(nbdir, shared=True):
-                got = _read_verified(
-                    nbdir,
-                    cid,
-                    (name,),
-                    False,
-                    device_of_name,
-                    False,
-                    False,
-                    imports=imports,
-                    dir=dir,
-                )
+            with checks.locked(opts.nbdir, shared=True):
+                got = _read_verified(one, cid)
         except CheckpointError:  # not there, damaged too, or not ours: an older one
             continue
         finally:
-            imports.wait()  # nothing is unpickled while a module imports in the background
+            one.imports.wait()  # nothing is unpickled while a module imports in the background
         by_record = {o.dump: n for n, o in got.manifest.objects.items()}
         loader = _Loader(got.buffers, got.damaged)
         objs, failures = _load_groups(got.pickle, got.manifest, got.to_load, loader, ns, by_record)

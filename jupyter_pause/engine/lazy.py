@@ -48,6 +48,7 @@ import sys
 import threading
 import time
 import types
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..formatting import format_bytes
@@ -154,30 +155,37 @@ def stop_ids(ns: dict) -> set[int]:
 
 
 # ----------------------------------------------------------------- the background load
+@dataclass
+class Sources:
+    """Where a lazy restore's storages come from, and into what they are read."""
+
+    #: (path, file, [(position, storage index), ...]) for each file still to read
+    plan: list[tuple[Any, str, list[tuple[int, int]]]]
+    buffers: dict[int, Any]  # storage index -> the buffer its bytes are read into
+    #: None: torch was imported before the restore; else the storages whose buffers need
+    #: torch (GPU ones), which a second thread allocates once it imported torch
+    torch_later: set[int] | None = None
+    handed: dict[int, Any] = field(default_factory=dict)  # storage -> the server's memory
+    #: files still in the bucket that are downloaded to the cache, then read: file -> what
+    #: downloads it
+    fetch: dict[str, Any] = field(default_factory=dict)
+    #: the other files still in the bucket, read straight into their storages' buffers:
+    #: (``mirror.stream`` over the restore's bucket and manifest, file -> its ``mirror.Copy``)
+    stream: tuple[Any, dict[str, Any]] | None = None
+
+
 class LazyLoad:
     """The storages still to read for one restore, and the objects waiting for them.
 
     ``objects``: name -> (object or :class:`Later`, storages it reaches, tracked). The
-    reader thread only fills buffers and records which storages are done or failed;
-    ``torch_later`` (None when torch was imported already) names the storages whose
-    buffers need torch (GPU ones): a second thread imports torch and allocates them.
+    reader thread only fills buffers (from ``sources``) and records which storages are
+    done or failed; a second thread imports torch and allocates the buffers that need it
+    (``Sources.torch_later``).
     ``settle`` (main thread) builds and moves complete objects into the namespace, after
     running ``on_torch`` (e.g. torch's RNG state) once torch is in."""
 
-    def __init__(
-        self,
-        nbdir,
-        manifest,
-        plan,
-        buffers,
-        device_of,
-        ns,
-        on_storage,
-        torch_later=None,
-        handed=None,
-        fetch=None,
-        stream=None,
-    ):
+    def __init__(self, nbdir, manifest, sources: Sources, device_of, ns, on_storage):
+        plan, buffers, torch_later = sources.plan, sources.buffers, sources.torch_later
         self.m = manifest
         self.nbdir = nbdir
         self.ns = ns
@@ -194,7 +202,7 @@ class LazyLoad:
         self.holding: dict[str, Any] = {}  # name -> what it held when the restore returned
         self.notes: list[str] = []  # said once, by the hook or the next wait()
         self.torch_later = torch_later  # None: torch was imported before the restore
-        self.handed = handed or {}  # storage -> the server's memory its buffer maps
+        self.handed = sources.handed  # storage -> the server's memory its buffer maps
         self.torch_ready = torch_later is None
         self.on_torch: list = []  # main thread, once torch is in; each returns notes
         #: main thread: ``fallback(name)`` -> (object, checkpoint id) from the newest older
@@ -218,11 +226,11 @@ class LazyLoad:
         #: files still in the bucket (a restore from it) that are downloaded to the cache,
         #: then read (those holding a GPU tensor): file -> what downloads it, called when
         #: the reader reaches the file, so a storage waits for its own file only
-        self.fetch: dict[str, Any] = fetch or {}
+        self.fetch: dict[str, Any] = sources.fetch
         #: the other files still in the bucket, read straight into their storages' buffers:
         #: (``mirror.stream`` over the restore's bucket and manifest, file -> its
         #: ``mirror.Copy``, written to the cache by ``mirror.keep_copies`` once it verified)
-        self.stream, self.copies = stream or (None, {})
+        self.stream, self.copies = sources.stream or (None, {})
         self._paths = {rel: path for path, rel, _items in plan}
         self._items = {rel: items for _path, rel, items in plan}
         self._unfetched: dict[str, Exception] = {}

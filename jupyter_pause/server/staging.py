@@ -57,8 +57,9 @@ class Lane:
     #: bytes of ``pending`` up so far
     sent: int = 0
     uploading: bool = False
-    #: why the last staging failed (None once one succeeds)
+    #: why the last staging failed (None once one succeeds), and when (wall clock)
     error: str | None = None
+    failed_at: float | None = None
     stop: threading.Event = field(default_factory=threading.Event)
 
     def count(self, nbytes: int) -> None:
@@ -166,7 +167,7 @@ class Stager:
             except remote.Stopped:
                 return None
             except (CheckpointError, OSError) as e:
-                lane.error = str(e)
+                lane.error, lane.failed_at = f"{type(e).__name__}: {e}", self.clock.time()
                 raise
             finally:
                 lane.uploading = False
@@ -273,10 +274,15 @@ class Stager:
         while the kernel has run cells since (0: the bucket holds the kernel's state);
         ``bytes``, what the bucket lacks of the checkpoints written here (changes since
         the last one are measured at the next save); ``checkpoint``, the bucket's newest
-        ({id, time}); ``uploading``; ``error``, why the last staging failed.
-        ``activity``: the kernel's :class:`~.activity.KernelActivity`, if it runs."""
+        ({id, time}); ``uploading``; ``error``, why the last staging failed, until one
+        succeeds or the bucket holds a state written after it (a pause's or a
+        checkpoint's own upload went through).  ``activity``: the kernel's
+        :class:`~.activity.KernelActivity`, if it runs."""
         lane = self.lanes.get(session.path) or Lane()
         held = session.bucket_checkpoint or {}
+        error = lane.error
+        if error and lane.failed_at is not None and (held.get("time") or 0) > lane.failed_at:
+            error = None
         seconds = 0.0
         if session.state.has_kernel and activity is not None:
             at = held.get("time")
@@ -288,7 +294,7 @@ class Stager:
             "bytes": lane.bytes_left,
             "checkpoint": {"id": held["id"], "time": held.get("time")} if held.get("id") else None,
             "uploading": lane.uploading,
-            "error": lane.error,
+            "error": error,
         }
 
 

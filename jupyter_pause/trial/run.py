@@ -300,6 +300,15 @@ class Trial:
 
     # .................................................................. steps
     def _run(self) -> None:
+        """The trial's steps, in order; each raises where the next cannot go on."""
+        kernel_id = self._run_notebook()
+        self._pause(kernel_id)
+        kernel_id, outcome = self._resume()
+        self._checkpoint_restore(kernel_id, outcome)
+
+    def _run_notebook(self) -> str:
+        """1. Run the notebook's code cells, record what it holds, plant the probe: the
+        kernel's id."""
         c, path = self.client, self.path
         model = c.request("GET", f"api/contents/{path}", content=1, type="notebook")
         nb = model["content"]
@@ -307,8 +316,6 @@ class Trial:
         cells = _code_cells(nb)
         self.use_model = meta.get("use_model") or (cells[-1] if cells else "")
         self.ignore = set(meta.get("ignore", []))
-
-        # 1. run the notebook
         step = self._step("run")
         t0 = time.monotonic()
         session = c.open_notebook(path)
@@ -345,8 +352,12 @@ class Trial:
         self.files_before = self._files()
         step.info["state_names"] = sorted(self.before)
         self.kernel_pid = res["pid"]
+        return kernel_id
 
-        # 2. pause
+    def _pause(self, kernel_id: str) -> None:
+        """2. Pause: the kernel and its accelerator are released, its checkpoint and the
+        notebook's files kept."""
+        c, path = self.client, self.path
         step = self._step("pause")
         t0 = time.monotonic()
         op = c.wait(c.pause(path), self.timeout)
@@ -392,7 +403,10 @@ class Trial:
         except ClientError:
             pass
 
-        # 3. resume
+    def _resume(self) -> tuple[str | None, dict[str, Any]]:
+        """3. Resume, once however often it is asked: the model cell runs on the state it
+        had (the new kernel's id, and what the probe found)."""
+        c, path = self.client, self.path
         step = self._step("resume")
         t0 = time.monotonic()
         op = c.resume(path)
@@ -430,10 +444,12 @@ class Trial:
             f"probe: {outcome['outcome']} (expected {self.expect_live})",
         )
         step.check("probe file present", outcome["file"] == "present", outcome["file"])
-        s = c.session_status(path) or {}
-        step.info["session"] = s
+        step.info["session"] = c.session_status(path) or {}
+        return kernel_id, outcome
 
-        # 4. the comparison path: checkpoint into a fresh kernel
+    def _checkpoint_restore(self, kernel_id: str | None, outcome: dict[str, Any]) -> None:
+        """4. The comparison path: the checkpoint restored into a fresh kernel."""
+        c, path = self.client, self.path
         step = self._step("checkpoint-restore")
         t0 = time.monotonic()
         c.restart_kernel(kernel_id)

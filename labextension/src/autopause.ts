@@ -152,7 +152,8 @@ export class AutoPauseNotices {
   }
 
   private _reportError(session: ISessionStatus): void {
-    const error = session.error;
+    // an operation's failure, else a failed upload of its saved state to the bucket
+    const error = session.error ?? session.staging?.error ?? null;
     const previous = this._errors.get(session.path);
     this._errors.set(session.path, error);
     const own =

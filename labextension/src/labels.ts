@@ -253,20 +253,21 @@ export function describeSession(
 /**
  * "pause failed", "autosave failed", "saving state failed": the notebook's last
  * operation failed and nothing has succeeded since (the server keeps its error
- * until then), though it runs on; null otherwise.  A failed resume is the
- * notebook's state itself ("Failed").
+ * until then), though it runs on; "upload failed": its state is saved here, and
+ * staging it in the bucket failed (until a staging succeeds or the bucket holds
+ * a newer state); null otherwise.  A failed resume is the notebook's state
+ * itself ("Failed").
  */
 export function failedOperation(
   session: ISessionStatus,
   trans: TranslationBundle
 ): string | null {
   const op = session.operation;
-  if (
-    !session.error ||
-    op?.outcome !== 'failed' ||
-    (session.state !== 'running' && session.state !== 'ready')
-  ) {
+  if (session.state !== 'running' && session.state !== 'ready') {
     return null;
+  }
+  if (!session.error || op?.outcome !== 'failed') {
+    return session.staging?.error ? trans.__('upload failed') : null;
   }
   if (op.kind === 'pause') {
     return trans.__('pause failed');
@@ -284,5 +285,9 @@ export function failedOperation(
  * the server reports no error, so notices about earlier failures can go.
  */
 export function recovered(session: ISessionStatus): boolean {
-  return !session.error && session.operation?.outcome === 'succeeded';
+  return (
+    !session.error &&
+    !session.staging?.error &&
+    session.operation?.outcome === 'succeeded'
+  );
 }

@@ -200,9 +200,10 @@ export class PauseStatusItem extends Widget {
             .join('\n')
         ]);
       }
-      if (session.error) {
+      const error = session.error ?? session.staging?.error;
+      if (error) {
         const failed = failedOperation(session, trans);
-        const reason = shortReason(session.error);
+        const reason = shortReason(error);
         rows.push([
           trans.__('Problem'),
           failed ? trans.__('%1: %2', failed, reason) : reason

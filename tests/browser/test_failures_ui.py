@@ -38,9 +38,10 @@ def test_a_failed_autosave_and_pause_stay_until_a_save_succeeds(lab_factory, pag
     wait_status(page, "Pause: Live")
     toasts = page.locator(".Toastify__toast")
 
-    # an autosave this page did not start fails: said, and it stays
+    # an autosave this page did not start is saved here, and its upload to the bucket
+    # (staging) fails: said, and it stays
     run_cell(page, 0, None)
-    wait_status(page, "Pause: Live · autosave failed", timeout=120_000)
+    wait_status(page, "Pause: Live · upload failed", timeout=120_000)
     autosave = toasts.filter(has_text=f"nb.ipynb: {CAUSE}")
     autosave.wait_for()
     assert page.locator("[data-jp-pause='status']").get_attribute("data-state") == "problem"

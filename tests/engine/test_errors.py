@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import threading
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 import jupyter_pause as jp
-from jupyter_pause.engine import checks, errors, signing, tensors
+from jupyter_pause.engine import api, checks, errors, signing, tensors
 
 
 def test_unknown_names(ck):
@@ -20,6 +21,22 @@ def test_unknown_names(ck):
     jp.checkpoint(namespace={"x": 1}, **ck)
     with pytest.raises(errors.UnknownName, match="'y'.*Available: x"):
         jp.restore(None, "y", namespace={}, **ck)
+
+
+def test_a_misspelt_option_is_a_type_error_that_names_it(ck):
+    with pytest.raises(TypeError, match=r"checkpoint\(\) got an unexpected keyword argument 'kep'"):
+        jp.checkpoint(namespace={"x": 1}, kep=1, **ck)
+    jp.checkpoint(namespace={"x": 1}, **ck)
+    with pytest.raises(TypeError, match=r"restore\(\) got an unexpected keyword argument 'lazzy'"):
+        jp.restore(namespace={}, lazzy=False, **ck)
+
+
+@pytest.mark.parametrize(
+    ("documented", "defaults"),
+    [(api.CheckpointOptions, api._CheckpointOptions), (api.RestoreOptions, api._RestoreOptions)],
+)
+def test_each_documented_option_has_its_default(documented, defaults):
+    assert set(documented.__annotations__) == {f.name for f in dataclasses.fields(defaults)}
 
 
 def test_restore_name_that_was_skipped_says_why(ck):

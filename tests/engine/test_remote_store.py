@@ -238,7 +238,7 @@ def test_each_blob_is_uploaded_while_the_next_is_written(url, tmp_path, monkeypa
     write = tensors.write_safetensors
     seen_before: list[list[str]] = []
 
-    def write_once_the_previous_blob_is_up(txn, tmp_name, storages, progress=None):
+    def write_once_the_previous_blob_is_up(txn, tmp_name, storages, progress=None, phases=None):
         if txn.staged:  # wait (with a deadline) for the blob staged before to be up
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
@@ -247,7 +247,7 @@ def test_each_blob_is_uploaded_while_the_next_is_written(url, tmp_path, monkeypa
                     break
                 time.sleep(0.05)
             seen_before.append(sorted(mirror(url).listing()))
-        return write(txn, tmp_name, storages, progress)
+        return write(txn, tmp_name, storages, progress, phases)
 
     monkeypatch.setattr(tensors, "write_safetensors", write_once_the_previous_blob_is_up)
     r = api.checkpoint(dir=url, notebook=NB, namespace=ns, progress=False)

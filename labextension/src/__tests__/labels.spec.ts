@@ -248,6 +248,35 @@ describe('failedOperation and recovered', () => {
     expect(failedOperation(paused, trans)).toBeNull();
   });
 
+  it('names a failed upload of a state saved here, until it is over', () => {
+    const staging = (error: string | null) => ({
+      seconds: 60,
+      bytes: 1024,
+      checkpoint: null,
+      uploading: false,
+      error
+    });
+    const ok = operation('checkpoint', 'succeeded', {
+      options: { autosave: true }
+    });
+    const stuck = session('running', {
+      operation: ok,
+      staging: staging('RemoteStoreError: no bucket')
+    });
+    expect(failedOperation(stuck, trans)).toBe('upload failed');
+    expect(recovered(stuck)).toBe(false);
+    // an operation's own failure is named before it
+    const both = {
+      ...stuck,
+      error: 'boom',
+      operation: operation('pause', 'failed')
+    };
+    expect(failedOperation(both, trans)).toBe('pause failed');
+    const over = session('running', { operation: ok, staging: staging(null) });
+    expect(failedOperation(over, trans)).toBeNull();
+    expect(recovered(over)).toBe(true);
+  });
+
   it('recovered: the last operation succeeded and no error stands', () => {
     const ok = operation('checkpoint', 'succeeded');
     expect(recovered(session('running', { operation: ok }))).toBe(true);
