@@ -40,9 +40,15 @@ _FETCHING: dict[str, threading.Lock] = {}
 _FETCHING_LOCK = threading.Lock()
 
 
+def _bucket(dir) -> paths.Bucket | None:
+    """The bucket behind the checkpoint root ``dir`` (a :class:`paths.CheckpointRoot`
+    where the caller resolved it already), or None (a plain folder)."""
+    return paths.root_of(dir).bucket
+
+
 def _remote(dir, nbdir: Path) -> remote.Remote | None:
     """The bucket mirror of the notebook folder ``nbdir``, or None (a plain folder)."""
-    bucket = paths.bucket_of(dir)
+    bucket = _bucket(dir)
     if bucket is None:
         return None
     return remote.Remote(bucket, f"{nbdir.parent.name}/{nbdir.name}")
@@ -86,7 +92,7 @@ def pull(dir, nbdir: Path) -> None:
 def check_store(dir=None) -> None:
     """Raise :class:`RemoteStoreError` when the bucket behind the checkpoint root cannot
     be used now; nothing for a folder (it is made at the first checkpoint)."""
-    bucket = paths.bucket_of(dir)
+    bucket = _bucket(dir)
     if bucket is not None:
         remote.probe(bucket)
 
@@ -94,12 +100,12 @@ def check_store(dir=None) -> None:
 def notebook_folders(dir=None) -> list[Path]:
     """This user's notebook folders: those in the folder, and with a bucket behind it,
     those in the bucket too (a machine that never saw them has no folder yet)."""
-    root = paths.user_root(dir)
-    found = {p.name for p in root.iterdir() if p.is_dir()} if root.is_dir() else set()
-    bucket = paths.bucket_of(dir)
-    if bucket is not None:
-        found |= set(remote.folders(bucket, root.name))
-    return [root / name for name in sorted(found)]
+    root = paths.root_of(dir)
+    folder = root.user_root()
+    found = {p.name for p in folder.iterdir() if p.is_dir()} if folder.is_dir() else set()
+    if root.bucket is not None:
+        found |= set(remote.folders(root.bucket, folder.name))
+    return [folder / name for name in sorted(found)]
 
 
 @dataclass(frozen=True)

@@ -136,11 +136,38 @@ def parse_bucket(text: str, cache: str | os.PathLike | None = None) -> Bucket | 
     return Bucket(scheme, bucket, prefix, Path(cache).expanduser())
 
 
+@dataclass(frozen=True)
+class CheckpointRoot:
+    """The checkpoint root, resolved once (:func:`root_of`) and handed down: its local
+    folder (the root itself, or the cache of a bucket) and the bucket it mirrors (None
+    for a plain folder).  Every function here that takes ``dir`` takes one as it is."""
+
+    folder: Path
+    bucket: Bucket | None = None
+
+    def user_root(self) -> Path:
+        return user_root(self)
+
+    def notebook_dir(self, notebook: str | None = None) -> Path:
+        return notebook_dir(self, notebook)
+
+
+def root_of(dir=None) -> CheckpointRoot:
+    """``dir`` (see :func:`location`) resolved once; a :class:`CheckpointRoot` as it is."""
+    if isinstance(dir, CheckpointRoot):
+        return dir
+    loc = location(dir)
+    return CheckpointRoot(loc.cache, loc) if isinstance(loc, Bucket) else CheckpointRoot(loc)
+
+
 def location(dir=None) -> Path | Bucket:
-    """The checkpoint root: explicit ``dir`` (a path, a URL, or a :class:`Bucket`), else
-    ``$JUPYTER_PAUSE_CHECKPOINT_DIR``, else the Jupyter data dir."""
+    """The checkpoint root: explicit ``dir`` (a path, a URL, a :class:`Bucket` or a
+    :class:`CheckpointRoot`), else ``$JUPYTER_PAUSE_CHECKPOINT_DIR``, else the Jupyter
+    data dir."""
     if isinstance(dir, Bucket):
         return dir
+    if isinstance(dir, CheckpointRoot):
+        return dir.bucket or dir.folder
     text = os.fspath(dir) if dir is not None else os.environ.get(ENV_DIR)
     if not text:
         return pause_data_dir() / "checkpoints"

@@ -108,10 +108,10 @@ def choose_for_resume(
     the kernel and the kernel's restore all get this one. It writes nothing but what a
     restore would: a bucket's newer checkpoints' small files, pulled into the cache
     (unless ``synced``: the caller pulled them for this resume already)."""
-    nbdir = paths.notebook_dir(dir, notebook)
+    root = paths.root_of(dir)
+    nbdir = root.notebook_dir(notebook)
     if not synced:
-        mirror.pull(dir, nbdir)
-    bucket = paths.bucket_of(dir)
+        mirror.pull(root, nbdir)
     key = checks.load_key_for_listing()[0]
     if checkpoint_id is None:
         candidates = list(reversed(checks.checkpoint_ids(nbdir)))
@@ -127,7 +127,7 @@ def choose_for_resume(
             files = _blob_files(nbdir, m)
             for rel, path in files:
                 why = checks.check_header(path, m.files[rel])
-                if why is not None and not (why == "missing" and bucket is not None):
+                if why is not None and not (why == "missing" and root.bucket is not None):
                     raise CorruptCheckpoint(", ".join(m.owners_of_file(rel)) or rel, str(path), why)
         except CheckpointError as e:
             passed_over[cid] = str(e)

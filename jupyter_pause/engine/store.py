@@ -119,6 +119,13 @@ def _id_time(cid: str) -> str:
     return f"{base[:10]}T{base[11:].replace('-', ':')}+00:00"
 
 
+def _folder(dir, notebook: str | None) -> tuple[paths.CheckpointRoot, Path]:
+    """The checkpoint root ``dir``, resolved once for the call, and the folder of
+    ``notebook`` in it; what the call hands down gets the root, not ``dir``."""
+    root = paths.root_of(dir)
+    return root, root.notebook_dir(notebook)
+
+
 def list_checkpoints(
     dir=None, notebook: str | None = None, *, here_only: bool = False
 ) -> list[CheckpointInfo]:
@@ -129,9 +136,9 @@ def list_checkpoints(
     unsigned, foreign, replayed or damaged ones are listed with ``trusted=False``,
     ``status`` "untrusted" or "damaged" and the reason in ``problem``. Only the
     manifest is checked here; ``scrub`` hashes the data too."""
-    nbdir = paths.notebook_dir(dir, notebook)
+    root, nbdir = _folder(dir, notebook)
     if not here_only:
-        mirror.pull(dir, nbdir)
+        mirror.pull(root, nbdir)
     return list_folder(nbdir)
 
 
@@ -156,9 +163,9 @@ def get_manifest(
 ) -> Manifest:
     """The manifest of one checkpoint (the latest if no id), signature verified
     (``synced``: the caller listed the bucket already; it is not listed again)."""
-    nbdir = paths.notebook_dir(dir, notebook)
+    root, nbdir = _folder(dir, notebook)
     if not synced:
-        mirror.pull(dir, nbdir)
+        mirror.pull(root, nbdir)
     if checkpoint_id is None:
         ids = checks.checkpoint_ids(nbdir)
         if not ids:
@@ -174,7 +181,7 @@ def latest_checkpoint(
 ) -> CheckpointInfo | None:
     """The newest checkpoint that is signed, complete (all files present, right sizes) and,
     with ``verify=True``, whose every hash checks out. None if there is none."""
-    nbdir = paths.notebook_dir(dir, notebook)
+    _, nbdir = _folder(dir, notebook)
     key, _ = checks.load_key_for_listing()
     newest = _newest_complete(nbdir, key, verify, trust)
     if newest is None:
@@ -205,8 +212,8 @@ def verify_checkpoint(
 ) -> Manifest:
     """Check the signature and every hash of a checkpoint; raises CorruptCheckpoint naming the
     object, UntrustedCheckpoint, or CheckpointNotFound. Returns the manifest when all is well."""
-    nbdir = paths.notebook_dir(dir, notebook)
-    m = get_manifest(dir, notebook, checkpoint_id, trust=trust)
+    root, nbdir = _folder(dir, notebook)
+    m = get_manifest(root, notebook, checkpoint_id, trust=trust)
     checks.verify_manifest(nbdir, m, trust=trust)
     return m
 
@@ -248,8 +255,8 @@ def rebind(dir, old_notebook: str, new_notebook: str) -> list[str]:
     this user's checkpoints of the old notebook move (others stay). Crash-safe: files are
     hard-linked (or copied) into a temp folder that is renamed into place, then the old
     checkpoint is removed; at worst both copies exist. Returns the ids moved."""
-    src = paths.notebook_dir(dir, old_notebook)
-    dst = paths.notebook_dir(dir, new_notebook)
+    root, src = _folder(dir, old_notebook)
+    dst = root.notebook_dir(new_notebook)
     if not src.is_dir() or src == dst:
         return []
     key = signing.load_key()
@@ -309,9 +316,9 @@ def delete_checkpoint(
 
     ``lock_timeout`` bounds the wait for a writer holding the notebook's lock
     (then :class:`StoreBusy`); the server passes a short one."""
-    nbdir = paths.notebook_dir(dir, notebook)
+    root, nbdir = _folder(dir, notebook)
     folder = checks.checkpoint_path(nbdir, checkpoint_id)
-    mirror.pull(dir, nbdir)
+    mirror.pull(root, nbdir)
     with checks.locked(nbdir, timeout=lock_timeout):
         if not folder.is_dir():
             raise CheckpointNotFound(checkpoint_id, str(nbdir))
@@ -321,12 +328,12 @@ def delete_checkpoint(
                 str(folder),
                 foreign,
                 checkpoint_id,
-                str(paths.checkpoint_root(dir)),
+                str(root.folder),
                 paths.notebook_key(notebook),
             )
         _remove_checkpoint_dir(folder)
         checks.gc(nbdir, locked_already=True)
-        mirror.push(dir, nbdir)
+        mirror.push(root, nbdir)
     return foreign
 
 
@@ -451,14 +458,15 @@ def expire(dir, older_than: float, *, dry_run: bool = False, now: float | None =
     platform snapshot is gone.
     """
     out = Expiry()
-    bucket = paths.bucket_of(dir)  # the bucket's checkpoints, mirrored
-    if bucket is None and not paths.user_root(dir).is_dir():
-        out.errors.append(f"{paths.user_root(dir)} is not a directory")
+    root = paths.root_of(dir)
+    bucket = root.bucket  # the bucket's checkpoints, mirrored
+    if bucket is None and not root.user_root().is_dir():
+        out.errors.append(f"{root.user_root()} is not a directory")
         return out
     now = time.time() if now is None else now
-    for nbdir in mirror.notebook_folders(dir):
+    for nbdir in mirror.notebook_folders(root):
         if bucket is not None:
-            mirror.pull(dir, nbdir)
+            mirror.pull(root, nbdir)
         ids = []
         for cid in checks.checkpoint_ids(nbdir):
             if foreign_reason(nbdir, cid):
@@ -485,7 +493,7 @@ def expire(dir, older_than: float, *, dry_run: bool = False, now: float | None =
             out.kept.append(f"{nbdir.name}/{ids[-1]}")
         if bucket is not None and not dry_run:
             try:  # the deletions, then what crashed uploads left
-                mirror.push(dir, nbdir)
+                mirror.push(root, nbdir)
             except Exception as e:
                 out.errors.append(f"{nbdir.name}: {e}")
     return out
