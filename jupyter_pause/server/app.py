@@ -371,9 +371,9 @@ class PauseApp(ExtensionApp):
         # on a hub, the Hub's user name (under KubeSpawner every Unix user is jovyan)
         user = os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
         self._make_private_folders()
-        self.ledger = Ledger(Path(self.state_dir) / "ledger.sqlite3", user=user)
-        self._connect_event_bus()
         clock = SYSTEM  # one clock for all: wall to show and schedule, monotonic to measure
+        self.ledger = Ledger(Path(self.state_dir) / "ledger.sqlite3", user=user, clock=clock)
+        self._connect_event_bus()
         self.backend_instance = self._make_backend(clock)
         # a kernel's class is decided when it starts, for the ledger's rows whether or not
         # the idle policies are on
@@ -392,7 +392,7 @@ class PauseApp(ExtensionApp):
             auto_pause_status=(lambda s: self.idle_watcher.auto_pause_status(s)) if on else None,
             after_pause=lambda s: self.scheduler.predict(s),
         )
-        store = SessionStore(Path(self.state_dir) / "sessions.json")
+        store = SessionStore(Path(self.state_dir) / "sessions.json", clock=clock)
         location = self.in_force.checkpoint_dir
         self.shared = stager = None
         if isinstance(location, checkpoint_paths.Bucket):
@@ -409,7 +409,7 @@ class PauseApp(ExtensionApp):
                 clock=clock,
                 hold_timeout=self.bucket_hold_timeout,
             )
-        self.hibernator = self._make_hibernator()
+        self.hibernator = self._make_hibernator(clock)
         self.manager = PauseManager(
             kernel_manager=self.serverapp.kernel_manager,
             session_manager=self.serverapp.session_manager,
@@ -460,6 +460,8 @@ class PauseApp(ExtensionApp):
             jupyter_pause_manager=self.manager,
             jupyter_pause_catalogue=self.manager.catalogue,
             jupyter_pause_schedules=self.manager.schedules,
+            jupyter_pause_reconciler=self.manager.reconciler,
+            jupyter_pause_clock=clock,
             jupyter_pause_idle=self.idle_watcher,
             jupyter_pause_ledger=self.ledger,
             jupyter_pause_version=__version__,
@@ -692,7 +694,7 @@ class PauseApp(ExtensionApp):
             before_stop=self.hibernator.before_stop,
         )
 
-    def _make_hibernator(self) -> Hibernator:
+    def _make_hibernator(self, clock) -> Hibernator:
         """The hibernator, with its helper when this server can hibernate kernels; else
         with why not (GET status's ``can.hibernate`` is then false). A driver setting that
         names no driver stops the server here."""
@@ -717,6 +719,7 @@ class PauseApp(ExtensionApp):
             gpu_margin=self.hibernate_gpu_margin,
             lock_timeout=self.hibernate_lock_timeout,
             log=self.log,
+            clock=clock,
         )
 
     def _connect_event_bus(self):

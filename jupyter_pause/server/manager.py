@@ -108,10 +108,12 @@ class PauseManager:
         self.contents_manager = contents_manager
         self.store = store
         self.ledger = ledger
-        self.recorder = Recorder(store=store, ledger=ledger, log=log, kernel_gpus=kernel_gpus)
-        self.schedules = Schedules(store=store, recorder=self.recorder)
+        self.recorder = Recorder(
+            store=store, ledger=ledger, log=log, kernel_gpus=kernel_gpus, clock=clock
+        )
+        self.schedules = Schedules(store=store, recorder=self.recorder, clock=clock)
         self.catalogue = Catalogue(
-            checkpoint_dir=checkpoint_dir, store=store, recorder=self.recorder, log=log
+            checkpoint_dir=checkpoint_dir, store=store, recorder=self.recorder, log=log, clock=clock
         )
         self.backend = backend
         self.checkpoint_dir = checkpoint_dir
@@ -142,6 +144,7 @@ class PauseManager:
             prewarmer=self.prewarmer,
             classifier=classifier,
             log=log,
+            clock=clock,
         )
         self.classifier = classifier
         #: how to run a kernel_ops function in a kernel (a fake in unit tests)
@@ -228,7 +231,7 @@ class PauseManager:
         if not report.info.get("auto_resume"):
             return
         for path, session in list(self.store.sessions.items()):
-            if session.schedule and session.schedule["at"] <= time.time():
+            if session.schedule and session.schedule["at"] <= self.clock.time():
                 continue  # the scheduler resumes it, as scheduled
             if session.state == State.PAUSED:
                 self.log.info(
@@ -578,7 +581,7 @@ class PauseManager:
                 if others is None:
                     return
                 group += others
-            op.mark(Step.RELEASING)
+            op.mark(Step.RELEASING, self.clock.time())
             for member in group:
                 self.recorder.move(member, State.PAUSING, op, RELEASING)
                 if self.shared is not None:  # other servers learn of it before it goes
@@ -595,9 +598,9 @@ class PauseManager:
                     )
                 self.recorder.fail(session, op, error)
                 return
-            released_at = facts.released_at or time.time()
+            released_at = facts.released_at or self.clock.time()
             op.mark(Step.RELEASED, released_at)
-            op.mark(Step.PAUSED)
+            op.mark(Step.PAUSED, self.clock.time())
             for member in group:
                 self.recorder.record(
                     EventType.ACCELERATOR_RELEASED,
@@ -699,14 +702,14 @@ class PauseManager:
         if op.options.get("after_cell"):
             op.step = "waiting for the running cell to finish"
             await self._wait_idle(kernel_id, self.idle_wait_timeout)
-            op.mark(Step.CELL_ENDED)
+            op.mark(Step.CELL_ENDED, self.clock.time())
         elif self.execution_state(kernel_id) == "busy" and op.options.get("force"):
             op.step = "interrupting the running cell"
             await self.kernel_manager.interrupt_kernel(kernel_id)
             op.messages.append("The running cell was interrupted so that the notebook could pause.")
             self.recorder.record(EventType.KERNEL_INTERRUPTED, session, op)
             await self._wait_idle(kernel_id, 30)
-            op.mark(Step.CELL_ENDED, note="interrupted")
+            op.mark(Step.CELL_ENDED, self.clock.time(), note="interrupted")
 
     def execution_state(self, kernel_id: str | None) -> str | None:
         """The kernel's execution state, or None when the server has no such kernel."""
@@ -746,7 +749,7 @@ class PauseManager:
                 "checkpoint",
                 timeout=self.kernel_call_timeout,
                 on_progress=op.show,
-                on_answering=lambda: op.mark(Step.KERNEL_ANSWERING),
+                on_answering=lambda: op.mark(Step.KERNEL_ANSWERING, self.clock.time()),
                 notebook=session.path,
                 dir=self.kernel_checkpoint_dir,
                 nonce=nonce,
@@ -757,8 +760,8 @@ class PauseManager:
                 **({} if upload else {"upload": False}),
             )
             result = CheckpointReply.from_json(reply)
-            op.mark_kernel(result.steps, result.took)
-            op.mark(Step.CHECKPOINT_RETURNED)
+            op.mark_kernel(result.steps, result.took, self.clock.time())
+            op.mark(Step.CHECKPOINT_RETURNED, self.clock.time())
         except KernelDied as e:
             await self.reconciler.kernel_died(session, op, str(e), report=report)
             return False
@@ -788,7 +791,7 @@ class PauseManager:
             op.progress = None
         session.last_checkpoint = {
             "id": result.id,
-            "time": time.time(),
+            "time": self.clock.time(),
             "bytes": result.bytes,
             **autosave,
         }
@@ -836,7 +839,7 @@ class PauseManager:
             checkpoint_paths.id_sort_key(last["id"])
         ):
             return
-        session.last_checkpoint = {**newest, "time": time.time()}
+        session.last_checkpoint = {**newest, "time": self.clock.time()}
         op.messages.append(
             f"Checkpoint {newest['id']} was written on this machine but is not in the "
             "bucket; a resume here restores it, and the next pause uploads it."
@@ -982,7 +985,7 @@ class PauseManager:
             session,
             op,
             seconds=seconds,
-            waited=time.time() - op.started,
+            waited=self.clock.time() - op.started,
             gpu_bytes=hibernation.bytes,
             by=by,
         )
@@ -1005,7 +1008,7 @@ class PauseManager:
         self.activity.unwatch(kernel_id)
         self.reconciler.forget(kernel_id)
         await self.kernel_manager.shutdown_kernel(kernel_id, now=False)
-        stopped = time.time()
+        stopped = self.clock.time()
         if session:
             self.recorder.record(
                 EventType.KERNEL_STOPPED, session, session.operation, kernel_id=kernel_id
@@ -1040,7 +1043,7 @@ class PauseManager:
         path = session.path
         # one decision, for all, on the listing the resume made (the bucket is listed once)
         chosen = await self.prewarmer.choose(path, checkpoint_id, synced=True)
-        op.mark(Step.CHOSEN)
+        op.mark(Step.CHOSEN, self.clock.time())
         fill = await self.prewarmer.hand_over(path, chosen)  # none for a spare
         self._read_ahead(path, chosen, fill)
         kernel_id = None
@@ -1073,7 +1076,7 @@ class PauseManager:
                     "restore",
                     timeout=self.kernel_call_timeout,
                     on_progress=op.show,
-                    on_answering=lambda: op.mark(Step.KERNEL_ANSWERING),
+                    on_answering=lambda: op.mark(Step.KERNEL_ANSWERING, self.clock.time()),
                     notebook=path,
                     dir=self.kernel_checkpoint_dir,
                     checkpoint_id=chosen.id if chosen else checkpoint_id,
@@ -1086,7 +1089,7 @@ class PauseManager:
                 op.progress = None
                 self.prewarmer.handed_over(fill)  # the kernel has taken what it takes
             result = RestoreReply.from_json(reply)
-            op.mark_kernel(result.steps, result.took)
+            op.mark_kernel(result.steps, result.took, self.clock.time())
             nonce = result.nonce
             session.live_state = (
                 LiveState.RESTORED if nonce and nonce == session.pause_nonce else LiveState.FRESH
@@ -1124,8 +1127,8 @@ class PauseManager:
             activity.reset_clock()
             self.reconciler.first_cell_pending.add(path)
             if op.options.get("scheduled"):
-                session.resumed_ahead = {"kind": op.options["scheduled"], "at": time.time()}
-            op.mark(Step.READY)
+                session.resumed_ahead = {"kind": op.options["scheduled"], "at": self.clock.time()}
+            op.mark(Step.READY, self.clock.time())
             self.recorder.move(session, State.READY, op)
             self.recorder.record(
                 EventType.FIRST_CELL_RUNNABLE, session, op, timeline=list(op.timeline)

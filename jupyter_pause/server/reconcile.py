@@ -15,6 +15,7 @@ import posixpath
 import re
 import time
 
+from ..clock import SYSTEM, Clock
 from ..engine import paths as checkpoint_paths
 from ..engine.errors import CheckpointError
 from ..ledger import EventType
@@ -64,8 +65,10 @@ class Reconciler:
         prewarmer: Prewarmer,
         classifier: WorkloadClassifier,
         log,
+        clock: Clock = SYSTEM,
     ):
         self.kernel_manager = kernel_manager
+        self.clock = clock
         self.session_manager = session_manager
         self.store = store
         self.recorder = recorder
@@ -214,7 +217,7 @@ class Reconciler:
             finally:
                 self._listening.discard(task)
         elif data.get("action") == "shutdown":
-            self.kernel_stopped(kernel_id, time.time())
+            self.kernel_stopped(kernel_id, self.clock.time())
 
     async def on_contents_action(self, logger, schema_id: str, data: dict) -> None:
         """Jupyter Server's contents events: a notebook (or a folder of them)
@@ -347,7 +350,7 @@ class Reconciler:
         op = session.operation
         resume = op if first and op is not None and op.kind == "resume" else None
         if resume is not None:  # the last step of its timeline
-            resume.mark(Step.FIRST_CELL)
+            resume.mark(Step.FIRST_CELL, self.clock.time())
         session.resumed_ahead = None  # the user came back
         if session.state in (State.READY, State.PAUSED):
             # READY: the first cell after a resume ran.  PAUSED: the user chose
@@ -477,7 +480,11 @@ class Reconciler:
                 await self.classifier.classify(session)
                 self.recorder.record(EventType.KERNEL_STARTED, session, op, started_by="user")
             await self.prewarmer.discard(path)
-            op.mark(Step.KERNEL_STARTED, note="the notebook's session's, started before")
+            op.mark(
+                Step.KERNEL_STARTED,
+                self.clock.time(),
+                note="the notebook's session's, started before",
+            )
             return kernel_id, False
         op.step = "starting a kernel"
         spare = await self.prewarmer.adopt(path)  # started already
@@ -488,6 +495,8 @@ class Reconciler:
             kernel_name=session.kernel_name,
             kernel_id=spare,
         )
-        op.mark(Step.KERNEL_STARTED, note="a spare, started before" if spare else "")
+        op.mark(
+            Step.KERNEL_STARTED, self.clock.time(), note="a spare, started before" if spare else ""
+        )
         session.kernel_id = model["kernel"]["id"]
         return session.kernel_id, True

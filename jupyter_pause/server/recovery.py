@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import time
 from collections.abc import Mapping
 
 from ..clock import Clock, StampAges
@@ -78,6 +77,7 @@ class Recovery:
         self.call = call
         self.log = log
         #: how long the leases of owners elsewhere went unrenewed (by path)
+        self.clock = clock
         self._lease_ages = StampAges(clock)
         self.resolving: set[str] = set()  # abandoned operations being settled now
         self._heartbeat: asyncio.Task | None = None
@@ -219,7 +219,7 @@ class Recovery:
         if committed is not None:
             session.last_checkpoint = {
                 "id": committed["id"],
-                "time": time.time(),
+                "time": self.clock.time(),
                 "bytes": committed["bytes"],
             }
             session.pause_nonce = (committed.get("metadata") or {}).get("pause_nonce")
@@ -294,7 +294,7 @@ class Recovery:
     async def _beat(self) -> None:
         while True:
             await asyncio.sleep(LEASE_INTERVAL)
-            now = time.time()
+            now = self.clock.time()
             mine = [
                 s.operation
                 for s in self.store.sessions.values()
@@ -325,14 +325,14 @@ class Recovery:
             activity = self.activity.watch(session.kernel_id, session.path)
             activity.reset_clock()  # the wall clock jumped by the whole pause
             self.reconciler.first_cell_pending.add(session.path)
-            if session.schedule and session.schedule["at"] <= time.time() + SCHEDULE_SLACK:
+            if session.schedule and session.schedule["at"] <= self.clock.time() + SCHEDULE_SLACK:
                 # the platform's scheduler brought the pod back, as scheduled
                 schedule, session.schedule = session.schedule, None
                 kind = schedule.get("kind") or "scheduled"
                 self.recorder.record(
                     EventType.SCHEDULED_RESUME_STARTED, session, op, at=schedule["at"], kind=kind
                 )
-                session.resumed_ahead = {"kind": kind, "at": time.time()}
+                session.resumed_ahead = {"kind": kind, "at": self.clock.time()}
             elif session.schedule:  # brought back before its time: by hand
                 self.schedules.cancel(session.path, "resumed by hand")
             self.recorder.move(session, State.READY, op)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 
 from ..ledger import EventType
 from ..lifecycle import SHUTDOWN_REASON, LostState, OperationInProgress, State
@@ -58,7 +57,7 @@ async def save_all(manager: PauseManager, grace: float, concurrency: int) -> Shu
     manager.stop()  # no new cell; the link is the last saves' now
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace
-    upload_by = time.time() + grace - min(RECORD_MARGIN, grace / 10)
+    upload_by = manager.clock.time() + grace - min(RECORD_MARGIN, grace / 10)
     try:
         await asyncio.wait_for(manager.recovered.wait(), grace)
         live = await asyncio.wait_for(manager.sync(), max(0.0, deadline - loop.time()))
@@ -111,7 +110,11 @@ async def save_all(manager: PauseManager, grace: float, concurrency: int) -> Shu
             held = session.bucket_checkpoint
             outcome = "older" if held else "none"
             session.final_save = final_save(
-                outcome, held, (session.last_checkpoint or {}).get("id"), missed.detail, time.time()
+                outcome,
+                held,
+                (session.last_checkpoint or {}).get("id"),
+                missed.detail,
+                manager.clock.time(),
             )
             manager.recorder.save()
             told = {"final_save": session.final_save}
