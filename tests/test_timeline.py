@@ -169,8 +169,8 @@ async def test_a_resume_asks_its_kernel_once(tmp_path):
 
     manager.call = counted
     op = await manager.resume(NB)
-    while manager._tasks:
-        await asyncio.gather(*list(manager._tasks))
+    while manager.tasks.all:
+        await asyncio.gather(*list(manager.tasks.all))
     assert op.outcome == "succeeded", op.error
     assert calls == ["restore"]
     assert session.live_state == LiveState.FRESH

@@ -22,19 +22,17 @@ from __future__ import annotations
 import asyncio
 import os
 import posixpath
-import socket
 import time
 import uuid
 from typing import Any
 
 from jupyter_server.utils import ensure_async
 
-from ..clock import SYSTEM, Clock
 from ..engine import paths as checkpoint_paths
 from ..engine import signing
 from ..engine import store as checkpoint_store
 from ..engine.errors import CheckpointError
-from ..ledger import EventType, Ledger
+from ..ledger import EventType
 from ..lifecycle import (
     BUSY_STATES,
     HIBERNATION_STATES,
@@ -45,27 +43,18 @@ from ..lifecycle import (
     OperationInProgress,
     PersistenceError,
     Session,
-    SessionStore,
     State,
     Step,
 )
 from ..protocol import CheckpointReply, HibernationFacts, RestoreReply, user_skipped
-from .activity import ActivityMonitor
-from .bucket_sessions import BucketSessions
 from .capacity import ResumeGate, machine_limit
-from .catalogue import Catalogue
-from .classify import WorkloadClassifier
+from .collaborators import Collaborators
 from .errors import Conflict, NotFound, PauseError, Unavailable
-from .hibernate import Hibernation, Hibernator, Refused, Stuck
-from .kernels import KernelCallError, KernelDied, call_in_kernel
+from .hibernate import Hibernation, Refused, Stuck
+from .kernels import KernelCallError, KernelDied
 from .ports import Policies
-from .prewarm import Prewarmer
-from .reconcile import Reconciler, execution_state
-from .recorder import Recorder
-from .recovery import Recovery
-from .schedules import Schedules
-from .staging import Stager, describe_final_save, final_save, lost_at_stop
-from .status_index import StatusIndex
+from .reconcile import execution_state
+from .staging import describe_final_save, final_save, lost_at_stop
 
 #: seconds a pause waits for a busy kernel to report idle before refusing: a client
 #: that has seen its cell end (IOPub idle on its websocket) can ask before the
@@ -81,40 +70,37 @@ class PauseManager:
     def __init__(
         self,
         *,
-        kernel_manager,
-        session_manager,
-        contents_manager,
-        store: SessionStore,
-        ledger: Ledger,
+        parts: Collaborators,
         backend,
         checkpoint_dir: str | checkpoint_paths.Bucket | None,
         keep_checkpoints: int,
         kernel_call_timeout: float,
         idle_wait_timeout: float,
         log,
-        activity: ActivityMonitor | None = None,
-        call=call_in_kernel,
-        clock: Clock = SYSTEM,
         resume_gate: ResumeGate | None = None,
-        classifier: WorkloadClassifier,
         policies: Policies = Policies(),
-        shared: BucketSessions | None = None,
-        hibernator: Hibernator | None = None,
-        stager: Stager | None = None,
-        kernel_gpus: int = 1,
     ):
-        self.kernel_manager = kernel_manager
-        self.session_manager = session_manager
-        self.contents_manager = contents_manager
-        self.store = store
-        self.ledger = ledger
-        self.recorder = Recorder(
-            store=store, ledger=ledger, log=log, kernel_gpus=kernel_gpus, clock=clock
-        )
-        self.schedules = Schedules(store=store, recorder=self.recorder, clock=clock)
-        self.catalogue = Catalogue(
-            checkpoint_dir=checkpoint_dir, store=store, recorder=self.recorder, log=log, clock=clock
-        )
+        """``parts``: the collaborators, built by :func:`.build_collaborators` (the
+        composition root's, ``PauseApp.initialize_settings``); the manager builds none."""
+        self.kernel_manager = parts.kernel_manager
+        self.contents_manager = parts.contents_manager
+        self.store = parts.store
+        self.ledger = parts.ledger
+        self.clock = parts.clock
+        self.call = parts.call
+        self.classifier = parts.classifier
+        self.recorder = parts.recorder
+        self.schedules = parts.schedules
+        self.catalogue = parts.catalogue
+        self.activity = parts.activity
+        self.prewarmer = parts.prewarmer
+        self.reconciler = parts.reconciler
+        self.tasks = parts.tasks
+        self.recovery = parts.recovery
+        self.status_index = parts.status_index
+        self.hibernator = parts.hibernator
+        self.stager = parts.stager
+        self.shared = parts.shared
         self.backend = backend
         self.checkpoint_dir = checkpoint_dir
         #: as a kernel call names it (JSON): a bucket by its URL, the kernel's cache being
@@ -125,37 +111,10 @@ class PauseManager:
             else checkpoint_dir
         )
         self.keep_checkpoints = keep_checkpoints
-        self.clock = clock
         self.kernel_call_timeout = kernel_call_timeout
         self.idle_wait_timeout = idle_wait_timeout
         self.log = log
-        self.activity = (
-            activity if activity is not None else ActivityMonitor(kernel_manager, clock=clock)
-        )
-        self.prewarmer = Prewarmer(kernel_manager, checkpoint_dir=checkpoint_dir, log=log)
-        self.reconciler = Reconciler(
-            kernel_manager=kernel_manager,
-            session_manager=session_manager,
-            store=store,
-            recorder=self.recorder,
-            schedules=self.schedules,
-            catalogue=self.catalogue,
-            activity=self.activity,
-            prewarmer=self.prewarmer,
-            classifier=classifier,
-            log=log,
-            clock=clock,
-        )
-        self.classifier = classifier
-        #: how to run a kernel_ops function in a kernel (a fake in unit tests)
-        self.call = call
-        #: the owner written into the lease of every operation this process runs
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        #: the sessions as a bucket shares them with other servers (None: not a bucket)
-        self.shared = shared
-        #: puts background saves in the bucket, and a stopping server's last ones
-        #: (server/staging.py; None: not a bucket)
-        self.stager = stager
+        self.policies = policies
         #: the platform's notice that the machine goes soon (backends' TerminationNotice)
         self.notice = None
         #: the server stops and saves its notebooks: no new cell starts (:meth:`stop`)
@@ -163,29 +122,6 @@ class PauseManager:
         #: how many resumes start kernels and restore at once; the others wait their turn
         self.resume_gate = resume_gate if resume_gate is not None else ResumeGate(machine_limit())
         self.operations: dict[str, Operation] = {}
-        self._tasks: set[asyncio.Task] = set()
-        self._running: dict[str, asyncio.Task] = {}  # operation id -> its task
-        self.recovery = Recovery(
-            owner=self.owner,
-            call=call,
-            running=self._running,
-            kernel_manager=kernel_manager,
-            store=store,
-            recorder=self.recorder,
-            catalogue=self.catalogue,
-            activity=self.activity,
-            schedules=self.schedules,
-            reconciler=self.reconciler,
-            clock=clock,
-            log=log,
-        )
-        self.policies = policies
-        #: the rows of GET status, each built again only when its session changed
-        self.status_index = StatusIndex(
-            store, policies, staging=self.staging_lag if stager is not None else None
-        )
-        #: hibernates kernels in place (server/hibernate.py); one that cannot says why
-        self.hibernator = hibernator or Hibernator(None, unavailable="not configured", log=log)
         #: set once :meth:`recover` ran: until then status and operations wait,
         #: so that nobody sees (or trips over) what a dead server left behind
         self.recovered = asyncio.Event()
@@ -228,7 +164,7 @@ class PauseManager:
         """The server has started: after a cold start on a platform, paused
         notebooks wait for Resume from their checkpoints (the store kept them
         paused), or resume by themselves when the backend is so configured."""
-        if not report.info.get("auto_resume"):
+        if not report.auto_resume:
             return
         for path, session in list(self.store.sessions.items()):
             if session.schedule and session.schedule["at"] <= self.clock.time():
@@ -255,11 +191,6 @@ class PauseManager:
             "notice": self.notice.to_json() if self.notice is not None else None,
             "sessions": sessions,
         }
-
-    def staging_lag(self, session: Session) -> dict[str, Any]:
-        """What the bucket lacks of the notebook's state now (:meth:`.Stager.lag`)."""
-        activity = self.activity.for_path(session.path) if session.kernel_id else None
-        return self.stager.lag(session, activity, self.clock.time())
 
     def operation(self, operation_id: str) -> Operation:
         op = self.operations.get(operation_id)
@@ -415,7 +346,7 @@ class PauseManager:
             if session.busy and (
                 op.kind in ("hibernate", "wake") or session.state in HIBERNATION_STATES
             ):
-                task = self._running.get(op.id)
+                task = self.tasks.of(op.id)
                 if task is None:  # another server runs it: its own clients wait on it
                     return
                 await asyncio.wait({task})
@@ -508,7 +439,7 @@ class PauseManager:
         """Claim the session (single flight); a claim that cannot be persisted
         is rolled back and refused with 503, and the session stays free."""
         try:
-            op = self.store.begin(path, kind, owner=self.owner, **options)
+            op = self.store.begin(path, kind, owner=self.tasks.owner, **options)
         except PersistenceError as e:
             raise Unavailable(str(e)) from e
         op.mark(Step.REQUESTED, op.started)
@@ -522,12 +453,7 @@ class PauseManager:
             self._spawn(read)
 
     def _spawn(self, coro, op: Operation | None = None) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        if op is not None:
-            self._running[op.id] = task
-            task.add_done_callback(lambda _: self._running.pop(op.id, None))
+        self.tasks.spawn(coro, op.id if op is not None else None)
 
     # ------------------------------------------------------------ recovery
 
@@ -1170,7 +1096,7 @@ class PauseManager:
 
     def task(self, operation_id: str) -> asyncio.Task | None:
         """The task that runs the operation in this process, if it runs here."""
-        return self._running.get(operation_id)
+        return self.tasks.of(operation_id)
 
     def _unexpected(self, session: Session, op: Operation, error: Exception) -> None:
         message = f"{op.kind} failed unexpectedly: {error}"
@@ -1186,8 +1112,7 @@ class PauseManager:
         self.recovery.close()
         self.prewarmer.stop_preparing()
         self.give_up_waiting()
-        for task in list(self._tasks):
-            task.cancel()
+        self.tasks.cancel()
         self.activity.close()
         await self.prewarmer.shutdown()
 
@@ -1213,7 +1138,7 @@ class PauseManager:
             op = session.operation
             if (
                 session.busy
-                and op.owner == self.owner
+                and op.owner == self.tasks.owner
                 and session.state == State.WAITING_FOR_CAPACITY
             ):
                 error = (
@@ -1222,6 +1147,6 @@ class PauseManager:
                 )
                 self.recorder.move(session, State.PAUSED, op, error=error)
                 self.recorder.fail(session, op, error)
-                task = self._running.get(op.id)
+                task = self.tasks.of(op.id)
                 if task is not None:  # never admitted later, while the server stops
                     task.cancel()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import Mapping
 
 from ..clock import Clock, StampAges
 from ..ledger import EventType
@@ -37,6 +36,7 @@ from .kernels import KernelCallError
 from .reconcile import Reconciler, execution_state
 from .recorder import Recorder
 from .schedules import Schedules
+from .tasks import Tasks
 
 #: why a notebook's state is lost when its kernel stopped with the server, no pause
 SERVER_STOPPED_UNDER_IT = "the server stopped under the kernel, without a pause"
@@ -49,9 +49,8 @@ class Recovery:
     def __init__(
         self,
         *,
-        owner: str,
+        tasks: Tasks,
         call,
-        running: Mapping[str, asyncio.Task],
         kernel_manager,
         store: SessionStore,
         recorder: Recorder,
@@ -62,10 +61,8 @@ class Recovery:
         clock: Clock,
         log,
     ):
-        #: the owner written into the lease of every operation this process runs
-        self.owner = owner
-        #: this process's operations under way (id -> task), as the manager runs them
-        self.running = running
+        #: this process's operations under way, and the owner their leases name
+        self.tasks = tasks
         self.kernel_manager = kernel_manager
         self.store = store
         self.recorder = recorder
@@ -96,8 +93,8 @@ class Recovery:
         step of this machine's wall clock neither kills a live owner's lease
         nor keeps a dead one's forever."""
         op = session.operation
-        if op.owner == self.owner:
-            return op.id not in self.running
+        if op.owner == self.tasks.owner:
+            return self.tasks.of(op.id) is None
         host, _, rest = op.owner.partition(":")
         pid = rest.partition(":")[0]
         if host == socket.gethostname() and pid.isdigit():
@@ -107,7 +104,7 @@ class Recovery:
     async def recover(self) -> None:
         """At start-up: resolve every operation a previous server left running,
         and clean the temp folders of checkpoint writers that died with it."""
-        for session in self.store.unfinished(self.owner):
+        for session in self.store.unfinished(self.tasks.owner):
             if self.abandoned(session):
                 await self.resolve(session, "the server stopped during it")
         for session in list(self.store.sessions.values()):
@@ -298,7 +295,7 @@ class Recovery:
             mine = [
                 s.operation
                 for s in self.store.sessions.values()
-                if s.busy and s.operation.owner == self.owner
+                if s.busy and s.operation.owner == self.tasks.owner
             ]
             for op in mine:
                 op.heartbeat = now
