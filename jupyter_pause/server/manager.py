@@ -1039,25 +1039,15 @@ class PauseManager:
                 why="the kernel that wrote it had lost them",
             )
             self.reconciler.watch_for_death(kernel_id)
-            self.recorder.record(
-                EventType.RESTORE_FINISHED,
+            self.reconciler.restore_finished(
                 session,
                 op,
+                ahead=op.options.get("scheduled"),
                 restored_from="checkpoint",
                 checkpoint_id=result.id,
                 bytes=result.bytes,
                 seconds=result.seconds,
                 gpus=result.gpus,
-            )
-            activity = self.activity.watch(kernel_id, path)
-            activity.reset_clock()
-            self.reconciler.first_cell_pending.add(path)
-            if op.options.get("scheduled"):
-                session.resumed_ahead = {"kind": op.options["scheduled"], "at": self.clock.time()}
-            op.mark(Step.READY, self.clock.time())
-            self.recorder.move(session, State.READY, op)
-            self.recorder.record(
-                EventType.FIRST_CELL_RUNNABLE, session, op, timeline=list(op.timeline)
             )
             self.recorder.finish(session, op)
         except Exception as e:

@@ -318,22 +318,19 @@ class Recovery:
         if nonce and nonce == session.pause_nonce:
             session.live_state = LiveState.RESTORED
             session.restored_from = "snapshot"
-            self.recorder.record(EventType.RESTORE_FINISHED, session, op, restored_from="snapshot")
-            activity = self.activity.watch(session.kernel_id, session.path)
-            activity.reset_clock()  # the wall clock jumped by the whole pause
-            self.reconciler.first_cell_pending.add(session.path)
+            ahead = None
             if session.schedule and session.schedule["at"] <= self.clock.time() + SCHEDULE_SLACK:
                 # the platform's scheduler brought the pod back, as scheduled
                 schedule, session.schedule = session.schedule, None
-                kind = schedule.get("kind") or "scheduled"
+                ahead = schedule.get("kind") or "scheduled"
                 self.recorder.record(
-                    EventType.SCHEDULED_RESUME_STARTED, session, op, at=schedule["at"], kind=kind
+                    EventType.SCHEDULED_RESUME_STARTED, session, op, at=schedule["at"], kind=ahead
                 )
-                session.resumed_ahead = {"kind": kind, "at": self.clock.time()}
             elif session.schedule:  # brought back before its time: by hand
                 self.schedules.cancel(session.path, "resumed by hand")
-            self.recorder.move(session, State.READY, op)
-            self.recorder.record(EventType.FIRST_CELL_RUNNABLE, session, op)
+            self.reconciler.restore_finished(
+                session, op, ahead=ahead, timeline=False, restored_from="snapshot"
+            )
         else:
             # the snapshot did not bring this kernel back: the checkpoint will
             error = "the snapshot did not bring the kernel back; resume from the checkpoint"
