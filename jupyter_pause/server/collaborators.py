@@ -16,6 +16,7 @@ from ..engine import paths as checkpoint_paths
 from ..ledger import Ledger
 from ..lifecycle import Session, SessionStore
 from .activity import ActivityMonitor
+from .bucket_saves import BucketSaves
 from .bucket_sessions import BucketSessions
 from .catalogue import Catalogue
 from .classify import WorkloadClassifier
@@ -61,6 +62,8 @@ class Collaborators:
     stager: Stager | None = None
     #: the sessions as a bucket shares them with other servers (None: not a bucket)
     shared: BucketSessions | None = None
+    #: a notebook's saves in the bucket, as its session tells them (None: not a bucket)
+    bucket_saves: BucketSaves | None = None
 
     def staging_lag(self, session: Session) -> dict[str, Any]:
         """What the bucket lacks of the notebook's state now (:meth:`.Stager.lag`)."""
@@ -143,6 +146,11 @@ def build_collaborators(
         hibernator=hibernator or Hibernator(None, unavailable="not configured", log=log),
         stager=stager,
         shared=shared,
+        bucket_saves=(
+            BucketSaves(stager=stager, store=store, recorder=recorder, clock=clock, log=log)
+            if stager is not None
+            else None
+        ),
     )
     if stager is not None:  # the rows of GET status show what the bucket lacks
         parts.status_index.staging = parts.staging_lag

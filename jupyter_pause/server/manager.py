@@ -31,7 +31,6 @@ from jupyter_server.utils import ensure_async
 from ..engine import paths as checkpoint_paths
 from ..engine import signing
 from ..engine import store as checkpoint_store
-from ..engine.errors import CheckpointError
 from ..ledger import EventType
 from ..lifecycle import (
     BUSY_STATES,
@@ -54,14 +53,12 @@ from .hibernate import Hibernation, Refused, Stuck
 from .kernels import KernelCallError, KernelDied
 from .ports import Policies
 from .reconcile import execution_state
-from .staging import describe_final_save, final_save, lost_at_stop
+from .staging import lost_at_stop
 
 #: seconds a pause waits for a busy kernel to report idle before refusing: a client
 #: that has seen its cell end (IOPub idle on its websocket) can ask before the
 #: server's own IOPub listener has updated the kernel's state
 BUSY_GRACE = 2.0
-#: seconds before a failed background staging is tried again, and the most between tries
-STAGE_RETRY, STAGE_RETRY_MAX = 10.0, 300.0
 #: a pause's step once its state is saved: only the platform's release is left
 RELEASING = "releasing the accelerator"
 
@@ -100,6 +97,7 @@ class PauseManager:
         self.status_index = parts.status_index
         self.hibernator = parts.hibernator
         self.stager = parts.stager
+        self.bucket_saves = parts.bucket_saves
         self.shared = parts.shared
         self.backend = backend
         self.checkpoint_dir = checkpoint_dir
@@ -244,7 +242,7 @@ class PauseManager:
         resume at once, so that it survives a server restart during the pause;
         ``reason`` is recorded (the scheduler's re-pause of an unused resume).
         ``upload_by`` (epoch seconds; a stopping server's pause, with a bucket): the
-        checkpoint goes to the bucket only if it can before then (:meth:`_final_save`)."""
+        checkpoint goes to the bucket only if it can before then (:meth:`.BucketSaves.final_save`)."""
         session, live = await self._prepare(path, "pause")
         kernel = live[path]["kernel"]
         if kernel.get("execution_state") == "busy" and not (force or after_cell):
@@ -495,7 +493,7 @@ class PauseManager:
             if not await self._checkpoint(session, op, pause=True, upload=not final):
                 return
             if final:
-                await self._final_save(session, op)
+                await self.bucket_saves.final_save(session, op)
             group = [session]
             # the server stops: each notebook is paused on its own, and only its kernel
             # is stopped (never the backend's release, which would stop the server or
@@ -564,38 +562,6 @@ class PauseManager:
         finally:
             if session.state != State.PAUSED and session.schedule:
                 self.schedules.cancel(path, "the pause did not finish")
-
-    async def _final_save(self, session: Session, op: Operation) -> None:
-        """A stopping server's last save of a notebook, with a bucket: its checkpoint,
-        just committed here, goes to the bucket if it can before ``upload_by``
-        (server/staging.py); ``session.final_save`` says what the bucket holds then (the
-        newest state, an older staged one, or none), and so do the log, the ledger's
-        ``paused`` row and the bucket's record."""
-        left = op.options["upload_by"] - self.clock.time()
-        op.step = "uploading its last changes"
-        flushed = await self.stager.flush(session.path, self.clock.monotonic() + left)
-        newest = session.last_checkpoint or {}
-        if flushed.committed:
-            self._bucket_holds(session, flushed.delta.checkpoint)
-        held = session.bucket_checkpoint or {}
-        if flushed.committed or held.get("id") == newest.get("id"):
-            outcome, why = "newest", None
-        else:
-            outcome, why = ("older" if held.get("id") else "none"), flushed.why
-        session.final_save = final_save(
-            outcome,
-            held,
-            newest.get("id"),
-            why,
-            self.clock.time(),
-            flushed.delta.bytes if flushed.delta else None,
-        )
-        said = describe_final_save(session.final_save)
-        if outcome == "newest":
-            self.log.info("jupyter-pause: %s: %s", session.path, said)
-        else:
-            self.log.warning("jupyter-pause: %s: %s", session.path, said)
-            op.messages.append(said)
 
     async def _checkpoint_others(self, session: Session, op: Operation) -> list[Session] | None:
         """Checkpoint every other live notebook (server-scope backends).
@@ -786,53 +752,10 @@ class PauseManager:
                 )
                 self.recorder.finish(session, op)
                 if staged:
-                    self._spawn(self._stage(session))
+                    self._spawn(self.bucket_saves.stage(session))
         except Exception as e:
             self.log.exception("jupyter-pause: checkpoint of %s failed", session.path)
             self._unexpected(session, op, e)
-
-    async def _stage(self, session: Session) -> None:
-        """A background save committed here goes to the bucket (server/staging.py); the
-        session then names it as the bucket's newest, and its record follows.  One that
-        fails is tried again, twice as late each time (at most :data:`STAGE_RETRY_MAX`),
-        while the notebook keeps its kernel: an idle kernel's bucket must not stay behind."""
-        kernel_id, wait = session.kernel_id, STAGE_RETRY
-        while True:
-            try:
-                staged = await self.stager.stage(session.path)
-                break
-            except (CheckpointError, OSError) as e:
-                self.log.warning(
-                    "jupyter-pause: could not stage %s in the bucket (trying again in %.0f s): %s",
-                    session.path,
-                    wait,
-                    e,
-                )
-            await asyncio.sleep(wait)
-            if self.store.sessions.get(session.path) is not session or (
-                session.kernel_id != kernel_id
-            ):
-                return
-            wait = min(2 * wait, STAGE_RETRY_MAX)
-        if staged is None or self.store.sessions.get(session.path) is not session:
-            return
-        self._bucket_holds(session, staged.checkpoint)
-
-    def _bucket_holds(self, session: Session, checkpoint_id: str) -> None:
-        """The bucket holds ``checkpoint_id`` of the session's notebook now: the session,
-        and so the bucket's record of it, name it (unless it names a newer one)."""
-        held = session.bucket_checkpoint or {}
-        if held.get("id") and checkpoint_paths.id_sort_key(held["id"]) >= (
-            checkpoint_paths.id_sort_key(checkpoint_id)
-        ):
-            return
-        last = session.last_checkpoint or {}
-        session.bucket_checkpoint = (
-            dict(last)
-            if last.get("id") == checkpoint_id
-            else {"id": checkpoint_id, "time": checkpoint_paths.id_time(checkpoint_id)}
-        )
-        self.recorder.save()
 
     # ------------------------------------------------------------ hibernating
 
