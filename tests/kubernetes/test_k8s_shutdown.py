@@ -49,8 +49,8 @@ def test_a_pod_stopped_under_the_server_snapshots_nothing_and_comes_back_from_ch
             NOTEBOOKS, State.PAUSED
         )
         await again.came_back(await again.backend.startup())
-        while again._tasks:
-            await asyncio.gather(*list(again._tasks), return_exceptions=True)
+        while again.tasks.all:
+            await asyncio.gather(*list(again.tasks.all), return_exceptions=True)
 
     asyncio.run(next_start())
     for value, path in enumerate(NOTEBOOKS):
