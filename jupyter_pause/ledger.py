@@ -17,13 +17,13 @@ import json
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from .clock import SYSTEM, Clock
 from .engine import durable
 
 
@@ -140,8 +140,9 @@ class Ledger:
     mirror events onto Jupyter's event bus.
     """
 
-    def __init__(self, path: str | Path = ":memory:", user: str = ""):
+    def __init__(self, path: str | Path = ":memory:", user: str = "", *, clock: Clock = SYSTEM):
         self.path = str(path)
+        self.clock = clock
         if self.path != ":memory:":
             durable.makedirs(Path(self.path).parent)
             # who used which notebook when is private: 0600 whatever the umask (SQLite
@@ -173,7 +174,7 @@ class Ledger:
         """Append one event and return it (with its row id)."""
         event = LedgerEvent(
             type=EventType(type),
-            time=time.time() if time_ is None else time_,
+            time=self.clock.time() if time_ is None else time_,
             path=path,
             kernel_id=kernel_id or "",
             operation_id=operation_id,

@@ -42,6 +42,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from .clock import SYSTEM, Clock
 from .engine import durable
 from .protocol import CallProgress
 
@@ -256,10 +257,10 @@ class Operation:
         """What the kernel says of the call it runs for this operation (until it ends)."""
         self.progress = progress
 
-    def mark(self, step: str, at: float | None = None, note: str = "") -> None:
-        """``step`` happened now, or at ``at`` (seconds since the epoch); never before
-        the step marked last, so the timeline stays in order."""
-        offset = (time.time() if at is None else at) - self.started
+    def mark(self, step: str, at: float, note: str = "") -> None:
+        """``step`` happened at ``at`` (seconds since the epoch, on the server's clock);
+        never before the step marked last, so the timeline stays in order."""
+        offset = at - self.started
         if self.timeline:
             offset = max(offset, self.timeline[-1]["at"])
         entry: dict[str, Any] = {"step": step, "at": round(max(0.0, offset), 4)}
@@ -267,10 +268,10 @@ class Operation:
             entry["note"] = note
         self.timeline.append(entry)
 
-    def mark_kernel(self, steps: list[list], took: float) -> None:
-        """A kernel's own steps of a call that answered just now
-        (:func:`protocol.kernel_steps`): the call reached it ``took`` seconds ago."""
-        reached = time.time() - took
+    def mark_kernel(self, steps: list[list], took: float, now: float) -> None:
+        """A kernel's own steps of a call that answered ``now`` (epoch seconds)
+        (:func:`protocol.kernel_steps`): the call reached it ``took`` seconds before."""
+        reached = now - took
         for step, at in steps:
             self.mark(step, reached + at)
 
@@ -323,13 +324,14 @@ class Session:
     #: {outcome: newest | older | none, checkpoint, at, newest, why, node}
     final_save: dict[str, Any] | None = None
 
-    def move(self, to: State, *, error: str | None = None) -> State:
-        """Move to ``to`` (or to FAILED with ``error``); returns the previous state."""
+    def move(self, to: State, *, at: float, error: str | None = None) -> State:
+        """Move to ``to`` (or to FAILED with ``error``) at ``at`` (epoch seconds);
+        returns the previous state."""
         previous = self.state
         if to != State.FAILED and to != previous and to not in TRANSITIONS[previous]:
             raise InvalidTransition(f"{self.path}: {previous.value} -> {to.value}")
         self.state = to
-        self.since = time.time()
+        self.since = at
         self.error = error
         return previous
 
@@ -387,8 +389,9 @@ class SessionStore:
     gone and only this file (and the checkpoint) say how to bring it back.
     """
 
-    def __init__(self, path: str | Path | None):
+    def __init__(self, path: str | Path | None, *, clock: Clock = SYSTEM):
         self.path = Path(path) if path else None
+        self.clock = clock
         self.sessions: dict[str, Session] = {}
         #: called after each save (the bucket's records follow the sessions)
         self.listeners: list[Callable[[], None]] = []
@@ -400,7 +403,7 @@ class SessionStore:
 
     def get(self, path: str) -> Session:
         if path not in self.sessions:
-            self.sessions[path] = Session(path=path)
+            self.sessions[path] = Session(path=path, since=self.clock.time())
         return self.sessions[path]
 
     def begin(self, path: str, kind: str, *, owner: str = "", **options: Any) -> Operation:
@@ -416,7 +419,10 @@ class SessionStore:
         if session.busy:
             raise OperationInProgress(path, session.operation)
         previous = session.operation
-        session.operation = Operation(kind=kind, path=path, options=options, owner=owner)
+        now = self.clock.time()
+        session.operation = Operation(
+            kind=kind, path=path, options=options, owner=owner, started=now, heartbeat=now
+        )
         try:
             self.save()
         except OSError as e:
@@ -437,7 +443,7 @@ class SessionStore:
     def finish(self, path: str, *, error: str | None = None) -> Operation:
         session = self.sessions[path]
         op = session.operation
-        op.finished = time.time()
+        op.finished = self.clock.time()
         op.outcome = "failed" if error else "succeeded"
         op.error = error or ""
         self.save()

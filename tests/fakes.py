@@ -21,6 +21,7 @@ from jupyter_pause.idle_policy import load_classes
 from jupyter_pause.ledger import Ledger
 from jupyter_pause.lifecycle import SessionStore
 from jupyter_pause.server.classify import WorkloadClassifier
+from jupyter_pause.server.collaborators import Collaborators, build_collaborators
 from jupyter_pause.server.kernels import KernelCallError
 from jupyter_pause.server.manager import PauseManager
 from jupyter_pause.server.ports import Policies
@@ -209,43 +210,56 @@ def kernel_call(checkpoint_dir: Path):
     return call
 
 
-def make_manager(
+def make_manager(tmp_path: Path, *args, **kwargs) -> PauseManager:
+    """A PauseManager over fakes, its checkpoints and session file under ``tmp_path``."""
+    return make_wired(tmp_path, *args, **kwargs)[1]
+
+
+def make_wired(
     tmp_path: Path,
     notebooks=("nb.ipynb",),
     store: SessionStore | None = None,
     clock=SYSTEM,
     policies: Policies = Policies(),
     hibernator=None,
-):
-    """A PauseManager over fakes, its checkpoints and session file under ``tmp_path``."""
+) -> tuple[Collaborators, PauseManager]:
+    """A PauseManager over fakes, and its collaborators, wired as the server wires them
+    (:func:`.build_collaborators`)."""
     kernels = FakeKernelManager()
     contents = FakeContentsManager(notebooks)
     log = logging.getLogger("test")
     checkpoint_dir = tmp_path / "checkpoints"
-    manager = PauseManager(
+    classifier = WorkloadClassifier(
+        classes=load_classes(),
+        default_class="gpu-interactive",
+        kernel_manager=kernels,
+        contents_manager=contents,
+        log=log,
+    )
+    parts = build_collaborators(
         kernel_manager=kernels,
         session_manager=FakeSessionManager(kernels),
         contents_manager=contents,
-        store=store or SessionStore(tmp_path / "sessions.json"),
-        ledger=Ledger(),
+        store=store or SessionStore(tmp_path / "sessions.json", clock=clock),
+        ledger=Ledger(clock=clock),
+        checkpoint_dir=str(checkpoint_dir),
+        classifier=classifier,
+        policies=policies,
+        log=log,
+        clock=clock,
+        call=kernel_call(checkpoint_dir),
+        activity=FakeActivity(clock),
+        hibernator=hibernator,
+    )
+    manager = PauseManager(
+        parts=parts,
         backend=FakeBackend(),
         checkpoint_dir=str(checkpoint_dir),
         keep_checkpoints=3,
         kernel_call_timeout=60,
         idle_wait_timeout=60,
         log=log,
-        activity=FakeActivity(clock),
-        call=kernel_call(checkpoint_dir),
-        clock=clock,
-        classifier=WorkloadClassifier(
-            classes=load_classes(),
-            default_class="gpu-interactive",
-            kernel_manager=kernels,
-            contents_manager=contents,
-            log=log,
-        ),
         policies=policies,
-        hibernator=hibernator,
     )
     manager.recovered.set()  # nothing to recover unless a test calls recover()
-    return manager
+    return parts, manager

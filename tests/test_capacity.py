@@ -158,10 +158,10 @@ async def paused_notebooks(manager, names):
     for name in names:
         session = manager.store.get(name)
         session.kernel_id = manager.kernel_manager.start({"x": name})
-        manager.session_manager.paths[name] = session.kernel_id
+        manager.reconciler.session_manager.paths[name] = session.kernel_id
         op = await manager.pause(name)
-        while manager._tasks:
-            await asyncio.gather(*list(manager._tasks), return_exceptions=True)
+        while manager.tasks.all:
+            await asyncio.gather(*list(manager.tasks.all), return_exceptions=True)
         assert op.outcome == "succeeded", op.error
 
 
@@ -217,8 +217,8 @@ async def test_due_resumes_wait_for_capacity_in_order_and_say_how_many_are_ahead
         return
 
     held.set()
-    while manager._tasks:
-        await asyncio.gather(*list(manager._tasks), return_exceptions=True)
+    while manager.tasks.all:
+        await asyncio.gather(*list(manager.tasks.all), return_exceptions=True)
     ready = sorted(
         (e.time, e.path) for e in manager.ledger.events() if e.type == EventType.FIRST_CELL_RUNNABLE
     )

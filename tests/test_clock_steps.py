@@ -26,14 +26,14 @@ THRESHOLD = 60
 
 
 async def settle(manager):
-    while manager._tasks:
-        await asyncio.gather(*list(manager._tasks), return_exceptions=True)
+    while manager.tasks.all:
+        await asyncio.gather(*list(manager.tasks.all), return_exceptions=True)
 
 
 async def running(manager):
     session = manager.store.get(NB)
     session.kernel_id = manager.kernel_manager.start({"x": 41})
-    manager.session_manager.paths[NB] = session.kernel_id
+    manager.reconciler.session_manager.paths[NB] = session.kernel_id
     await manager.sync()
     return session
 

@@ -41,8 +41,8 @@ NB = "nb.ipynb"
 
 async def settle(manager):
     """Wait for every operation task the manager started."""
-    while manager._tasks:
-        await asyncio.gather(*list(manager._tasks), return_exceptions=True)
+    while manager.tasks.all:
+        await asyncio.gather(*list(manager.tasks.all), return_exceptions=True)
 
 
 def with_session(manager, state: State, *, kernel: bool, operation: Operation | None = None):
@@ -50,7 +50,7 @@ def with_session(manager, state: State, *, kernel: bool, operation: Operation | 
     session.state = state
     if kernel:
         session.kernel_id = manager.kernel_manager.start({"x": 41})
-        manager.session_manager.paths[NB] = session.kernel_id
+        manager.reconciler.session_manager.paths[NB] = session.kernel_id
     session.operation = operation
     return session
 
@@ -363,7 +363,7 @@ async def test_a_lease_already_old_when_first_seen_has_expired(tmp_path):
 async def test_an_operation_of_this_server_without_a_task_is_not_stuck(tmp_path):
     manager = make_manager(tmp_path)
     earlier_checkpoint(manager)
-    op = Operation(kind="pause", path=NB, owner=manager.owner)
+    op = Operation(kind="pause", path=NB, owner=manager.tasks.owner)
     with_session(manager, State.CHECKPOINTING, kernel=True, operation=op)
     new = await manager.checkpoint(NB)
     await settle(manager)

@@ -105,14 +105,14 @@ def test_a_date_this_machine_cannot_convert_is_out_of_range():
 
 
 async def settle(manager):
-    while manager._tasks:
-        await asyncio.gather(*list(manager._tasks), return_exceptions=True)
+    while manager.tasks.all:
+        await asyncio.gather(*list(manager.tasks.all), return_exceptions=True)
 
 
 def with_kernel(manager, namespace=None):
     session = manager.store.get(NB)
     session.kernel_id = manager.kernel_manager.start(namespace or {"x": 41})
-    manager.session_manager.paths[NB] = session.kernel_id
+    manager.reconciler.session_manager.paths[NB] = session.kernel_id
     return session
 
 

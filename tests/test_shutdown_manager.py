@@ -10,7 +10,7 @@ from jupyter_pause.lifecycle import State
 from jupyter_pause.server.explain import paused_by
 from jupyter_pause.server.shutdown import save_all
 
-from .fakes import FakeBackend, make_manager
+from .fakes import FakeBackend, make_wired
 
 NOTEBOOKS = ("a.ipynb", "b.ipynb", "c.ipynb")
 
@@ -30,19 +30,19 @@ def running(manager, path, value):
     session = manager.store.get(path)
     session.state = State.RUNNING
     session.kernel_id = manager.kernel_manager.start({"x": value})
-    manager.session_manager.paths[path] = session.kernel_id
+    manager.reconciler.session_manager.paths[path] = session.kernel_id
     return session
 
 
 async def test_every_live_notebook_is_paused_on_its_checkpoint_and_the_platform_not_asked(
     tmp_path,
 ):
-    manager = make_manager(tmp_path, notebooks=NOTEBOOKS)
+    parts, manager = make_wired(tmp_path, notebooks=NOTEBOOKS)
     manager.backend = ServerScopeBackend()
     manager.backend.released = []
     sessions = [running(manager, path, i) for i, path in enumerate(NOTEBOOKS)]
 
-    report = await save_all(manager, grace=60, concurrency=2)
+    report = await save_all(manager, parts, grace=60, concurrency=2)
 
     assert sorted(report.paused) == sorted(NOTEBOOKS) and report.not_saved == []
     assert manager.backend.released == []
@@ -62,12 +62,12 @@ async def test_every_live_notebook_is_paused_on_its_checkpoint_and_the_platform_
 
 
 async def test_a_kernel_busy_past_the_grace_is_named_not_saved_and_failed(tmp_path):
-    manager = make_manager(tmp_path, notebooks=NOTEBOOKS[:2])
+    parts, manager = make_wired(tmp_path, notebooks=NOTEBOOKS[:2])
     idle = running(manager, NOTEBOOKS[0], 1)
     busy = running(manager, NOTEBOOKS[1], 2)
     manager.kernel_manager.get_kernel(busy.kernel_id).execution_state = "busy"
 
-    report = await save_all(manager, grace=2, concurrency=2)
+    report = await save_all(manager, parts, grace=2, concurrency=2)
 
     assert report.paused == [idle.path] and idle.state == State.PAUSED
     assert [(n.path, n.why) for n in report.not_saved] == [(busy.path, "kernel busy")]
@@ -80,7 +80,7 @@ async def test_a_kernel_busy_past_the_grace_is_named_not_saved_and_failed(tmp_pa
 
 
 async def test_a_cell_that_ends_within_the_grace_is_waited_for_then_saved(tmp_path):
-    manager = make_manager(tmp_path)
+    parts, manager = make_wired(tmp_path)
     session = running(manager, "nb.ipynb", 7)
     kernel = manager.kernel_manager.get_kernel(session.kernel_id)
     kernel.execution_state = "busy"
@@ -90,7 +90,7 @@ async def test_a_cell_that_ends_within_the_grace_is_waited_for_then_saved(tmp_pa
         kernel.execution_state = "idle"
 
     ending = asyncio.ensure_future(cell_ends())
-    report = await save_all(manager, grace=60, concurrency=1)
+    report = await save_all(manager, parts, grace=60, concurrency=1)
     await ending
 
     assert report.paused == ["nb.ipynb"] and session.state == State.PAUSED
@@ -100,7 +100,7 @@ async def test_start_up_says_at_once_that_a_kernel_vanished_with_the_server(tmp_
     """A server killed (or stopped without saving) left notebooks ``running``; the
     next one says the truth before its first status: failed, which checkpoint to
     resume from; a paused one stays paused."""
-    manager = make_manager(tmp_path, notebooks=NOTEBOOKS)
+    parts, manager = make_wired(tmp_path, notebooks=NOTEBOOKS)
     with_checkpoint = manager.store.get(NOTEBOOKS[0])
     with_checkpoint.state = State.RUNNING
     with_checkpoint.kernel_id = "kernel-of-the-dead-server"
@@ -120,8 +120,8 @@ async def test_start_up_says_at_once_that_a_kernel_vanished_with_the_server(tmp_
     assert without.state == State.FAILED and "no checkpoint" in without.error
     assert paused.state == State.PAUSED
     await manager.resume(NOTEBOOKS[0])
-    while manager._tasks:
-        await asyncio.gather(*list(manager._tasks), return_exceptions=True)
+    while manager.tasks.all:
+        await asyncio.gather(*list(manager.tasks.all), return_exceptions=True)
     assert with_checkpoint.state == State.READY
 
 
@@ -137,7 +137,7 @@ class StoppingPlatform(FakeBackend):
 
 
 async def test_a_pause_whose_checkpoint_is_committed_is_not_waited_for_nor_named(tmp_path):
-    manager = make_manager(tmp_path)
+    parts, manager = make_wired(tmp_path)
     manager.backend = StoppingPlatform()
     manager.backend.releasing = asyncio.Event()
     session = running(manager, "nb.ipynb", 3)
@@ -145,7 +145,7 @@ async def test_a_pause_whose_checkpoint_is_committed_is_not_waited_for_nor_named
     await asyncio.wait_for(manager.backend.releasing.wait(), 60)
     assert session.state == State.PAUSING
 
-    report = await save_all(manager, grace=30, concurrency=1)
+    report = await save_all(manager, parts, grace=30, concurrency=1)
 
     assert report.paused == ["nb.ipynb"] and report.not_saved == []
     assert not manager.ledger.events(types=[EventType.NOT_SAVED])
@@ -159,7 +159,7 @@ async def test_a_kernel_slow_to_stop_after_its_state_is_saved_is_waited_for(tmp_
     """The grace bounds the saves: a notebook whose state is saved and whose kernel is
     still stopping when the grace ends is paused, not named unsaved, and its kernel's stop
     is not cancelled half way (Jupyter's clean-up, which stops it next, would hang)."""
-    manager = make_manager(tmp_path)
+    parts, manager = make_wired(tmp_path)
     session = running(manager, "nb.ipynb", 3)
     stop = manager.kernel_manager.shutdown_kernel
     loop = asyncio.get_running_loop()
@@ -170,7 +170,7 @@ async def test_a_kernel_slow_to_stop_after_its_state_is_saved_is_waited_for(tmp_
         await stop(kernel_id, now)
 
     manager.kernel_manager.shutdown_kernel = slow_stop
-    report = await save_all(manager, grace=2, concurrency=1)
+    report = await save_all(manager, parts, grace=2, concurrency=1)
 
     assert report.paused == ["nb.ipynb"] and report.not_saved == []
     assert session.state == State.PAUSED and session.operation.outcome == "succeeded"

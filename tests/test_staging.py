@@ -42,13 +42,16 @@ async def test_a_background_staging_that_fails_is_tried_again_until_it_succeeds(
 ):
     """A store down for a while does not leave the bucket behind an idle kernel for good:
     the staging is tried again, later each time, while the notebook keeps its kernel."""
+    import logging
     from types import SimpleNamespace
 
-    from jupyter_pause.server import manager as manager_module
+    from jupyter_pause.clock import SYSTEM
+    from jupyter_pause.ledger import Ledger
+    from jupyter_pause.lifecycle import SessionStore
+    from jupyter_pause.server import bucket_saves
+    from jupyter_pause.server.recorder import Recorder
 
-    from .fakes import make_manager
-
-    monkeypatch.setattr(manager_module, "STAGE_RETRY", 0.01)
+    monkeypatch.setattr(bucket_saves, "STAGE_RETRY", 0.01)
     tries = []
 
     class DownThenUp:
@@ -58,11 +61,18 @@ async def test_a_background_staging_that_fails_is_tried_again_until_it_succeeds(
                 raise OSError("the store is down")
             return SimpleNamespace(checkpoint="2026-12-07T05-00-00")
 
-    manager = make_manager(tmp_path)
-    manager.stager = DownThenUp()
-    session = manager.store.get("nb.ipynb")
+    log = logging.getLogger("test")
+    store = SessionStore(tmp_path / "sessions.json")
+    saves = bucket_saves.BucketSaves(
+        stager=DownThenUp(),
+        store=store,
+        recorder=Recorder(store=store, ledger=Ledger(), log=log),
+        clock=SYSTEM,
+        log=log,
+    )
+    session = store.get("nb.ipynb")
     session.kernel_id = "k1"
-    await manager._stage(session)
+    await saves.stage(session)
     assert tries == ["nb.ipynb"] * 3
     assert session.bucket_checkpoint["id"] == "2026-12-07T05-00-00"
 

@@ -79,7 +79,7 @@ async def test_rows_of_kernels_and_running_operations_are_built_at_each_request(
     live = manager.store.get(PATHS[0])
     live.state = State.RUNNING
     live.kernel_id = manager.kernel_manager.start({"x": 1})
-    manager.session_manager.paths[PATHS[0]] = live.kernel_id
+    manager.reconciler.session_manager.paths[PATHS[0]] = live.kernel_id
     busy = manager.store.get(PATHS[1])
     busy.state = State.RESUMING
     busy.operation = Operation(kind="resume", path=PATHS[1])

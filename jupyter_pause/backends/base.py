@@ -48,6 +48,9 @@ class StartupReport:
 
     restored_from: str | None = None  # "snapshot" when live kernels came back, else None
     detail: str = ""
+    #: after a cold start, paused notebooks resume from their checkpoints by themselves
+    #: (the backend is so configured), rather than wait for Resume
+    auto_resume: bool = False
     info: dict[str, Any] = field(default_factory=dict)
 
 

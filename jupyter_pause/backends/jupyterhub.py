@@ -275,7 +275,7 @@ class JupyterHubBackend(PauseBackend):
         """Started by the Hub: after a pause, say so and record the restart."""
         state = self.read_state()
         if state.get("state") not in ("stopping", "stopped"):
-            return StartupReport(info={"backend": self.name, "auto_resume": False})
+            return StartupReport(info={"backend": self.name})
         notebooks = state.get("notebooks") or []
         for notebook in notebooks:
             # the server holds its accelerator again from its start
@@ -294,12 +294,11 @@ class JupyterHubBackend(PauseBackend):
             "requested": state.get("requested"),
             "stopped": state.get("stopped"),
             "notebooks": notebooks,
-            "auto_resume": self.resume_on_start,
         }
         detail = f"started again after a pause; {len(notebooks)} notebook(s) " + (
             "resume from their checkpoints" if self.resume_on_start else "wait for Resume"
         )
-        return StartupReport(detail=detail, info=info)
+        return StartupReport(detail=detail, auto_resume=self.resume_on_start, info=info)
 
     # -- the fleet ---------------------------------------------------------------
 

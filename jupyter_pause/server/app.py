@@ -47,6 +47,7 @@ from .autosave import Autosaver
 from .bucket_sessions import BucketSessions
 from .capacity import ResumeGate, machine_limit
 from .classify import WorkloadClassifier
+from .collaborators import build_collaborators
 from .explain import policy_summary, shutdown_summary, store_summary
 from .fleet import FleetPublisher
 from .handlers import ROUTES
@@ -371,9 +372,9 @@ class PauseApp(ExtensionApp):
         # on a hub, the Hub's user name (under KubeSpawner every Unix user is jovyan)
         user = os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
         self._make_private_folders()
-        self.ledger = Ledger(Path(self.state_dir) / "ledger.sqlite3", user=user)
-        self._connect_event_bus()
         clock = SYSTEM  # one clock for all: wall to show and schedule, monotonic to measure
+        self.ledger = Ledger(Path(self.state_dir) / "ledger.sqlite3", user=user, clock=clock)
+        self._connect_event_bus()
         self.backend_instance = self._make_backend(clock)
         # a kernel's class is decided when it starts, for the ledger's rows whether or not
         # the idle policies are on
@@ -392,7 +393,7 @@ class PauseApp(ExtensionApp):
             auto_pause_status=(lambda s: self.idle_watcher.auto_pause_status(s)) if on else None,
             after_pause=lambda s: self.scheduler.predict(s),
         )
-        store = SessionStore(Path(self.state_dir) / "sessions.json")
+        store = SessionStore(Path(self.state_dir) / "sessions.json", clock=clock)
         location = self.in_force.checkpoint_dir
         self.shared = stager = None
         if isinstance(location, checkpoint_paths.Bucket):
@@ -409,27 +410,33 @@ class PauseApp(ExtensionApp):
                 clock=clock,
                 hold_timeout=self.bucket_hold_timeout,
             )
-        self.hibernator = self._make_hibernator()
-        self.manager = PauseManager(
+        self.hibernator = self._make_hibernator(clock)
+        self.parts = build_collaborators(
             kernel_manager=self.serverapp.kernel_manager,
             session_manager=self.serverapp.session_manager,
             contents_manager=self.serverapp.contents_manager,
             store=store,
             ledger=self.ledger,
+            checkpoint_dir=location,
+            classifier=classifier,
+            policies=policies,
+            log=self.log,
+            clock=clock,
+            hibernator=self.hibernator,
+            stager=stager,
+            shared=self.shared,
+            kernel_gpus=self.in_force.kernel_gpus,
+        )
+        self.manager = PauseManager(
+            parts=self.parts,
             backend=self.backend_instance,
-            checkpoint_dir=self.in_force.checkpoint_dir,
+            checkpoint_dir=location,
             keep_checkpoints=self.keep_checkpoints,
             kernel_call_timeout=self.kernel_call_timeout,
             idle_wait_timeout=self.idle_wait_timeout,
             log=self.log,
-            clock=clock,
             resume_gate=ResumeGate(self.max_concurrent_resumes),
-            classifier=classifier,
             policies=policies,
-            shared=self.shared,
-            hibernator=self.hibernator,
-            stager=stager,
-            kernel_gpus=self.in_force.kernel_gpus,
         )
         self._prepare_kernels(self.manager.kernel_settings())
         self._watch_kernel_starts()
@@ -437,9 +444,7 @@ class PauseApp(ExtensionApp):
         self.fleet = FleetPublisher(
             ledger=self.ledger,
             backend=self.backend_instance,
-            storage=lambda: self.manager.catalogue.measure_storage(
-                list(self.manager.store.sessions)
-            ),
+            storage=lambda: self.parts.catalogue.measure_storage(list(store.sessions)),
             interval=self.fleet_interval,
             log=self.log,
             clock=clock,
@@ -447,8 +452,8 @@ class PauseApp(ExtensionApp):
         self._make_watchers(classifier, clock, bucket=stager is not None)
         self.scheduler = ResumeScheduler(
             operations=self.manager,
-            schedules=self.manager.schedules,
-            store=self.manager.store,
+            schedules=self.parts.schedules,
+            store=store,
             ledger=self.ledger,
             log=self.log,
             workload_class=policies.workload_class,
@@ -458,8 +463,10 @@ class PauseApp(ExtensionApp):
         )
         self.settings.update(
             jupyter_pause_manager=self.manager,
-            jupyter_pause_catalogue=self.manager.catalogue,
-            jupyter_pause_schedules=self.manager.schedules,
+            jupyter_pause_catalogue=self.parts.catalogue,
+            jupyter_pause_schedules=self.parts.schedules,
+            jupyter_pause_reconciler=self.parts.reconciler,
+            jupyter_pause_clock=clock,
             jupyter_pause_idle=self.idle_watcher,
             jupyter_pause_ledger=self.ledger,
             jupyter_pause_version=__version__,
@@ -474,8 +481,8 @@ class PauseApp(ExtensionApp):
         if self.auto_pause:
             self.idle_watcher = IdleWatcher(
                 operations=self.manager,
-                store=self.manager.store,
-                activity=self.manager.activity,
+                store=self.parts.store,
+                activity=self.parts.activity,
                 ledger=self.ledger,
                 kernel_manager=self.serverapp.kernel_manager,
                 classifier=classifier,
@@ -487,8 +494,8 @@ class PauseApp(ExtensionApp):
         if any(c.save_every(bucket) is not None for c in classifier.classes.values()):
             self.autosaver = Autosaver(
                 operations=self.manager,
-                store=self.manager.store,
-                activity=self.manager.activity,
+                store=self.parts.store,
+                activity=self.parts.activity,
                 ledger=self.ledger,
                 workload_class=classifier.classify,
                 log=self.log,
@@ -511,20 +518,20 @@ class PauseApp(ExtensionApp):
 
     def _register_metrics(self, clock):
         """``jupyter_pause_*`` on the server's ``/metrics`` (Jupyter's registry)."""
-        manager = self.manager
+        parts = self.parts
         self.metrics = PauseMetrics(
             self.ledger,
-            manager.store,
-            storage=lambda: manager.catalogue.measure_storage(list(manager.store.sessions)),
+            parts.store,
+            storage=lambda: parts.catalogue.measure_storage(list(parts.store.sessions)),
             staging=(
                 (
                     lambda: {
-                        path: manager.staging_lag(session)
-                        for path, session in list(manager.store.sessions.items())
+                        path: parts.staging_lag(session)
+                        for path, session in list(parts.store.sessions.items())
                         if session.state.has_kernel
                     }
                 )
-                if manager.stager is not None
+                if parts.stager is not None
                 else None
             ),
             ttl=self.metrics_cache_seconds,
@@ -609,7 +616,7 @@ class PauseApp(ExtensionApp):
             shutdown_summary(self.shutdown_grace, self.shutdown_concurrency),
             self.in_force.accelerators,
         )
-        problem = await self.manager.catalogue.store_problem()
+        problem = await self.parts.catalogue.store_problem()
         if problem:  # found now, not at the first pause
             self.log.warning(
                 "jupyter-pause: the checkpoint store cannot be used: %s Pauses, checkpoints "
@@ -692,7 +699,7 @@ class PauseApp(ExtensionApp):
             before_stop=self.hibernator.before_stop,
         )
 
-    def _make_hibernator(self) -> Hibernator:
+    def _make_hibernator(self, clock) -> Hibernator:
         """The hibernator, with its helper when this server can hibernate kernels; else
         with why not (GET status's ``can.hibernate`` is then false). A driver setting that
         names no driver stops the server here."""
@@ -717,6 +724,7 @@ class PauseApp(ExtensionApp):
             gpu_margin=self.hibernate_gpu_margin,
             lock_timeout=self.hibernate_lock_timeout,
             log=self.log,
+            clock=clock,
         )
 
     def _connect_event_bus(self):
@@ -738,11 +746,11 @@ class PauseApp(ExtensionApp):
         if event_logger is not None:
             event_logger.add_listener(
                 schema_id="https://events.jupyter.org/jupyter_server/kernel_actions/v1",
-                listener=self.manager.reconciler.on_kernel_action,
+                listener=self.parts.reconciler.on_kernel_action,
             )
             event_logger.add_listener(
                 schema_id="https://events.jupyter.org/jupyter_server/contents_service/v1",
-                listener=self.manager.reconciler.on_contents_action,
+                listener=self.parts.reconciler.on_contents_action,
             )
 
     async def _start_jupyter_server_extension(self, serverapp):
@@ -806,7 +814,9 @@ class PauseApp(ExtensionApp):
         if manager is not None:
             if self.shutdown_grace > 0:
                 with step("save the notebooks"):  # the server must stop all the same
-                    await save_all(manager, self.shutdown_grace, self.shutdown_concurrency)
+                    await save_all(
+                        manager, self.parts, self.shutdown_grace, self.shutdown_concurrency
+                    )
             if getattr(self, "fleet", None) is not None:
                 with step("publish the fleet"):
                     await self.fleet.close()  # last: the pauses and saves just recorded

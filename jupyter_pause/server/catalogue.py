@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 from datetime import datetime
 from typing import Any
 
+from ..clock import SYSTEM, Clock
 from ..engine import checks, mirror
 from ..engine import paths as checkpoint_paths
 from ..engine import store as checkpoint_store
@@ -47,8 +47,10 @@ class Catalogue:
         store: SessionStore,
         recorder: Recorder,
         log,
+        clock: Clock = SYSTEM,
     ):
         self.checkpoint_dir = checkpoint_dir
+        self.clock = clock
         self.store = store
         self.recorder = recorder
         self.log = log
@@ -149,7 +151,7 @@ class Catalogue:
             session.state_checkpoint = checkpoint_id
             session.last_checkpoint = {
                 "id": checkpoint_id,
-                "time": time.time(),
+                "time": self.clock.time(),
                 "bytes": checkpoint["bytes"],
             }
             self.recorder.save()

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..engine.paths import Bucket, id_sort_key, id_time
 from ..lifecycle import OPERATION_STATES, SHUTDOWN_REASON, Session, State, allowed_now
+from ..status_row import StatusRow
 from .ports import Policies
 from .recovery import SERVER_STOPPED_UNDER_IT
 
@@ -96,7 +97,7 @@ async def status_row(
     *,
     can_hibernate: bool,
     staging=None,
-) -> dict[str, Any]:
+) -> StatusRow:
     """One row of ``GET status``: the notebook at ``path`` (``session``: its lifecycle
     session, a fresh one where it has none), with what a person wants to know;
     ``kernel``: Jupyter's model of its kernel now, None where it has none; ``present``:
@@ -109,17 +110,19 @@ async def status_row(
     if row["operation"] is not None:
         del row["operation"]["timeline"]
     live = kernel or {}
-    row["kernel_id"] = live.get("id", session.kernel_id)
-    row["execution_state"] = live.get("execution_state")
-    row["last_activity"] = live.get("last_activity")
-    # when the notebook's state was last saved (a pause, a checkpoint, an autosave)
-    row["last_saved"] = (session.last_checkpoint or {}).get("time")
-    row.update(await explain(session, policies.workload_class, present))
-    row["staging"] = staging(session) if staging is not None else None
-    row["can"] = allowed_now(session, has_kernel=kernel is not None, can_hibernate=can_hibernate)
-    if policies.auto_pause_status is not None:
-        row["auto_pause"] = await policies.auto_pause_status(session)
-    return row
+    on = policies.auto_pause_status is not None
+    return StatusRow(
+        session=row,
+        kernel_id=live.get("id", session.kernel_id),
+        execution_state=live.get("execution_state"),
+        last_activity=live.get("last_activity"),
+        last_saved=(session.last_checkpoint or {}).get("time"),
+        explained=await explain(session, policies.workload_class, present),
+        staging=staging(session) if staging is not None else None,
+        can=allowed_now(session, has_kernel=kernel is not None, can_hibernate=can_hibernate),
+        auto_pause=await policies.auto_pause_status(session) if on else None,
+        auto_pause_on=on,
+    )
 
 
 def policy_summary(classes: dict, default: str) -> str:

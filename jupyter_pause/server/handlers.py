@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import time
 from typing import Any
 
 import tornado.web
@@ -89,6 +88,16 @@ class PauseHandler(ExtensionHandlerMixin, APIHandler):
     def schedules(self):
         """The notebooks' scheduled resumes (server/schedules.py)."""
         return self.settings["jupyter_pause_schedules"]
+
+    @property
+    def reconciler(self):
+        """Jupyter's kernels and contents brought into the sessions (server/reconcile.py)."""
+        return self.settings["jupyter_pause_reconciler"]
+
+    @property
+    def clock(self):
+        """The server's clock (jupyter_pause/clock.py)."""
+        return self.settings["jupyter_pause_clock"]
 
     @property
     def idle_watcher(self):
@@ -169,14 +178,15 @@ def number_argument(handler, name: str, *, integer: bool = False) -> float | int
     return value
 
 
-def resume_time(body: dict[str, Any]) -> float | None:
-    """The optional ``resume_at`` of a body as epoch seconds (see
+def resume_time(body: dict[str, Any], now: float) -> float | None:
+    """The optional ``resume_at`` of a body as epoch seconds, ``now`` being the
+    server's time (see
     :func:`jupyter_pause.schedule.parse_resume_at` for what is accepted)."""
     value = body.get("resume_at")
     if value is None:
         return None
     try:
-        return parse_resume_at(value, time.time())
+        return parse_resume_at(value, now)
     except ScheduleError as e:
         raise PauseError(str(e)) from None
 
@@ -191,7 +201,7 @@ class PauseSessionHandler(PauseHandler):
             path,
             force=flag(body, "force"),
             after_cell=flag(body, "after_cell"),
-            resume_at=resume_time(body),
+            resume_at=resume_time(body, self.clock.time()),
         )
         self.write_json({"operation": op.to_json()}, status=202)
 
@@ -204,7 +214,7 @@ class ScheduleHandler(PauseHandler):
     async def put(self):
         body = self.body()
         path = await self.path_argument(body.get("path"))
-        at = resume_time(body)
+        at = resume_time(body, self.clock.time())
         if at is None:
             raise PauseError("'resume_at' is required: when to resume")
         await self.manager.recovered.wait()
@@ -314,7 +324,7 @@ class RestoredHandler(PauseHandler):
             raise PauseError("'lost' must be a list of names")
         await self.manager.recovered.wait()
         damage = RestoreDamage(body["operation_id"], body["checkpoint_id"], recovered, lost)
-        op = self.manager.reconciler.record_restore_damage(path, damage)
+        op = self.reconciler.record_restore_damage(path, damage)
         self.write_json({"operation": op.to_json()})
 
 

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..clock import SYSTEM, Clock
 from ..formatting import format_bytes
 from ..hibernate.client import Helper, HelperError
 from ..hibernate.driver import GpuProcess, ProcessState
@@ -84,8 +85,10 @@ class Hibernator:
         lock_timeout: float = 30,
         copy_timeout: float = 600,
         log,
+        clock: Clock = SYSTEM,
     ):
         self.helper = helper
+        self.clock = clock
         #: why this server cannot hibernate; None once the helper said it can
         self.why_not: str | None = unavailable or "the hibernate helper has not started yet"
         self.host_margin = host_margin
@@ -176,7 +179,7 @@ class Hibernator:
         return Hibernation(
             pid=pid,
             gpus=gpus,
-            since=time.time(),
+            since=self.clock.time(),
             seconds=seconds,
             freed=max(0, before - sum(left.values())),
             back_to=back_to,

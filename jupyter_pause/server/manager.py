@@ -22,19 +22,16 @@ from __future__ import annotations
 import asyncio
 import os
 import posixpath
-import socket
 import time
 import uuid
 from typing import Any
 
 from jupyter_server.utils import ensure_async
 
-from ..clock import SYSTEM, Clock
 from ..engine import paths as checkpoint_paths
 from ..engine import signing
 from ..engine import store as checkpoint_store
-from ..engine.errors import CheckpointError
-from ..ledger import EventType, Ledger
+from ..ledger import EventType
 from ..lifecycle import (
     BUSY_STATES,
     HIBERNATION_STATES,
@@ -45,34 +42,23 @@ from ..lifecycle import (
     OperationInProgress,
     PersistenceError,
     Session,
-    SessionStore,
     State,
     Step,
 )
 from ..protocol import CheckpointReply, HibernationFacts, RestoreReply, user_skipped
-from .activity import ActivityMonitor
-from .bucket_sessions import BucketSessions
 from .capacity import ResumeGate, machine_limit
-from .catalogue import Catalogue
-from .classify import WorkloadClassifier
+from .collaborators import Collaborators
 from .errors import Conflict, NotFound, PauseError, Unavailable
-from .hibernate import Hibernation, Hibernator, Refused, Stuck
-from .kernels import KernelCallError, KernelDied, call_in_kernel
+from .hibernate import Hibernation, Refused, Stuck
+from .kernels import KernelCallError, KernelDied
 from .ports import Policies
-from .prewarm import Prewarmer
-from .reconcile import Reconciler, execution_state
-from .recorder import Recorder
-from .recovery import Recovery
-from .schedules import Schedules
-from .staging import Stager, describe_final_save, final_save, lost_at_stop
-from .status_index import StatusIndex
+from .reconcile import execution_state
+from .staging import lost_at_stop
 
 #: seconds a pause waits for a busy kernel to report idle before refusing: a client
 #: that has seen its cell end (IOPub idle on its websocket) can ask before the
 #: server's own IOPub listener has updated the kernel's state
 BUSY_GRACE = 2.0
-#: seconds before a failed background staging is tried again, and the most between tries
-STAGE_RETRY, STAGE_RETRY_MAX = 10.0, 300.0
 #: a pause's step once its state is saved: only the platform's release is left
 RELEASING = "releasing the accelerator"
 
@@ -81,38 +67,38 @@ class PauseManager:
     def __init__(
         self,
         *,
-        kernel_manager,
-        session_manager,
-        contents_manager,
-        store: SessionStore,
-        ledger: Ledger,
+        parts: Collaborators,
         backend,
         checkpoint_dir: str | checkpoint_paths.Bucket | None,
         keep_checkpoints: int,
         kernel_call_timeout: float,
         idle_wait_timeout: float,
         log,
-        activity: ActivityMonitor | None = None,
-        call=call_in_kernel,
-        clock: Clock = SYSTEM,
         resume_gate: ResumeGate | None = None,
-        classifier: WorkloadClassifier,
         policies: Policies = Policies(),
-        shared: BucketSessions | None = None,
-        hibernator: Hibernator | None = None,
-        stager: Stager | None = None,
-        kernel_gpus: int = 1,
     ):
-        self.kernel_manager = kernel_manager
-        self.session_manager = session_manager
-        self.contents_manager = contents_manager
-        self.store = store
-        self.ledger = ledger
-        self.recorder = Recorder(store=store, ledger=ledger, log=log, kernel_gpus=kernel_gpus)
-        self.schedules = Schedules(store=store, recorder=self.recorder)
-        self.catalogue = Catalogue(
-            checkpoint_dir=checkpoint_dir, store=store, recorder=self.recorder, log=log
-        )
+        """``parts``: the collaborators, built by :func:`.build_collaborators` (the
+        composition root's, ``PauseApp.initialize_settings``); the manager builds none."""
+        self.kernel_manager = parts.kernel_manager
+        self.contents_manager = parts.contents_manager
+        self.store = parts.store
+        self.ledger = parts.ledger
+        self.clock = parts.clock
+        self.call = parts.call
+        self.classifier = parts.classifier
+        self.recorder = parts.recorder
+        self.schedules = parts.schedules
+        self.catalogue = parts.catalogue
+        self.activity = parts.activity
+        self.prewarmer = parts.prewarmer
+        self.reconciler = parts.reconciler
+        self.tasks = parts.tasks
+        self.recovery = parts.recovery
+        self.status_index = parts.status_index
+        self.hibernator = parts.hibernator
+        self.stager = parts.stager
+        self.bucket_saves = parts.bucket_saves
+        self.shared = parts.shared
         self.backend = backend
         self.checkpoint_dir = checkpoint_dir
         #: as a kernel call names it (JSON): a bucket by its URL, the kernel's cache being
@@ -123,36 +109,10 @@ class PauseManager:
             else checkpoint_dir
         )
         self.keep_checkpoints = keep_checkpoints
-        self.clock = clock
         self.kernel_call_timeout = kernel_call_timeout
         self.idle_wait_timeout = idle_wait_timeout
         self.log = log
-        self.activity = (
-            activity if activity is not None else ActivityMonitor(kernel_manager, clock=clock)
-        )
-        self.prewarmer = Prewarmer(kernel_manager, checkpoint_dir=checkpoint_dir, log=log)
-        self.reconciler = Reconciler(
-            kernel_manager=kernel_manager,
-            session_manager=session_manager,
-            store=store,
-            recorder=self.recorder,
-            schedules=self.schedules,
-            catalogue=self.catalogue,
-            activity=self.activity,
-            prewarmer=self.prewarmer,
-            classifier=classifier,
-            log=log,
-        )
-        self.classifier = classifier
-        #: how to run a kernel_ops function in a kernel (a fake in unit tests)
-        self.call = call
-        #: the owner written into the lease of every operation this process runs
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        #: the sessions as a bucket shares them with other servers (None: not a bucket)
-        self.shared = shared
-        #: puts background saves in the bucket, and a stopping server's last ones
-        #: (server/staging.py; None: not a bucket)
-        self.stager = stager
+        self.policies = policies
         #: the platform's notice that the machine goes soon (backends' TerminationNotice)
         self.notice = None
         #: the server stops and saves its notebooks: no new cell starts (:meth:`stop`)
@@ -160,29 +120,6 @@ class PauseManager:
         #: how many resumes start kernels and restore at once; the others wait their turn
         self.resume_gate = resume_gate if resume_gate is not None else ResumeGate(machine_limit())
         self.operations: dict[str, Operation] = {}
-        self._tasks: set[asyncio.Task] = set()
-        self._running: dict[str, asyncio.Task] = {}  # operation id -> its task
-        self.recovery = Recovery(
-            owner=self.owner,
-            call=call,
-            running=self._running,
-            kernel_manager=kernel_manager,
-            store=store,
-            recorder=self.recorder,
-            catalogue=self.catalogue,
-            activity=self.activity,
-            schedules=self.schedules,
-            reconciler=self.reconciler,
-            clock=clock,
-            log=log,
-        )
-        self.policies = policies
-        #: the rows of GET status, each built again only when its session changed
-        self.status_index = StatusIndex(
-            store, policies, staging=self.staging_lag if stager is not None else None
-        )
-        #: hibernates kernels in place (server/hibernate.py); one that cannot says why
-        self.hibernator = hibernator or Hibernator(None, unavailable="not configured", log=log)
         #: set once :meth:`recover` ran: until then status and operations wait,
         #: so that nobody sees (or trips over) what a dead server left behind
         self.recovered = asyncio.Event()
@@ -225,10 +162,10 @@ class PauseManager:
         """The server has started: after a cold start on a platform, paused
         notebooks wait for Resume from their checkpoints (the store kept them
         paused), or resume by themselves when the backend is so configured."""
-        if not report.info.get("auto_resume"):
+        if not report.auto_resume:
             return
         for path, session in list(self.store.sessions.items()):
-            if session.schedule and session.schedule["at"] <= time.time():
+            if session.schedule and session.schedule["at"] <= self.clock.time():
                 continue  # the scheduler resumes it, as scheduled
             if session.state == State.PAUSED:
                 self.log.info(
@@ -252,11 +189,6 @@ class PauseManager:
             "notice": self.notice.to_json() if self.notice is not None else None,
             "sessions": sessions,
         }
-
-    def staging_lag(self, session: Session) -> dict[str, Any]:
-        """What the bucket lacks of the notebook's state now (:meth:`.Stager.lag`)."""
-        activity = self.activity.for_path(session.path) if session.kernel_id else None
-        return self.stager.lag(session, activity, self.clock.time())
 
     def operation(self, operation_id: str) -> Operation:
         op = self.operations.get(operation_id)
@@ -310,7 +242,7 @@ class PauseManager:
         resume at once, so that it survives a server restart during the pause;
         ``reason`` is recorded (the scheduler's re-pause of an unused resume).
         ``upload_by`` (epoch seconds; a stopping server's pause, with a bucket): the
-        checkpoint goes to the bucket only if it can before then (:meth:`_final_save`)."""
+        checkpoint goes to the bucket only if it can before then (:meth:`.BucketSaves.final_save`)."""
         session, live = await self._prepare(path, "pause")
         kernel = live[path]["kernel"]
         if kernel.get("execution_state") == "busy" and not (force or after_cell):
@@ -412,7 +344,7 @@ class PauseManager:
             if session.busy and (
                 op.kind in ("hibernate", "wake") or session.state in HIBERNATION_STATES
             ):
-                task = self._running.get(op.id)
+                task = self.tasks.of(op.id)
                 if task is None:  # another server runs it: its own clients wait on it
                     return
                 await asyncio.wait({task})
@@ -505,7 +437,7 @@ class PauseManager:
         """Claim the session (single flight); a claim that cannot be persisted
         is rolled back and refused with 503, and the session stays free."""
         try:
-            op = self.store.begin(path, kind, owner=self.owner, **options)
+            op = self.store.begin(path, kind, owner=self.tasks.owner, **options)
         except PersistenceError as e:
             raise Unavailable(str(e)) from e
         op.mark(Step.REQUESTED, op.started)
@@ -519,12 +451,7 @@ class PauseManager:
             self._spawn(read)
 
     def _spawn(self, coro, op: Operation | None = None) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        if op is not None:
-            self._running[op.id] = task
-            task.add_done_callback(lambda _: self._running.pop(op.id, None))
+        self.tasks.spawn(coro, op.id if op is not None else None)
 
     # ------------------------------------------------------------ recovery
 
@@ -566,7 +493,7 @@ class PauseManager:
             if not await self._checkpoint(session, op, pause=True, upload=not final):
                 return
             if final:
-                await self._final_save(session, op)
+                await self.bucket_saves.final_save(session, op)
             group = [session]
             # the server stops: each notebook is paused on its own, and only its kernel
             # is stopped (never the backend's release, which would stop the server or
@@ -578,7 +505,7 @@ class PauseManager:
                 if others is None:
                     return
                 group += others
-            op.mark(Step.RELEASING)
+            op.mark(Step.RELEASING, self.clock.time())
             for member in group:
                 self.recorder.move(member, State.PAUSING, op, RELEASING)
                 if self.shared is not None:  # other servers learn of it before it goes
@@ -595,9 +522,9 @@ class PauseManager:
                     )
                 self.recorder.fail(session, op, error)
                 return
-            released_at = facts.released_at or time.time()
+            released_at = facts.released_at or self.clock.time()
             op.mark(Step.RELEASED, released_at)
-            op.mark(Step.PAUSED)
+            op.mark(Step.PAUSED, self.clock.time())
             for member in group:
                 self.recorder.record(
                     EventType.ACCELERATOR_RELEASED,
@@ -636,38 +563,6 @@ class PauseManager:
             if session.state != State.PAUSED and session.schedule:
                 self.schedules.cancel(path, "the pause did not finish")
 
-    async def _final_save(self, session: Session, op: Operation) -> None:
-        """A stopping server's last save of a notebook, with a bucket: its checkpoint,
-        just committed here, goes to the bucket if it can before ``upload_by``
-        (server/staging.py); ``session.final_save`` says what the bucket holds then (the
-        newest state, an older staged one, or none), and so do the log, the ledger's
-        ``paused`` row and the bucket's record."""
-        left = op.options["upload_by"] - self.clock.time()
-        op.step = "uploading its last changes"
-        flushed = await self.stager.flush(session.path, self.clock.monotonic() + left)
-        newest = session.last_checkpoint or {}
-        if flushed.committed:
-            self._bucket_holds(session, flushed.delta.checkpoint)
-        held = session.bucket_checkpoint or {}
-        if flushed.committed or held.get("id") == newest.get("id"):
-            outcome, why = "newest", None
-        else:
-            outcome, why = ("older" if held.get("id") else "none"), flushed.why
-        session.final_save = final_save(
-            outcome,
-            held,
-            newest.get("id"),
-            why,
-            self.clock.time(),
-            flushed.delta.bytes if flushed.delta else None,
-        )
-        said = describe_final_save(session.final_save)
-        if outcome == "newest":
-            self.log.info("jupyter-pause: %s: %s", session.path, said)
-        else:
-            self.log.warning("jupyter-pause: %s: %s", session.path, said)
-            op.messages.append(said)
-
     async def _checkpoint_others(self, session: Session, op: Operation) -> list[Session] | None:
         """Checkpoint every other live notebook (server-scope backends).
 
@@ -699,14 +594,14 @@ class PauseManager:
         if op.options.get("after_cell"):
             op.step = "waiting for the running cell to finish"
             await self._wait_idle(kernel_id, self.idle_wait_timeout)
-            op.mark(Step.CELL_ENDED)
+            op.mark(Step.CELL_ENDED, self.clock.time())
         elif self.execution_state(kernel_id) == "busy" and op.options.get("force"):
             op.step = "interrupting the running cell"
             await self.kernel_manager.interrupt_kernel(kernel_id)
             op.messages.append("The running cell was interrupted so that the notebook could pause.")
             self.recorder.record(EventType.KERNEL_INTERRUPTED, session, op)
             await self._wait_idle(kernel_id, 30)
-            op.mark(Step.CELL_ENDED, note="interrupted")
+            op.mark(Step.CELL_ENDED, self.clock.time(), note="interrupted")
 
     def execution_state(self, kernel_id: str | None) -> str | None:
         """The kernel's execution state, or None when the server has no such kernel."""
@@ -746,7 +641,7 @@ class PauseManager:
                 "checkpoint",
                 timeout=self.kernel_call_timeout,
                 on_progress=op.show,
-                on_answering=lambda: op.mark(Step.KERNEL_ANSWERING),
+                on_answering=lambda: op.mark(Step.KERNEL_ANSWERING, self.clock.time()),
                 notebook=session.path,
                 dir=self.kernel_checkpoint_dir,
                 nonce=nonce,
@@ -757,8 +652,8 @@ class PauseManager:
                 **({} if upload else {"upload": False}),
             )
             result = CheckpointReply.from_json(reply)
-            op.mark_kernel(result.steps, result.took)
-            op.mark(Step.CHECKPOINT_RETURNED)
+            op.mark_kernel(result.steps, result.took, self.clock.time())
+            op.mark(Step.CHECKPOINT_RETURNED, self.clock.time())
         except KernelDied as e:
             await self.reconciler.kernel_died(session, op, str(e), report=report)
             return False
@@ -788,7 +683,7 @@ class PauseManager:
             op.progress = None
         session.last_checkpoint = {
             "id": result.id,
-            "time": time.time(),
+            "time": self.clock.time(),
             "bytes": result.bytes,
             **autosave,
         }
@@ -836,7 +731,7 @@ class PauseManager:
             checkpoint_paths.id_sort_key(last["id"])
         ):
             return
-        session.last_checkpoint = {**newest, "time": time.time()}
+        session.last_checkpoint = {**newest, "time": self.clock.time()}
         op.messages.append(
             f"Checkpoint {newest['id']} was written on this machine but is not in the "
             "bucket; a resume here restores it, and the next pause uploads it."
@@ -857,53 +752,10 @@ class PauseManager:
                 )
                 self.recorder.finish(session, op)
                 if staged:
-                    self._spawn(self._stage(session))
+                    self._spawn(self.bucket_saves.stage(session))
         except Exception as e:
             self.log.exception("jupyter-pause: checkpoint of %s failed", session.path)
             self._unexpected(session, op, e)
-
-    async def _stage(self, session: Session) -> None:
-        """A background save committed here goes to the bucket (server/staging.py); the
-        session then names it as the bucket's newest, and its record follows.  One that
-        fails is tried again, twice as late each time (at most :data:`STAGE_RETRY_MAX`),
-        while the notebook keeps its kernel: an idle kernel's bucket must not stay behind."""
-        kernel_id, wait = session.kernel_id, STAGE_RETRY
-        while True:
-            try:
-                staged = await self.stager.stage(session.path)
-                break
-            except (CheckpointError, OSError) as e:
-                self.log.warning(
-                    "jupyter-pause: could not stage %s in the bucket (trying again in %.0f s): %s",
-                    session.path,
-                    wait,
-                    e,
-                )
-            await asyncio.sleep(wait)
-            if self.store.sessions.get(session.path) is not session or (
-                session.kernel_id != kernel_id
-            ):
-                return
-            wait = min(2 * wait, STAGE_RETRY_MAX)
-        if staged is None or self.store.sessions.get(session.path) is not session:
-            return
-        self._bucket_holds(session, staged.checkpoint)
-
-    def _bucket_holds(self, session: Session, checkpoint_id: str) -> None:
-        """The bucket holds ``checkpoint_id`` of the session's notebook now: the session,
-        and so the bucket's record of it, name it (unless it names a newer one)."""
-        held = session.bucket_checkpoint or {}
-        if held.get("id") and checkpoint_paths.id_sort_key(held["id"]) >= (
-            checkpoint_paths.id_sort_key(checkpoint_id)
-        ):
-            return
-        last = session.last_checkpoint or {}
-        session.bucket_checkpoint = (
-            dict(last)
-            if last.get("id") == checkpoint_id
-            else {"id": checkpoint_id, "time": checkpoint_paths.id_time(checkpoint_id)}
-        )
-        self.recorder.save()
 
     # ------------------------------------------------------------ hibernating
 
@@ -982,7 +834,7 @@ class PauseManager:
             session,
             op,
             seconds=seconds,
-            waited=time.time() - op.started,
+            waited=self.clock.time() - op.started,
             gpu_bytes=hibernation.bytes,
             by=by,
         )
@@ -1005,7 +857,7 @@ class PauseManager:
         self.activity.unwatch(kernel_id)
         self.reconciler.forget(kernel_id)
         await self.kernel_manager.shutdown_kernel(kernel_id, now=False)
-        stopped = time.time()
+        stopped = self.clock.time()
         if session:
             self.recorder.record(
                 EventType.KERNEL_STOPPED, session, session.operation, kernel_id=kernel_id
@@ -1040,7 +892,7 @@ class PauseManager:
         path = session.path
         # one decision, for all, on the listing the resume made (the bucket is listed once)
         chosen = await self.prewarmer.choose(path, checkpoint_id, synced=True)
-        op.mark(Step.CHOSEN)
+        op.mark(Step.CHOSEN, self.clock.time())
         fill = await self.prewarmer.hand_over(path, chosen)  # none for a spare
         self._read_ahead(path, chosen, fill)
         kernel_id = None
@@ -1073,7 +925,7 @@ class PauseManager:
                     "restore",
                     timeout=self.kernel_call_timeout,
                     on_progress=op.show,
-                    on_answering=lambda: op.mark(Step.KERNEL_ANSWERING),
+                    on_answering=lambda: op.mark(Step.KERNEL_ANSWERING, self.clock.time()),
                     notebook=path,
                     dir=self.kernel_checkpoint_dir,
                     checkpoint_id=chosen.id if chosen else checkpoint_id,
@@ -1086,7 +938,7 @@ class PauseManager:
                 op.progress = None
                 self.prewarmer.handed_over(fill)  # the kernel has taken what it takes
             result = RestoreReply.from_json(reply)
-            op.mark_kernel(result.steps, result.took)
+            op.mark_kernel(result.steps, result.took, self.clock.time())
             nonce = result.nonce
             session.live_state = (
                 LiveState.RESTORED if nonce and nonce == session.pause_nonce else LiveState.FRESH
@@ -1110,25 +962,15 @@ class PauseManager:
                 why="the kernel that wrote it had lost them",
             )
             self.reconciler.watch_for_death(kernel_id)
-            self.recorder.record(
-                EventType.RESTORE_FINISHED,
+            self.reconciler.restore_finished(
                 session,
                 op,
+                ahead=op.options.get("scheduled"),
                 restored_from="checkpoint",
                 checkpoint_id=result.id,
                 bytes=result.bytes,
                 seconds=result.seconds,
                 gpus=result.gpus,
-            )
-            activity = self.activity.watch(kernel_id, path)
-            activity.reset_clock()
-            self.reconciler.first_cell_pending.add(path)
-            if op.options.get("scheduled"):
-                session.resumed_ahead = {"kind": op.options["scheduled"], "at": time.time()}
-            op.mark(Step.READY)
-            self.recorder.move(session, State.READY, op)
-            self.recorder.record(
-                EventType.FIRST_CELL_RUNNABLE, session, op, timeline=list(op.timeline)
             )
             self.recorder.finish(session, op)
         except Exception as e:
@@ -1167,7 +1009,7 @@ class PauseManager:
 
     def task(self, operation_id: str) -> asyncio.Task | None:
         """The task that runs the operation in this process, if it runs here."""
-        return self._running.get(operation_id)
+        return self.tasks.of(operation_id)
 
     def _unexpected(self, session: Session, op: Operation, error: Exception) -> None:
         message = f"{op.kind} failed unexpectedly: {error}"
@@ -1183,8 +1025,7 @@ class PauseManager:
         self.recovery.close()
         self.prewarmer.stop_preparing()
         self.give_up_waiting()
-        for task in list(self._tasks):
-            task.cancel()
+        self.tasks.cancel()
         self.activity.close()
         await self.prewarmer.shutdown()
 
@@ -1210,7 +1051,7 @@ class PauseManager:
             op = session.operation
             if (
                 session.busy
-                and op.owner == self.owner
+                and op.owner == self.tasks.owner
                 and session.state == State.WAITING_FOR_CAPACITY
             ):
                 error = (
@@ -1219,6 +1060,6 @@ class PauseManager:
                 )
                 self.recorder.move(session, State.PAUSED, op, error=error)
                 self.recorder.fail(session, op, error)
-                task = self._running.get(op.id)
+                task = self.tasks.of(op.id)
                 if task is not None:  # never admitted later, while the server stops
                     task.cancel()

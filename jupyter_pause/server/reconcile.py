@@ -15,6 +15,7 @@ import posixpath
 import re
 import time
 
+from ..clock import SYSTEM, Clock
 from ..engine import paths as checkpoint_paths
 from ..engine.errors import CheckpointError
 from ..ledger import EventType
@@ -64,8 +65,10 @@ class Reconciler:
         prewarmer: Prewarmer,
         classifier: WorkloadClassifier,
         log,
+        clock: Clock = SYSTEM,
     ):
         self.kernel_manager = kernel_manager
+        self.clock = clock
         self.session_manager = session_manager
         self.store = store
         self.recorder = recorder
@@ -76,7 +79,7 @@ class Reconciler:
         self.classifier = classifier
         self.log = log
         #: notebooks resumed whose first cell has not run yet
-        self.first_cell_pending: set[str] = set()
+        self._first_cell_pending: set[str] = set()
         #: kernels a server-scope pause handed to the platform with the server (the
         #: Hub or Kubernetes stops them with it): paused notebooks do not adopt them
         self.released_kernels: set[str] = set()
@@ -214,7 +217,7 @@ class Reconciler:
             finally:
                 self._listening.discard(task)
         elif data.get("action") == "shutdown":
-            self.kernel_stopped(kernel_id, time.time())
+            self.kernel_stopped(kernel_id, self.clock.time())
 
     async def on_contents_action(self, logger, schema_id: str, data: dict) -> None:
         """Jupyter Server's contents events: a notebook (or a folder of them)
@@ -253,9 +256,9 @@ class Reconciler:
             del self.store.sessions[key]
             session.path = moved
             self.store.sessions[moved] = session
-            if key in self.first_cell_pending:
-                self.first_cell_pending.discard(key)
-                self.first_cell_pending.add(moved)
+            if key in self._first_cell_pending:
+                self._first_cell_pending.discard(key)
+                self._first_cell_pending.add(moved)
             if session.kernel_id and self.activity.for_path(key) is not None:
                 self.activity.watch(session.kernel_id, moved)
             self.log.info("jupyter-pause: %s follows its notebook to %s", key, moved)
@@ -274,6 +277,33 @@ class Reconciler:
         if session.state.has_kernel:
             del self.store.sessions[session.path]
         self.recorder.save()
+
+    def restore_finished(
+        self,
+        session: Session,
+        op: Operation,
+        *,
+        ahead: str | None = None,
+        timeline: bool = True,
+        **facts,
+    ) -> None:
+        """The session's kernel holds its state again (a resume's restore, or a snapshot's
+        process proved to be the paused one): recorded with ``facts``; its activity is
+        watched from now, on a clock reset (the wall clock jumped by the whole pause); its
+        first cell is awaited; ``ahead``: the kind of schedule that brought it back before
+        the user; it is ``ready``, and says so (``timeline``: with the operation's)."""
+        self.recorder.record(EventType.RESTORE_FINISHED, session, op, **facts)
+        self.activity.watch(session.kernel_id, session.path).reset_clock()
+        self._first_cell_pending.add(session.path)
+        now = self.clock.time()
+        if ahead:
+            session.resumed_ahead = {"kind": ahead, "at": now}
+        told = {}
+        if timeline:
+            op.mark(Step.READY, now)
+            told = {"timeline": list(op.timeline)}
+        self.recorder.move(session, State.READY, op)
+        self.recorder.record(EventType.FIRST_CELL_RUNNABLE, session, op, **told)
 
     def watch_for_death(self, kernel_id: str | None) -> None:
         """Hear from Jupyter's restarter when a kernel whose state a checkpoint holds dies
@@ -342,12 +372,12 @@ class Reconciler:
         session = self.store.sessions.get(path)
         if session is None:
             return
-        first = path in self.first_cell_pending
-        self.first_cell_pending.discard(path)
+        first = path in self._first_cell_pending
+        self._first_cell_pending.discard(path)
         op = session.operation
         resume = op if first and op is not None and op.kind == "resume" else None
         if resume is not None:  # the last step of its timeline
-            resume.mark(Step.FIRST_CELL)
+            resume.mark(Step.FIRST_CELL, self.clock.time())
         session.resumed_ahead = None  # the user came back
         if session.state in (State.READY, State.PAUSED):
             # READY: the first cell after a resume ran.  PAUSED: the user chose
@@ -477,7 +507,11 @@ class Reconciler:
                 await self.classifier.classify(session)
                 self.recorder.record(EventType.KERNEL_STARTED, session, op, started_by="user")
             await self.prewarmer.discard(path)
-            op.mark(Step.KERNEL_STARTED, note="the notebook's session's, started before")
+            op.mark(
+                Step.KERNEL_STARTED,
+                self.clock.time(),
+                note="the notebook's session's, started before",
+            )
             return kernel_id, False
         op.step = "starting a kernel"
         spare = await self.prewarmer.adopt(path)  # started already
@@ -488,6 +522,8 @@ class Reconciler:
             kernel_name=session.kernel_name,
             kernel_id=spare,
         )
-        op.mark(Step.KERNEL_STARTED, note="a spare, started before" if spare else "")
+        op.mark(
+            Step.KERNEL_STARTED, self.clock.time(), note="a spare, started before" if spare else ""
+        )
         session.kernel_id = model["kernel"]["id"]
         return session.kernel_id, True

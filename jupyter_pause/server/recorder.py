@@ -7,16 +7,26 @@ move sessions through a :class:`Recorder`; it knows nothing of them.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
+from ..clock import SYSTEM, Clock
 from ..ledger import EventType, Ledger
 from ..lifecycle import LostState, Operation, Session, SessionStore, State
 
 
 class Recorder:
-    def __init__(self, *, store: SessionStore, ledger: Ledger, log, kernel_gpus: int = 1):
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        ledger: Ledger,
+        log,
+        kernel_gpus: int = 1,
+        clock: Clock = SYSTEM,
+    ):
         self.store = store
+        #: the server's clock: every time a session or an operation records
+        self.clock = clock
         self.ledger = ledger
         self.log = log
         #: the accelerators a kernel holds when it starts, for the report: what its last
@@ -32,9 +42,10 @@ class Recorder:
         *,
         error: str | None = None,
     ) -> None:
-        previous = session.move(to, error=error)
+        now = self.clock.time()
+        previous = session.move(to, at=now, error=error)
         if op is not None:
-            op.heartbeat = time.time()
+            op.heartbeat = now
             if step:
                 op.step = step
         self.save()
@@ -54,12 +65,12 @@ class Recorder:
 
     def finish(self, session: Session, op: Operation) -> None:
         op.step = "done"
-        op.finished = time.time()
+        op.finished = self.clock.time()
         op.outcome = "succeeded"
         self.save()
 
     def fail(self, session: Session, op: Operation, error: str) -> None:
-        op.finished = time.time()
+        op.finished = self.clock.time()
         op.outcome = "failed"
         op.error = error
         self.save()

@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import time
-from collections.abc import Mapping
 
 from ..clock import Clock, StampAges
 from ..ledger import EventType
@@ -38,6 +36,7 @@ from .kernels import KernelCallError
 from .reconcile import Reconciler, execution_state
 from .recorder import Recorder
 from .schedules import Schedules
+from .tasks import Tasks
 
 #: why a notebook's state is lost when its kernel stopped with the server, no pause
 SERVER_STOPPED_UNDER_IT = "the server stopped under the kernel, without a pause"
@@ -50,9 +49,8 @@ class Recovery:
     def __init__(
         self,
         *,
-        owner: str,
+        tasks: Tasks,
         call,
-        running: Mapping[str, asyncio.Task],
         kernel_manager,
         store: SessionStore,
         recorder: Recorder,
@@ -63,10 +61,8 @@ class Recovery:
         clock: Clock,
         log,
     ):
-        #: the owner written into the lease of every operation this process runs
-        self.owner = owner
-        #: this process's operations under way (id -> task), as the manager runs them
-        self.running = running
+        #: this process's operations under way, and the owner their leases name
+        self.tasks = tasks
         self.kernel_manager = kernel_manager
         self.store = store
         self.recorder = recorder
@@ -78,6 +74,7 @@ class Recovery:
         self.call = call
         self.log = log
         #: how long the leases of owners elsewhere went unrenewed (by path)
+        self.clock = clock
         self._lease_ages = StampAges(clock)
         self.resolving: set[str] = set()  # abandoned operations being settled now
         self._heartbeat: asyncio.Task | None = None
@@ -96,8 +93,8 @@ class Recovery:
         step of this machine's wall clock neither kills a live owner's lease
         nor keeps a dead one's forever."""
         op = session.operation
-        if op.owner == self.owner:
-            return op.id not in self.running
+        if op.owner == self.tasks.owner:
+            return self.tasks.of(op.id) is None
         host, _, rest = op.owner.partition(":")
         pid = rest.partition(":")[0]
         if host == socket.gethostname() and pid.isdigit():
@@ -107,7 +104,7 @@ class Recovery:
     async def recover(self) -> None:
         """At start-up: resolve every operation a previous server left running,
         and clean the temp folders of checkpoint writers that died with it."""
-        for session in self.store.unfinished(self.owner):
+        for session in self.store.unfinished(self.tasks.owner):
             if self.abandoned(session):
                 await self.resolve(session, "the server stopped during it")
         for session in list(self.store.sessions.values()):
@@ -219,7 +216,7 @@ class Recovery:
         if committed is not None:
             session.last_checkpoint = {
                 "id": committed["id"],
-                "time": time.time(),
+                "time": self.clock.time(),
                 "bytes": committed["bytes"],
             }
             session.pause_nonce = (committed.get("metadata") or {}).get("pause_nonce")
@@ -294,11 +291,11 @@ class Recovery:
     async def _beat(self) -> None:
         while True:
             await asyncio.sleep(LEASE_INTERVAL)
-            now = time.time()
+            now = self.clock.time()
             mine = [
                 s.operation
                 for s in self.store.sessions.values()
-                if s.busy and s.operation.owner == self.owner
+                if s.busy and s.operation.owner == self.tasks.owner
             ]
             for op in mine:
                 op.heartbeat = now
@@ -321,22 +318,19 @@ class Recovery:
         if nonce and nonce == session.pause_nonce:
             session.live_state = LiveState.RESTORED
             session.restored_from = "snapshot"
-            self.recorder.record(EventType.RESTORE_FINISHED, session, op, restored_from="snapshot")
-            activity = self.activity.watch(session.kernel_id, session.path)
-            activity.reset_clock()  # the wall clock jumped by the whole pause
-            self.reconciler.first_cell_pending.add(session.path)
-            if session.schedule and session.schedule["at"] <= time.time() + SCHEDULE_SLACK:
+            ahead = None
+            if session.schedule and session.schedule["at"] <= self.clock.time() + SCHEDULE_SLACK:
                 # the platform's scheduler brought the pod back, as scheduled
                 schedule, session.schedule = session.schedule, None
-                kind = schedule.get("kind") or "scheduled"
+                ahead = schedule.get("kind") or "scheduled"
                 self.recorder.record(
-                    EventType.SCHEDULED_RESUME_STARTED, session, op, at=schedule["at"], kind=kind
+                    EventType.SCHEDULED_RESUME_STARTED, session, op, at=schedule["at"], kind=ahead
                 )
-                session.resumed_ahead = {"kind": kind, "at": time.time()}
             elif session.schedule:  # brought back before its time: by hand
                 self.schedules.cancel(session.path, "resumed by hand")
-            self.recorder.move(session, State.READY, op)
-            self.recorder.record(EventType.FIRST_CELL_RUNNABLE, session, op)
+            self.reconciler.restore_finished(
+                session, op, ahead=ahead, timeline=False, restored_from="snapshot"
+            )
         else:
             # the snapshot did not bring this kernel back: the checkpoint will
             error = "the snapshot did not bring the kernel back; resume from the checkpoint"

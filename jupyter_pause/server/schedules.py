@@ -10,9 +10,9 @@ on to re-arm.  Who fires a due schedule is the scheduler's business, not this mo
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
+from ..clock import SYSTEM, Clock
 from ..ledger import EventType
 from ..lifecycle import OPERATION_STATES, Session, SessionStore
 from ..schedule import ResumeSchedule
@@ -21,8 +21,9 @@ from .recorder import Recorder
 
 
 class Schedules:
-    def __init__(self, *, store: SessionStore, recorder: Recorder):
+    def __init__(self, *, store: SessionStore, recorder: Recorder, clock: Clock = SYSTEM):
         self.store = store
+        self.clock = clock
         self.recorder = recorder
         #: set whenever a schedule is set or cancelled (the scheduler wakes up)
         self.changed = asyncio.Event()
@@ -58,7 +59,7 @@ class Schedules:
             )
         previous = session.schedule
         schedule = ResumeSchedule(
-            at=float(at), kind=kind, by=by, set_at=time.time(), confidence=confidence
+            at=float(at), kind=kind, by=by, set_at=self.clock.time(), confidence=confidence
         )
         session.schedule = schedule.to_json()
         try:

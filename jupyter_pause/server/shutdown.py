@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 
 from ..ledger import EventType
 from ..lifecycle import SHUTDOWN_REASON, LostState, OperationInProgress, State
+from .collaborators import Collaborators
 from .errors import PauseError
 from .manager import RELEASING, PauseManager
 from .recovery import SERVER_STOPPED_UNDER_IT
@@ -46,7 +46,9 @@ class ShutdownReport:
     not_saved: list[NotSaved]
 
 
-async def save_all(manager: PauseManager, grace: float, concurrency: int) -> ShutdownReport:
+async def save_all(
+    manager: PauseManager, parts: Collaborators, grace: float, concurrency: int
+) -> ShutdownReport:
     """The server stops: pause every live notebook on its checkpoint, as a user
     pause would (``reason`` ``server-shutdown``), at most ``concurrency`` at once,
     within ``grace`` seconds.  A running cell is waited for, never interrupted;
@@ -58,13 +60,13 @@ async def save_all(manager: PauseManager, grace: float, concurrency: int) -> Shu
     manager.stop()  # no new cell; the link is the last saves' now
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace
-    upload_by = time.time() + grace - min(RECORD_MARGIN, grace / 10)
+    upload_by = parts.clock.time() + grace - min(RECORD_MARGIN, grace / 10)
     try:
         await asyncio.wait_for(manager.recovered.wait(), grace)
         live = await asyncio.wait_for(manager.sync(), max(0.0, deadline - loop.time()))
     except (TimeoutError, asyncio.TimeoutError):
         live = {}
-    paths = [p for p in live if manager.store.get(p).state != State.PAUSED]
+    paths = [p for p in live if parts.store.get(p).state != State.PAUSED]
     if not paths:
         return ShutdownReport([], [])
     manager.log.info(
@@ -75,13 +77,14 @@ async def save_all(manager: PauseManager, grace: float, concurrency: int) -> Shu
     )
     limit = asyncio.Semaphore(concurrency)
     saves = {
-        path: asyncio.ensure_future(_save_one(manager, path, limit, upload_by)) for path in paths
+        path: asyncio.ensure_future(_save_one(manager, parts, path, limit, upload_by))
+        for path in paths
     }
     await asyncio.wait(saves.values(), timeout=max(0.0, deadline - loop.time()))
     # a save whose state is saved has only its kernel's stop left, which Jupyter's own
     # clean-up does next anyway: it ends (cancelled, it would leave the kernel half
     # stopped, and the clean-up stuck until SIGKILL)
-    stopping = [s for p, s in saves.items() if not s.done() and _saved(manager.store.get(p))]
+    stopping = [s for p, s in saves.items() if not s.done() and _saved(parts.store.get(p))]
     if stopping:
         await asyncio.wait(stopping)
     paused, not_saved = [], []
@@ -95,9 +98,9 @@ async def save_all(manager: PauseManager, grace: float, concurrency: int) -> Shu
                 not_saved.append(NotSaved(path, "error", error))
             continue
         save.cancel()
-        not_saved.append(_not_saved_in_time(manager, path, grace))
-    for path in paused if manager.stager is None else ():  # else its final save said it
-        saved = manager.store.get(path).last_checkpoint or {}
+        not_saved.append(_not_saved_in_time(manager, parts, path, grace))
+    for path in paused if parts.stager is None else ():  # else its final save said it
+        saved = parts.store.get(path).last_checkpoint or {}
         manager.log.info(
             "jupyter-pause: %s was saved before the server stopped (checkpoint %s): a resume "
             "brings it back",
@@ -105,17 +108,21 @@ async def save_all(manager: PauseManager, grace: float, concurrency: int) -> Shu
             saved.get("id", "?"),
         )
     for missed in not_saved:
-        session = manager.store.get(missed.path)
+        session = parts.store.get(missed.path)
         told = {}
-        if manager.stager is not None:  # what the bucket holds of it, for other nodes
+        if parts.stager is not None:  # what the bucket holds of it, for other nodes
             held = session.bucket_checkpoint
             outcome = "older" if held else "none"
             session.final_save = final_save(
-                outcome, held, (session.last_checkpoint or {}).get("id"), missed.detail, time.time()
+                outcome,
+                held,
+                (session.last_checkpoint or {}).get("id"),
+                missed.detail,
+                parts.clock.time(),
             )
-            manager.recorder.save()
+            parts.recorder.save()
             told = {"final_save": session.final_save}
-        manager.recorder.record(
+        parts.recorder.record(
             EventType.NOT_SAVED,
             session,
             session.operation,
@@ -134,11 +141,15 @@ async def save_all(manager: PauseManager, grace: float, concurrency: int) -> Shu
 
 
 async def _save_one(
-    manager: PauseManager, path: str, limit: asyncio.Semaphore, upload_by: float
+    manager: PauseManager,
+    parts: Collaborators,
+    path: str,
+    limit: asyncio.Semaphore,
+    upload_by: float,
 ) -> str | None:
     """Pause one notebook at shutdown; None once it is paused, else why not."""
     async with limit:
-        session = manager.store.get(path)
+        session = parts.store.get(path)
         # an operation of ours under way ends first, except a pause whose checkpoint
         # is committed: only the platform's release is left (on Kubernetes it waits
         # for the pod to go, which is this very stop), and the next start's recovery
@@ -169,10 +180,12 @@ def _saved(session) -> bool:
     return session.busy and op.options.get("reason") == SHUTDOWN_REASON and op.step == RELEASING
 
 
-def _not_saved_in_time(manager: PauseManager, path: str, grace: float) -> NotSaved:
+def _not_saved_in_time(
+    manager: PauseManager, parts: Collaborators, path: str, grace: float
+) -> NotSaved:
     """The grace is over: stop waiting for this notebook and say why, with the truth
     in its session."""
-    session = manager.store.get(path)
+    session = parts.store.get(path)
     op = session.operation if session.busy else None
     task = manager.task(op.id) if op is not None else None
     if task is not None:
@@ -189,8 +202,8 @@ def _not_saved_in_time(manager: PauseManager, path: str, grace: float) -> NotSav
                 session.lost = LostState(
                     why=SERVER_STOPPED_UNDER_IT, checkpoint=session.state_checkpoint
                 )
-            manager.recorder.move(session, State.FAILED, op, error=f"not saved: {detail}")
-            manager.recorder.fail(session, op, f"not saved: {detail}")
+            parts.recorder.move(session, State.FAILED, op, error=f"not saved: {detail}")
+            parts.recorder.fail(session, op, f"not saved: {detail}")
         return NotSaved(path, why, detail)
     detail = (
         f"its {op.kind} was still under way ({session.state.value}) when the {grace:g} s "

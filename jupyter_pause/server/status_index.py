@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..lifecycle import Session, SessionStore
+from ..status_row import StatusRow
 from .explain import status_row
 from .ports import Policies
 
@@ -27,7 +28,7 @@ class StatusIndex:
         #: with a bucket, the staging lag of a session's notebook (server/staging.py)
         self.staging = staging
         #: notebook path -> its row, for the sessions whose row only their session makes
-        self._rows: dict[str, dict[str, Any]] = {}
+        self._rows: dict[str, StatusRow] = {}
         self._can_hibernate: bool | None = None
         self._offering: set[str] | None = None  # the notebooks that offer a saved state
 
@@ -81,7 +82,7 @@ class StatusIndex:
                 )
                 if path in sessions and not _volatile(session, kernel is not None):
                     self._rows[path] = row
-            rows.append(row)
+            rows.append(row.to_json())
         return rows
 
 

@@ -192,7 +192,7 @@ def test_silent_cold_start_falls_back_to_checkpoints(
     assert report.restored_from is None
     assert report.detail.startswith("cold start")
     assert report.info["was_paused"] and not report.info["pod_restored"]
-    assert report.info["auto_resume"] is True
+    assert report.auto_resume is True
     assert [c["path"] for c in report.info["checkpoints"]] == ["train.ipynb", "eval.ipynb"]
     assert ann(cluster)["jupyter-pause.io/restored-from"] == "checkpoint"
     changed = ledger.events(types=[EventType.STATE_CHANGED])[-1]

@@ -12,7 +12,7 @@ from conftest import NAMESPACE, pod_backend
 
 from jupyter_pause.lifecycle import SessionStore, State
 from jupyter_pause.server.shutdown import save_all
-from tests.fakes import make_manager
+from tests.fakes import make_manager, make_wired
 
 NOTEBOOKS = ("train.ipynb", "eval.ipynb")
 
@@ -21,16 +21,16 @@ def test_a_pod_stopped_under_the_server_snapshots_nothing_and_comes_back_from_ch
     cluster, tmp_path
 ):
     cluster.add_gke_notebook()
-    manager = make_manager(tmp_path, notebooks=NOTEBOOKS)
+    parts, manager = make_wired(tmp_path, notebooks=NOTEBOOKS)
     manager.backend = pod_backend(cluster, manager.ledger)
     for value, path in enumerate(NOTEBOOKS):
         session = manager.store.get(path)
         session.state = State.RUNNING
         session.kernel_id = manager.kernel_manager.start({"step": value})
-        manager.session_manager.paths[path] = session.kernel_id
+        manager.reconciler.session_manager.paths[path] = session.kernel_id
     seen = len(cluster.emu.requests)
 
-    report = asyncio.run(save_all(manager, grace=60, concurrency=2))
+    report = asyncio.run(save_all(manager, parts, grace=60, concurrency=2))
 
     assert sorted(report.paused) == sorted(NOTEBOOKS) and report.not_saved == []
     asked = [(r.verb, r.resource) for r in cluster.emu.requests[seen:]]
@@ -49,8 +49,8 @@ def test_a_pod_stopped_under_the_server_snapshots_nothing_and_comes_back_from_ch
             NOTEBOOKS, State.PAUSED
         )
         await again.came_back(await again.backend.startup())
-        while again._tasks:
-            await asyncio.gather(*list(again._tasks), return_exceptions=True)
+        while again.tasks.all:
+            await asyncio.gather(*list(again.tasks.all), return_exceptions=True)
 
     asyncio.run(next_start())
     for value, path in enumerate(NOTEBOOKS):

@@ -312,7 +312,7 @@ class KubeBackend(PauseBackend):
     resume_from_checkpoint_on_cold_start = Bool(
         False,
         help="after a cold start, restore every paused notebook from its checkpoint "
-        "without waiting for the user (reported in StartupReport.info['auto_resume'])",
+        "without waiting for the user (reported in StartupReport.auto_resume)",
     ).tag(config=True)
 
     def __init__(self, ledger=None, client: KubeClient | None = None, **kwargs):
@@ -495,7 +495,6 @@ class KubeBackend(PauseBackend):
             "snapshot": ann.get(A_SNAPSHOT),
             "checkpoints": owner.json(A_CHECKPOINTS) or [],
             "resume_operation": resume_op,
-            "auto_resume": bool(self.resume_from_checkpoint_on_cold_start and not restored),
         }
         if restored and not was_paused:
             # A snapshot of a pause that never finished was restored: the
@@ -623,9 +622,10 @@ class KubeBackend(PauseBackend):
                 detail=f"restored from snapshot ({c.get('message') or info.get('snapshot') or ''})",
                 info=info,
             )
-        if info.get("was_paused"):
-            return StartupReport(detail=info.get("cold_start_reason", "cold start"), info=info)
-        return StartupReport(detail="", info=info)
+        detail = info.get("cold_start_reason", "cold start") if info.get("was_paused") else ""
+        return StartupReport(
+            detail=detail, auto_resume=self.resume_from_checkpoint_on_cold_start, info=info
+        )
 
     async def after_came_back(self, info: dict[str, Any], pod: Pod, *, restored: bool) -> None:
         """Backend-specific clean-up once the server runs again."""
