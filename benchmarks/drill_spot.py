@@ -178,7 +178,8 @@ def one_trial(
         )
         assert client.execute(kernel_id, setup, timeout=300).ok
         _say(f"trial {n}: set up")
-        first = max(60.0, 5 * sizes.state / (sizes.bandwidth * sizes.share))  # 5 x its time
+        # 5 x its time, and room for a loaded 2-core machine
+        first = max(180.0, 5 * sizes.state / (sizes.bandwidth * sizes.share))
         wait_for(lambda: staged(client), first, lambda: f"the first staging\n{a.log_tail(20000)}")
         _say(f"trial {n}: staged")
         sent_before = throttle.sent

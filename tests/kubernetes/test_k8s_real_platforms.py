@@ -293,8 +293,16 @@ def test_workspace_serviceaccount_gets_the_clusterrole_or_status_says_so(make_cl
             clusterRoles=[{"name": "jupyter-pause-workspace"}]
         ),
     )
-    cluster.wait_for(lambda: cluster.emu.rules_for(WORKSPACE_SA), what="RoleBinding")
-    assert detect_backend_class(client=client) is KubeflowWorkspaceBackend
+    # (the binding is the controller's to make, in its own time: detection succeeds once it is)
+    cluster.wait_for(
+        lambda: detect_backend_class(client=client) is KubeflowWorkspaceBackend,
+        what="ws-<name> bound to the ClusterRole, and the Workspace detected",
+    )
+    assert any(
+        b["roleRef"]["name"] == "jupyter-pause-workspace"
+        and any(s.get("name") == WORKSPACE_SA.rsplit(":", 1)[1] for s in b.get("subjects") or [])
+        for b in cluster.emu.list("RoleBinding", NAMESPACE)
+    )
 
 
 def test_workspace_quota_refusal_is_failed_with_the_controllers_message(make_cluster, capsys):
