@@ -212,6 +212,24 @@ def test_staging_is_on_by_default_for_the_classes_that_pause_and_only_with_a_buc
         WorkloadClass.from_config("x", {"stage_every": 0})
 
 
+def saver_over(operations, session) -> Autosaver:
+    """An autosaver of ``nb.ipynb`` (``session``) every 0.01 s, whose monitor sees no cell
+    running, over ``operations``."""
+    policy = WorkloadClass.from_config("x", {"autosave_every": 0.01})
+
+    async def workload_class(session):
+        return policy, "test"
+
+    return Autosaver(
+        operations=operations,
+        store=SimpleNamespace(sessions={"nb.ipynb": session}),
+        activity=SimpleNamespace(for_path=lambda path: SimpleNamespace(busy=False)),
+        ledger=None,
+        workload_class=workload_class,
+        log=logging.getLogger("test"),
+    )
+
+
 async def test_a_first_cell_that_starts_before_its_kernel_start_is_recorded_counts():
     """The reconciler records a kernel's start once it is classified, which may come after
     the first cell started (a cell sent as the notebook opens): that cell is the new
@@ -226,19 +244,7 @@ async def test_a_first_cell_that_starts_before_its_kernel_start_is_recorded_coun
             return "idle"
 
     session = SimpleNamespace(kernel_id="k1", busy=False, state=State.RUNNING)
-    policy = WorkloadClass.from_config("x", {"autosave_every": 0.01})
-
-    async def workload_class(session):
-        return policy, "test"
-
-    saver = Autosaver(
-        operations=Operations(),
-        store=SimpleNamespace(sessions={"nb.ipynb": session}),
-        activity=SimpleNamespace(for_path=lambda path: SimpleNamespace(busy=False)),
-        ledger=None,
-        workload_class=workload_class,
-        log=logging.getLogger("test"),
-    )
+    saver = saver_over(Operations(), session)
     saver.on_activity("nb.ipynb", "k1", "cell-started", {})
     saver.on_ledger(LedgerEvent(EventType.KERNEL_STARTED, time.time(), "nb.ipynb", "k1"))
     await asyncio.sleep(0.05)
@@ -251,3 +257,25 @@ async def test_a_first_cell_that_starts_before_its_kernel_start_is_recorded_coun
     session.kernel_id = "k2"  # restarted: the old kernel's cell is not the new one's
     saver.on_ledger(LedgerEvent(EventType.KERNEL_STARTED, time.time(), "nb.ipynb", "k2"))
     assert "nb.ipynb" not in saver.unsaved
+
+
+async def test_an_autosave_waits_out_jupyters_busy_state_once_the_monitor_saw_the_cell_end():
+    """Jupyter reads IOPub on a stream of its own and may still say ``busy`` when the
+    monitor has seen the cell end; with no later cell to try again, the autosave waits
+    until it says ``idle``, not until the next cell."""
+    saved, states = [], ["busy", "busy", "busy"]
+
+    class Operations:
+        async def checkpoint(self, path, *, autosave=False):
+            saved.append(path)
+
+        def execution_state(self, kernel_id):
+            return states.pop() if states else "idle"
+
+    session = SimpleNamespace(kernel_id="k1", busy=False, state=State.RUNNING)
+    saver = saver_over(Operations(), session)
+    saver.on_activity("nb.ipynb", "k1", "cell-started", {})
+    await asyncio.sleep(0.05)
+    saver.on_activity("nb.ipynb", "k1", "cell-finished", {})
+    await wait_until(lambda: saved, timeout=30, what="the autosave")
+    assert saved == ["nb.ipynb"] and states == []

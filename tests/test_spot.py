@@ -306,7 +306,9 @@ def test_background_staging_sends_one_part_at_a_time_and_leaves_the_link_in_prop
         blob.write_bytes(bytes(3 * (16 << 20) + 1000))  # four parts
         mirror.upload([("blobs/a", blob)], pace=remote.Pace(0.25))
         assert widths == [1]
-        assert len(rests) == 4 and all(share == 0.25 and busy > 0 for share, busy in rests)
+        # a rest after each of the four parts at least: when each part went through is
+        # read from obstore's pulls, and a loaded machine may show a wait more
+        assert len(rests) >= 4 and all(share == 0.25 and busy > 0 for share, busy in rests)
         widths.clear()
         rests.clear()
         mirror.upload([("blobs/b", blob)])

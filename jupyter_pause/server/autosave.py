@@ -34,6 +34,8 @@ from .errors import PauseError
 
 #: seconds the kernel must stay idle after a cell before an autosave starts
 SETTLE = 0.5
+#: seconds an autosave waits for Jupyter's execution state to say what the monitor saw
+PATIENCE = 30.0
 
 
 class Operations(Protocol):
@@ -154,6 +156,29 @@ class Autosaver:
 
     # ---------------------------------------------------------------- acting
 
+    async def _settled(self, path: str, kernel_id: str, session, unsaved: Unsaved) -> bool:
+        """Whether the kernel stayed idle for :data:`SETTLE` after the cell.  Jupyter's own
+        execution state may still say ``busy`` when the monitor has seen the cell end (it
+        reads IOPub on a stream of its own): that is waited out, up to :data:`PATIENCE`,
+        since no later cell may come to try again.  A cell that started, an operation
+        or a save under way answers at once."""
+        deadline = self.clock.monotonic() + PATIENCE
+        while True:
+            await asyncio.sleep(SETTLE)
+            activity = self.activity.for_path(path)
+            if (
+                activity is None
+                or activity.busy
+                or session.busy
+                or session.state not in (State.RUNNING, State.READY)
+                or unsaved.saving
+            ):
+                return False
+            if self.operations.execution_state(kernel_id) != "busy":
+                return True
+            if self.clock.monotonic() >= deadline:
+                return False
+
     async def _maybe_save(self, path: str, kernel_id: str) -> None:
         session = self.store.sessions.get(path)
         if session is None or session.kernel_id != kernel_id:
@@ -165,16 +190,7 @@ class Autosaver:
             return
         if self.clock.monotonic() - unsaved.since < every:
             return
-        await asyncio.sleep(SETTLE)
-        activity = self.activity.for_path(path)
-        if (
-            activity is None
-            or activity.busy
-            or self.operations.execution_state(kernel_id) == "busy"
-            or session.busy
-            or session.state not in (State.RUNNING, State.READY)
-            or unsaved.saving
-        ):
+        if not await self._settled(path, kernel_id, session, unsaved):
             return  # a cell runs (or an operation): the next cell's end tries again
         self.log.debug("jupyter-pause: autosaving %s (class %s)", path, policy.name)
         try:
