@@ -243,6 +243,9 @@ def make_wired(
         store=store or SessionStore(tmp_path / "sessions.json", clock=clock),
         ledger=Ledger(clock=clock),
         checkpoint_dir=str(checkpoint_dir),
+        keep_checkpoints=3,
+        kernel_call_timeout=60,
+        idle_wait_timeout=60,
         classifier=classifier,
         policies=policies,
         log=log,
@@ -254,10 +257,6 @@ def make_wired(
     manager = PauseManager(
         parts=parts,
         backend=FakeBackend(),
-        checkpoint_dir=str(checkpoint_dir),
-        keep_checkpoints=3,
-        kernel_call_timeout=60,
-        idle_wait_timeout=60,
         log=log,
         policies=policies,
     )

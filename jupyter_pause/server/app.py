@@ -418,6 +418,9 @@ class PauseApp(ExtensionApp):
             store=store,
             ledger=self.ledger,
             checkpoint_dir=location,
+            keep_checkpoints=self.keep_checkpoints,
+            kernel_call_timeout=self.kernel_call_timeout,
+            idle_wait_timeout=self.idle_wait_timeout,
             classifier=classifier,
             policies=policies,
             log=self.log,
@@ -430,15 +433,11 @@ class PauseApp(ExtensionApp):
         self.manager = PauseManager(
             parts=self.parts,
             backend=self.backend_instance,
-            checkpoint_dir=location,
-            keep_checkpoints=self.keep_checkpoints,
-            kernel_call_timeout=self.kernel_call_timeout,
-            idle_wait_timeout=self.idle_wait_timeout,
             log=self.log,
             resume_gate=ResumeGate(self.max_concurrent_resumes),
             policies=policies,
         )
-        self._prepare_kernels(self.manager.kernel_settings())
+        self._prepare_kernels(self.parts.checkpointer.kernel_settings())
         self._watch_kernel_starts()
         self._register_metrics(clock)
         self.fleet = FleetPublisher(

@@ -19,6 +19,7 @@ from .activity import ActivityMonitor
 from .bucket_saves import BucketSaves
 from .bucket_sessions import BucketSessions
 from .catalogue import Catalogue
+from .checkpointing import Checkpointer
 from .classify import WorkloadClassifier
 from .hibernate import Hibernator
 from .kernels import call_in_kernel
@@ -27,6 +28,7 @@ from .prewarm import Prewarmer
 from .reconcile import Reconciler
 from .recorder import Recorder
 from .recovery import Recovery
+from .restoring import Restorer
 from .schedules import Schedules
 from .staging import Stager
 from .status_index import StatusIndex
@@ -57,6 +59,10 @@ class Collaborators:
     status_index: StatusIndex
     #: hibernates kernels in place (server/hibernate.py); one that cannot says why
     hibernator: Hibernator
+    #: checkpoints a kernel as a step of an operation (server/checkpointing.py)
+    checkpointer: Checkpointer
+    #: restores a checkpoint into a resume's kernel (server/restoring.py)
+    restorer: Restorer
     #: puts background saves in the bucket, and a stopping server's last ones
     #: (server/staging.py; None: not a bucket)
     stager: Stager | None = None
@@ -79,6 +85,9 @@ def build_collaborators(
     store: SessionStore,
     ledger: Ledger,
     checkpoint_dir: str | checkpoint_paths.Bucket | None,
+    keep_checkpoints: int,
+    kernel_call_timeout: float,
+    idle_wait_timeout: float,
     classifier: WorkloadClassifier,
     policies: Policies,
     log,
@@ -125,6 +134,33 @@ def build_collaborators(
         clock=clock,
         log=log,
     )
+    checkpointer = Checkpointer(
+        kernel_manager=kernel_manager,
+        call=call,
+        store=store,
+        recorder=recorder,
+        reconciler=reconciler,
+        catalogue=catalogue,
+        checkpoint_dir=checkpoint_dir,
+        keep_checkpoints=keep_checkpoints,
+        kernel_call_timeout=kernel_call_timeout,
+        idle_wait_timeout=idle_wait_timeout,
+        log=log,
+        clock=clock,
+        shared=shared,
+        staged=stager is not None,
+    )
+    restorer = Restorer(
+        kernel_manager=kernel_manager,
+        call=call,
+        recorder=recorder,
+        reconciler=reconciler,
+        catalogue=catalogue,
+        prewarmer=prewarmer,
+        kernel_checkpoint_dir=checkpointer.kernel_checkpoint_dir,
+        kernel_call_timeout=kernel_call_timeout,
+        clock=clock,
+    )
     parts = Collaborators(
         kernel_manager=kernel_manager,
         session_manager=session_manager,
@@ -144,6 +180,8 @@ def build_collaborators(
         recovery=recovery,
         status_index=StatusIndex(store, policies),
         hibernator=hibernator or Hibernator(None, unavailable="not configured", log=log),
+        checkpointer=checkpointer,
+        restorer=restorer,
         stager=stager,
         shared=shared,
         bucket_saves=(

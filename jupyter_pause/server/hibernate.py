@@ -291,6 +291,14 @@ class Hibernator:
         return state == ProcessState.RUNNING
 
 
+def kernel_pid(kernel_manager, kernel_id: str | None) -> int | None:
+    """The process of a kernel this server started (None: not one, or no such kernel)."""
+    try:
+        return kernel_manager.get_kernel(kernel_id).provisioner.pid
+    except (KeyError, AttributeError):
+        return None
+
+
 def held(processes: list[GpuProcess], pid: int) -> dict[str, int]:
     """GPU index (as JSON keys it) -> bytes ``pid`` holds there."""
     out: dict[str, int] = {}

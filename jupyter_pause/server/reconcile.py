@@ -109,6 +109,20 @@ class Reconciler:
         """A kernel stopped on purpose (a pause): its death is nobody's loss."""
         self._death_watched.discard(kernel_id)
 
+    async def shutdown_kernel(self, kernel_id: str) -> float:
+        """Stop a kernel on purpose (a pause, a failed resume's) and wait for its process
+        to exit; returns when that was."""
+        session = next((s for s in self.store.sessions.values() if s.kernel_id == kernel_id), None)
+        self.activity.unwatch(kernel_id)
+        self.forget(kernel_id)
+        await self.kernel_manager.shutdown_kernel(kernel_id, now=False)
+        stopped = self.clock.time()
+        if session:
+            self.recorder.record(
+                EventType.KERNEL_STOPPED, session, session.operation, kernel_id=kernel_id
+            )
+        return stopped
+
     async def jupyter_sessions(self) -> dict[str, dict]:
         """Jupyter's notebook sessions by path (the kernels that exist now).
 
