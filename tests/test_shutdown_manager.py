@@ -37,8 +37,7 @@ def running(manager, path, value):
 async def test_every_live_notebook_is_paused_on_its_checkpoint_and_the_platform_not_asked(
     tmp_path,
 ):
-    parts, manager = make_wired(tmp_path, notebooks=NOTEBOOKS)
-    manager.backend = ServerScopeBackend()
+    parts, manager = make_wired(tmp_path, notebooks=NOTEBOOKS, backend=ServerScopeBackend())
     manager.backend.released = []
     sessions = [running(manager, path, i) for i, path in enumerate(NOTEBOOKS)]
 
@@ -145,8 +144,7 @@ class StoppingPlatform(FakeBackend):
 
 
 async def test_a_pause_whose_checkpoint_is_committed_is_not_waited_for_nor_named(tmp_path):
-    parts, manager = make_wired(tmp_path)
-    manager.backend = StoppingPlatform()
+    parts, manager = make_wired(tmp_path, backend=StoppingPlatform())
     manager.backend.releasing = asyncio.Event()
     session = running(manager, "nb.ipynb", 3)
     await manager.pause("nb.ipynb")

@@ -415,6 +415,7 @@ class PauseApp(ExtensionApp):
             kernel_manager=self.serverapp.kernel_manager,
             session_manager=self.serverapp.session_manager,
             contents_manager=self.serverapp.contents_manager,
+            backend=self.backend_instance,
             store=store,
             ledger=self.ledger,
             checkpoint_dir=location,
@@ -432,7 +433,6 @@ class PauseApp(ExtensionApp):
         )
         self.manager = PauseManager(
             parts=self.parts,
-            backend=self.backend_instance,
             log=self.log,
             resume_gate=ResumeGate(self.max_concurrent_resumes),
             policies=policies,

@@ -22,10 +22,15 @@ from ..lifecycle import SHUTDOWN_REASON, Operation, Session, SessionStore, State
 from ..protocol import CheckpointReply, user_skipped
 from .bucket_sessions import BucketSessions
 from .catalogue import Catalogue
-from .errors import Conflict
+from .errors import Conflict, PauseError
 from .kernels import KernelCallError, KernelDied
 from .reconcile import Reconciler, execution_state
 from .recorder import Recorder
+
+#: seconds a pause waits for a busy kernel to report idle before refusing: a client
+#: that has seen its cell end (IOPub idle on its websocket) can ask before the
+#: server's own IOPub listener has updated the kernel's state
+BUSY_GRACE = 2.0
 
 
 class Checkpointer:
@@ -98,6 +103,16 @@ class Checkpointer:
             await self.wait_idle(kernel_id, 30)
             op.mark(Step.CELL_ENDED, self.clock.time(), note="interrupted")
 
+    async def idle_or_refuse(self, kernel: dict, refusal: str) -> None:
+        """Before an operation that needs an idle kernel (Jupyter's model of it): a busy
+        one has :data:`BUSY_GRACE` to report idle, else :class:`Conflict` (``refusal``)."""
+        if kernel.get("execution_state") != "busy":
+            return
+        try:
+            await self.wait_idle(kernel["id"], BUSY_GRACE)
+        except PauseError:
+            raise Conflict(refusal) from None
+
     async def wait_idle(self, kernel_id: str, timeout: float) -> None:
         """Return once the kernel is not busy; :class:`Conflict` after ``timeout``."""
         deadline = time.monotonic() + timeout
@@ -124,7 +139,7 @@ class Checkpointer:
         with a bucket: the kernel commits the checkpoint in the local cache only, and the
         stager puts it in the bucket (a background save, a stopping server's last).
         """
-        autosave = {"autosave": True} if op.options.get("autosave") else {}
+        autosave = _autosave(op)
         self.recorder.move(session, State.CHECKPOINTING, op, "checkpointing the kernel's state")
         self.recorder.record(EventType.CHECKPOINT_STARTED, session, op, **autosave)
         nonce = uuid.uuid4().hex if pause else None
@@ -164,7 +179,7 @@ class Checkpointer:
     ) -> None:
         """The kernel's checkpoint failed: it keeps running; the cause first (a notice
         has room for a line), then what it means."""
-        autosave = {"autosave": True} if op.options.get("autosave") else {}
+        autosave = _autosave(op)
         if autosave:
             then = "Autosave failed; the kernel keeps running and its last saved state is intact."
         elif op.options.get("reason") == SHUTDOWN_REASON:
@@ -195,7 +210,7 @@ class Checkpointer:
         upload: bool,
     ) -> None:
         """What the kernel's checkpoint answered, kept in the session and the ledger."""
-        autosave = {"autosave": True} if op.options.get("autosave") else {}
+        autosave = _autosave(op)
         session.last_checkpoint = {
             "id": result.id,
             "time": self.clock.time(),
@@ -275,3 +290,8 @@ class Checkpointer:
                 self.recorder.fail(session, op, error)
                 return None
         return others
+
+
+def _autosave(op: Operation) -> dict[str, bool]:
+    """What marks a background save's checkpoint and events as such (none for others)."""
+    return {"autosave": True} if op.options.get("autosave") else {}

@@ -66,6 +66,15 @@ class Hibernation:
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "bytes": self.bytes}
 
+    def told(self) -> dict[str, Any]:
+        """What the ledger's ``gpu-hibernated`` event says of it."""
+        return {
+            "gpu_bytes": self.bytes,
+            "bytes_freed": self.freed,
+            "seconds": self.seconds,
+            "gpus": self.gpus,
+        }
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Hibernation:
         names = {f.name for f in dataclasses.fields(cls)}

@@ -1,7 +1,12 @@
 """The session manager: drives each notebook through the pause lifecycle.
 
-It keeps the operations (claim, pause, checkpoint, resume) and their order; its
-collaborators stand below it and never call back into it: a session moves through the
+It keeps the operations (claim, pause, checkpoint, resume, hibernate, wake): the order
+of their steps and the state machine's transitions between them.  Its collaborators
+stand below it and never call back into it: the steps themselves are the
+:class:`~.checkpointing.Checkpointer`'s (a quiet kernel and its checkpoint), the
+:class:`~.restoring.Restorer`'s (a resume's kernel and its restore), the
+:class:`~.releasing.Releaser`'s (the platform's release) and the
+:class:`~.hibernate.Hibernator`'s; a session moves through the
 :class:`~.recorder.Recorder`; the checkpoint store is read and changed through the
 :class:`~.catalogue.Catalogue`, off the event loop; schedules are set and cancelled in
 :class:`~.schedules.Schedules`; Jupyter's kernel and contents events reach the sessions
@@ -11,10 +16,10 @@ handoff's fill) by the :class:`~.prewarm.Prewarmer`.  The policies above it (the
 watcher, the scheduler's predictor) reach it only as :class:`~.ports.Policies`.
 
 Handlers call these methods and translate exceptions; backends are consulted at two
-points (``release`` after the checkpoint is durable, ``acquire`` before a restore).
-Operations return at once (the REST API answers ``202``); the work runs as an asyncio
-task whose progress is visible through ``operation(id)``.  A kernel that dies while
-we wait on it is noticed within a second (:func:`~.kernels.wait_for_death`).
+points (``release`` after the checkpoint is durable, through the Releaser; ``acquire``
+before a restore).  Operations return at once (the REST API answers ``202``); the work
+runs as an asyncio task whose progress is visible through ``operation(id)``.  A kernel
+that dies while we wait on it is noticed within a second (:func:`~.kernels.wait_for_death`).
 """
 
 from __future__ import annotations
@@ -48,20 +53,12 @@ from .kernels import KernelCallError
 from .ports import Policies
 from .reconcile import execution_state
 
-#: seconds a pause waits for a busy kernel to report idle before refusing: a client
-#: that has seen its cell end (IOPub idle on its websocket) can ask before the
-#: server's own IOPub listener has updated the kernel's state
-BUSY_GRACE = 2.0
-#: a pause's step once its state is saved: only the platform's release is left
-RELEASING = "releasing the accelerator"
-
 
 class PauseManager:
     def __init__(
         self,
         *,
         parts: Collaborators,
-        backend,
         log,
         resume_gate: ResumeGate | None = None,
         policies: Policies = Policies(),
@@ -74,7 +71,6 @@ class PauseManager:
         self.ledger = parts.ledger
         self.clock = parts.clock
         self.call = parts.call
-        self.classifier = parts.classifier
         self.recorder = parts.recorder
         self.schedules = parts.schedules
         self.catalogue = parts.catalogue
@@ -90,7 +86,8 @@ class PauseManager:
         self.shared = parts.shared
         self.checkpointer = parts.checkpointer
         self.restorer = parts.restorer
-        self.backend = backend
+        self.releaser = parts.releaser
+        self.backend = parts.backend
         self.log = log
         self.policies = policies
         #: the platform's notice that the machine goes soon (backends' TerminationNotice)
@@ -177,12 +174,7 @@ class PauseManager:
         await self.recovered.wait()
         live = await self.sync()
         session = self.store.sessions.get(path) or Session(path=path)
-        if (
-            session.busy
-            and self.recovery.abandoned(session)
-            and session.operation.id not in self.recovery.resolving
-        ):
-            await self.recovery.resolve(session, "its server stopped, or its lease expired")
+        await self.recovery.settle_abandoned(session)
         if session.busy:
             raise OperationInProgress(path, session.operation)
         if session.state not in OPERATION_STATES[kind]:
@@ -214,15 +206,12 @@ class PauseManager:
         ``upload_by`` (epoch seconds; a stopping server's pause, with a bucket): the
         checkpoint goes to the bucket only if it can before then (:meth:`.BucketSaves.final_save`)."""
         session, live = await self._prepare(path, "pause")
-        kernel = live[path]["kernel"]
-        if kernel.get("execution_state") == "busy" and not (force or after_cell):
-            try:
-                await self.checkpointer.wait_idle(kernel["id"], BUSY_GRACE)
-            except PauseError:
-                raise Conflict(
-                    f"the kernel of {path!r} is busy running a cell; wait for it to finish, "
-                    "or pause with force to interrupt it",
-                ) from None
+        if not (force or after_cell):
+            await self.checkpointer.idle_or_refuse(
+                live[path]["kernel"],
+                f"the kernel of {path!r} is busy running a cell; wait for it to finish, "
+                "or pause with force to interrupt it",
+            )
         extra = {"upload_by": upload_by} if upload_by is not None else {}
         op = self._begin(
             path, "pause", force=force, after_cell=after_cell, auto=auto, reason=reason, **extra
@@ -261,15 +250,11 @@ class PauseManager:
         if not self.hibernator.ready:
             raise Conflict(f"this server cannot hibernate kernels: {self.hibernator.why_not}")
         session, live = await self._prepare(path, "hibernate")
-        kernel = live[path]["kernel"]
-        if kernel.get("execution_state") == "busy" and not after_cell:
-            try:
-                await self.checkpointer.wait_idle(kernel["id"], BUSY_GRACE)
-            except PauseError:
-                raise Conflict(
-                    f"the kernel of {path!r} is busy running a cell: only an idle kernel "
-                    "hibernates",
-                ) from None
+        if not after_cell:
+            await self.checkpointer.idle_or_refuse(
+                live[path]["kernel"],
+                f"the kernel of {path!r} is busy running a cell: only an idle kernel hibernates",
+            )
         op = self._begin(path, "hibernate", after_cell=after_cell, auto=auto)
         self._spawn(self._run_hibernate(self.store.sessions[path], op), op)
         return op
@@ -285,13 +270,11 @@ class PauseManager:
     def hibernated(self, kernel_id: str) -> bool:
         """Whether code sent to the kernel must wait for a wake (server/wake.py): it is
         hibernated, being hibernated or woken, or a hibernate of it was asked for."""
-        for session in self.store.sessions.values():
-            if session.kernel_id == kernel_id:
-                op = session.operation
-                return session.state in HIBERNATION_STATES or (
-                    session.busy and op.kind == "hibernate"
-                )
-        return False
+        session = self.store.of_kernel(kernel_id)
+        return session is not None and (
+            session.state in HIBERNATION_STATES
+            or (session.busy and session.operation.kind == "hibernate")
+        )
 
     async def awake(self, kernel_id: str) -> None:
         """Return once the kernel may run code: at once for a kernel that is not
@@ -303,9 +286,7 @@ class PauseManager:
         await self.recovered.wait()
         woken = False
         while True:
-            session = next(
-                (s for s in self.store.sessions.values() if s.kernel_id == kernel_id), None
-            )
+            session = self.store.of_kernel(kernel_id)
             if session is None:
                 return
             op = session.operation
@@ -342,22 +323,11 @@ class PauseManager:
         due (resumes wait for capacity in that order, those by hand in the order
         they were asked for); a resume by hand cancels the notebook's schedule."""
         session, _ = await self._prepare(path, "resume")
-        notes = await self._claim_shared(path)  # another server may race for it
+        # another server may race for it
+        notes = await self.shared.claim_to_resume(path) if self.shared is not None else []
         try:
-            available = [c["id"] for c in await self.catalogue.list_checkpoints(path)]
-            if not await self._notebook_exists(path):
-                kept = f"Its checkpoints are kept ({', '.join(available)}): " if available else ""
-                raise NotFound(
-                    f"the notebook {path!r} was deleted, so it cannot be resumed. {kept}"
-                    f"to restore one into another notebook, run `%restore --notebook {path} "
-                    "[checkpoint id]` there.",
-                )
-            if not available:
-                raise Conflict(f"{path!r} has no checkpoint to resume from")
-            if checkpoint_id is not None and checkpoint_id not in available:
-                raise NotFound(
-                    f"{path!r} has no checkpoint {checkpoint_id!r}; it has {', '.join(available)}",
-                )
+            exists = await self._notebook_exists(path)
+            await self.catalogue.refuse_resume(path, checkpoint_id, notebook_exists=exists)
             if session.busy:  # claimed while we listed (a thread), by another request
                 raise OperationInProgress(path, session.operation)
             op = self._begin(path, "resume", checkpoint_id=checkpoint_id, scheduled=scheduled)
@@ -374,19 +344,6 @@ class PauseManager:
             self.recorder.record(EventType.RESUME_REQUESTED, session, op)
         self._spawn(self._run_resume(session, op, checkpoint_id, due or op.started), op)
         return op
-
-    async def _claim_shared(self, path: str) -> list[str]:
-        """Take the notebook in the bucket (``resuming``: of two servers that race, one
-        wins) and bring its notebook file if this server lacks it; what to tell."""
-        if self.shared is None:
-            return []
-        await self.shared.claim(path)
-        try:
-            note = await self.shared.bring_notebook(path)
-        except BaseException:
-            self.shared.unclaim(path)
-            raise
-        return [note] if note else []
 
     async def prewarm(self, path: str) -> str:
         """Start a spare kernel for a paused notebook (server/prewarm.py); its resume
@@ -465,63 +422,16 @@ class PauseManager:
             if final:
                 await self.bucket_saves.final_save(session, op)
             group = [session]
-            # the server stops: each notebook is paused on its own, and only its kernel
-            # is stopped (never the backend's release, which would stop the server or
-            # take the pod away a second time)
-            release = self.backend.release_at_shutdown if at_shutdown else self.backend.release
             if self.backend.scope == "server" and not at_shutdown:
                 # the accelerator belongs to the pod: every notebook goes with it
                 others = await self.checkpointer.others(session, op)
                 if others is None:
                     return
                 group += others
-            op.mark(Step.RELEASING, self.clock.time())
-            for member in group:
-                self.recorder.move(member, State.PAUSING, op, RELEASING)
-                if self.shared is not None:  # other servers learn of it before it goes
-                    await self.shared.before_release(member, op)
-            kernel_ids = {m.path: m.kernel_id for m in group}
-            try:
-                facts = await release(group, self.reconciler.shutdown_kernel)
-            except Exception as e:
-                error = f"could not release the accelerator: {e}; the kernel keeps running"
-                for member in group:
-                    alive = member.kernel_id and self.execution_state(member.kernel_id) is not None
-                    self.recorder.move(
-                        member, State.RUNNING if alive else State.FAILED, op, error=error
-                    )
-                self.recorder.fail(session, op, error)
+            if not await self.releaser.release(
+                session, group, op, at_shutdown=at_shutdown, final=final
+            ):
                 return
-            released_at = facts.released_at or self.clock.time()
-            op.mark(Step.RELEASED, released_at)
-            op.mark(Step.PAUSED, self.clock.time())
-            for member in group:
-                self.recorder.record(
-                    EventType.ACCELERATOR_RELEASED,
-                    member,
-                    op,
-                    time_=released_at,
-                    kernel_id=kernel_ids[member.path],
-                    gpus=member.gpus,
-                    **facts.details,
-                )
-                if facts.restored_from != "snapshot":
-                    if (
-                        kernel_ids[member.path]
-                        and self.backend.scope == "server"
-                        and not at_shutdown
-                    ):
-                        self.reconciler.released_kernels.add(kernel_ids[member.path])
-                    member.kernel_id = None
-                self.recorder.move(member, State.PAUSED, op)
-                told = {"final_save": member.final_save} if final else {}
-                self.recorder.record(
-                    EventType.PAUSED, member, op, timeline=list(op.timeline), **told
-                )
-            if facts.restored_from == "snapshot":
-                # This very process was snapshotted and has just been restored.
-                for member in group:
-                    await self.recovery.came_back_live(member, op)
             self.recorder.finish(session, op)
             after_pause = self.policies.after_pause
             if session.state == State.PAUSED and not at_shutdown and after_pause is not None:
@@ -591,10 +501,7 @@ class PauseManager:
             EventType.GPU_HIBERNATED,
             session,
             op,
-            gpu_bytes=hibernation.bytes,
-            bytes_freed=hibernation.freed,
-            seconds=hibernation.seconds,
-            gpus=hibernation.gpus,
+            **hibernation.told(),
             auto=bool(op.options.get("auto")),
         )
         self.recorder.move(session, State.HIBERNATED, op)
@@ -693,21 +600,12 @@ class PauseManager:
             await self.backend.acquire(session, report_waiting)
             if waited:
                 self.recorder.record(EventType.CAPACITY_ACQUIRED, session, op)
-            kernel_id, started_here = await self.reconciler.kernel_for_resume(session, op)
-            if started_here:
-                await self.classifier.classify(session)
-                self.recorder.record(EventType.KERNEL_STARTED, session, op)
+            kernel_id, started_here = await self.restorer.kernel(session, op)
             await self.restorer.restore(session, op, kernel_id, chosen, fill, checkpoint_id)
             self.recorder.finish(session, op)
         except Exception as e:
-            self.prewarmer.handed_over(fill, failed=True)
-            error = await self.restorer.failed(session, op, e, checkpoint_id)
-            if started_here:
-                try:
-                    await self.reconciler.shutdown_kernel(kernel_id)
-                except Exception:
-                    self.log.warning("jupyter-pause: could not stop kernel %s", kernel_id)
-                session.kernel_id = None
+            started = kernel_id if started_here else None
+            error = await self.restorer.failed(session, op, e, checkpoint_id, fill, started)
             self.recorder.move(session, State.FAILED, op, error=f"resume failed: {error}")
             self.recorder.fail(session, op, f"resume failed: {error}")
 
@@ -751,21 +649,5 @@ class PauseManager:
             self.stager.stop_background()
 
     def give_up_waiting(self) -> None:
-        """The server stops: a resume still waiting for capacity has started no
-        kernel and restored nothing, so its notebook is paused, and says so."""
-        for session in self.store.sessions.values():
-            op = session.operation
-            if (
-                session.busy
-                and op.owner == self.tasks.owner
-                and session.state == State.WAITING_FOR_CAPACITY
-            ):
-                error = (
-                    "the server stopped while this resume waited for capacity: nothing was "
-                    "restored and the checkpoints are intact; resume again"
-                )
-                self.recorder.move(session, State.PAUSED, op, error=error)
-                self.recorder.fail(session, op, error)
-                task = self.tasks.of(op.id)
-                if task is not None:  # never admitted later, while the server stops
-                    task.cancel()
+        """The server stops: resumes waiting for capacity end (:meth:`.Recovery.give_up_waiting`)."""
+        self.recovery.give_up_waiting()

@@ -15,6 +15,7 @@ from ..ledger import EventType
 from ..lifecycle import LiveState, Operation, Session, State, Step
 from ..protocol import RestoreReply
 from .catalogue import Catalogue
+from .classify import WorkloadClassifier
 from .prewarm import Prewarmer
 from .reconcile import Reconciler
 from .recorder import Recorder
@@ -33,6 +34,8 @@ class Restorer:
         prewarmer: Prewarmer,
         kernel_checkpoint_dir: str | None,
         kernel_call_timeout: float,
+        classifier: WorkloadClassifier,
+        log,
         clock: Clock = SYSTEM,
     ):
         """``kernel_checkpoint_dir``: the checkpoint root as a kernel call names it."""
@@ -44,7 +47,18 @@ class Restorer:
         self.prewarmer = prewarmer
         self.kernel_checkpoint_dir = kernel_checkpoint_dir
         self.kernel_call_timeout = kernel_call_timeout
+        self.classifier = classifier
+        self.log = log
         self.clock = clock
+
+    async def kernel(self, session: Session, op: Operation) -> tuple[str, bool]:
+        """The kernel the resume restores into, and whether it started it
+        (:meth:`.Reconciler.kernel_for_resume`); one started is classified and recorded."""
+        kernel_id, started_here = await self.reconciler.kernel_for_resume(session, op)
+        if started_here:
+            await self.classifier.classify(session)
+            self.recorder.record(EventType.KERNEL_STARTED, session, op)
+        return kernel_id, started_here
 
     async def restore(
         self, session: Session, op: Operation, kernel_id: str, chosen, fill, checkpoint_id
@@ -109,14 +123,24 @@ class Restorer:
             gpus=result.gpus,
         )
 
-    async def failed(self, session: Session, op: Operation, error: Exception, checkpoint_id) -> str:
-        """The restore failed: recorded; what to tell, with the checkpoints the notebook
+    async def failed(
+        self, session: Session, op: Operation, error: Exception, checkpoint_id, fill, started
+    ) -> str:
+        """The restore failed: recorded, the read-ahead's ``fill`` dropped and the kernel
+        it ``started`` (if any) stopped; what to tell, with the checkpoints the notebook
         can resume from instead."""
+        self.prewarmer.handed_over(fill, failed=True)
         told = str(error)
         others = await self.catalogue.alternatives(session.path, checkpoint_id)
         if others:
             told += f". Checkpoints you can resume from instead: {', '.join(others)}"
         self.recorder.record(EventType.RESTORE_FAILED, session, op, error=str(error))
+        if started is not None:
+            try:
+                await self.reconciler.shutdown_kernel(started)
+            except Exception:
+                self.log.warning("jupyter-pause: could not stop kernel %s", started)
+            session.kernel_id = None
         return told
 
 

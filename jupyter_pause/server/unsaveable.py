@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import time
 
+from .checkpointing import BUSY_GRACE
 from .errors import Conflict
 from .kernels import KernelCallError, call_in_kernel
-from .manager import BUSY_GRACE
 
 
 async def unsaveable(manager, path: str) -> dict[str, str]:
