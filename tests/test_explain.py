@@ -143,7 +143,8 @@ async def test_unsaveable_lists_every_variable_a_pause_would_leave_out(
     assert (await session_status(jp_fetch, notebook_path))["state"] == "running"
     assert (
         checkpoint_store.list_checkpoints(
-            jp_serverapp.web_app.settings["jupyter_pause_manager"].checkpoint_dir, notebook_path
+            jp_serverapp.web_app.settings["jupyter_pause_checkpointer"].checkpoint_dir,
+            notebook_path,
         )
         == []
     )

@@ -465,6 +465,7 @@ class PauseApp(ExtensionApp):
             jupyter_pause_catalogue=self.parts.catalogue,
             jupyter_pause_schedules=self.parts.schedules,
             jupyter_pause_reconciler=self.parts.reconciler,
+            jupyter_pause_checkpointer=self.parts.checkpointer,
             jupyter_pause_clock=clock,
             jupyter_pause_idle=self.idle_watcher,
             jupyter_pause_ledger=self.ledger,
