@@ -406,6 +406,10 @@ class SessionStore:
             self.sessions[path] = Session(path=path, since=self.clock.time())
         return self.sessions[path]
 
+    def of_kernel(self, kernel_id: str | None) -> Session | None:
+        """The session whose kernel it is, if any."""
+        return next((s for s in self.sessions.values() if s.kernel_id == kernel_id), None)
+
     def begin(self, path: str, kind: str, *, owner: str = "", **options: Any) -> Operation:
         """Start an operation on a session, enforcing single flight.
 

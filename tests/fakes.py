@@ -222,6 +222,8 @@ def make_wired(
     clock=SYSTEM,
     policies: Policies = Policies(),
     hibernator=None,
+    backend=None,
+    ledger: Ledger | None = None,
 ) -> tuple[Collaborators, PauseManager]:
     """A PauseManager over fakes, and its collaborators, wired as the server wires them
     (:func:`.build_collaborators`)."""
@@ -240,9 +242,13 @@ def make_wired(
         kernel_manager=kernels,
         session_manager=FakeSessionManager(kernels),
         contents_manager=contents,
+        backend=backend if backend is not None else FakeBackend(),
         store=store or SessionStore(tmp_path / "sessions.json", clock=clock),
-        ledger=Ledger(clock=clock),
+        ledger=ledger if ledger is not None else Ledger(clock=clock),
         checkpoint_dir=str(checkpoint_dir),
+        keep_checkpoints=3,
+        kernel_call_timeout=60,
+        idle_wait_timeout=60,
         classifier=classifier,
         policies=policies,
         log=log,
@@ -253,11 +259,6 @@ def make_wired(
     )
     manager = PauseManager(
         parts=parts,
-        backend=FakeBackend(),
-        checkpoint_dir=str(checkpoint_dir),
-        keep_checkpoints=3,
-        kernel_call_timeout=60,
-        idle_wait_timeout=60,
         log=log,
         policies=policies,
     )

@@ -176,7 +176,7 @@ async def test_an_autosave_when_nothing_changed_writes_almost_nothing(
     await execute(jp_serverapp, kernel_id, PAST_INTERVAL)
     first = await next_autosave(jp_serverapp, notebook_path, 1)
     assert first.data["bytes_written"] > 32 << 20  # the 32 MiB array, once
-    folder = paths.notebook_dir(manager_of(jp_serverapp).checkpoint_dir, notebook_path)
+    folder = paths.notebook_dir(manager_of(jp_serverapp).checkpointer.checkpoint_dir, notebook_path)
     before = files_of(folder)
 
     await execute(jp_serverapp, kernel_id, PAST_INTERVAL)  # uses nothing of the namespace

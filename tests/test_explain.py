@@ -102,7 +102,9 @@ async def test_verified_listing_marks_the_corrupt_checkpoint(jp_fetch, jp_server
     manager = jp_serverapp.web_app.settings["jupyter_pause_manager"]
     info = next(
         c
-        for c in checkpoint_store.list_checkpoints(manager.checkpoint_dir, notebook_path)
+        for c in checkpoint_store.list_checkpoints(
+            manager.checkpointer.checkpoint_dir, notebook_path
+        )
         if c.id == newer["id"]
     )
     pickle_file = Path(info.path) / "objects.pkl"
@@ -141,7 +143,8 @@ async def test_unsaveable_lists_every_variable_a_pause_would_leave_out(
     assert (await session_status(jp_fetch, notebook_path))["state"] == "running"
     assert (
         checkpoint_store.list_checkpoints(
-            jp_serverapp.web_app.settings["jupyter_pause_manager"].checkpoint_dir, notebook_path
+            jp_serverapp.web_app.settings["jupyter_pause_checkpointer"].checkpoint_dir,
+            notebook_path,
         )
         == []
     )

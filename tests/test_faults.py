@@ -313,7 +313,7 @@ async def test_a_checkpoint_folder_that_leads_out_of_the_root_is_refused(
     from jupyter_pause.engine import durable, paths
 
     manager = manager_of(jp_serverapp)
-    folder = paths.notebook_dir(manager.checkpoint_dir, notebook_path)
+    folder = paths.notebook_dir(manager.checkpointer.checkpoint_dir, notebook_path)
     durable.makedirs(folder.parent)
     outside = tmp_path / "outside"
     (outside / "2026-01-01T00-00-00").mkdir(parents=True)

@@ -57,7 +57,7 @@ def with_session(manager, state: State, *, kernel: bool, operation: Operation | 
 
 def earlier_checkpoint(manager, value=1):
     return engine.checkpoint(
-        dir=manager.checkpoint_dir, notebook=NB, namespace={"x": value}, progress=False
+        dir=manager.checkpointer.checkpoint_dir, notebook=NB, namespace={"x": value}, progress=False
     ).id
 
 
@@ -188,7 +188,7 @@ async def test_a_checkpoint_right_after_a_resume_keeps_the_session_ready(tmp_pat
     await settle(manager)
     assert op.outcome == "succeeded", op.error
     assert manager.store.sessions[NB].state == State.READY
-    assert len(engine.list_checkpoints(dir=manager.checkpoint_dir, notebook=NB)) == 2
+    assert len(engine.list_checkpoints(dir=manager.checkpointer.checkpoint_dir, notebook=NB)) == 2
 
 
 # ------------------------------------------------------------------ recovery
@@ -211,7 +211,7 @@ def abandoned(manager, kind, state, *, kernel, committed, earlier=True):
         session.kernel_id = "kernel-of-the-dead-server"
     if committed:
         engine.checkpoint(
-            dir=manager.checkpoint_dir,
+            dir=manager.checkpointer.checkpoint_dir,
             notebook=NB,
             namespace={"x": 2},
             metadata={"operation_id": op.id, "pause_nonce": "n"},
@@ -251,13 +251,15 @@ async def test_start_up_resolves_what_a_dead_server_left_running(
     assert not session.busy
     if ends == State.FAILED and not kernel:
         # the truth: the state is lost, and which checkpoint to resume from
-        earlier = engine.list_checkpoints(dir=manager.checkpoint_dir, notebook=NB)[0].id
+        earlier = engine.list_checkpoints(dir=manager.checkpointer.checkpoint_dir, notebook=NB)[
+            0
+        ].id
         assert "lost" in session.error and earlier in session.error
     if ends == State.PAUSED and committed:
         assert session.kernel_id is None
         assert (
             session.last_checkpoint["id"]
-            == engine.list_checkpoints(dir=manager.checkpoint_dir, notebook=NB)[-1].id
+            == engine.list_checkpoints(dir=manager.checkpointer.checkpoint_dir, notebook=NB)[-1].id
         )
     if kernel:
         assert session.kernel_id in manager.kernel_manager

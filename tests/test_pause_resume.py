@@ -166,7 +166,9 @@ async def test_resume_falls_back_from_a_corrupt_checkpoint_and_never_offers_it(
     manager = jp_serverapp.web_app.settings["jupyter_pause_manager"]
     info = next(
         c
-        for c in checkpoint_store.list_checkpoints(manager.checkpoint_dir, notebook_path)
+        for c in checkpoint_store.list_checkpoints(
+            manager.checkpointer.checkpoint_dir, notebook_path
+        )
         if c.id == latest
     )
     corrupted = 0
@@ -204,7 +206,9 @@ async def test_resume_falls_back_from_a_corrupt_checkpoint_and_never_offers_it(
     assert session["kernel_id"] is None
     listed = {
         c.id: c.status
-        for c in checkpoint_store.list_checkpoints(manager.checkpoint_dir, notebook_path)
+        for c in checkpoint_store.list_checkpoints(
+            manager.checkpointer.checkpoint_dir, notebook_path
+        )
     }
     assert listed[latest] == "damaged" and listed[older] == "ok"
 

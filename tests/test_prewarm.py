@@ -112,7 +112,9 @@ async def test_opening_a_paused_notebook_reads_its_checkpoint_ahead(
     code = "import torch; answer = 42; w = torch.ones(6_000_000)"  # a 24 MB tensor file
     await paused_notebook(jp_fetch, jp_serverapp, notebook_path, code)
     manager = jp_serverapp.web_app.settings["jupyter_pause_manager"]
-    blobs = checkpoint_paths.notebook_dir(manager.checkpoint_dir, notebook_path) / "blobs"
+    blobs = (
+        checkpoint_paths.notebook_dir(manager.checkpointer.checkpoint_dir, notebook_path) / "blobs"
+    )
     big = max(blobs.iterdir(), key=lambda f: f.stat().st_size)
     size = big.stat().st_size
     assert size >= 24_000_000
@@ -193,7 +195,7 @@ async def test_with_the_newest_checkpoint_damaged_the_fill_and_the_restore_agree
     assert (await operate(jp_fetch, "pause", notebook_path))["outcome"] == "succeeded"
     newer = (await session_status(jp_fetch, notebook_path))["last_checkpoint"]["id"]
     manager = jp_serverapp.web_app.settings["jupyter_pause_manager"]
-    nbdir = checkpoint_paths.notebook_dir(manager.checkpoint_dir, notebook_path)
+    nbdir = checkpoint_paths.notebook_dir(manager.checkpointer.checkpoint_dir, notebook_path)
     own = set(checks.read_manifest(nbdir, newer).files) - set(
         checks.read_manifest(nbdir, older).files
     )

@@ -264,7 +264,7 @@ async def test_a_pause_that_fails_drops_its_schedule_and_the_kernel_keeps_runnin
     async def failing_call(kernel, function, timeout=60, **kw):
         raise KernelCallError("OSError: [Errno 28] No space left on device")
 
-    manager.call = failing_call
+    manager.checkpointer.call = failing_call
     op = await manager.pause(NB, resume_at=time.time() + 3600)
     await settle(manager)
     session = manager.store.sessions[NB]

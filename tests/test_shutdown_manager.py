@@ -37,8 +37,7 @@ def running(manager, path, value):
 async def test_every_live_notebook_is_paused_on_its_checkpoint_and_the_platform_not_asked(
     tmp_path,
 ):
-    parts, manager = make_wired(tmp_path, notebooks=NOTEBOOKS)
-    manager.backend = ServerScopeBackend()
+    parts, manager = make_wired(tmp_path, notebooks=NOTEBOOKS, backend=ServerScopeBackend())
     manager.backend.released = []
     sessions = [running(manager, path, i) for i, path in enumerate(NOTEBOOKS)]
 
@@ -53,7 +52,10 @@ async def test_every_live_notebook_is_paused_on_its_checkpoint_and_the_platform_
         assert paused_by(session) == "server-shutdown"
         restored = {}
         engine.restore(
-            dir=manager.checkpoint_dir, notebook=session.path, namespace=restored, progress=False
+            dir=manager.checkpointer.checkpoint_dir,
+            notebook=session.path,
+            namespace=restored,
+            progress=False,
         )
         assert restored == {"x": i}
     requested = manager.ledger.events(types=[EventType.PAUSE_REQUESTED])
@@ -76,7 +78,9 @@ async def test_a_kernel_busy_past_the_grace_is_named_not_saved_and_failed(tmp_pa
     [event] = manager.ledger.events(types=[EventType.NOT_SAVED])
     assert event.path == busy.path and event.data["why"] == "kernel busy"
     # nothing was written for it
-    assert engine.list_checkpoints(dir=manager.checkpoint_dir, notebook=busy.path) == []
+    assert (
+        engine.list_checkpoints(dir=manager.checkpointer.checkpoint_dir, notebook=busy.path) == []
+    )
 
 
 async def test_a_cell_that_ends_within_the_grace_is_waited_for_then_saved(tmp_path):
@@ -105,7 +109,10 @@ async def test_start_up_says_at_once_that_a_kernel_vanished_with_the_server(tmp_
     with_checkpoint.state = State.RUNNING
     with_checkpoint.kernel_id = "kernel-of-the-dead-server"
     saved = engine.checkpoint(
-        dir=manager.checkpoint_dir, notebook=NOTEBOOKS[0], namespace={"x": 1}, progress=False
+        dir=manager.checkpointer.checkpoint_dir,
+        notebook=NOTEBOOKS[0],
+        namespace={"x": 1},
+        progress=False,
     ).id
     without = manager.store.get(NOTEBOOKS[1])
     without.state = State.READY
@@ -137,8 +144,7 @@ class StoppingPlatform(FakeBackend):
 
 
 async def test_a_pause_whose_checkpoint_is_committed_is_not_waited_for_nor_named(tmp_path):
-    parts, manager = make_wired(tmp_path)
-    manager.backend = StoppingPlatform()
+    parts, manager = make_wired(tmp_path, backend=StoppingPlatform())
     manager.backend.releasing = asyncio.Event()
     session = running(manager, "nb.ipynb", 3)
     await manager.pause("nb.ipynb")
@@ -151,7 +157,10 @@ async def test_a_pause_whose_checkpoint_is_committed_is_not_waited_for_nor_named
     assert not manager.ledger.events(types=[EventType.NOT_SAVED])
     await manager.close()  # the release is left to the platform; recovery settles it
     assert session.last_checkpoint["id"] in [
-        c.id for c in engine.list_checkpoints(dir=manager.checkpoint_dir, notebook=session.path)
+        c.id
+        for c in engine.list_checkpoints(
+            dir=manager.checkpointer.checkpoint_dir, notebook=session.path
+        )
     ]
 
 

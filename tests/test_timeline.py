@@ -157,17 +157,19 @@ async def test_a_resume_asks_its_kernel_once(tmp_path):
     """The nonce (is this the paused process itself?) comes with the restore's answer,
     not in a second round trip."""
     manager = make_manager(tmp_path)
-    engine.checkpoint(dir=manager.checkpoint_dir, notebook=NB, namespace={"x": 1}, progress=False)
+    engine.checkpoint(
+        dir=manager.checkpointer.checkpoint_dir, notebook=NB, namespace={"x": 1}, progress=False
+    )
     session = manager.store.get(NB)
     session.state = State.PAUSED
     calls = []
-    call = manager.call
+    call = manager.restorer.call
 
     async def counted(kernel, function, **kwargs):
         calls.append(function)
         return await call(kernel, function, **kwargs)
 
-    manager.call = counted
+    manager.restorer.call = counted
     op = await manager.resume(NB)
     while manager.tasks.all:
         await asyncio.gather(*list(manager.tasks.all))

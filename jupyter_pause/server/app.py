@@ -415,9 +415,13 @@ class PauseApp(ExtensionApp):
             kernel_manager=self.serverapp.kernel_manager,
             session_manager=self.serverapp.session_manager,
             contents_manager=self.serverapp.contents_manager,
+            backend=self.backend_instance,
             store=store,
             ledger=self.ledger,
             checkpoint_dir=location,
+            keep_checkpoints=self.keep_checkpoints,
+            kernel_call_timeout=self.kernel_call_timeout,
+            idle_wait_timeout=self.idle_wait_timeout,
             classifier=classifier,
             policies=policies,
             log=self.log,
@@ -429,16 +433,11 @@ class PauseApp(ExtensionApp):
         )
         self.manager = PauseManager(
             parts=self.parts,
-            backend=self.backend_instance,
-            checkpoint_dir=location,
-            keep_checkpoints=self.keep_checkpoints,
-            kernel_call_timeout=self.kernel_call_timeout,
-            idle_wait_timeout=self.idle_wait_timeout,
             log=self.log,
             resume_gate=ResumeGate(self.max_concurrent_resumes),
             policies=policies,
         )
-        self._prepare_kernels(self.manager.kernel_settings())
+        self._prepare_kernels(self.parts.checkpointer.kernel_settings())
         self._watch_kernel_starts()
         self._register_metrics(clock)
         self.fleet = FleetPublisher(
@@ -466,6 +465,7 @@ class PauseApp(ExtensionApp):
             jupyter_pause_catalogue=self.parts.catalogue,
             jupyter_pause_schedules=self.parts.schedules,
             jupyter_pause_reconciler=self.parts.reconciler,
+            jupyter_pause_checkpointer=self.parts.checkpointer,
             jupyter_pause_clock=clock,
             jupyter_pause_idle=self.idle_watcher,
             jupyter_pause_ledger=self.ledger,

@@ -375,6 +375,17 @@ class BucketSessions:
         self.published[path] = {**intent, "state": "resuming"}
         self.detached.discard(path)
 
+    async def claim_to_resume(self, path: str) -> list[str]:
+        """Take the notebook in the bucket (:meth:`claim`: of two servers that race, one
+        wins) and bring its notebook file if this server lacks it; what to tell."""
+        await self.claim(path)
+        try:
+            note = await self.bring_notebook(path)
+        except BaseException:
+            self.unclaim(path)
+            raise
+        return [note] if note else []
+
     def unclaim(self, path: str) -> None:
         """A claimed resume did not start: the record says what the session says again."""
         self.published.pop(path, None)

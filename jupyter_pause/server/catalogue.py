@@ -95,6 +95,27 @@ class Catalogue:
         """A notebook's checkpoints, newest first, without their private metadata."""
         return await self.in_thread(self.listing, path)
 
+    async def refuse_resume(
+        self, path: str, checkpoint_id: str | None, *, notebook_exists: bool
+    ) -> None:
+        """Refuse a resume of ``path`` that cannot start: its notebook deleted (its
+        checkpoints are kept, and ``%restore`` brings one elsewhere), no checkpoint, or
+        none named ``checkpoint_id``."""
+        available = [c["id"] for c in await self.list_checkpoints(path)]
+        if not notebook_exists:
+            kept = f"Its checkpoints are kept ({', '.join(available)}): " if available else ""
+            raise NotFound(
+                f"the notebook {path!r} was deleted, so it cannot be resumed. {kept}"
+                f"to restore one into another notebook, run `%restore --notebook {path} "
+                "[checkpoint id]` there.",
+            )
+        if not available:
+            raise Conflict(f"{path!r} has no checkpoint to resume from")
+        if checkpoint_id is not None and checkpoint_id not in available:
+            raise NotFound(
+                f"{path!r} has no checkpoint {checkpoint_id!r}; it has {', '.join(available)}",
+            )
+
     def listing(
         self, path: str, *, private: bool = False, here_only: bool = False
     ) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ stands below whoever orchestrates it, and never calls back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..clock import SYSTEM, Clock
@@ -19,6 +19,7 @@ from .activity import ActivityMonitor
 from .bucket_saves import BucketSaves
 from .bucket_sessions import BucketSessions
 from .catalogue import Catalogue
+from .checkpointing import Checkpointer
 from .classify import WorkloadClassifier
 from .hibernate import Hibernator
 from .kernels import call_in_kernel
@@ -27,6 +28,8 @@ from .prewarm import Prewarmer
 from .reconcile import Reconciler
 from .recorder import Recorder
 from .recovery import Recovery
+from .releasing import Releaser
+from .restoring import Restorer
 from .schedules import Schedules
 from .staging import Stager
 from .status_index import StatusIndex
@@ -35,7 +38,7 @@ from .tasks import Tasks
 
 @dataclass
 class Collaborators:
-    """Jupyter's managers, and what the server builds over them."""
+    """Jupyter's managers, the platform's backend, and what the server builds over them."""
 
     kernel_manager: Any
     session_manager: Any
@@ -45,6 +48,8 @@ class Collaborators:
     clock: Clock
     #: how to run a kernel_ops function in a kernel (a fake in unit tests)
     call: Any
+    #: the platform's backend (backends/base.py): releases and acquires the accelerator
+    backend: Any
     classifier: WorkloadClassifier
     recorder: Recorder
     schedules: Schedules
@@ -57,6 +62,12 @@ class Collaborators:
     status_index: StatusIndex
     #: hibernates kernels in place (server/hibernate.py); one that cannot says why
     hibernator: Hibernator
+    #: the steps of the manager's operations, over the collaborators above
+    #: (:func:`_add_steps`): checkpoint a kernel (server/checkpointing.py), restore into
+    #: one (server/restoring.py), release the accelerator (server/releasing.py)
+    checkpointer: Checkpointer = field(init=False)
+    restorer: Restorer = field(init=False)
+    releaser: Releaser = field(init=False)
     #: puts background saves in the bucket, and a stopping server's last ones
     #: (server/staging.py; None: not a bucket)
     stager: Stager | None = None
@@ -76,9 +87,13 @@ def build_collaborators(
     kernel_manager,
     session_manager,
     contents_manager,
+    backend,
     store: SessionStore,
     ledger: Ledger,
     checkpoint_dir: str | checkpoint_paths.Bucket | None,
+    keep_checkpoints: int,
+    kernel_call_timeout: float,
+    idle_wait_timeout: float,
     classifier: WorkloadClassifier,
     policies: Policies,
     log,
@@ -133,6 +148,7 @@ def build_collaborators(
         ledger=ledger,
         clock=clock,
         call=call,
+        backend=backend,
         classifier=classifier,
         recorder=recorder,
         schedules=schedules,
@@ -154,4 +170,62 @@ def build_collaborators(
     )
     if stager is not None:  # the rows of GET status show what the bucket lacks
         parts.status_index.staging = parts.staging_lag
+    _add_steps(
+        parts,
+        checkpoint_dir=checkpoint_dir,
+        keep_checkpoints=keep_checkpoints,
+        kernel_call_timeout=kernel_call_timeout,
+        idle_wait_timeout=idle_wait_timeout,
+        log=log,
+    )
     return parts
+
+
+def _add_steps(
+    parts: Collaborators,
+    *,
+    checkpoint_dir: str | checkpoint_paths.Bucket | None,
+    keep_checkpoints: int,
+    kernel_call_timeout: float,
+    idle_wait_timeout: float,
+    log,
+) -> None:
+    """The steps of the manager's operations, each wired to the collaborators below it."""
+    parts.checkpointer = Checkpointer(
+        kernel_manager=parts.kernel_manager,
+        call=parts.call,
+        store=parts.store,
+        recorder=parts.recorder,
+        reconciler=parts.reconciler,
+        catalogue=parts.catalogue,
+        checkpoint_dir=checkpoint_dir,
+        keep_checkpoints=keep_checkpoints,
+        kernel_call_timeout=kernel_call_timeout,
+        idle_wait_timeout=idle_wait_timeout,
+        log=log,
+        clock=parts.clock,
+        shared=parts.shared,
+        staged=parts.stager is not None,
+    )
+    parts.restorer = Restorer(
+        kernel_manager=parts.kernel_manager,
+        call=parts.call,
+        recorder=parts.recorder,
+        reconciler=parts.reconciler,
+        catalogue=parts.catalogue,
+        prewarmer=parts.prewarmer,
+        kernel_checkpoint_dir=parts.checkpointer.kernel_checkpoint_dir,
+        kernel_call_timeout=kernel_call_timeout,
+        classifier=parts.classifier,
+        log=log,
+        clock=parts.clock,
+    )
+    parts.releaser = Releaser(
+        backend=parts.backend,
+        kernel_manager=parts.kernel_manager,
+        recorder=parts.recorder,
+        reconciler=parts.reconciler,
+        recovery=parts.recovery,
+        clock=parts.clock,
+        shared=parts.shared,
+    )

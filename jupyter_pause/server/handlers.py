@@ -90,6 +90,11 @@ class PauseHandler(ExtensionHandlerMixin, APIHandler):
         return self.settings["jupyter_pause_schedules"]
 
     @property
+    def checkpointer(self):
+        """A kernel's checkpoint, as the operations take it (server/checkpointing.py)."""
+        return self.settings["jupyter_pause_checkpointer"]
+
+    @property
     def reconciler(self):
         """Jupyter's kernels and contents brought into the sessions (server/reconcile.py)."""
         return self.settings["jupyter_pause_reconciler"]
@@ -335,7 +340,9 @@ class UnsaveableHandler(PauseHandler):
     @translate_errors
     async def get(self):
         path = await self.path_argument(self.get_query_argument("path", None))
-        self.write_json({"path": path, "unsaveable": await unsaveable(self.manager, path)})
+        self.write_json(
+            {"path": path, "unsaveable": await unsaveable(self.manager, self.checkpointer, path)}
+        )
 
 
 class OperationHandler(PauseHandler):

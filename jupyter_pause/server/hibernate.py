@@ -66,6 +66,15 @@ class Hibernation:
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "bytes": self.bytes}
 
+    def told(self) -> dict[str, Any]:
+        """What the ledger's ``gpu-hibernated`` event says of it."""
+        return {
+            "gpu_bytes": self.bytes,
+            "bytes_freed": self.freed,
+            "seconds": self.seconds,
+            "gpus": self.gpus,
+        }
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Hibernation:
         names = {f.name for f in dataclasses.fields(cls)}
@@ -289,6 +298,14 @@ class Hibernator:
         except HelperError:
             return False
         return state == ProcessState.RUNNING
+
+
+def kernel_pid(kernel_manager, kernel_id: str | None) -> int | None:
+    """The process of a kernel this server started (None: not one, or no such kernel)."""
+    try:
+        return kernel_manager.get_kernel(kernel_id).provisioner.pid
+    except (KeyError, AttributeError):
+        return None
 
 
 def held(processes: list[GpuProcess], pid: int) -> dict[str, int]:

@@ -57,7 +57,7 @@ class PauseKernelManager(ServerKernelManager):
     pause_settings = Dict(
         help="The server's settings the kernel's magics and engine honour (where "
         "checkpoints live, how many are kept), as environment variables: handed over by "
-        "PauseApp when it builds the manager (PauseManager.kernel_settings)."
+        "PauseApp when it builds the manager (Checkpointer.kernel_settings)."
     )
 
     before_stop = CallableTrait(

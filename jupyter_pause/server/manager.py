@@ -1,7 +1,12 @@
 """The session manager: drives each notebook through the pause lifecycle.
 
-It keeps the operations (claim, pause, checkpoint, resume) and their order; its
-collaborators stand below it and never call back into it: a session moves through the
+It keeps the operations (claim, pause, checkpoint, resume, hibernate, wake): the order
+of their steps and the state machine's transitions between them.  Its collaborators
+stand below it and never call back into it: the steps themselves are the
+:class:`~.checkpointing.Checkpointer`'s (a quiet kernel and its checkpoint), the
+:class:`~.restoring.Restorer`'s (a resume's kernel and its restore), the
+:class:`~.releasing.Releaser`'s (the platform's release) and the
+:class:`~.hibernate.Hibernator`'s; a session moves through the
 :class:`~.recorder.Recorder`; the checkpoint store is read and changed through the
 :class:`~.catalogue.Catalogue`, off the event loop; schedules are set and cancelled in
 :class:`~.schedules.Schedules`; Jupyter's kernel and contents events reach the sessions
@@ -11,10 +16,10 @@ handoff's fill) by the :class:`~.prewarm.Prewarmer`.  The policies above it (the
 watcher, the scheduler's predictor) reach it only as :class:`~.ports.Policies`.
 
 Handlers call these methods and translate exceptions; backends are consulted at two
-points (``release`` after the checkpoint is durable, ``acquire`` before a restore).
-Operations return at once (the REST API answers ``202``); the work runs as an asyncio
-task whose progress is visible through ``operation(id)``.  A kernel that dies while
-we wait on it is noticed within a second (:func:`~.kernels.wait_for_death`).
+points (``release`` after the checkpoint is durable, through the Releaser; ``acquire``
+before a restore).  Operations return at once (the REST API answers ``202``); the work
+runs as an asyncio task whose progress is visible through ``operation(id)``.  A kernel
+that dies while we wait on it is noticed within a second (:func:`~.kernels.wait_for_death`).
 """
 
 from __future__ import annotations
@@ -22,22 +27,16 @@ from __future__ import annotations
 import asyncio
 import os
 import posixpath
-import time
-import uuid
 from typing import Any
 
 from jupyter_server.utils import ensure_async
 
-from ..engine import paths as checkpoint_paths
-from ..engine import signing
-from ..engine import store as checkpoint_store
 from ..ledger import EventType
 from ..lifecycle import (
     BUSY_STATES,
     HIBERNATION_STATES,
     OPERATION_STATES,
     SHUTDOWN_REASON,
-    LiveState,
     Operation,
     OperationInProgress,
     PersistenceError,
@@ -45,22 +44,14 @@ from ..lifecycle import (
     State,
     Step,
 )
-from ..protocol import CheckpointReply, HibernationFacts, RestoreReply, user_skipped
+from ..protocol import HibernationFacts
 from .capacity import ResumeGate, machine_limit
 from .collaborators import Collaborators
 from .errors import Conflict, NotFound, PauseError, Unavailable
-from .hibernate import Hibernation, Refused, Stuck
-from .kernels import KernelCallError, KernelDied
+from .hibernate import Hibernation, Refused, Stuck, kernel_pid
+from .kernels import KernelCallError
 from .ports import Policies
 from .reconcile import execution_state
-from .staging import lost_at_stop
-
-#: seconds a pause waits for a busy kernel to report idle before refusing: a client
-#: that has seen its cell end (IOPub idle on its websocket) can ask before the
-#: server's own IOPub listener has updated the kernel's state
-BUSY_GRACE = 2.0
-#: a pause's step once its state is saved: only the platform's release is left
-RELEASING = "releasing the accelerator"
 
 
 class PauseManager:
@@ -68,11 +59,6 @@ class PauseManager:
         self,
         *,
         parts: Collaborators,
-        backend,
-        checkpoint_dir: str | checkpoint_paths.Bucket | None,
-        keep_checkpoints: int,
-        kernel_call_timeout: float,
-        idle_wait_timeout: float,
         log,
         resume_gate: ResumeGate | None = None,
         policies: Policies = Policies(),
@@ -85,7 +71,6 @@ class PauseManager:
         self.ledger = parts.ledger
         self.clock = parts.clock
         self.call = parts.call
-        self.classifier = parts.classifier
         self.recorder = parts.recorder
         self.schedules = parts.schedules
         self.catalogue = parts.catalogue
@@ -99,18 +84,10 @@ class PauseManager:
         self.stager = parts.stager
         self.bucket_saves = parts.bucket_saves
         self.shared = parts.shared
-        self.backend = backend
-        self.checkpoint_dir = checkpoint_dir
-        #: as a kernel call names it (JSON): a bucket by its URL, the kernel's cache being
-        #: in its environment (kernel_settings)
-        self.kernel_checkpoint_dir = (
-            checkpoint_dir.url
-            if isinstance(checkpoint_dir, checkpoint_paths.Bucket)
-            else checkpoint_dir
-        )
-        self.keep_checkpoints = keep_checkpoints
-        self.kernel_call_timeout = kernel_call_timeout
-        self.idle_wait_timeout = idle_wait_timeout
+        self.checkpointer = parts.checkpointer
+        self.restorer = parts.restorer
+        self.releaser = parts.releaser
+        self.backend = parts.backend
         self.log = log
         self.policies = policies
         #: the platform's notice that the machine goes soon (backends' TerminationNotice)
@@ -123,16 +100,6 @@ class PauseManager:
         #: set once :meth:`recover` ran: until then status and operations wait,
         #: so that nobody sees (or trips over) what a dead server left behind
         self.recovered = asyncio.Event()
-
-    def kernel_settings(self) -> dict[str, str]:
-        """The server's settings a kernel's magics and engine honour, handed to
-        every kernel at start (as environment variables the engine reads):
-        where checkpoints live, how many are kept, and the key that signs them."""
-        return {
-            **checkpoint_paths.kernel_env(self.checkpoint_dir),
-            checkpoint_paths.ENV_KEEP: str(self.keep_checkpoints),
-            checkpoint_paths.ENV_KEY_FILE: str(signing.key_path()),
-        }
 
     # ------------------------------------------------------------------ paths
 
@@ -207,12 +174,7 @@ class PauseManager:
         await self.recovered.wait()
         live = await self.sync()
         session = self.store.sessions.get(path) or Session(path=path)
-        if (
-            session.busy
-            and self.recovery.abandoned(session)
-            and session.operation.id not in self.recovery.resolving
-        ):
-            await self.recovery.resolve(session, "its server stopped, or its lease expired")
+        await self.recovery.settle_abandoned(session)
         if session.busy:
             raise OperationInProgress(path, session.operation)
         if session.state not in OPERATION_STATES[kind]:
@@ -244,15 +206,12 @@ class PauseManager:
         ``upload_by`` (epoch seconds; a stopping server's pause, with a bucket): the
         checkpoint goes to the bucket only if it can before then (:meth:`.BucketSaves.final_save`)."""
         session, live = await self._prepare(path, "pause")
-        kernel = live[path]["kernel"]
-        if kernel.get("execution_state") == "busy" and not (force or after_cell):
-            try:
-                await self._wait_idle(kernel["id"], BUSY_GRACE)
-            except PauseError:
-                raise Conflict(
-                    f"the kernel of {path!r} is busy running a cell; wait for it to finish, "
-                    "or pause with force to interrupt it",
-                ) from None
+        if not (force or after_cell):
+            await self.checkpointer.idle_or_refuse(
+                live[path]["kernel"],
+                f"the kernel of {path!r} is busy running a cell; wait for it to finish, "
+                "or pause with force to interrupt it",
+            )
         extra = {"upload_by": upload_by} if upload_by is not None else {}
         op = self._begin(
             path, "pause", force=force, after_cell=after_cell, auto=auto, reason=reason, **extra
@@ -291,15 +250,11 @@ class PauseManager:
         if not self.hibernator.ready:
             raise Conflict(f"this server cannot hibernate kernels: {self.hibernator.why_not}")
         session, live = await self._prepare(path, "hibernate")
-        kernel = live[path]["kernel"]
-        if kernel.get("execution_state") == "busy" and not after_cell:
-            try:
-                await self._wait_idle(kernel["id"], BUSY_GRACE)
-            except PauseError:
-                raise Conflict(
-                    f"the kernel of {path!r} is busy running a cell: only an idle kernel "
-                    "hibernates",
-                ) from None
+        if not after_cell:
+            await self.checkpointer.idle_or_refuse(
+                live[path]["kernel"],
+                f"the kernel of {path!r} is busy running a cell: only an idle kernel hibernates",
+            )
         op = self._begin(path, "hibernate", after_cell=after_cell, auto=auto)
         self._spawn(self._run_hibernate(self.store.sessions[path], op), op)
         return op
@@ -315,13 +270,11 @@ class PauseManager:
     def hibernated(self, kernel_id: str) -> bool:
         """Whether code sent to the kernel must wait for a wake (server/wake.py): it is
         hibernated, being hibernated or woken, or a hibernate of it was asked for."""
-        for session in self.store.sessions.values():
-            if session.kernel_id == kernel_id:
-                op = session.operation
-                return session.state in HIBERNATION_STATES or (
-                    session.busy and op.kind == "hibernate"
-                )
-        return False
+        session = self.store.of_kernel(kernel_id)
+        return session is not None and (
+            session.state in HIBERNATION_STATES
+            or (session.busy and session.operation.kind == "hibernate")
+        )
 
     async def awake(self, kernel_id: str) -> None:
         """Return once the kernel may run code: at once for a kernel that is not
@@ -333,9 +286,7 @@ class PauseManager:
         await self.recovered.wait()
         woken = False
         while True:
-            session = next(
-                (s for s in self.store.sessions.values() if s.kernel_id == kernel_id), None
-            )
+            session = self.store.of_kernel(kernel_id)
             if session is None:
                 return
             op = session.operation
@@ -372,22 +323,11 @@ class PauseManager:
         due (resumes wait for capacity in that order, those by hand in the order
         they were asked for); a resume by hand cancels the notebook's schedule."""
         session, _ = await self._prepare(path, "resume")
-        notes = await self._claim_shared(path)  # another server may race for it
+        # another server may race for it
+        notes = await self.shared.claim_to_resume(path) if self.shared is not None else []
         try:
-            available = [c["id"] for c in await self.catalogue.list_checkpoints(path)]
-            if not await self._notebook_exists(path):
-                kept = f"Its checkpoints are kept ({', '.join(available)}): " if available else ""
-                raise NotFound(
-                    f"the notebook {path!r} was deleted, so it cannot be resumed. {kept}"
-                    f"to restore one into another notebook, run `%restore --notebook {path} "
-                    "[checkpoint id]` there.",
-                )
-            if not available:
-                raise Conflict(f"{path!r} has no checkpoint to resume from")
-            if checkpoint_id is not None and checkpoint_id not in available:
-                raise NotFound(
-                    f"{path!r} has no checkpoint {checkpoint_id!r}; it has {', '.join(available)}",
-                )
+            exists = await self._notebook_exists(path)
+            await self.catalogue.refuse_resume(path, checkpoint_id, notebook_exists=exists)
             if session.busy:  # claimed while we listed (a thread), by another request
                 raise OperationInProgress(path, session.operation)
             op = self._begin(path, "resume", checkpoint_id=checkpoint_id, scheduled=scheduled)
@@ -404,19 +344,6 @@ class PauseManager:
             self.recorder.record(EventType.RESUME_REQUESTED, session, op)
         self._spawn(self._run_resume(session, op, checkpoint_id, due or op.started), op)
         return op
-
-    async def _claim_shared(self, path: str) -> list[str]:
-        """Take the notebook in the bucket (``resuming``: of two servers that race, one
-        wins) and bring its notebook file if this server lacks it; what to tell."""
-        if self.shared is None:
-            return []
-        await self.shared.claim(path)
-        try:
-            note = await self.shared.bring_notebook(path)
-        except BaseException:
-            self.shared.unclaim(path)
-            raise
-        return [note] if note else []
 
     async def prewarm(self, path: str) -> str:
         """Start a spare kernel for a paused notebook (server/prewarm.py); its resume
@@ -480,7 +407,7 @@ class PauseManager:
         try:
             if session.state == State.HIBERNATED and not await self._wake(session, op, "pause"):
                 return
-            await self._quiesce(session, op)
+            await self.checkpointer.quiesce(session, op)
             activity = self.activity.for_path(path)
             if activity and activity.last_cell_finished:
                 self.recorder.record(
@@ -490,68 +417,21 @@ class PauseManager:
             final = at_shutdown and self.stager is not None and "upload_by" in op.options
             if self.stager is not None:  # the pause sends the newest state itself
                 self.stager.stop(path)
-            if not await self._checkpoint(session, op, pause=True, upload=not final):
+            if not await self.checkpointer.checkpoint(session, op, pause=True, upload=not final):
                 return
             if final:
                 await self.bucket_saves.final_save(session, op)
             group = [session]
-            # the server stops: each notebook is paused on its own, and only its kernel
-            # is stopped (never the backend's release, which would stop the server or
-            # take the pod away a second time)
-            release = self.backend.release_at_shutdown if at_shutdown else self.backend.release
             if self.backend.scope == "server" and not at_shutdown:
                 # the accelerator belongs to the pod: every notebook goes with it
-                others = await self._checkpoint_others(session, op)
+                others = await self.checkpointer.others(session, op)
                 if others is None:
                     return
                 group += others
-            op.mark(Step.RELEASING, self.clock.time())
-            for member in group:
-                self.recorder.move(member, State.PAUSING, op, RELEASING)
-                if self.shared is not None:  # other servers learn of it before it goes
-                    await self.shared.before_release(member, op)
-            kernel_ids = {m.path: m.kernel_id for m in group}
-            try:
-                facts = await release(group, self._shutdown_kernel)
-            except Exception as e:
-                error = f"could not release the accelerator: {e}; the kernel keeps running"
-                for member in group:
-                    alive = member.kernel_id and self.execution_state(member.kernel_id) is not None
-                    self.recorder.move(
-                        member, State.RUNNING if alive else State.FAILED, op, error=error
-                    )
-                self.recorder.fail(session, op, error)
+            if not await self.releaser.release(
+                session, group, op, at_shutdown=at_shutdown, final=final
+            ):
                 return
-            released_at = facts.released_at or self.clock.time()
-            op.mark(Step.RELEASED, released_at)
-            op.mark(Step.PAUSED, self.clock.time())
-            for member in group:
-                self.recorder.record(
-                    EventType.ACCELERATOR_RELEASED,
-                    member,
-                    op,
-                    time_=released_at,
-                    kernel_id=kernel_ids[member.path],
-                    gpus=member.gpus,
-                    **facts.details,
-                )
-                if facts.restored_from != "snapshot":
-                    if (
-                        kernel_ids[member.path]
-                        and self.backend.scope == "server"
-                        and not at_shutdown
-                    ):
-                        self.reconciler.released_kernels.add(kernel_ids[member.path])
-                    member.kernel_id = None
-                self.recorder.move(member, State.PAUSED, op)
-                told = {"final_save": member.final_save} if final else {}
-                self.recorder.record(
-                    EventType.PAUSED, member, op, timeline=list(op.timeline), **told
-                )
-            if facts.restored_from == "snapshot":
-                # This very process was snapshotted and has just been restored.
-                for member in group:
-                    await self.recovery.came_back_live(member, op)
             self.recorder.finish(session, op)
             after_pause = self.policies.after_pause
             if session.state == State.PAUSED and not at_shutdown and after_pause is not None:
@@ -563,179 +443,9 @@ class PauseManager:
             if session.state != State.PAUSED and session.schedule:
                 self.schedules.cancel(path, "the pause did not finish")
 
-    async def _checkpoint_others(self, session: Session, op: Operation) -> list[Session] | None:
-        """Checkpoint every other live notebook (server-scope backends).
-
-        If one fails, nothing is released: the pod stays, every kernel keeps
-        running, and the error names the notebook.
-        """
-        others = [
-            s
-            for s in self.store.sessions.values()
-            if s is not session and s.kernel_id and s.state in (State.RUNNING, State.READY)
-        ]
-        for other in others:
-            if not await self._checkpoint(other, op, pause=True, report=False):
-                error = (
-                    f"the workspace was not paused: checkpoint of {other.path} failed "
-                    f"({other.error}); every kernel keeps running"
-                )
-                for done in [session, *others]:
-                    if done.state == State.CHECKPOINTING:
-                        self.recorder.move(done, State.RUNNING, op)
-                self.recorder.move(session, State.RUNNING, op, error=error)
-                self.recorder.fail(session, op, error)
-                return None
-        return others
-
-    async def _quiesce(self, session: Session, op: Operation) -> None:
-        """Make sure no user cell runs: wait (after_cell) or interrupt (force)."""
-        kernel_id = session.kernel_id
-        if op.options.get("after_cell"):
-            op.step = "waiting for the running cell to finish"
-            await self._wait_idle(kernel_id, self.idle_wait_timeout)
-            op.mark(Step.CELL_ENDED, self.clock.time())
-        elif self.execution_state(kernel_id) == "busy" and op.options.get("force"):
-            op.step = "interrupting the running cell"
-            await self.kernel_manager.interrupt_kernel(kernel_id)
-            op.messages.append("The running cell was interrupted so that the notebook could pause.")
-            self.recorder.record(EventType.KERNEL_INTERRUPTED, session, op)
-            await self._wait_idle(kernel_id, 30)
-            op.mark(Step.CELL_ENDED, self.clock.time(), note="interrupted")
-
     def execution_state(self, kernel_id: str | None) -> str | None:
         """The kernel's execution state, or None when the server has no such kernel."""
         return execution_state(self.kernel_manager, kernel_id)
-
-    async def _wait_idle(self, kernel_id: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        await asyncio.sleep(0.1)
-        while self.execution_state(kernel_id) == "busy":
-            if time.monotonic() > deadline:
-                raise Conflict(f"the kernel stayed busy for {timeout:.0f} s")
-            await asyncio.sleep(0.1)
-
-    async def _checkpoint(
-        self,
-        session: Session,
-        op: Operation,
-        *,
-        pause: bool,
-        report: bool = True,
-        upload: bool = True,
-    ) -> bool:
-        """Checkpoint the session's kernel; on failure the kernel keeps running.
-
-        ``report`` False leaves failing the operation to the caller.  ``upload`` False,
-        with a bucket: the kernel commits the checkpoint in the local cache only, and the
-        stager puts it in the bucket (a background save, a stopping server's last).
-        """
-        autosave = {"autosave": True} if op.options.get("autosave") else {}
-        self.recorder.move(session, State.CHECKPOINTING, op, "checkpointing the kernel's state")
-        self.recorder.record(EventType.CHECKPOINT_STARTED, session, op, **autosave)
-        nonce = uuid.uuid4().hex if pause else None
-        try:
-            km = self.kernel_manager.get_kernel(session.kernel_id)
-            reply = await self.call(
-                km,
-                "checkpoint",
-                timeout=self.kernel_call_timeout,
-                on_progress=op.show,
-                on_answering=lambda: op.mark(Step.KERNEL_ANSWERING, self.clock.time()),
-                notebook=session.path,
-                dir=self.kernel_checkpoint_dir,
-                nonce=nonce,
-                keep=self.keep_checkpoints,
-                operation=op.id,
-                lost_from=session.lost.checkpoint if session.lost else None,
-                **autosave,
-                **({} if upload else {"upload": False}),
-            )
-            result = CheckpointReply.from_json(reply)
-            op.mark_kernel(result.steps, result.took, self.clock.time())
-            op.mark(Step.CHECKPOINT_RETURNED, self.clock.time())
-        except KernelDied as e:
-            await self.reconciler.kernel_died(session, op, str(e), report=report)
-            return False
-        except (KernelCallError, KeyError) as e:
-            # the cause first (a notice has room for a line), then what it means
-            if autosave:
-                then = (
-                    "Autosave failed; the kernel keeps running and its last saved state is intact."
-                )
-            elif op.options.get("reason") == SHUTDOWN_REASON:
-                then = (
-                    "The checkpoint failed, so the notebook was not saved; its kernel is being "
-                    "stopped with the server: what it did since its last checkpoint is lost."
-                )
-            elif pause:
-                then = "The checkpoint failed, so the notebook was not paused; its kernel keeps running."
-            else:
-                then = "The checkpoint failed; the kernel keeps running."
-            error = f"{e}\n{then}"
-            await self._written_here(session, op)
-            self.recorder.record(EventType.CHECKPOINT_FAILED, session, op, error=str(e), **autosave)
-            self.recorder.move(session, State.RUNNING, op, error=error)
-            if report:
-                self.recorder.fail(session, op, error)
-            return False
-        finally:
-            op.progress = None
-        session.last_checkpoint = {
-            "id": result.id,
-            "time": self.clock.time(),
-            "bytes": result.bytes,
-            **autosave,
-        }
-        if self.stager is not None and upload:  # the kernel's call returned once it was there
-            session.bucket_checkpoint = dict(session.last_checkpoint)
-        session.final_save = None  # a new state: what a stop left is no longer news
-        session.gpus = result.gpus
-        session.state_checkpoint = result.id
-        if self.shared is not None:  # the notebook file travels with the state
-            await self.shared.keep_notebook(session, op)
-        self.reconciler.watch_for_death(session.kernel_id)
-        if nonce:
-            session.pause_nonce = nonce
-        refused = checkpoint_paths.user_folder(self.checkpoint_dir).refused
-        if refused:  # another user's folder in a shared root: not used, and the user told
-            self.log.warning("jupyter-pause: %s", refused)
-            op.messages.append(f"Not in the shared checkpoint folder: {refused}")
-        self.recorder.note_lost(session, op, result.lost, f"checkpoint {result.id}")
-        skipped = user_skipped(result.skipped)
-        if skipped:
-            names = ", ".join(f"{k} ({v})" for k, v in sorted(skipped.items()))
-            op.messages.append(f"Not saved: {names}")
-        self.recorder.record(
-            EventType.CHECKPOINT_FINISHED,
-            session,
-            op,
-            checkpoint_id=result.id,
-            bytes=result.bytes,
-            bytes_written=result.bytes_written,
-            seconds=result.seconds,
-            skipped=sorted(skipped),
-            gpus=result.gpus,
-            **autosave,
-        )
-        return True
-
-    async def _written_here(self, session: Session, op: Operation) -> None:
-        """A checkpoint that failed after it was committed here (its upload to the bucket
-        did not finish) is what a resume would restore: the session names it."""
-        newest = await self.catalogue.newest_here(session.path)
-        last = session.last_checkpoint or {}
-        if newest is None or newest["id"] == last.get("id"):
-            return
-        if last.get("id") and checkpoint_paths.id_sort_key(newest["id"]) <= (
-            checkpoint_paths.id_sort_key(last["id"])
-        ):
-            return
-        session.last_checkpoint = {**newest, "time": self.clock.time()}
-        op.messages.append(
-            f"Checkpoint {newest['id']} was written on this machine but is not in the "
-            "bucket; a resume here restores it, and the next pause uploads it."
-        )
 
     async def _run_checkpoint(self, session: Session, op: Operation) -> None:
         try:
@@ -746,7 +456,7 @@ class PauseManager:
             previous = session.state
             # on a bucket, a background save is committed here and staged from here
             staged = self.stager is not None and bool(op.options.get("autosave"))
-            if await self._checkpoint(session, op, pause=False, upload=not staged):
+            if await self.checkpointer.checkpoint(session, op, pause=False, upload=not staged):
                 self.recorder.move(
                     session, State.RUNNING if previous != State.READY else State.READY, op
                 )
@@ -759,18 +469,12 @@ class PauseManager:
 
     # ------------------------------------------------------------ hibernating
 
-    def _kernel_pid(self, kernel_id: str | None) -> int | None:
-        try:
-            return self.kernel_manager.get_kernel(kernel_id).provisioner.pid
-        except (KeyError, AttributeError):
-            return None
-
     async def _run_hibernate(self, session: Session, op: Operation) -> None:
         previous = session.state  # where a refusal, or a later wake, returns it
         try:
-            await self._quiesce(session, op)
+            await self.checkpointer.quiesce(session, op)
             self.recorder.move(session, State.HIBERNATING, op, "checking the kernel can hibernate")
-            pid = self._kernel_pid(session.kernel_id)
+            pid = kernel_pid(self.kernel_manager, session.kernel_id)
             if pid is None:
                 raise Refused("its process is not one this server started (no pid)")
             km = self.kernel_manager.get_kernel(session.kernel_id)
@@ -797,10 +501,7 @@ class PauseManager:
             EventType.GPU_HIBERNATED,
             session,
             op,
-            gpu_bytes=hibernation.bytes,
-            bytes_freed=hibernation.freed,
-            seconds=hibernation.seconds,
-            gpus=hibernation.gpus,
+            **hibernation.told(),
             auto=bool(op.options.get("auto")),
         )
         self.recorder.move(session, State.HIBERNATED, op)
@@ -851,19 +552,6 @@ class PauseManager:
         self.recorder.move(session, State.FAILED, op, error=error)
         self.recorder.fail(session, op, error)
 
-    async def _shutdown_kernel(self, kernel_id: str) -> float:
-        """Stop a kernel and wait for its process to exit; returns when that was."""
-        session = next((s for s in self.store.sessions.values() if s.kernel_id == kernel_id), None)
-        self.activity.unwatch(kernel_id)
-        self.reconciler.forget(kernel_id)
-        await self.kernel_manager.shutdown_kernel(kernel_id, now=False)
-        stopped = self.clock.time()
-        if session:
-            self.recorder.record(
-                EventType.KERNEL_STOPPED, session, session.operation, kernel_id=kernel_id
-            )
-        return stopped
-
     # ------------------------------------------------------------- resuming
 
     async def _run_resume(
@@ -912,98 +600,14 @@ class PauseManager:
             await self.backend.acquire(session, report_waiting)
             if waited:
                 self.recorder.record(EventType.CAPACITY_ACQUIRED, session, op)
-            kernel_id, started_here = await self.reconciler.kernel_for_resume(session, op)
-            if started_here:
-                await self.classifier.classify(session)
-                self.recorder.record(EventType.KERNEL_STARTED, session, op)
-            self.recorder.move(session, State.RESTORING, op, "restoring the checkpoint")
-            self.recorder.record(EventType.RESTORE_STARTED, session, op)
-            km = self.kernel_manager.get_kernel(kernel_id)
-            try:
-                reply = await self.call(
-                    km,
-                    "restore",
-                    timeout=self.kernel_call_timeout,
-                    on_progress=op.show,
-                    on_answering=lambda: op.mark(Step.KERNEL_ANSWERING, self.clock.time()),
-                    notebook=path,
-                    dir=self.kernel_checkpoint_dir,
-                    checkpoint_id=chosen.id if chosen else checkpoint_id,
-                    or_older=chosen is not None and checkpoint_id is None,
-                    handoff=fill.token() if fill else None,
-                    operation=op.id,
-                    synced=True,
-                )
-            finally:
-                op.progress = None
-                self.prewarmer.handed_over(fill)  # the kernel has taken what it takes
-            result = RestoreReply.from_json(reply)
-            op.mark_kernel(result.steps, result.took, self.clock.time())
-            nonce = result.nonce
-            session.live_state = (
-                LiveState.RESTORED if nonce and nonce == session.pause_nonce else LiveState.FRESH
-            )
-            session.restored_from = "checkpoint"
-            session.state_checkpoint = result.id
-            # the server or the kernel passed over newer checkpoints that did not verify
-            op.messages.extend(chosen.notes(result.id) if chosen else [])
-            op.messages.extend(result.notes)
-            op.messages.extend(self._older_than_named(session, chosen, checkpoint_id, result.id))
-            told = lost_at_stop(session.final_save, result.id)
-            if told:  # its node stopped before the bucket had its last state: never silence
-                op.messages.append(told)
-            session.final_save = None
-            lost = checkpoint_store.lost_of(result.metadata)
-            self.recorder.note_lost(
-                session,
-                op,
-                lost,
-                f"the restored checkpoint {result.id}",
-                why="the kernel that wrote it had lost them",
-            )
-            self.reconciler.watch_for_death(kernel_id)
-            self.reconciler.restore_finished(
-                session,
-                op,
-                ahead=op.options.get("scheduled"),
-                restored_from="checkpoint",
-                checkpoint_id=result.id,
-                bytes=result.bytes,
-                seconds=result.seconds,
-                gpus=result.gpus,
-            )
+            kernel_id, started_here = await self.restorer.kernel(session, op)
+            await self.restorer.restore(session, op, kernel_id, chosen, fill, checkpoint_id)
             self.recorder.finish(session, op)
         except Exception as e:
-            self.prewarmer.handed_over(fill, failed=True)
-            error = str(e)
-            others = await self.catalogue.alternatives(path, checkpoint_id)
-            if others:
-                error += f". Checkpoints you can resume from instead: {', '.join(others)}"
-            self.recorder.record(EventType.RESTORE_FAILED, session, op, error=str(e))
-            if started_here:
-                try:
-                    await self._shutdown_kernel(kernel_id)
-                except Exception:
-                    self.log.warning("jupyter-pause: could not stop kernel %s", kernel_id)
-                session.kernel_id = None
+            started = kernel_id if started_here else None
+            error = await self.restorer.failed(session, op, e, checkpoint_id, fill, started)
             self.recorder.move(session, State.FAILED, op, error=f"resume failed: {error}")
             self.recorder.fail(session, op, f"resume failed: {error}")
-
-    @staticmethod
-    def _older_than_named(session, chosen, checkpoint_id, restored: str) -> list[str]:
-        """A resume that restored an older checkpoint than the one the notebook's session
-        (or its record in the bucket) names, which is gone: a rollback is never silent."""
-        named = (session.last_checkpoint or {}).get("id")
-        if checkpoint_id is not None or not named or named == restored:
-            return []
-        if chosen is not None and named in chosen.passed_over:
-            return []  # said already, with why
-        if checkpoint_paths.id_sort_key(restored) >= checkpoint_paths.id_sort_key(named):
-            return []
-        return [
-            f"The notebook's newest checkpoint, {named}, is gone (deleted, or never fully "
-            f"stored); restored the older {restored}: what was done between them is not back."
-        ]
 
     # -------------------------------------------------------------- helpers
 
@@ -1045,21 +649,5 @@ class PauseManager:
             self.stager.stop_background()
 
     def give_up_waiting(self) -> None:
-        """The server stops: a resume still waiting for capacity has started no
-        kernel and restored nothing, so its notebook is paused, and says so."""
-        for session in self.store.sessions.values():
-            op = session.operation
-            if (
-                session.busy
-                and op.owner == self.tasks.owner
-                and session.state == State.WAITING_FOR_CAPACITY
-            ):
-                error = (
-                    "the server stopped while this resume waited for capacity: nothing was "
-                    "restored and the checkpoints are intact; resume again"
-                )
-                self.recorder.move(session, State.PAUSED, op, error=error)
-                self.recorder.fail(session, op, error)
-                task = self.tasks.of(op.id)
-                if task is not None:  # never admitted later, while the server stops
-                    task.cancel()
+        """The server stops: resumes waiting for capacity end (:meth:`.Recovery.give_up_waiting`)."""
+        self.recovery.give_up_waiting()

@@ -109,6 +109,20 @@ class Reconciler:
         """A kernel stopped on purpose (a pause): its death is nobody's loss."""
         self._death_watched.discard(kernel_id)
 
+    async def shutdown_kernel(self, kernel_id: str) -> float:
+        """Stop a kernel on purpose (a pause, a failed resume's) and wait for its process
+        to exit; returns when that was."""
+        session = self.store.of_kernel(kernel_id)
+        self.activity.unwatch(kernel_id)
+        self.forget(kernel_id)
+        await self.kernel_manager.shutdown_kernel(kernel_id, now=False)
+        stopped = self.clock.time()
+        if session:
+            self.recorder.record(
+                EventType.KERNEL_STOPPED, session, session.operation, kernel_id=kernel_id
+            )
+        return stopped
+
     async def jupyter_sessions(self) -> dict[str, dict]:
         """Jupyter's notebook sessions by path (the kernels that exist now).
 
@@ -268,7 +282,7 @@ class Reconciler:
     def kernel_stopped(self, kernel_id: str, when: float) -> None:
         """A kernel was shut down outside a pause (by the user, or culled):
         nothing is left to track; its checkpoints stay for %restore."""
-        session = next((s for s in self.store.sessions.values() if s.kernel_id == kernel_id), None)
+        session = self.store.of_kernel(kernel_id)
         if session is None or session.busy:
             return  # not ours, or our own pause stopping it (it records the stop itself)
         self.activity.unwatch(kernel_id)
@@ -322,7 +336,7 @@ class Reconciler:
         middle of a lazy restore or not): its state is lost, not by the user's doing.  The
         session says so and names the checkpoint that still has it; the fresh kernel's
         checkpoints record the loss, so retention keeps that one."""
-        session = next((s for s in self.store.sessions.values() if s.kernel_id == kernel_id), None)
+        session = self.store.of_kernel(kernel_id)
         if session is None or session.busy or session.state_checkpoint is None:
             return
         self._spawn(self._state_lost(session, kernel_id, restarted))

@@ -183,6 +183,12 @@ class Recovery:
                 ),
             )
 
+    async def settle_abandoned(self, session: Session) -> None:
+        """Before an operation on ``session``: one under way that nobody is left to finish
+        (:meth:`abandoned`) is resolved first, unless it is being resolved now."""
+        if session.busy and self.abandoned(session) and session.operation.id not in self.resolving:
+            await self.resolve(session, "its server stopped, or its lease expired")
+
     async def resolve(self, session: Session, why: str) -> None:
         """End an abandoned operation with the truth: was its checkpoint committed
         (the manifest carries the operation's id), is the kernel alive?"""
@@ -283,6 +289,26 @@ class Recovery:
                 self.recorder.record(EventType.PAUSED, session, op)
             self.recorder.finish(session, op)
         self.log.warning("jupyter-pause: %s %s", path, error or op.messages[-1])
+
+    def give_up_waiting(self) -> None:
+        """The server stops: a resume still waiting for capacity has started no
+        kernel and restored nothing, so its notebook is paused, and says so."""
+        for session in self.store.sessions.values():
+            op = session.operation
+            if (
+                session.busy
+                and op.owner == self.tasks.owner
+                and session.state == State.WAITING_FOR_CAPACITY
+            ):
+                error = (
+                    "the server stopped while this resume waited for capacity: nothing was "
+                    "restored and the checkpoints are intact; resume again"
+                )
+                self.recorder.move(session, State.PAUSED, op, error=error)
+                self.recorder.fail(session, op, error)
+                task = self.tasks.of(op.id)
+                if task is not None:  # never admitted later, while the server stops
+                    task.cancel()
 
     def start(self) -> None:
         """Keep the leases of this process's running operations alive."""

@@ -21,8 +21,9 @@ from ..ledger import EventType
 from ..lifecycle import SHUTDOWN_REASON, LostState, OperationInProgress, State
 from .collaborators import Collaborators
 from .errors import PauseError
-from .manager import RELEASING, PauseManager
+from .manager import PauseManager
 from .recovery import SERVER_STOPPED_UNDER_IT
+from .releasing import RELEASING
 from .staging import describe_final_save, final_save
 
 #: of the grace, what a bucket's uploads leave for the records that say how they ended

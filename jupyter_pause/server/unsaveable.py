@@ -6,14 +6,15 @@ from __future__ import annotations
 import asyncio
 import time
 
+from .checkpointing import BUSY_GRACE
 from .errors import Conflict
 from .kernels import KernelCallError, call_in_kernel
-from .manager import BUSY_GRACE
 
 
-async def unsaveable(manager, path: str) -> dict[str, str]:
+async def unsaveable(manager, checkpointer, path: str) -> dict[str, str]:
     """What a pause of ``path`` would not save now ({name: why}), asked of its
-    kernel before a person pauses by hand.  A read: the sessions are not touched."""
+    kernel before a person pauses by hand (within the ``checkpointer``'s time for a
+    kernel's call, at most a minute).  A read: the sessions are not touched."""
     live = await manager.jupyter_sessions()
     if path not in live:
         raise Conflict(f"{path!r} has no running kernel")
@@ -31,6 +32,8 @@ async def unsaveable(manager, path: str) -> dict[str, str]:
         await asyncio.sleep(0.1)
     try:
         km = manager.kernel_manager.get_kernel(kernel_id)
-        return await call_in_kernel(km, "unsaveable", timeout=min(60, manager.kernel_call_timeout))
+        return await call_in_kernel(
+            km, "unsaveable", timeout=min(60, checkpointer.kernel_call_timeout)
+        )
     except (KernelCallError, KeyError) as e:
         raise Conflict(f"could not ask the kernel of {path!r}: {e}") from e

@@ -10,6 +10,7 @@ import asyncio
 
 from conftest import NAMESPACE, pod_backend
 
+from jupyter_pause.ledger import Ledger
 from jupyter_pause.lifecycle import SessionStore, State
 from jupyter_pause.server.shutdown import save_all
 from tests.fakes import make_manager, make_wired
@@ -21,8 +22,10 @@ def test_a_pod_stopped_under_the_server_snapshots_nothing_and_comes_back_from_ch
     cluster, tmp_path
 ):
     cluster.add_gke_notebook()
-    parts, manager = make_wired(tmp_path, notebooks=NOTEBOOKS)
-    manager.backend = pod_backend(cluster, manager.ledger)
+    ledger = Ledger()
+    parts, manager = make_wired(
+        tmp_path, notebooks=NOTEBOOKS, ledger=ledger, backend=pod_backend(cluster, ledger)
+    )
     for value, path in enumerate(NOTEBOOKS):
         session = manager.store.get(path)
         session.state = State.RUNNING
@@ -38,10 +41,14 @@ def test_a_pod_stopped_under_the_server_snapshots_nothing_and_comes_back_from_ch
     assert cluster.emu.get("StatefulSet", NAMESPACE, "nb")["spec"]["replicas"] == 1
 
     # the next pod: a new server over the same session file (the home volume)
+    ledger = Ledger()
     again = make_manager(
-        tmp_path, notebooks=NOTEBOOKS, store=SessionStore(tmp_path / "sessions.json")
+        tmp_path,
+        notebooks=NOTEBOOKS,
+        store=SessionStore(tmp_path / "sessions.json"),
+        ledger=ledger,
+        backend=pod_backend(cluster, ledger, resume_from_checkpoint_on_cold_start=True),
     )
-    again.backend = pod_backend(cluster, again.ledger, resume_from_checkpoint_on_cold_start=True)
 
     async def next_start():
         await again.recover()
