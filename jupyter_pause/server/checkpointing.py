@@ -11,8 +11,10 @@ the kernel keeps running, and :meth:`Checkpointer.checkpoint` returns False.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
+from typing import Any
 
 from ..clock import SYSTEM, Clock
 from ..engine import paths as checkpoint_paths
@@ -33,48 +35,33 @@ from .recorder import Recorder
 BUSY_GRACE = 2.0
 
 
+@dataclasses.dataclass(kw_only=True, eq=False)
 class Checkpointer:
-    def __init__(
-        self,
-        *,
-        kernel_manager,
-        call,
-        store: SessionStore,
-        recorder: Recorder,
-        reconciler: Reconciler,
-        catalogue: Catalogue,
-        checkpoint_dir: str | checkpoint_paths.Bucket | None,
-        keep_checkpoints: int,
-        kernel_call_timeout: float,
-        idle_wait_timeout: float,
-        log,
-        clock: Clock = SYSTEM,
-        shared: BucketSessions | None = None,
-        staged: bool = False,
-    ):
-        """``staged``: the checkpoints go to a bucket, and a background save is staged
-        there (server/staging.py) rather than uploaded by its kernel."""
-        self.kernel_manager = kernel_manager
-        self.call = call
-        self.store = store
-        self.recorder = recorder
-        self.reconciler = reconciler
-        self.catalogue = catalogue
-        self.checkpoint_dir = checkpoint_dir
-        #: as a kernel call names it (JSON): a bucket by its URL, the kernel's cache being
-        #: in its environment (kernel_settings)
-        self.kernel_checkpoint_dir = (
-            checkpoint_dir.url
-            if isinstance(checkpoint_dir, checkpoint_paths.Bucket)
-            else checkpoint_dir
-        )
-        self.keep_checkpoints = keep_checkpoints
-        self.kernel_call_timeout = kernel_call_timeout
-        self.idle_wait_timeout = idle_wait_timeout
-        self.log = log
-        self.clock = clock
-        self.shared = shared
-        self.staged = staged
+    """``staged``: the checkpoints go to a bucket, and a background save is staged there
+    (server/staging.py) rather than uploaded by its kernel."""
+
+    kernel_manager: Any
+    call: Any
+    store: SessionStore
+    recorder: Recorder
+    reconciler: Reconciler
+    catalogue: Catalogue
+    checkpoint_dir: str | checkpoint_paths.Bucket | None
+    keep_checkpoints: int
+    kernel_call_timeout: float
+    idle_wait_timeout: float
+    log: Any
+    clock: Clock = SYSTEM
+    shared: BucketSessions | None = None
+    staged: bool = False
+
+    @property
+    def kernel_checkpoint_dir(self) -> str | None:
+        """The checkpoint root as a kernel call names it (JSON): a bucket by its URL, the
+        kernel's cache being in its environment (:meth:`kernel_settings`)."""
+        if isinstance(self.checkpoint_dir, checkpoint_paths.Bucket):
+            return self.checkpoint_dir.url
+        return self.checkpoint_dir
 
     def kernel_settings(self) -> dict[str, str]:
         """The server's settings a kernel's magics and engine honour, handed to

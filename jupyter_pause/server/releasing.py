@@ -10,6 +10,9 @@ that fails leaves the kernels running, and says why.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from ..clock import SYSTEM, Clock
 from ..ledger import EventType
 from ..lifecycle import Operation, Session, State, Step
@@ -22,25 +25,15 @@ from .recovery import Recovery
 RELEASING = "releasing the accelerator"
 
 
+@dataclasses.dataclass(kw_only=True, eq=False)
 class Releaser:
-    def __init__(
-        self,
-        *,
-        backend,
-        kernel_manager,
-        recorder: Recorder,
-        reconciler: Reconciler,
-        recovery: Recovery,
-        clock: Clock = SYSTEM,
-        shared: BucketSessions | None = None,
-    ):
-        self.backend = backend
-        self.kernel_manager = kernel_manager
-        self.recorder = recorder
-        self.reconciler = reconciler
-        self.recovery = recovery
-        self.clock = clock
-        self.shared = shared
+    backend: Any
+    kernel_manager: Any
+    recorder: Recorder
+    reconciler: Reconciler
+    recovery: Recovery
+    clock: Clock = SYSTEM
+    shared: BucketSessions | None = None
 
     async def release(
         self,

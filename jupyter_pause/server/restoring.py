@@ -8,6 +8,9 @@ ledger and the operation's messages (a rollback, or a loss, is never silent).
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from ..clock import SYSTEM, Clock
 from ..engine import paths as checkpoint_paths
 from ..engine import store as checkpoint_store
@@ -22,34 +25,20 @@ from .recorder import Recorder
 from .staging import lost_at_stop
 
 
+@dataclasses.dataclass(kw_only=True, eq=False)
 class Restorer:
-    def __init__(
-        self,
-        *,
-        kernel_manager,
-        call,
-        recorder: Recorder,
-        reconciler: Reconciler,
-        catalogue: Catalogue,
-        prewarmer: Prewarmer,
-        kernel_checkpoint_dir: str | None,
-        kernel_call_timeout: float,
-        classifier: WorkloadClassifier,
-        log,
-        clock: Clock = SYSTEM,
-    ):
-        """``kernel_checkpoint_dir``: the checkpoint root as a kernel call names it."""
-        self.kernel_manager = kernel_manager
-        self.call = call
-        self.recorder = recorder
-        self.reconciler = reconciler
-        self.catalogue = catalogue
-        self.prewarmer = prewarmer
-        self.kernel_checkpoint_dir = kernel_checkpoint_dir
-        self.kernel_call_timeout = kernel_call_timeout
-        self.classifier = classifier
-        self.log = log
-        self.clock = clock
+    kernel_manager: Any
+    call: Any
+    recorder: Recorder
+    reconciler: Reconciler
+    catalogue: Catalogue
+    prewarmer: Prewarmer
+    #: the checkpoint root as a kernel call names it
+    kernel_checkpoint_dir: str | None
+    kernel_call_timeout: float
+    classifier: WorkloadClassifier
+    log: Any
+    clock: Clock = SYSTEM
 
     async def kernel(self, session: Session, op: Operation) -> tuple[str, bool]:
         """The kernel the resume restores into, and whether it started it
