@@ -37,8 +37,11 @@ sys.path.insert(0, str(ROOT))
 
 from jupyter_pause.client import LocalServer  # noqa: E402
 from jupyter_pause.engine import paths  # noqa: E402
+from tests.helpers import server_env, wait_for, write_notebooks  # noqa: E402
 
 NB = "bench.ipynb"
+#: seconds between two looks: a status seen "checkpointing" late would skew the wait
+POLL = 0.02
 LAYER = 4096  # a layer is LAYER x LAYER float32 weights (67 MB) and a bias
 
 
@@ -52,17 +55,6 @@ def files_of(folder: Path) -> dict[str, int]:
 
 def autosave_events(client, kind: str) -> list:
     return [e for e in client.ledger_events() if e.type.value == kind and e.data.get("autosave")]
-
-
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} did not happen within {timeout:.0f} s")
-        time.sleep(0.02)
 
 
 def round_trip(client, kernel_id: str) -> float:
@@ -86,11 +78,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        root = tmp / "root"
-        root.mkdir()
+        root = write_notebooks(tmp / "root", NB)
         (tmp / "config").mkdir()
-        nb = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
-        (root / NB).write_text(json.dumps(nb))
         config = {
             "PauseApp": {
                 "keep_checkpoints": 1,
@@ -98,8 +87,7 @@ def main() -> None:
             }
         }
         (tmp / "config" / "jupyter_server_config.json").write_text(json.dumps(config))
-        env = {"JUPYTER_DATA_DIR": str(tmp / "data"), "JUPYTER_CONFIG_DIR": str(tmp / "config")}
-        with LocalServer(root, tmp / "state", env=env) as server:
+        with LocalServer(root, tmp / "state", env=server_env(tmp)) as server:
             client = server.start()
             kernel_id = client.open_notebook(NB)["kernel"]["id"]
             folder = paths.notebook_dir(server.checkpoint_dir, NB)
@@ -118,7 +106,10 @@ def main() -> None:
 
             assert client.execute(kernel_id, trigger_cell).ok
             first = wait_for(
-                lambda: autosave_events(client, "checkpoint-finished"), 600, "the first autosave"
+                lambda: autosave_events(client, "checkpoint-finished"),
+                600,
+                "the first autosave",
+                interval=POLL,
             )[0]
             rounds = []
             for n in range(2, args.rounds + 2):
@@ -130,12 +121,14 @@ def main() -> None:
                     lambda: client.session_status(NB)["state"] == "checkpointing",
                     120,
                     f"autosave #{n} starting",
+                    interval=POLL,
                 )
                 waited = round_trip(client, kernel_id) - statistics.median(idle)
                 finished = wait_for(
                     lambda n=n: autosave_events(client, "checkpoint-finished")[n - 1 :],
                     120,
                     f"autosave #{n}",
+                    interval=POLL,
                 )[0]
                 started = autosave_events(client, "checkpoint-started")[n - 1]
                 new = {f: s for f, s in files_of(folder).items() if f not in before}

@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from jupyter_pause.client import LocalServer, PauseClient  # noqa: E402
+from tests.helpers import server_env, write_notebooks  # noqa: E402
 
 NB = "model.ipynb"
 BARE = "bare.ipynb"
@@ -173,14 +174,9 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        root = tmp / "root"
-        root.mkdir()
-        nb = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
-        for name in (NB, BARE):
-            (root / name).write_text(json.dumps(nb))
+        root = write_notebooks(tmp / "root", NB, BARE)
         raw_file = tmp / "raw.bin"
-        env = {"JUPYTER_DATA_DIR": str(tmp / "data"), "JUPYTER_CONFIG_DIR": str(tmp / "config")}
-        with LocalServer(root, tmp / "state", env=env) as server:
+        with LocalServer(root, tmp / "state", env=server_env(tmp)) as server:
             client = server.start()
             kernel_id = client.open_notebook(NB)["kernel"]["id"]
             run_cell(client, kernel_id, make_model(args.tensors, numel))

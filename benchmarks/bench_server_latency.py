@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 from jupyter_pause.client import ClientError, LocalServer  # noqa: E402
 from jupyter_pause.engine import api as engine  # noqa: E402
 from jupyter_pause.lifecycle import Operation, SessionStore, State  # noqa: E402
+from tests.helpers import server_env, write_notebooks  # noqa: E402
 
 NB = "bench.ipynb"
 #: GET status must answer within this (ms), by number of sessions
@@ -165,12 +166,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        root = tmp / "root"
-        root.mkdir()
-        nb = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
-        (root / NB).write_text(json.dumps(nb))
-        env = {"JUPYTER_DATA_DIR": str(tmp / "data"), "JUPYTER_CONFIG_DIR": str(tmp / "config")}
-        with LocalServer(root, tmp / "state", env=env) as server:
+        root = write_notebooks(tmp / "root", NB)
+        with LocalServer(root, tmp / "state", env=server_env(tmp)) as server:
             client = server.start()
             kernel_id = client.open_notebook(NB)["kernel"]["id"]
             assert client.execute(kernel_id, "import numpy as np\nsmall = 1").ok

@@ -218,18 +218,16 @@ class Ledger:
 
     def _query(self, *, since, until, path, types, after_id) -> Iterator[LedgerEvent]:
         clauses, params = [], []
-        if since is not None:
-            clauses.append("time >= ?")
-            params.append(since)
-        if until is not None:
-            clauses.append("time < ?")
-            params.append(until)
-        if path is not None:
-            clauses.append("path = ?")
-            params.append(path)
-        if after_id is not None:
-            clauses.append("id > ?")
-            params.append(after_id)
+        asked = (
+            ("time >= ?", since),
+            ("time < ?", until),
+            ("path = ?", path),
+            ("id > ?", after_id),
+        )
+        for clause, value in asked:
+            if value is not None:
+                clauses.append(clause)
+                params.append(value)
         if types is not None:
             names = [EventType(t).value for t in types]
             clauses.append(f"type IN ({','.join('?' * len(names))})")

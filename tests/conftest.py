@@ -1,8 +1,8 @@
 """Shared fixtures: a real Jupyter server with jupyter-pause, real kernels."""
 
-import json
-
 import pytest
+
+from tests.helpers import write_notebooks
 
 pytest_plugins = ("pytest_jupyter.jupyter_server",)
 
@@ -24,17 +24,17 @@ def jp_server_config(jp_server_config):
 @pytest.fixture
 def notebook_path(jp_root_dir):
     """An empty Python notebook on disk; returns its server-relative path."""
-    nb = {
-        "cells": [],
-        "metadata": {
-            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
-        },
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    (jp_root_dir / "work").mkdir(exist_ok=True)
-    (jp_root_dir / "work" / "demo.ipynb").write_text(json.dumps(nb))
+    write_notebooks(jp_root_dir / "work", "demo.ipynb")
     return "work/demo.ipynb"
+
+
+@pytest.fixture
+def started():
+    """The servers (anything with ``stop()``) a test appends here, stopped after it."""
+    servers = []
+    yield servers
+    for server in servers:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -22,9 +22,11 @@ from jupyter_pause.ledger import Ledger
 from jupyter_pause.lifecycle import SessionStore
 from jupyter_pause.server.classify import WorkloadClassifier
 from jupyter_pause.server.collaborators import Collaborators, build_collaborators
+from jupyter_pause.server.idle_watcher import IdleWatcher
 from jupyter_pause.server.kernels import KernelCallError
 from jupyter_pause.server.manager import PauseManager
 from jupyter_pause.server.ports import Policies
+from jupyter_pause.server.scheduler import ResumeScheduler
 
 _ids = itertools.count(1)
 
@@ -264,3 +266,40 @@ def make_wired(
     )
     manager.recovered.set()  # nothing to recover unless a test calls recover()
     return parts, manager
+
+
+def idle_watcher_for(manager: PauseManager, clock, classes: dict) -> IdleWatcher:
+    """An idle watcher over ``manager``'s parts, its notebooks of the classes
+    ``classes`` (in the form of :func:`.load_classes`); it looks when a test calls
+    ``check()``."""
+    return IdleWatcher(
+        operations=manager,
+        store=manager.store,
+        activity=manager.activity,
+        ledger=manager.ledger,
+        kernel_manager=manager.kernel_manager,
+        classifier=WorkloadClassifier(
+            classes=load_classes(classes),
+            default_class="gpu-interactive",
+            kernel_manager=manager.kernel_manager,
+            contents_manager=manager.contents_manager,
+            log=manager.log,
+        ),
+        interval=3600,
+        log=manager.log,
+        clock=clock,
+    )
+
+
+def scheduler_for(manager: PauseManager, clock, **options) -> ResumeScheduler:
+    """The resume scheduler over ``manager``'s parts; it looks when a test calls
+    ``check()``."""
+    return ResumeScheduler(
+        operations=manager,
+        schedules=manager.schedules,
+        store=manager.store,
+        ledger=manager.ledger,
+        log=logging.getLogger("test"),
+        clock=clock,
+        **options,
+    )

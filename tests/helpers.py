@@ -3,6 +3,10 @@
 import asyncio
 import json
 import time
+from pathlib import Path
+
+#: this repository: on a server's PYTHONPATH, its kernels import this checkout
+REPO = Path(__file__).resolve().parent.parent
 
 
 async def start_session(jp_fetch, path):
@@ -234,8 +238,26 @@ def empty_notebook() -> dict:
         "cells": [],
         "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
         "nbformat": 4,
-        "nbformat_minor": 4,
+        "nbformat_minor": 5,
     }  # fmt: skip
+
+
+def write_notebooks(folder: Path, *names: str) -> Path:
+    """Empty python3 notebooks ``names`` in ``folder`` (made if missing); returns it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (folder / name).write_text(json.dumps(empty_notebook()))
+    return folder
+
+
+def server_env(home: Path) -> dict[str, str]:
+    """The environment of a server of its own: its data (the key, the cache) and its
+    config under ``home``, and this checkout importable by it and its kernels."""
+    return {
+        "JUPYTER_DATA_DIR": str(home / "data"),
+        "JUPYTER_CONFIG_DIR": str(home / "config"),
+        "PYTHONPATH": str(REPO),
+    }
 
 
 def wait_for(condition, timeout=60, what="the condition", interval=0.2):

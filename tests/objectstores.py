@@ -66,8 +66,44 @@ def _wait(url: str, proc: subprocess.Popen, log: Path, ok=(200,), timeout=READY_
     raise RuntimeError(f"{url} not ready after {timeout:.0f} s: {log.read_text()[-2000:]}")
 
 
-class Seaweed:
+class StoreProcess:
+    """A store's server, started in a process group of its own (``proc``)."""
+
+    proc: subprocess.Popen | None = None
+    log: Path
+    #: seconds a SIGTERM may take before the SIGKILL
+    stop_timeout: float
+
+    def kill(self) -> None:
+        """SIGKILL: the store dies mid-request, as a crashed node would."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def launch(self, args: list[str]) -> None:
+        """``args`` started in a process group of its own, its output added to the log."""
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def close(self) -> None:
+        """Stopped, and whatever else it holds let go."""
+        self.stop()
+
+
+class Seaweed(StoreProcess):
     """``weed server -s3`` on 127.0.0.1, data in ``folder``."""
+
+    stop_timeout = 2.0  # its data is flushed per write
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
@@ -137,10 +173,7 @@ class Seaweed:
             f"-metricsPort={p['metrics']}",
             "-master.telemetry=false",
         ]
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(
-                args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        self.launch(args)
         # the S3 gateway answers 403 to an unsigned listing once it is up
         _wait(f"{self.endpoint}/", self.proc, self.log, ok=(200, 403))
         self.wait_writable()
@@ -256,20 +289,6 @@ class Seaweed:
                 raise RuntimeError(f"timed out waiting for {what}")
             time.sleep(0.5)
 
-    def kill(self) -> None:
-        """SIGKILL: the store dies mid-request, as a crashed node would."""
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:  # its data is flushed per write
-                self.kill()
-
 
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no *_proxy
 
@@ -337,9 +356,11 @@ class _XmlPut(http.server.BaseHTTPRequestHandler):
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _forward
 
 
-class FakeGCS:
+class FakeGCS(StoreProcess):
     """fake-gcs-server on 127.0.0.1, data in ``folder``, reached through a small adapter
     (:class:`_XmlPut`) that keeps its port while the server is killed and started again."""
+
+    stop_timeout = 15.0
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
@@ -380,10 +401,7 @@ class FakeGCS:
             # object_store speaks the XML API for objects: served for this host only
             "-public-host=127.0.0.1",
         ]
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(
-                args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        self.launch(args)
         _wait(f"{self.endpoint}/storage/v1/b", self.proc, self.log)
 
     def create_bucket(self, name: str) -> None:
@@ -408,19 +426,8 @@ class FakeGCS:
         urllib.request.urlopen(req, timeout=30).close()
 
     def kill(self) -> None:
-        """SIGKILL: the store dies mid-request."""
-        self.adapter.down = True
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        self.adapter.down = True  # answers still on their way are cut too
+        super().kill()
 
     def close(self) -> None:
         self.stop()

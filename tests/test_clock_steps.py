@@ -4,20 +4,16 @@ monitor and scheduler: durations are measured on the monotonic clock, and
 schedules re-arm from the wall clock."""
 
 import asyncio
-import logging
 
 import pytest
 
 from jupyter_pause.clock import StampAges
-from jupyter_pause.idle_policy import load_classes
 from jupyter_pause.ledger import EventType
 from jupyter_pause.lifecycle import State
 from jupyter_pause.server.activity import ActivityMonitor, KernelActivity
-from jupyter_pause.server.classify import WorkloadClassifier
-from jupyter_pause.server.idle_watcher import IdleWatcher, iso
-from jupyter_pause.server.scheduler import ResumeScheduler
+from jupyter_pause.server.idle_watcher import iso
 
-from .fakes import FakeClock, make_manager
+from .fakes import FakeClock, idle_watcher_for, make_manager, scheduler_for
 from .helpers import wait_until
 
 NB = "nb.ipynb"
@@ -47,23 +43,7 @@ def watcher_for(manager, clock):
             "gpu_utilization_counts": False,
         }
     }
-    return IdleWatcher(
-        operations=manager,
-        store=manager.store,
-        activity=manager.activity,
-        ledger=manager.ledger,
-        kernel_manager=manager.kernel_manager,
-        classifier=WorkloadClassifier(
-            classes=load_classes(classes),
-            default_class="gpu-interactive",
-            kernel_manager=manager.kernel_manager,
-            contents_manager=manager.contents_manager,
-            log=manager.log,
-        ),
-        interval=3600,
-        log=manager.log,
-        clock=clock,
-    )
+    return idle_watcher_for(manager, clock, classes)
 
 
 def auto_events(manager):
@@ -170,18 +150,6 @@ def test_stamp_ages_read_the_wall_clock_once_then_the_monotonic_one():
 # ------------------------------------------------------------ schedules
 
 
-def scheduler_for(manager, clock):
-    return ResumeScheduler(
-        operations=manager,
-        schedules=manager.schedules,
-        store=manager.store,
-        ledger=manager.ledger,
-        log=logging.getLogger("test"),
-        interval=3600,
-        clock=clock,
-    )
-
-
 async def paused(manager, clock, resume_at):
     await running(manager)
     op = await manager.pause(NB, resume_at=resume_at)
@@ -202,7 +170,7 @@ async def test_a_jump_forward_fires_what_fell_due_within_seconds(tmp_path):
     clock jumps 2 h: the resume starts at once, not an hour later."""
     clock = FakeClock()
     manager = make_manager(tmp_path, clock=clock)
-    scheduler = scheduler_for(manager, clock)
+    scheduler = scheduler_for(manager, clock, interval=3600)
     session = await paused(manager, clock, clock.wall + HOURS)
     scheduler.start()
     try:
@@ -221,7 +189,7 @@ async def test_a_jump_back_fires_nothing_early_and_the_resume_comes_at_its_wall_
     reaches it, without anyone waking the scheduler."""
     clock = FakeClock()
     manager = make_manager(tmp_path, clock=clock)
-    scheduler = scheduler_for(manager, clock)
+    scheduler = scheduler_for(manager, clock, interval=3600)
     due = clock.wall + 10
     session = await paused(manager, clock, due)
     scheduler.start()

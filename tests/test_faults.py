@@ -116,6 +116,20 @@ async def test_a_claim_the_full_data_directory_cannot_record_is_rolled_back(
 # ----------------------------------------------------- the server never blocks
 
 
+async def delete_checkpoint(jp_fetch, checkpoint_id: str, path: str, **kwargs):
+    """DELETE a checkpoint of ``path``; (status code, answer)."""
+    return await api(
+        jp_fetch, "checkpoints", checkpoint_id, method="DELETE", params={"path": path}, **kwargs
+    )
+
+
+async def delete_refused(jp_fetch, checkpoint_id: str, path: str) -> dict:
+    """DELETE a checkpoint being written: refused (409) well within a minute; the answer."""
+    code, answer = await delete_checkpoint(jp_fetch, checkpoint_id, path, request_timeout=60)
+    assert code == 409, answer
+    return answer
+
+
 async def test_deleting_a_checkpoint_while_one_is_written_never_blocks_the_server(
     jp_fetch, jp_serverapp, notebook_path, tmp_path
 ):
@@ -131,15 +145,7 @@ async def test_deleting_a_checkpoint_while_one_is_written_never_blocks_the_serve
         # the kernel now holds the notebook's lock, in the middle of its write
         await wait_until(lambda: (tmp_path / "started").exists(), what="the checkpoint's write")
         # today: the event loop polls the lock for up to 300 s, and nothing answers
-        code, answer = await api(
-            jp_fetch,
-            "checkpoints",
-            earlier_id,
-            method="DELETE",
-            params={"path": notebook_path},
-            request_timeout=60,
-        )
-        assert code == 409, answer
+        answer = await delete_refused(jp_fetch, earlier_id, notebook_path)
         assert body["operation"]["id"] in answer["message"]
         code, status = await api(jp_fetch, "status", request_timeout=60)
         assert code == 200
@@ -151,9 +157,7 @@ async def test_deleting_a_checkpoint_while_one_is_written_never_blocks_the_serve
         (tmp_path / "release").write_text("")
     op = await wait_operation(jp_fetch, body["operation"]["id"])
     assert op["outcome"] == "succeeded", op
-    code, _ = await api(
-        jp_fetch, "checkpoints", earlier_id, method="DELETE", params={"path": notebook_path}
-    )
+    code, _ = await delete_checkpoint(jp_fetch, earlier_id, notebook_path)
     assert code == 204
 
 
@@ -172,15 +176,7 @@ async def test_deleting_a_checkpoint_while_the_kernel_writes_one_answers_409_at_
         client.execute("%checkpoint")
         await wait_until(lambda: (tmp_path / "started").exists(), what="the kernel's write")
         # today: the request waits in a thread for up to 300 s
-        code, answer = await api(
-            jp_fetch,
-            "checkpoints",
-            earlier_id,
-            method="DELETE",
-            params={"path": notebook_path},
-            request_timeout=60,
-        )
-        assert code == 409, answer
+        answer = await delete_refused(jp_fetch, earlier_id, notebook_path)
         assert "being written" in answer["message"]
         code, listing = await api(jp_fetch, "checkpoints", params={"path": notebook_path})
         assert code == 200 and earlier_id in [c["id"] for c in listing["checkpoints"]]
@@ -191,9 +187,7 @@ async def test_deleting_a_checkpoint_while_the_kernel_writes_one_answers_409_at_
         lambda: jp_serverapp.kernel_manager.get_kernel(kernel_id).execution_state == "idle",
         what="the kernel's checkpoint finishing",
     )
-    code, _ = await api(
-        jp_fetch, "checkpoints", earlier_id, method="DELETE", params={"path": notebook_path}
-    )
+    code, _ = await delete_checkpoint(jp_fetch, earlier_id, notebook_path)
     assert code == 204
 
 

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from jupyter_pause.client import API, LocalServer
 
+from .helpers import server_env, write_notebooks
+
 NB = "nb.ipynb"
 
 SETTINGS = settings(
@@ -26,12 +28,8 @@ SETTINGS = settings(
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fuzz")
-    root = tmp / "root"
-    root.mkdir()
-    nb = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
-    (root / NB).write_text(json.dumps(nb))
-    env = {"JUPYTER_DATA_DIR": str(tmp / "data"), "JUPYTER_CONFIG_DIR": str(tmp / "config")}
-    with LocalServer(root, tmp / "state", env=env) as server:
+    root = write_notebooks(tmp / "root", NB)
+    with LocalServer(root, tmp / "state", env=server_env(tmp)) as server:
         server.start()
         yield server
 

@@ -34,7 +34,7 @@ from jupyter_pause.server.errors import Conflict, PauseError
 from jupyter_pause.server.hibernate import Hibernator
 
 from .fake_gpu_driver import ENV, new_world, world
-from .fakes import FakeClock, make_manager
+from .fakes import FakeClock, idle_watcher_for, make_manager
 
 NB = "nb.ipynb"
 
@@ -436,34 +436,13 @@ def test_an_operation_s_progress_is_shown_and_never_written(tmp_path):
 
 
 async def test_the_idle_watcher_acts_only_through_the_operations_it_is_given(tmp_path):
-    from jupyter_pause.idle_policy import load_classes
-    from jupyter_pause.server.classify import WorkloadClassifier
-    from jupyter_pause.server.idle_watcher import IdleWatcher
-
     clock = FakeClock()
     manager = make_manager(tmp_path, clock=clock)
     session = with_session(manager, State.RUNNING, kernel=True)
     manager.activity.watch(session.kernel_id, NB)
     clock.advance(100)
-    watcher = IdleWatcher(
-        operations=manager,
-        store=manager.store,
-        activity=manager.activity,
-        ledger=manager.ledger,
-        kernel_manager=manager.kernel_manager,
-        classifier=WorkloadClassifier(
-            classes=load_classes(
-                {"gpu-interactive": {"idle_threshold": 60, "min_running_time": 0, "warn_before": 0}}
-            ),
-            default_class="gpu-interactive",
-            kernel_manager=manager.kernel_manager,
-            contents_manager=manager.contents_manager,
-            log=manager.log,
-        ),
-        interval=3600,
-        log=manager.log,
-        clock=clock,
-    )
+    classes = {"gpu-interactive": {"idle_threshold": 60, "min_running_time": 0, "warn_before": 0}}
+    watcher = idle_watcher_for(manager, clock, classes)
 
     await watcher.check()
     await settle(manager)

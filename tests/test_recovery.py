@@ -2,7 +2,6 @@
 again: every unfinished operation is resolved from the truth on disk and in
 the kernels, and the notebook can be worked with at once (real processes)."""
 
-import json
 import os
 import signal
 from pathlib import Path
@@ -12,9 +11,8 @@ import pytest
 from jupyter_pause.client import LocalServer
 from jupyter_pause.engine import paths
 
-from .helpers import gate_code, kernel_torch_gate, wait_for
+from .helpers import REPO, gate_code, kernel_torch_gate, server_env, wait_for, write_notebooks
 
-REPO = Path(__file__).resolve().parent.parent
 NB = "nb.ipynb"
 
 pytestmark = pytest.mark.slow
@@ -30,18 +28,9 @@ def process_gone(pid: int) -> bool:
 
 
 @pytest.fixture
-def server_factory(tmp_path):
-    root = tmp_path / "root"
-    root.mkdir()
-    nb = {"cells": [], "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-          "nbformat": 4, "nbformat_minor": 5}  # fmt: skip
-    (root / NB).write_text(json.dumps(nb))
-    env = {
-        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
-        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
-        "PYTHONPATH": str(REPO),
-    }
-    servers = []
+def server_factory(tmp_path, started):
+    root = write_notebooks(tmp_path / "root", NB)
+    env = server_env(tmp_path)
 
     def make(*extra_args, pythonpath=()):
         """A server; ``pythonpath``: folders put before the repository on its (and its
@@ -50,12 +39,10 @@ def server_factory(tmp_path):
         server = LocalServer(
             root, tmp_path / "state", env={**env, "PYTHONPATH": path}, extra_args=list(extra_args)
         )
-        servers.append(server)
+        started.append(server)
         return server
 
-    yield make
-    for server in servers:
-        server.stop()
+    return make
 
 
 def kill_server(server: LocalServer, kernel_pid: int) -> None:

@@ -3,7 +3,6 @@ SeaweedFS: a pause ends only once the checkpoint is in the bucket (a store that 
 leaves the kernel running); a fresh server on another node, with another data directory
 and an empty cache, restores the notebook from the bucket."""
 
-import json
 import re
 import shutil
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 from jupyter_pause.cli import main
 from jupyter_pause.client import ClientError, LocalServer
 from jupyter_pause.engine import paths, remote
-from tests.helpers import wait_for
+from tests.helpers import wait_for, write_notebooks
 from tests.objectstores import FakeGCS, Gate, Seaweed
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,16 +24,11 @@ EXPECTED = [7, float(sum(range(600_000)))]
 
 
 @pytest.fixture
-def node(tmp_path):
+def node(tmp_path, started):
     """``node(name, store, url)``: a server of a "node" with its own data directory (the
     key, the cache) and, unless ``state`` is given, its own state directory; the user's
     key is the first node's."""
-    root = tmp_path / "root"
-    root.mkdir()
-    nb = {"cells": [], "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-          "nbformat": 4, "nbformat_minor": 5}  # fmt: skip
-    (root / NB).write_text(json.dumps(nb))
-    servers = []
+    root = write_notebooks(tmp_path / "root", NB)
 
     def make(
         name: str, store: Seaweed | FakeGCS, url: str, state: Path | None = None
@@ -51,12 +45,10 @@ def node(tmp_path):
             "PYTHONPATH": str(REPO),
         }
         server = LocalServer(root, state or tmp_path / name / "state", env=env, checkpoints=url)
-        servers.append(server)
+        started.append(server)
         return server
 
-    yield make
-    for server in servers:
-        server.stop()
+    return make
 
 
 def committed(store: Seaweed | FakeGCS, url: str, monkeypatch) -> list[str]:
@@ -67,12 +59,47 @@ def committed(store: Seaweed | FakeGCS, url: str, monkeypatch) -> list[str]:
     return sorted(n for n in listing if n.endswith("/" + remote.SIGNATURE))
 
 
-def pause_with_state(client) -> str:
+def running_with_state(client) -> str:
+    """The notebook opened and its state made; its kernel's id."""
     kernel_id = client.open_notebook(NB)["kernel"]["id"]
     assert client.execute(kernel_id, CODE).ok
+    return kernel_id
+
+
+def pause_with_state(client) -> str:
+    kernel_id = running_with_state(client)
     op = client.wait(client.pause(NB))
     assert op["outcome"] == "succeeded", op
     return kernel_id
+
+
+def resume_with_state(client) -> dict:
+    """Resume the notebook: it succeeds and its kernel has the state back; the operation."""
+    op = client.wait(client.resume(NB))
+    assert op["outcome"] == "succeeded", op
+    kernel_id = client.session_status(NB)["kernel_id"]
+    assert client.evaluate(kernel_id, CHECK) == EXPECTED
+    return op
+
+
+def resumes_from_the_bucket(client, url: str) -> None:
+    """The paused notebook resumes with its state, downloaded from the bucket at ``url``
+    (this node has no copy)."""
+    assert client.session_status(NB)["state"] == "paused"
+    op = resume_with_state(client)
+    assert any("downloaded from " + url in m for m in op["messages"]), op["messages"]
+
+
+def pause_fails_naming(client, kernel_id: str, url: str) -> dict:
+    """A pause fails naming the store at ``url``, and the kernel runs on with its state
+    (nothing was released); the operation."""
+    op = client.wait(client.pause(NB))
+    assert op["outcome"] == "failed"
+    assert "checkpoint store " + url in op["error"], op
+    session = client.session_status(NB)
+    assert session["state"] == "running" and session["kernel_id"] == kernel_id
+    assert client.evaluate(kernel_id, CHECK) == EXPECTED
+    return op
 
 
 def test_a_fresh_server_on_another_node_restores_the_notebook_from_the_bucket(
@@ -105,48 +132,41 @@ def test_a_resume_on_a_node_without_the_data_volume_restores_from_the_bucket_and
     # (key aside, the cache) did not follow
     b = node("b", seaweed, url, state=a.state_dir)
     client = b.start()
-    assert client.session_status(NB)["state"] == "paused"
-    op = client.wait(client.resume(NB))
+    resumes_from_the_bucket(client, url)
+
+
+def down_and_back(node, store: Seaweed | FakeGCS, url: str, monkeypatch) -> None:
+    """While ``store`` is down, a pause fails and the kernel runs on, and the listing
+    names the store (503, not 500); back up, a retry pauses, durable in the bucket, and
+    the resume has the state."""
+    client = node("a", store, url).start()
+    kernel_id = running_with_state(client)
+
+    store.kill()
+    pause_fails_naming(client, kernel_id, url)
+    with pytest.raises(ClientError) as listing:  # the store is named, not a 500
+        client.checkpoints(NB)
+    assert listing.value.status == 503 and url in str(listing.value)
+
+    store.start()  # back, on its own data
+    op = client.wait(client.pause(NB))
     assert op["outcome"] == "succeeded", op
-    assert any("downloaded from " + url in m for m in op["messages"]), op["messages"]
-    kernel_id = client.session_status(NB)["kernel_id"]
-    assert client.evaluate(kernel_id, CHECK) == EXPECTED
+    assert len(committed(store, url, monkeypatch)) == 1
+    resume_with_state(client)
 
 
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_a_store_that_is_down_leaves_the_kernel_running_and_a_retry_pauses(
-    node, tmp_path, monkeypatch
+    node, tmp_path, monkeypatch, scheme
 ):
-    store = Seaweed(tmp_path / "weed")
+    """On SeaweedFS (s3) and on fake-gcs-server (gs)."""
+    store = Seaweed(tmp_path / "weed") if scheme == "s3" else FakeGCS(tmp_path / "gcs")
     store.start()
     try:
         store.create_bucket("down")
-        url = "s3://down/ck"
-        a = node("a", store, url)
-        client = a.start()
-        kernel_id = client.open_notebook(NB)["kernel"]["id"]
-        assert client.execute(kernel_id, CODE).ok
-
-        store.kill()
-        op = client.wait(client.pause(NB))
-        assert op["outcome"] == "failed"
-        assert "checkpoint store " + url in op["error"], op
-        session = client.session_status(NB)
-        assert session["state"] == "running" and session["kernel_id"] == kernel_id
-        assert client.evaluate(kernel_id, CHECK) == EXPECTED  # nothing was released
-        with pytest.raises(ClientError) as listing:  # the store is named, not a 500
-            client.checkpoints(NB)
-        assert listing.value.status == 503 and url in str(listing.value)
-
-        store.start()  # back, on its own data
-        op = client.wait(client.pause(NB))
-        assert op["outcome"] == "succeeded", op
-        assert len(committed(store, url, monkeypatch)) == 1
-        op = client.wait(client.resume(NB))
-        assert op["outcome"] == "succeeded", op
-        kernel_id = client.session_status(NB)["kernel_id"]
-        assert client.evaluate(kernel_id, CHECK) == EXPECTED
+        down_and_back(node, store, f"{scheme}://down/ck", monkeypatch)
     finally:
-        store.stop()
+        store.close()
 
 
 def test_a_bucket_out_of_quota_leaves_the_kernel_running_and_a_retry_pauses(
@@ -154,30 +174,23 @@ def test_a_bucket_out_of_quota_leaves_the_kernel_running_and_a_retry_pauses(
 ):
     url = f"s3://{bucket}/ck"
     client = node("a", seaweed, url).start()
-    kernel_id = client.open_notebook(NB)["kernel"]["id"]
-    assert client.execute(kernel_id, CODE).ok
+    kernel_id = running_with_state(client)
 
     seaweed.fill_quota(bucket)
-    op = client.wait(client.pause(NB))
-    assert op["outcome"] == "failed"
-    assert "checkpoint store " + url in op["error"] and "out of quota" in op["error"], op
+    op = pause_fails_naming(client, kernel_id, url)
+    assert "out of quota" in op["error"], op
     session = client.session_status(NB)
-    assert session["state"] == "running" and session["kernel_id"] == kernel_id
     # committed here, not in the bucket: what a resume would restore, and said so
     (kept,) = [c["id"] for c in client.checkpoints(NB)]
     assert session["last_checkpoint"]["id"] == kept
     assert any("is not in the bucket" in m for m in op["messages"]), op["messages"]
-    assert client.evaluate(kernel_id, CHECK) == EXPECTED  # nothing was released
     assert committed(seaweed, url, monkeypatch) == []
 
     seaweed.lift_quota(bucket)
     op = client.wait(client.pause(NB))
     assert op["outcome"] == "succeeded", op
     assert len(committed(seaweed, url, monkeypatch)) == 2  # the one kept locally went up too
-    op = client.wait(client.resume(NB))
-    assert op["outcome"] == "succeeded", op
-    kernel_id = client.session_status(NB)["kernel_id"]
-    assert client.evaluate(kernel_id, CHECK) == EXPECTED
+    resume_with_state(client)
 
 
 class Through:
@@ -293,44 +306,7 @@ def test_gs_a_fresh_server_on_another_node_restores_the_notebook_from_the_bucket
 
     b = node("b", fake_gcs, url, state=a.state_dir)  # the data volume did not follow
     client = b.start()
-    assert client.session_status(NB)["state"] == "paused"
-    op = client.wait(client.resume(NB))
-    assert op["outcome"] == "succeeded", op
-    assert any("downloaded from " + url in m for m in op["messages"]), op["messages"]
-    kernel_id = client.session_status(NB)["kernel_id"]
-    assert client.evaluate(kernel_id, CHECK) == EXPECTED
-
-
-def test_gs_a_store_that_is_down_leaves_the_kernel_running_and_a_retry_pauses(
-    node, tmp_path, monkeypatch
-):
-    store = FakeGCS(tmp_path / "gcs")
-    store.start()
-    try:
-        store.create_bucket("gs-down")
-        url = "gs://gs-down/ck"
-        client = node("a", store, url).start()
-        kernel_id = client.open_notebook(NB)["kernel"]["id"]
-        assert client.execute(kernel_id, CODE).ok
-
-        store.kill()
-        op = client.wait(client.pause(NB))
-        assert op["outcome"] == "failed"
-        assert "checkpoint store " + url in op["error"], op
-        session = client.session_status(NB)
-        assert session["state"] == "running" and session["kernel_id"] == kernel_id
-        assert client.evaluate(kernel_id, CHECK) == EXPECTED  # nothing was released
-
-        store.start()  # back, on its own data
-        op = client.wait(client.pause(NB))
-        assert op["outcome"] == "succeeded", op
-        assert len(committed(store, url, monkeypatch)) == 1
-        op = client.wait(client.resume(NB))
-        assert op["outcome"] == "succeeded", op
-        kernel_id = client.session_status(NB)["kernel_id"]
-        assert client.evaluate(kernel_id, CHECK) == EXPECTED
-    finally:
-        store.close()
+    resumes_from_the_bucket(client, url)
 
 
 def test_the_status_names_the_checkpoint_a_resume_restores_after_a_failed_upload(node, tmp_path):
@@ -348,8 +324,7 @@ def test_the_status_names_the_checkpoint_a_resume_restores_after_a_failed_upload
         url = "s3://later/ck"
         a = node("a", Through(store, gate), url)
         client = a.start()
-        kernel_id = client.open_notebook(NB)["kernel"]["id"]
-        assert client.execute(kernel_id, CODE).ok
+        kernel_id = running_with_state(client)
         assert client.wait(client.checkpoint(NB))["outcome"] == "succeeded"  # in the bucket
         assert client.execute(kernel_id, "n = 8").ok
         gate.hold()
@@ -388,10 +363,7 @@ def test_a_resume_lists_the_bucket_once(node, seaweed, bucket):
         client = server.start()
         pause_with_state(client)
         gate.requests.clear()
-        op = client.wait(client.resume(NB))
-        assert op["outcome"] == "succeeded", op
-        kernel_id = client.session_status(NB)["kernel_id"]
-        assert client.evaluate(kernel_id, CHECK) == EXPECTED
+        resume_with_state(client)
         folder = paths.folder_name(NB)
         lists = [
             path

@@ -1,19 +1,14 @@
 """A server restart does not forget a paused notebook (real server processes)."""
 
-import json
 import time
 
 from jupyter_pause.client import LocalServer
 
-from .helpers import wait_for
+from .helpers import wait_for, write_notebooks
 
 
 def notebook_and_env(tmp_path):
-    root = tmp_path / "root"
-    root.mkdir()
-    nb = {"cells": [], "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-          "nbformat": 4, "nbformat_minor": 5}  # fmt: skip
-    (root / "nb.ipynb").write_text(json.dumps(nb))
+    root = write_notebooks(tmp_path / "root", "nb.ipynb")
     env = {
         "JUPYTER_DATA_DIR": str(tmp_path / "data"),
         "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),

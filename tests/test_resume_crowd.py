@@ -12,9 +12,7 @@ import pytest
 
 from jupyter_pause.client import LocalServer
 
-from .helpers import wait_for
-
-REPO = Path(__file__).resolve().parent.parent
+from .helpers import server_env, wait_for, write_notebooks
 
 pytestmark = pytest.mark.slow
 
@@ -22,19 +20,9 @@ ACTIVE = ("resuming", "restoring")
 
 
 @pytest.fixture
-def server_factory(tmp_path):
-    root = tmp_path / "root"
-    root.mkdir()
-    nb = {"cells": [], "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-          "nbformat": 4, "nbformat_minor": 5}  # fmt: skip
-    for name in ("a.ipynb", "b.ipynb", "c.ipynb"):
-        (root / name).write_text(json.dumps(nb))
-    env = {
-        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
-        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
-        "PYTHONPATH": str(REPO),
-    }
-    servers = []
+def server_factory(tmp_path, started):
+    root = write_notebooks(tmp_path / "root", "a.ipynb", "b.ipynb", "c.ipynb")
+    env = server_env(tmp_path)
 
     def make(limit: int) -> LocalServer:
         server = LocalServer(
@@ -46,12 +34,10 @@ def server_factory(tmp_path):
                 "--PauseApp.auto_pause=False",
             ],
         )
-        servers.append(server)
+        started.append(server)
         return server
 
-    yield make
-    for server in servers:
-        server.stop()
+    return make
 
 
 def pause_all(client, code_by_path: dict[str, str]) -> None:

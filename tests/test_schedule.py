@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from jupyter_pause.clock import SYSTEM
 from jupyter_pause.idle_policy import WorkloadClass
 from jupyter_pause.ledger import EventType
 from jupyter_pause.lifecycle import OperationInProgress, SessionStore, State
@@ -20,9 +21,8 @@ from jupyter_pause.schedule import ScheduleError, parse_resume_at
 from jupyter_pause.server.errors import Conflict, PauseError
 from jupyter_pause.server.kernels import KernelCallError
 from jupyter_pause.server.ports import Policies
-from jupyter_pause.server.scheduler import ResumeScheduler
 
-from .fakes import FakeClock, make_manager
+from .fakes import FakeClock, make_manager, scheduler_for
 from .helpers import wait_until
 
 NB = "nb.ipynb"
@@ -116,18 +116,6 @@ def with_kernel(manager, namespace=None):
     return session
 
 
-def scheduler_for(manager, clock, workload_class=None):
-    return ResumeScheduler(
-        operations=manager,
-        schedules=manager.schedules,
-        store=manager.store,
-        ledger=manager.ledger,
-        log=logging.getLogger("test"),
-        workload_class=workload_class,
-        clock=clock,
-    )
-
-
 def predicting(tmp_path, clock, policy: WorkloadClass):
     """A manager and its scheduler wired as app.py wires them: notebooks run under
     ``policy``, and the scheduler's predictor runs after each pause."""
@@ -138,7 +126,7 @@ def predicting(tmp_path, clock, policy: WorkloadClass):
     scheduler = None
     policies = Policies(workload_class=workload_class, after_pause=lambda s: scheduler.predict(s))
     manager = make_manager(tmp_path, policies=policies)
-    scheduler = scheduler_for(manager, clock, workload_class)
+    scheduler = scheduler_for(manager, clock, workload_class=workload_class)
     return manager, scheduler
 
 
@@ -208,14 +196,7 @@ async def test_a_schedule_survives_a_server_restart_and_fires_at_start_up(tmp_pa
 async def test_the_scheduler_wakes_up_for_a_new_schedule(tmp_path):
     """The real loop: a schedule due in a moment fires without waiting for the interval."""
     manager = make_manager(tmp_path)
-    scheduler = ResumeScheduler(
-        operations=manager,
-        schedules=manager.schedules,
-        store=manager.store,
-        ledger=manager.ledger,
-        log=logging.getLogger("test"),
-        interval=3600,
-    )
+    scheduler = scheduler_for(manager, SYSTEM, interval=3600)  # the real clock
     await paused(manager)
     scheduler.start()
     try:

@@ -4,33 +4,21 @@ and the resume comes from the private folder."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from jupyter_pause.client import LocalServer
 from jupyter_pause.engine import paths
 
 from .engine.test_shared_root import CASES, HeldLock, needs_root, plant
+from .helpers import write_notebooks
 
 pytestmark = pytest.mark.slow
-
-NOTEBOOK = {
-    "cells": [],
-    "metadata": {
-        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
-    },
-    "nbformat": 4,
-    "nbformat_minor": 5,
-}
 
 
 @needs_root
 @pytest.mark.parametrize("case", CASES)
 def test_a_pause_refuses_a_user_folder_another_user_made_and_resumes_from_its_own(case, tmp_path):
-    root = tmp_path / "root"
-    root.mkdir()
-    (root / "nb.ipynb").write_text(json.dumps(NOTEBOOK))
+    root = write_notebooks(tmp_path / "root", "nb.ipynb")
     env = {
         "JUPYTER_DATA_DIR": str(tmp_path / "data"),
         "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),

@@ -9,35 +9,23 @@ import signal
 import sys
 import threading
 import uuid
-from pathlib import Path
 
 import pytest
 import websocket
 
 from jupyter_pause.client import LocalServer
 
-from .helpers import wait_for
+from .helpers import server_env, wait_for, write_notebooks
 
-REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ("one.ipynb", "two.ipynb")
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def server_factory(tmp_path):
-    root = tmp_path / "root"
-    root.mkdir()
-    nb = {"cells": [], "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-          "nbformat": 4, "nbformat_minor": 5}  # fmt: skip
-    for name in NOTEBOOKS:
-        (root / name).write_text(json.dumps(nb))
-    env = {
-        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
-        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
-        "PYTHONPATH": str(REPO),
-    }
-    servers = []
+def server_factory(tmp_path, started):
+    root = write_notebooks(tmp_path / "root", *NOTEBOOKS)
+    env = server_env(tmp_path)
 
     def make(grace: float, wrapper: tuple[str, ...] = ()):
         server = LocalServer(
@@ -47,12 +35,10 @@ def server_factory(tmp_path):
             extra_args=[f"--PauseApp.shutdown_grace={grace}"],
             wrapper=list(wrapper),
         )
-        servers.append(server)
+        started.append(server)
         return server
 
-    yield make
-    for server in servers:
-        server.stop()
+    return make
 
 
 def hold_state(client, path: str, value: int) -> str:

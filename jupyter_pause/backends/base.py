@@ -23,7 +23,7 @@ counted (``jupyter pause report --fleet``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from traitlets import Instance, Unicode, Union, default
@@ -84,13 +84,7 @@ class TerminationNotice:
     certain: bool = True
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "kind": self.kind,
-            "detail": self.detail,
-            "node": self.node,
-            "certain": self.certain,
-        }
+        return asdict(self)
 
 
 def schedule_summary(sessions) -> dict[str, Any] | None:

@@ -152,31 +152,14 @@ def run(args: argparse.Namespace) -> int:
         named = args.kubeconfig or args.context or args.namespace
         if not named and not kubernetes_configured():
             return cmd_gc(None, args)  # a folder's or a bucket's expiry needs no cluster
+    command = COMMANDS.get(args.command)
+    if command is None:
+        raise SystemExit(f"unknown command {args.command}")
     try:
-        client = _client(args)
-        if args.command == "status":
-            return cmd_status(client, args)
-        if args.command == "resume":
-            return cmd_resume(client, args)
-        if args.command == "abort":
-            return cmd_abort(client, args)
-        if args.command == "list":
-            return cmd_list(client, args)
-        if args.command == "gc":
-            return cmd_gc(client, args)
-        if args.command == "schedule":
-            return cmd_schedule(client, args)
-        if args.command == "scheduler":
-            return cmd_scheduler(client, args)
-        if args.command == "follow-nodes":
-            return cmd_follow_nodes(client, args)
-    except BackendError as e:
+        return command(_client(args), args)
+    except (BackendError, ValueError) as e:
         print(f"jupyter pause {args.command}: {e}", file=sys.stderr)
         return 1
-    except ValueError as e:
-        print(f"jupyter pause {args.command}: {e}", file=sys.stderr)
-        return 1
-    raise SystemExit(f"unknown command {args.command}")
 
 
 def _client(args):
@@ -595,3 +578,16 @@ def _gc_snapshots(client, args, older: float, verb: str, data: dict, lines: list
         lines.append(f"kept policy {policy}: {why}")
     lines += [f"error: {e}" for e in report.errors]
     return bool(report.errors or report.refused_policies)
+
+
+#: each sub-command's function, by its name
+COMMANDS = {
+    "status": cmd_status,
+    "resume": cmd_resume,
+    "abort": cmd_abort,
+    "list": cmd_list,
+    "gc": cmd_gc,
+    "schedule": cmd_schedule,
+    "scheduler": cmd_scheduler,
+    "follow-nodes": cmd_follow_nodes,
+}

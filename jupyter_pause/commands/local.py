@@ -212,10 +212,7 @@ def cmd_resume(client: PauseClient, args) -> int:
         op = client.resume(args.workspace)
         if args.wait:
             op = client.wait(op, timeout=args.timeout)
-    except ClientError as e:
-        print(f"jupyter pause resume: {e}", file=sys.stderr)
-        return 1
-    except TimeoutError as e:
+    except (ClientError, TimeoutError) as e:
         print(f"jupyter pause resume: {e}", file=sys.stderr)
         return 1
     text = f"{args.workspace}: resume {op['outcome']}" + (

@@ -230,16 +230,10 @@ def any_ahead(data: dict[str, Any] | None) -> bool:
 
 def ahead_text(data: dict[str, Any]) -> list[str]:
     """The report's terminal section."""
+    shown = [c for c in COUNTS if c != "pending"]
     head = [
         "kind",
-        "scheduled",
-        "started",
-        "hits",
-        "late",
-        "unused",
-        "came first",
-        "cancelled",
-        "failed",
+        *(c.replace("_", " ") for c in shown),
         "waiting for users h",
         "user waiting saved min",
     ]
@@ -249,19 +243,7 @@ def ahead_text(data: dict[str, Any]) -> list[str]:
         rows.append(
             [
                 kind,
-                *(
-                    str(k[c])
-                    for c in (
-                        "scheduled",
-                        "started",
-                        "hits",
-                        "late",
-                        "unused",
-                        "came_first",
-                        "cancelled",
-                        "failed",
-                    )
-                ),
+                *(str(k[c]) for c in shown),
                 f"{k['waiting_for_users_h']:.2f}",
                 f"{k['user_waiting_saved_min']:.1f}",
             ]

@@ -25,7 +25,7 @@ from ..engine.errors import (
     RemoteStoreError,
     StoreBusy,
 )
-from ..lifecycle import OperationInProgress
+from ..lifecycle import Operation, OperationInProgress
 from ..schedule import ScheduleError, parse_resume_at
 from .errors import Conflict, NotFound, PauseError, Unavailable
 from .reconcile import RestoreDamage
@@ -196,19 +196,30 @@ def resume_time(body: dict[str, Any], now: float) -> float | None:
         raise PauseError(str(e)) from None
 
 
-class PauseSessionHandler(PauseHandler):
+class StartOperationHandler(PauseHandler):
+    """POST ``{"path": ...}``: start an operation on the notebook; 202 with the
+    operation, which its own endpoint then follows.  Each endpoint says which
+    (:meth:`start`)."""
+
+    async def start(self, path: str, body: dict[str, Any]) -> Operation:
+        raise NotImplementedError
+
     @tornado.web.authenticated
     @translate_errors
     async def post(self):
         body = self.body()
-        path = await self.path_argument(body.get("path"))
-        op = await self.manager.pause(
+        op = await self.start(await self.path_argument(body.get("path")), body)
+        self.write_json({"operation": op.to_json()}, status=202)
+
+
+class PauseSessionHandler(StartOperationHandler):
+    async def start(self, path: str, body: dict[str, Any]) -> Operation:
+        return await self.manager.pause(
             path,
             force=flag(body, "force"),
             after_cell=flag(body, "after_cell"),
             resume_at=resume_time(body, self.clock.time()),
         )
-        self.write_json({"operation": op.to_json()}, status=202)
 
 
 class ScheduleHandler(PauseHandler):
@@ -237,40 +248,26 @@ class ScheduleHandler(PauseHandler):
         self.finish()
 
 
-class ResumeSessionHandler(PauseHandler):
-    @tornado.web.authenticated
-    @translate_errors
-    async def post(self):
-        body = self.body()
-        path = await self.path_argument(body.get("path"))
+class ResumeSessionHandler(StartOperationHandler):
+    async def start(self, path: str, body: dict[str, Any]) -> Operation:
         checkpoint_id = body.get("checkpoint_id")
         if checkpoint_id is not None and not isinstance(checkpoint_id, str):
             raise PauseError("'checkpoint_id' must be a string")
-        op = await self.manager.resume(path, checkpoint_id=checkpoint_id)
-        self.write_json({"operation": op.to_json()}, status=202)
+        return await self.manager.resume(path, checkpoint_id=checkpoint_id)
 
 
-class HibernateSessionHandler(PauseHandler):
+class HibernateSessionHandler(StartOperationHandler):
     """Hibernate a kernel in place: its GPU memory to host memory, its process kept."""
 
-    @tornado.web.authenticated
-    @translate_errors
-    async def post(self):
-        body = self.body()
-        path = await self.path_argument(body.get("path"))
-        op = await self.manager.hibernate(path, after_cell=flag(body, "after_cell"))
-        self.write_json({"operation": op.to_json()}, status=202)
+    async def start(self, path: str, body: dict[str, Any]) -> Operation:
+        return await self.manager.hibernate(path, after_cell=flag(body, "after_cell"))
 
 
-class WakeSessionHandler(PauseHandler):
+class WakeSessionHandler(StartOperationHandler):
     """Bring a hibernated kernel's GPU memory back (a cell does it by itself)."""
 
-    @tornado.web.authenticated
-    @translate_errors
-    async def post(self):
-        path = await self.path_argument(self.body().get("path"))
-        op = await self.manager.wake(path)
-        self.write_json({"operation": op.to_json()}, status=202)
+    async def start(self, path: str, body: dict[str, Any]) -> Operation:
+        return await self.manager.wake(path)
 
 
 class PrewarmSessionHandler(PauseHandler):
@@ -284,13 +281,9 @@ class PrewarmSessionHandler(PauseHandler):
         self.write_json({"path": path, "kernel_id": kernel_id}, status=202)
 
 
-class CheckpointSessionHandler(PauseHandler):
-    @tornado.web.authenticated
-    @translate_errors
-    async def post(self):
-        path = await self.path_argument(self.body().get("path"))
-        op = await self.manager.checkpoint(path)
-        self.write_json({"operation": op.to_json()}, status=202)
+class CheckpointSessionHandler(StartOperationHandler):
+    async def start(self, path: str, body: dict[str, Any]) -> Operation:
+        return await self.manager.checkpoint(path)
 
 
 class CheckpointedHandler(PauseHandler):

@@ -21,7 +21,7 @@ import yaml
 
 from jupyter_pause.client import LocalServer, free_port
 
-from ..helpers import wait_for
+from ..helpers import server_env, wait_for, write_notebooks
 from .test_metrics import dashboard_exprs, metric_names
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
@@ -38,6 +38,7 @@ class Prometheus:
 
     def __init__(self, work: Path, config: dict):
         self.work = work
+        self.config = config
         self.work.mkdir(parents=True, exist_ok=True)
         (work / "prom.yml").write_text(yaml.safe_dump(config))
         self.port = 0
@@ -70,6 +71,15 @@ class Prometheus:
                 if "address already in use" not in self.log.read_text():
                     raise AssertionError(f"Prometheus did not start:\n{self.log_tail()}") from None
         raise AssertionError(f"Prometheus found no free port:\n{self.log_tail()}")
+
+    def __enter__(self) -> Prometheus:
+        self.start()
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        if isinstance(error, AssertionError):
+            print(self.log_tail())  # what it said, beside the failure
+        self.stop()
 
     def ready(self) -> bool:
         if self.process.poll() is not None:
@@ -105,17 +115,23 @@ class Prometheus:
                 self.process.wait()
 
 
-def scrape_config(server: LocalServer, token_file: Path) -> dict:
-    """The shipped example, scraping ``server`` every second with its token."""
+def scraping(work: Path, job_name: str, port: int, token: str) -> Prometheus:
+    """A Prometheus (not started yet) with the shipped example's job ``job_name`` alone,
+    scraping 127.0.0.1:``port`` every second with ``token`` (in a file only its owner
+    reads)."""
+    token_file = work / "token"
+    work.mkdir(parents=True, exist_ok=True)
+    token_file.write_text(token)
+    token_file.chmod(0o600)
     config = yaml.safe_load(EXAMPLE.read_text())
     config["global"]["scrape_interval"] = "1s"
     config["global"]["evaluation_interval"] = "1s"
-    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "jupyter-server"]
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == job_name]
     assert job["authorization"]["type"] == "Bearer"
     job["authorization"]["credentials_file"] = str(token_file)
-    job["static_configs"] = [{"targets": [f"127.0.0.1:{server.port}"]}]
+    job["static_configs"] = [{"targets": [f"127.0.0.1:{port}"]}]
     config["scrape_configs"] = [job]
-    return config
+    return Prometheus(work / "prometheus", config)
 
 
 def close(value: float | None, expected: float) -> bool:
@@ -123,30 +139,15 @@ def close(value: float | None, expected: float) -> bool:
     return value is not None and abs(value - expected) <= 0.01 * expected
 
 
-def notebook(root: Path) -> None:
-    nb = {"cells": [], "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-          "nbformat": 4, "nbformat_minor": 5}  # fmt: skip
-    (root / "nb.ipynb").write_text(json.dumps(nb))
-
-
 def test_prometheus_agrees_with_the_report_after_a_pause_and_a_resume(tmp_path, capsys):
-    root = tmp_path / "root"
-    root.mkdir()
-    notebook(root)
-    env = {
-        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
-        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
-    }
+    root = write_notebooks(tmp_path / "root", "nb.ipynb")
+    env = server_env(tmp_path)
     # this machine has no GPU: each kernel counts as holding one, as on a GPU machine
     one_each = ["--PauseApp.kernel_accelerators=1"]
     with LocalServer(root, tmp_path / "state", env=env, extra_args=one_each) as server:
         client = server.start()
-        token_file = tmp_path / "token"
-        token_file.write_text(server.token)
-        token_file.chmod(0o600)
-        prometheus = Prometheus(tmp_path / "prometheus", scrape_config(server, token_file))
-        try:
-            prometheus.start()
+        prometheus = scraping(tmp_path, "jupyter-server", server.port, server.token)
+        with prometheus:
             wait_for(
                 lambda: (
                     prometheus.value('up{job="jupyter-server"}') == 1
@@ -224,11 +225,6 @@ def test_prometheus_agrees_with_the_report_after_a_pause_and_a_resume(tmp_path, 
             for expr in dashboard_exprs():
                 if not any(n.startswith("jupyter_pause_hub_") for n in metric_names(expr)):
                     assert prometheus.query(expr), f"no data for {expr}"
-        except AssertionError:
-            print(prometheus.log_tail())
-            raise
-        finally:
-            prometheus.stop()
     with capsys.disabled():
         print(
             f"\nreport: {totals['pauses']['count']} pause(s), {totals['pauses']['resumes']} "

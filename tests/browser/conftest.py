@@ -62,6 +62,43 @@ class Lab:
     def api(self, method: str, path: str, body: dict | None = None):
         return self.client.request(method, path, body)
 
+    def session_of(self, path):
+        """The notebook's row of jupyter-pause's status."""
+        sessions = self.api("GET", "jupyter-pause/api/status")["sessions"]
+        matching = [s for s in sessions if s["path"] == path]
+        assert len(matching) == 1, sessions
+        return matching[0]
+
+    def jupyter_kernels_for(self, path):
+        """The kernels Jupyter itself runs for a notebook (its sessions API)."""
+        return [s["kernel"]["id"] for s in self.api("GET", "api/sessions") if s["path"] == path]
+
+    def write_notebook(self, name: str, sources: list[str]) -> str:
+        """A notebook of code cells ``sources`` in the server's root; its name."""
+        nb = {
+            "cells": [
+                {"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {},
+                 "outputs": [], "source": src}
+                for i, src in enumerate(sources)
+            ],
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                        "language": "python"}},
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        }  # fmt: skip
+        (self.root / name).write_text(json.dumps(nb))
+        return name
+
+    def first_source_on_disk(self, name: str) -> str | None:
+        """The source of the notebook's first cell as saved on disk, or None while a save
+        is under way: Jupyter writes a notebook in place (its "atomic" writing keeps a copy
+        for a crash, not the file whole for readers), so a read meanwhile gets an empty or
+        partial file."""
+        try:
+            return "".join(json.loads((self.root / name).read_text())["cells"][0]["source"])
+        except json.JSONDecodeError:
+            return None
+
     def lab_url(self, path: str = "") -> str:
         # ?reset: a fresh workspace, so notebooks of earlier tests do not reopen
         tree = f"/tree/{path}" if path else ""
@@ -85,17 +122,13 @@ def jp_server_cleanup():
 
 
 @pytest.fixture
-def lab_factory(tmp_path):
-    servers = []
-
+def lab_factory(tmp_path, started):
     def start(extra_args: list[str] = (), **kwargs) -> Lab:
         server = Lab(tmp_path, list(extra_args), **kwargs)
-        servers.append(server)
+        started.append(server)
         return server
 
-    yield start
-    for server in servers:
-        server.stop()
+    return start
 
 
 @pytest.fixture
@@ -130,33 +163,6 @@ def page(browser):
     page.set_default_timeout(60_000)
     yield page
     context.close()
-
-
-def write_notebook(root: Path, name: str, sources: list[str]) -> str:
-    nb = {
-        "cells": [
-            {"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {},
-             "outputs": [], "source": src}
-            for i, src in enumerate(sources)
-        ],
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                    "language": "python"}},
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }  # fmt: skip
-    (root / name).write_text(json.dumps(nb))
-    return name
-
-
-def first_source_on_disk(root: Path, name: str) -> str | None:
-    """The source of the notebook's first cell as saved on disk, or None while a save is
-    under way: Jupyter writes a notebook in place (its "atomic" writing keeps a copy for
-    a crash, not the file whole for readers), so a read meanwhile gets an empty or
-    partial file."""
-    try:
-        return "".join(json.loads((root / name).read_text())["cells"][0]["source"])
-    except json.JSONDecodeError:
-        return None
 
 
 STATUS = "[data-jp-pause='status']"
@@ -195,18 +201,6 @@ def run_cell(page, index, expect):
         return ""
     cell.locator(".jp-OutputArea-output", has_text=expect).first.wait_for(timeout=120_000)
     return cell.locator(".jp-OutputArea").inner_text()
-
-
-def session_of(lab, path):
-    sessions = lab.api("GET", "jupyter-pause/api/status")["sessions"]
-    matching = [s for s in sessions if s["path"] == path]
-    assert len(matching) == 1, sessions
-    return matching[0]
-
-
-def jupyter_kernels_for(lab, path):
-    """The kernels Jupyter itself runs for a notebook (its sessions API)."""
-    return [s["kernel"]["id"] for s in lab.api("GET", "api/sessions") if s["path"] == path]
 
 
 @pytest.fixture

@@ -6,14 +6,7 @@ import json
 import pytest
 
 from ..helpers import wait_for
-from .conftest import (
-    STATUS,
-    STATUS_TEXT,
-    current_cells,
-    first_source_on_disk,
-    wait_status,
-    write_notebook,
-)
+from .conftest import STATUS, STATUS_TEXT, current_cells, wait_status
 
 pytestmark = pytest.mark.browser
 
@@ -24,7 +17,7 @@ def test_auto_pause_is_visible_before_during_and_after(lab_factory, page, screen
     lab = lab_factory(
         ["--PauseApp.idle_check_interval=0.25", f"--PauseApp.workload_classes={json.dumps(POLICY)}"]
     )
-    write_notebook(lab.root, "idle.ipynb", ["1 + 1"])
+    lab.write_notebook("idle.ipynb", ["1 + 1"])
     page.goto(lab.lab_url("idle.ipynb"))
     wait_status(page, "Pause: Live")
 
@@ -51,7 +44,7 @@ def test_auto_pause_is_visible_before_during_and_after(lab_factory, page, screen
     page.keyboard.type("  # typed, never saved")
     wait_status(page, "Pause: Paused", timeout=60_000)
     # (read whole: a save by JupyterLab's own autosave may be writing it in place)
-    source = wait_for(lambda: first_source_on_disk(lab.root, "idle.ipynb"), 30, "a whole file")
+    source = wait_for(lambda: lab.first_source_on_disk("idle.ipynb"), 30, "a whole file")
     assert "typed, never saved" in source
 
     # it says what happened, and why, and keeps saying it

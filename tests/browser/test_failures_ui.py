@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from .conftest import STATUS_TEXT, run_cell, session_of, wait_status, write_notebook
+from .conftest import STATUS_TEXT, run_cell, wait_status
 
 pytestmark = pytest.mark.browser
 
@@ -33,7 +33,7 @@ def test_a_failed_autosave_and_pause_stay_until_a_save_succeeds(lab_factory, pag
         env=seaweed.env(),
         checkpoints=URL,
     )
-    write_notebook(lab.root, "nb.ipynb", ["import time\ntime.sleep(2)\nx = 1"])
+    lab.write_notebook("nb.ipynb", ["import time\ntime.sleep(2)\nx = 1"])
     page.goto(lab.lab_url("nb.ipynb"))
     wait_status(page, "Pause: Live")
     toasts = page.locator(".Toastify__toast")
@@ -54,7 +54,7 @@ def test_a_failed_autosave_and_pause_stay_until_a_save_succeeds(lab_factory, pag
     polls(page)
     assert pause.is_visible() and autosave.is_visible()
     assert page.locator(STATUS_TEXT).inner_text() == "Pause: Live · pause failed"
-    assert session_of(lab, "nb.ipynb")["state"] == "running"  # nothing was lost
+    assert lab.session_of("nb.ipynb")["state"] == "running"  # nothing was lost
 
     # the status popover says what failed and why
     page.locator(STATUS_TEXT).click()

@@ -6,15 +6,7 @@ import time
 
 import pytest
 
-from .conftest import (
-    current_cells,
-    jupyter_kernels_for,
-    run_cell,
-    session_of,
-    wait_resumed,
-    wait_status,
-    write_notebook,
-)
+from .conftest import current_cells, run_cell, wait_resumed, wait_status
 
 pytestmark = pytest.mark.browser
 
@@ -32,7 +24,7 @@ def wait_for(condition, what, timeout=120):
 
 def opened_and_paused(lab, page, name, **pause):
     """``name`` open in the tab, ``x = 41`` run in it, then paused from outside the tab."""
-    write_notebook(lab.root, name, ["x = 41", "print('x + 1 =', x + 1)"])
+    lab.write_notebook(name, ["x = 41", "print('x + 1 =', x + 1)"])
     page.goto(lab.lab_url(name))
     wait_status(page, "Pause: Live")
     run_cell(page, 0, None)
@@ -49,8 +41,8 @@ def the_tab_has_the_state(lab, page, name):
     page.locator(KERNEL_NAME, has_text="Python 3").wait_for(timeout=60_000)
     output = run_cell(page, 1, "x + 1 = 42")
     assert "NameError" not in output
-    kernels = jupyter_kernels_for(lab, name)
-    assert kernels == [session_of(lab, name)["kernel_id"]], lab.api("GET", "api/sessions")
+    kernels = lab.jupyter_kernels_for(name)
+    assert kernels == [lab.session_of(name)["kernel_id"]], lab.api("GET", "api/sessions")
 
 
 def test_a_scheduled_resume_is_followed_by_the_open_tab(shared_lab, page):
@@ -58,17 +50,17 @@ def test_a_scheduled_resume_is_followed_by_the_open_tab(shared_lab, page):
     # due only once the tab has seen the pause: a resume that fell due during a slow
     # pause left the tab no moment to show "Paused" (seen under load: a 90 s timeout)
     opened_and_paused(lab, page, name, resume_at=time.time() + 3600)
-    assert session_of(lab, name)["schedule"]["kind"] == "scheduled"
+    assert lab.session_of(name)["schedule"]["kind"] == "scheduled"
     body = {"path": name, "resume_at": time.time() + 2}
     answer = lab.api("PUT", "jupyter-pause/api/sessions/schedule", body)  # replaces it
     assert answer["schedule"]["kind"] == "scheduled"
 
-    wait_for(lambda: session_of(lab, name)["state"] in ("ready", "running"), "the resume")
+    wait_for(lambda: lab.session_of(name)["state"] in ("ready", "running"), "the resume")
     ready_at = time.monotonic()
     # the tab joins the resumed kernel by itself, nobody touching it
     page.locator(KERNEL_NAME, has_text="Python 3").wait_for(timeout=60_000)
     print(f"the tab followed the resume {time.monotonic() - ready_at:.1f} s after ready")
-    assert len(jupyter_kernels_for(lab, name)) == 1
+    assert len(lab.jupyter_kernels_for(name)) == 1
     the_tab_has_the_state(lab, page, name)
 
 
@@ -94,7 +86,7 @@ def test_the_tabs_own_resume_keeps_one_session(shared_lab, page):
     # and the pause that follows saves that state and leaves no kernel behind
     page.locator("jp-button[data-command='jupyter-pause:pause']:not([disabled])").click()
     wait_status(page, "Pause: Paused")
-    assert jupyter_kernels_for(lab, name) == []
-    checkpoint = session_of(lab, name)["last_checkpoint"]
+    assert lab.jupyter_kernels_for(name) == []
+    checkpoint = lab.session_of(name)["last_checkpoint"]
     listing = lab.api("GET", f"jupyter-pause/api/checkpoints?path={name}")["checkpoints"]
     assert listing[0]["id"] == checkpoint["id"] and "x" in listing[0]["objects"]

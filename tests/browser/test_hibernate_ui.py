@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ..fake_gpu_driver import ENV, new_world, world
-from .conftest import STATUS, Lab, current_cells, run_cell, session_of, wait_status, write_notebook
+from .conftest import STATUS, Lab, current_cells, run_cell, wait_status
 
 pytestmark = pytest.mark.browser
 
@@ -32,9 +32,7 @@ def test_hibernate_from_the_toolbar_and_a_cell_that_wakes_it(page, tmp_path, gpu
         env={ENV: str(gpu), "PYTHONPATH": str(ROOT)},
     )
     try:
-        write_notebook(
-            lab.root, "nap.ipynb", ["import os\nx = 41\nprint('pid', os.getpid())", "x + 1"]
-        )
+        lab.write_notebook("nap.ipynb", ["import os\nx = 41\nprint('pid', os.getpid())", "x + 1"])
         page.goto(lab.lab_url("nap.ipynb"))
         wait_status(page, "Pause: Live")
         pid = int(run_cell(page, 0, "pid").split()[-1])
@@ -65,6 +63,6 @@ def test_hibernate_from_the_toolbar_and_a_cell_that_wakes_it(page, tmp_path, gpu
             w["processes"][str(os.getpid())] = {"gpu": 0, "bytes": 78 * GiB}
         text = run_cell(page, 1, "GPUHibernated")
         assert "not enough GPU memory" in text
-        assert session_of(lab, "nap.ipynb")["state"] == "hibernated"
+        assert lab.session_of("nap.ipynb")["state"] == "hibernated"
     finally:
         lab.stop()

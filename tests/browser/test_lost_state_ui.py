@@ -12,16 +12,7 @@ import signal
 import pytest
 
 from ..helpers import wait_for
-from .conftest import (
-    current_cells,
-    first_source_on_disk,
-    jupyter_kernels_for,
-    run_cell,
-    session_of,
-    wait_resumed,
-    wait_status,
-    write_notebook,
-)
+from .conftest import current_cells, run_cell, wait_resumed, wait_status
 
 pytestmark = pytest.mark.browser
 
@@ -31,7 +22,7 @@ STATE = "answer = 6 * 7\nimport os\nprint('pid', os.getpid())"
 
 def open_with_state(lab, page, name):
     """Open ``name``, put ``answer`` in its kernel, checkpoint it; the kernel's pid."""
-    write_notebook(lab.root, name, [STATE, "print(answer)"])
+    lab.write_notebook(name, [STATE, "print(answer)"])
     page.goto(lab.lab_url(name))
     wait_status(page, "Pause: Live")
     output = run_cell(page, 0, "pid")
@@ -60,7 +51,7 @@ def test_a_killed_kernel_offers_the_saved_state_and_a_restart_asked_for_does_not
     # Kernel > Restart: the user chose an empty kernel, nothing is offered
     restart_kernel_from_the_menu(page)
     run_cell(page, 0, "pid")  # the new kernel runs (and holds the state again)
-    session = session_of(lab, "killed.ipynb")
+    session = lab.session_of("killed.ipynb")
     assert session["saved_state_unrestored"] is None and session["state"] == "running"
     next_status(page)
     assert not banner.is_visible()
@@ -68,8 +59,8 @@ def test_a_killed_kernel_offers_the_saved_state_and_a_restart_asked_for_does_not
     pid = int(output.split()[-1])
     op = lab.api("POST", "jupyter-pause/api/sessions/checkpoint", {"path": "killed.ipynb"})
     assert lab.client.wait(op["operation"])["outcome"] == "succeeded"
-    saved = session_of(lab, "killed.ipynb")["last_checkpoint"]
-    kernel_id = session_of(lab, "killed.ipynb")["kernel_id"]
+    saved = lab.session_of("killed.ipynb")["last_checkpoint"]
+    kernel_id = lab.session_of("killed.ipynb")["kernel_id"]
 
     # SIGKILL, as the OOM killer sends it: Jupyter restarts the kernel empty
     os.kill(pid, signal.SIGKILL)
@@ -81,7 +72,7 @@ def test_a_killed_kernel_offers_the_saved_state_and_a_restart_asked_for_does_not
     text = banner.inner_text()
     at = re.search(r"Saved state from ([^·]+) ·", text).group(1)
     assert f"work after {at} was lost" in text, text
-    session = session_of(lab, "killed.ipynb")
+    session = lab.session_of("killed.ipynb")
     assert session["state"] == "failed", session
     assert session["saved_state_unrestored"]["checkpoint"] == saved["id"]
 
@@ -97,9 +88,9 @@ def test_a_killed_kernel_offers_the_saved_state_and_a_restart_asked_for_does_not
     wait_status(page, "Pause: Resumed")  # "Live" before the resume began
     banner.wait_for(state="hidden")
     # restored into the kernel Jupyter restarted for the notebook, which the tab follows
-    assert session_of(lab, "killed.ipynb")["kernel_id"] == kernel_id
+    assert lab.session_of("killed.ipynb")["kernel_id"] == kernel_id
     assert "42" in run_cell(page, 1, "42")
-    assert jupyter_kernels_for(lab, "killed.ipynb") == [kernel_id]
+    assert lab.jupyter_kernels_for("killed.ipynb") == [kernel_id]
 
 
 def test_a_server_killed_under_a_live_notebook_offers_the_saved_state_after_its_restart(
@@ -115,19 +106,19 @@ def test_a_server_killed_under_a_live_notebook_offers_the_saved_state_after_its_
     banner = page.locator(BANNER)
     banner.get_by_text("Saved state from").wait_for(timeout=120_000)
     assert "the server stopped" in banner.inner_text()
-    assert jupyter_kernels_for(lab, "stopped.ipynb") == []  # never an empty kernel meanwhile
+    assert lab.jupyter_kernels_for("stopped.ipynb") == []  # never an empty kernel meanwhile
     banner.get_by_role("button", name="Resume from it").click()
     wait_status(page, "Pause: Resumed")
     banner.wait_for(state="hidden")
     # the state is back in the notebook's one kernel, and the tab runs in it
-    kernel_id = session_of(lab, "stopped.ipynb")["kernel_id"]
+    kernel_id = lab.session_of("stopped.ipynb")["kernel_id"]
     assert lab.client.evaluate(kernel_id, "print(answer)") == 42
     assert "42" in run_cell(page, 1, "42")
-    assert jupyter_kernels_for(lab, "stopped.ipynb") == [kernel_id]
+    assert lab.jupyter_kernels_for("stopped.ipynb") == [kernel_id]
 
 
 def test_percent_pause_saves_the_notebook_file(lab, page):
-    write_notebook(lab.root, "magic.ipynb", ["x = 1", "%pause"])
+    lab.write_notebook("magic.ipynb", ["x = 1", "%pause"])
     page.goto(lab.lab_url("magic.ipynb"))
     wait_status(page, "Pause: Live")
     run_cell(page, 0, None)
@@ -139,10 +130,10 @@ def test_percent_pause_saves_the_notebook_file(lab, page):
     cell.locator(".jp-InputArea-editor").click()
     page.keyboard.press("Shift+Enter")
     wait_status(page, "Pause: Paused", timeout=120_000)
-    assert session_of(lab, "magic.ipynb")["paused_by"] == "magic"
+    assert lab.session_of("magic.ipynb")["paused_by"] == "magic"
 
     def saved():
-        return "typed, never saved" in (first_source_on_disk(lab.root, "magic.ipynb") or "")
+        return "typed, never saved" in (lab.first_source_on_disk("magic.ipynb") or "")
 
     wait_for(saved, 30, what="the edit saved to disk")
 
@@ -154,7 +145,7 @@ def test_a_resumed_notebook_is_warned_with_keep_running(lab_factory, page):
     lab = lab_factory(
         ["--PauseApp.idle_check_interval=0.25", f"--PauseApp.workload_classes={json.dumps(POLICY)}"]
     )
-    write_notebook(lab.root, "resumed.ipynb", ["x = 1"])
+    lab.write_notebook("resumed.ipynb", ["x = 1"])
     page.goto(lab.lab_url("resumed.ipynb"))
     wait_status(page, "Pause: Live")
     run_cell(page, 0, None)
@@ -162,34 +153,34 @@ def test_a_resumed_notebook_is_warned_with_keep_running(lab_factory, page):
     assert lab.client.wait(op["operation"])["outcome"] == "succeeded"
     page.locator(BANNER).get_by_role("button", name="Resume").click()
     wait_resumed(page)
-    assert session_of(lab, "resumed.ipynb")["state"] == "ready"
+    assert lab.session_of("resumed.ipynb")["state"] == "ready"
 
     warning = page.locator(".Toastify__toast", has_text="will be paused")
     warning.get_by_role("button", name="Keep running").click(timeout=30_000)
     page.locator(".Toastify__toast", has_text="postponed until").wait_for()
-    assert session_of(lab, "resumed.ipynb")["state"] == "ready"
+    assert lab.session_of("resumed.ipynb")["state"] == "ready"
 
 
 def test_the_offer_follows_the_checkpoints_that_exist(lab, page):
     """The saved state offered after a kernel died is deleted (the Saved state panel, the
     API): the banner offers the newest one left, which resumes, and nothing once none is."""
     open_with_state(lab, page, "offer.ipynb")  # the first checkpoint: answer == 42
-    older = session_of(lab, "offer.ipynb")["last_checkpoint"]["id"]
-    kernel_id = session_of(lab, "offer.ipynb")["kernel_id"]
+    older = lab.session_of("offer.ipynb")["last_checkpoint"]["id"]
+    kernel_id = lab.session_of("offer.ipynb")["kernel_id"]
     lab.client.execute(kernel_id, "answer = 43")
     op = lab.api("POST", "jupyter-pause/api/sessions/checkpoint", {"path": "offer.ipynb"})
     assert lab.client.wait(op["operation"])["outcome"] == "succeeded"
-    newer = session_of(lab, "offer.ipynb")["last_checkpoint"]["id"]
+    newer = lab.session_of("offer.ipynb")["last_checkpoint"]["id"]
     assert newer != older
 
     pid = lab.client.evaluate(kernel_id, "import os\nprint(os.getpid())")
     os.kill(pid, signal.SIGKILL)
     banner = page.locator(BANNER)
     banner.get_by_text("Saved state from").wait_for(timeout=120_000)
-    assert session_of(lab, "offer.ipynb")["saved_state_unrestored"]["checkpoint"] == newer
+    assert lab.session_of("offer.ipynb")["saved_state_unrestored"]["checkpoint"] == newer
 
     lab.api("DELETE", f"jupyter-pause/api/checkpoints/{newer}?path=offer.ipynb")
-    offered = session_of(lab, "offer.ipynb")["saved_state_unrestored"]
+    offered = lab.session_of("offer.ipynb")["saved_state_unrestored"]
     assert offered["checkpoint"] == older, offered
     next_status(page)
     dialog = page.locator(".jp-Dialog", has_text="appears to have died")
@@ -197,17 +188,17 @@ def test_the_offer_follows_the_checkpoints_that_exist(lab, page):
         dialog.get_by_role("button", name=re.compile("^ok$", re.IGNORECASE)).click()
     banner.get_by_role("button", name="Resume from it").click()
     wait_status(page, "Pause: Resumed")
-    assert lab.client.evaluate(session_of(lab, "offer.ipynb")["kernel_id"], "print(answer)") == 42
+    assert lab.client.evaluate(lab.session_of("offer.ipynb")["kernel_id"], "print(answer)") == 42
 
 
 def test_no_offer_is_left_once_its_checkpoints_are_deleted(lab, page):
     open_with_state(lab, page, "gone.ipynb")
-    saved = session_of(lab, "gone.ipynb")["last_checkpoint"]["id"]
-    kernel_id = session_of(lab, "gone.ipynb")["kernel_id"]
+    saved = lab.session_of("gone.ipynb")["last_checkpoint"]["id"]
+    kernel_id = lab.session_of("gone.ipynb")["kernel_id"]
     pid = lab.client.evaluate(kernel_id, "import os\nprint(os.getpid())")
     os.kill(pid, signal.SIGKILL)
     banner = page.locator(BANNER)
     banner.get_by_text("Saved state from").wait_for(timeout=120_000)
     lab.api("DELETE", f"jupyter-pause/api/checkpoints/{saved}?path=gone.ipynb")
-    assert session_of(lab, "gone.ipynb")["saved_state_unrestored"] is None
+    assert lab.session_of("gone.ipynb")["saved_state_unrestored"] is None
     banner.get_by_text("Saved state from").wait_for(state="hidden", timeout=60_000)

@@ -6,13 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import (
-    run_cell,
-    session_of,
-    wait_resumed,
-    wait_status,
-    write_notebook,
-)
+from .conftest import run_cell, wait_resumed, wait_status
 
 pytestmark = pytest.mark.browser
 
@@ -36,7 +30,7 @@ def test_pause_reload_resume_and_check(lab, page, screenshot):
     ).is_visible()
     # JupyterLab's own kernel indicator agrees: the kernel is gone
     page.locator(".jp-Toolbar-kernelName", has_text="No Kernel").wait_for()
-    session = session_of(lab, DEMO.name)
+    session = lab.session_of(DEMO.name)
     assert session["state"] == "paused" and session["last_checkpoint"]["bytes"] > 0
 
     page.reload()
@@ -49,7 +43,7 @@ def test_pause_reload_resume_and_check(lab, page, screenshot):
     output = run_cell(page, 4, "ALL PASS")
     assert "FAIL" not in output.replace("ALL PASS", "")
     assert "a fresh kernel with the checkpointed state" in output
-    session = session_of(lab, DEMO.name)
+    session = lab.session_of(DEMO.name)
     assert session["restored_from"] == "checkpoint" and session["state"] == "running"
 
 
@@ -78,7 +72,7 @@ def paused_with_a_damaged_newest_checkpoint(lab, page, name):
     pickle damaged on disk; returns their ids."""
     from jupyter_pause.engine import store
 
-    write_notebook(lab.root, name, ["x = 'older'", "x = 'newer'", "print(x)"])
+    lab.write_notebook(name, ["x = 'older'", "x = 'newer'", "print(x)"])
     page.goto(lab.lab_url(name))
     wait_status(page, "Pause: Live")
     run_cell(page, 0, None)
@@ -157,7 +151,7 @@ def test_a_resume_falls_back_from_a_damaged_checkpoint(lab, page):
 
 
 def test_pause_until_a_time_shows_when_it_resumes_and_can_be_cancelled(lab, page, screenshot):
-    name = write_notebook(lab.root, "until.ipynb", ["x = 41"])
+    name = lab.write_notebook("until.ipynb", ["x = 41"])
     page.goto(lab.lab_url(name))
     wait_status(page, "Pause: Live")
     run_cell(page, 0, None)
@@ -174,7 +168,7 @@ def test_pause_until_a_time_shows_when_it_resumes_and_can_be_cancelled(lab, page
     banner = page.locator(BANNER)
     banner.get_by_text("resumes at").wait_for()
     screenshot("paused-until")
-    schedule = session_of(lab, name)["schedule"]
+    schedule = lab.session_of(name)["schedule"]
     expected = tomorrow.replace(hour=8, minute=45, second=0, microsecond=0).timestamp()
     assert schedule["kind"] == "scheduled" and schedule["at"] == expected
 
@@ -183,5 +177,5 @@ def test_pause_until_a_time_shows_when_it_resumes_and_can_be_cancelled(lab, page
         "!document.querySelector(\"[data-jp-pause='status'] > span:first-child\")"
         "?.textContent.includes('resumes at')"
     )
-    assert session_of(lab, name)["schedule"] is None
-    assert session_of(lab, name)["state"] == "paused"
+    assert lab.session_of(name)["schedule"] is None
+    assert lab.session_of(name)["state"] == "paused"

@@ -3,15 +3,7 @@ no kernel when opened, a banner with Resume, a question before a cell runs."""
 
 import pytest
 
-from .conftest import (
-    current_cells,
-    jupyter_kernels_for,
-    run_cell,
-    session_of,
-    wait_resumed,
-    wait_status,
-    write_notebook,
-)
+from .conftest import current_cells, run_cell, wait_resumed, wait_status
 
 pytestmark = pytest.mark.browser
 
@@ -21,7 +13,7 @@ BANNER = "[data-jp-pause='banner']"
 
 def open_and_pause_from_outside(lab, page, name, sources):
     """Open ``name``, run its first cell, then pause it as the CLI does (not from this tab)."""
-    write_notebook(lab.root, name, sources)
+    lab.write_notebook(name, sources)
     page.goto(lab.lab_url(name))
     wait_status(page, "Pause: Live")
     run_cell(page, 0, None)
@@ -49,8 +41,8 @@ def test_paused_from_elsewhere_the_view_says_no_kernel_and_offers_resume(
     page.locator(KERNEL_NAME, has_text="No Kernel").wait_for()
     wait_status(page, "Pause: Paused")
     screenshot("paused-notebook-opened")
-    assert jupyter_kernels_for(lab, "elsewhere.ipynb") == []
-    assert session_of(lab, "elsewhere.ipynb")["state"] == "paused"
+    assert lab.jupyter_kernels_for("elsewhere.ipynb") == []
+    assert lab.session_of("elsewhere.ipynb")["state"] == "paused"
 
     banner.get_by_role("button", name="Resume").click()
     wait_resumed(page)
@@ -86,8 +78,8 @@ def test_running_a_cell_while_paused_asks_first(shared_lab, page, screenshot):
     # Cancel: nothing ran, nothing started, still paused
     dialog.get_by_role("button", name="Cancel").click()
     dialog.wait_for(state="hidden")
-    assert jupyter_kernels_for(lab, "ask.ipynb") == []
-    assert session_of(lab, "ask.ipynb")["state"] == "paused"
+    assert lab.jupyter_kernels_for("ask.ipynb") == []
+    assert lab.session_of("ask.ipynb")["state"] == "paused"
     wait_status(page, "Pause: Paused")
 
     # Resume, then run: the cell runs once the state is back
@@ -95,7 +87,7 @@ def test_running_a_cell_while_paused_asks_first(shared_lab, page, screenshot):
     page.keyboard.press("Shift+Enter")
     dialog.get_by_role("button", name="Resume, then run").click()
     cell.locator(".jp-OutputArea-output", has_text="kept").wait_for(timeout=120_000)
-    assert session_of(lab, "ask.ipynb")["restored_from"] == "checkpoint"
+    assert lab.session_of("ask.ipynb")["restored_from"] == "checkpoint"
 
 
 def test_run_in_an_empty_kernel_is_a_choice_not_an_accident(shared_lab, page):
@@ -115,8 +107,7 @@ def test_run_in_an_empty_kernel_is_a_choice_not_an_accident(shared_lab, page):
 
 def test_a_pause_lists_what_cannot_be_saved_first(shared_lab, page, screenshot):
     lab = shared_lab
-    write_notebook(
-        lab.root,
+    lab.write_notebook(
         "unsaveable.ipynb",
         ["import threading\nlock = threading.Lock()\ngen = (i for i in range(3))\nkept = 1"],
     )
@@ -133,9 +124,9 @@ def test_a_pause_lists_what_cannot_be_saved_first(shared_lab, page, screenshot):
     screenshot("pause-unsaveable")
     dialog.get_by_role("button", name="Cancel").click()
     dialog.wait_for(state="hidden")
-    assert session_of(lab, "unsaveable.ipynb")["state"] == "running"
+    assert lab.session_of("unsaveable.ipynb")["state"] == "running"
 
     pause.click()
     dialog.get_by_role("button", name="Pause anyway").click()
     wait_status(page, "Pause: Paused")
-    assert jupyter_kernels_for(lab, "unsaveable.ipynb") == []
+    assert lab.jupyter_kernels_for("unsaveable.ipynb") == []

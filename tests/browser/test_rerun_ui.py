@@ -3,14 +3,13 @@ and run only when the user says so."""
 
 import pytest
 
-from .conftest import run_cell, wait_resumed, wait_status, write_notebook
+from .conftest import run_cell, wait_resumed, wait_status
 
 pytestmark = pytest.mark.browser
 
 
 def resume_and_get_offer(lab, page, name):
-    write_notebook(
-        lab.root,
+    lab.write_notebook(
         name,
         ["import threading\nlock = threading.Lock()\nx = 1", "print(type(lock).__name__, x)"],
     )

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from .conftest import STATUS_TEXT, run_cell, wait_status, write_notebook
+from .conftest import STATUS_TEXT, run_cell, wait_status
 
 pytestmark = pytest.mark.browser
 
@@ -24,7 +24,7 @@ def test_the_popover_says_how_far_behind_the_kernel_the_bucket_is(
         env=seaweed.env(),
         checkpoints=f"s3://{bucket}/ck",
     )
-    write_notebook(lab.root, "nb.ipynb", ["import time\ntime.sleep(2)\nx = 1", "x += 1"])
+    lab.write_notebook("nb.ipynb", ["import time\ntime.sleep(2)\nx = 1", "x += 1"])
     page.goto(lab.lab_url("nb.ipynb"))
     wait_status(page, "Pause: Live")
     popover(page).get_by_text("In the bucket").wait_for()

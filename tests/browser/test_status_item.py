@@ -9,30 +9,20 @@ import pytest
 
 from jupyter_pause.engine import signing
 
-from .conftest import (
-    STATUS,
-    STATUS_TEXT,
-    current_cells,
-    jupyter_kernels_for,
-    run_cell,
-    session_of,
-    wait_resumed,
-    wait_status,
-    write_notebook,
-)
+from .conftest import STATUS, STATUS_TEXT, current_cells, run_cell, wait_resumed, wait_status
 
 pytestmark = pytest.mark.browser
 
 
 def test_status_bar_uses_plain_words_and_says_when_the_server_is_unreachable(shared_lab, page):
     lab = shared_lab
-    write_notebook(lab.root, "hello.ipynb", ["x = 41 + 1\nx"])
+    lab.write_notebook("hello.ipynb", ["x = 41 + 1\nx"])
     page.goto(lab.lab_url("hello.ipynb"))
     item = page.locator(STATUS)
     # "Live", not "Running", beside JupyterLab's "Idle"
     wait_status(page, "Pause: Live")
     assert item.get_attribute("data-state") == "running"
-    assert session_of(lab, "hello.ipynb")["state"] == "running"
+    assert lab.session_of("hello.ipynb")["state"] == "running"
     assert item.locator("[aria-live='polite']").inner_text() == "Live"
 
     # the poll fails: the item says so instead of showing a stale state
@@ -45,7 +35,7 @@ def test_status_bar_uses_plain_words_and_says_when_the_server_is_unreachable(sha
 
 def test_popover_shows_state_saved_state_policy_and_actions(shared_lab, page, screenshot):
     lab = shared_lab
-    write_notebook(lab.root, "pop.ipynb", ["y = 1"])
+    lab.write_notebook("pop.ipynb", ["y = 1"])
     page.goto(lab.lab_url("pop.ipynb"))
     wait_status(page, "Pause: Live")
     run_cell(page, 0, None)
@@ -68,7 +58,7 @@ def test_popover_shows_state_saved_state_policy_and_actions(shared_lab, page, sc
     screenshot("status-popover")
     popover.get_by_role("button", name="Pause").click()
     wait_status(page, "Pause: Paused")
-    assert jupyter_kernels_for(lab, "pop.ipynb") == []
+    assert lab.jupyter_kernels_for("pop.ipynb") == []
     page.locator(STATUS_TEXT).click()
     steps = timeline_in(page.locator("[data-jp-pause='popover']"), "Last pause")
     assert steps[0] == "request received" and steps[-1] == "paused"
@@ -89,7 +79,7 @@ def timeline_in(popover, label):
 
 def test_kernel_menu_palette_and_saved_state_panel(shared_lab, page, screenshot):
     lab = shared_lab
-    write_notebook(lab.root, "snap.ipynb", ["z = list(range(10))"])
+    lab.write_notebook("snap.ipynb", ["z = list(range(10))"])
     page.goto(lab.lab_url("snap.ipynb"))
     wait_status(page, "Pause: Live")
     run_cell(page, 0, None)
@@ -120,7 +110,7 @@ def test_kernel_menu_palette_and_saved_state_panel(shared_lab, page, screenshot)
         page.locator(":enabled")
     ).click()
     wait_resumed(page)
-    assert session_of(lab, "snap.ipynb")["restored_from"] == "checkpoint"
+    assert lab.session_of("snap.ipynb")["restored_from"] == "checkpoint"
 
     checkpoint_id = entry.first.get_attribute("data-checkpoint")
     entry.first.get_by_role("button", name="Delete").click()
@@ -133,7 +123,7 @@ def test_the_poll_interval_setting_is_honoured_beyond_the_backoff_ceiling(lab, p
     """Settings → Pause and Resume: status → 120 s is the interval in force, and the
     status is asked for at once, not a whole interval later (the poll's backoff
     ceiling, 60 s, used to refuse any longer interval)."""
-    name = write_notebook(lab.root, "poll.ipynb", ["x = 1"])
+    name = lab.write_notebook("poll.ipynb", ["x = 1"])
     settings = json.dumps({"pollInterval": 120})
     lab.api("PUT", "lab/api/settings/jupyter-pause:model", {"raw": settings})
     errors = []
@@ -151,7 +141,7 @@ def test_a_notebook_whose_kernel_died_offers_what_the_server_allows(shared_lab, 
     server would checkpoint it (and resume from the last checkpoint), and the popover
     offers exactly what the server says it allows (``can``), not a list of its own."""
     lab = shared_lab
-    write_notebook(lab.root, "died.ipynb", ["w = 1", "import os\nos._exit(1)"])
+    lab.write_notebook("died.ipynb", ["w = 1", "import os\nos._exit(1)"])
     page.goto(lab.lab_url("died.ipynb"))
     wait_status(page, "Pause: Live")
     run_cell(page, 0, None)
@@ -163,7 +153,7 @@ def test_a_notebook_whose_kernel_died_offers_what_the_server_allows(shared_lab, 
     # what happened, not a red "Failed" for a pause nobody asked for
     wait_status(page, "Pause: Kernel died · saved state from ")
     assert page.locator(STATUS).get_attribute("data-state") == "unrestored"
-    session = session_of(lab, "died.ipynb")
+    session = lab.session_of("died.ipynb")
     assert session["kernel_id"] and session["live_state"] == "fresh"
     assert session["can"] == {
         "pause": True,
@@ -186,7 +176,7 @@ def test_the_saved_state_panel_names_the_key_a_foreign_checkpoint_needs(lab, pag
     """A node without the user's key (issue 37): its checkpoints are good, only signed with
     a key this server lacks. The panel says so and whose key it needs, never "Corrupt",
     and offers no Delete: other nodes need them."""
-    write_notebook(lab.root, "elsewhere.ipynb", ["v = 3"])
+    lab.write_notebook("elsewhere.ipynb", ["v = 3"])
     page.goto(lab.lab_url("elsewhere.ipynb"))
     wait_status(page, "Pause: Live")
     run_cell(page, 0, None)

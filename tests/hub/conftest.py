@@ -30,22 +30,13 @@ import pytest
 
 from jupyter_pause.client import PauseClient, free_port
 
-from ..helpers import wait_for
+from ..helpers import wait_for, write_notebooks
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PROXY = shutil.which("configurable-http-proxy") or str(
     ROOT / ".venv" / "hub-proxy" / "node_modules" / ".bin" / "configurable-http-proxy"
 )
-
-NOTEBOOK = {
-    "cells": [],
-    "metadata": {
-        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
-    },
-    "nbformat": 4,
-    "nbformat_minor": 5,
-}
 
 
 def deploy_config():
@@ -123,7 +114,7 @@ class Hub:
         (folder / "jupyter_server_config.json").write_text(json.dumps(config))
 
     def add_notebook(self, user: str, name: str = "demo.ipynb") -> str:
-        (self.home(user) / name).write_text(json.dumps(NOTEBOOK))
+        write_notebooks(self.home(user), name)
         return name
 
     def data_dir(self, user: str) -> Path:
@@ -415,14 +406,10 @@ def jp_server_cleanup():
 
 
 @pytest.fixture
-def hub_factory(tmp_path):
-    hubs: list[Hub] = []
-
+def hub_factory(tmp_path, started):
     def make(service: dict[str, Any] | None = None, servers_may_stop: bool = True) -> Hub:
         hub = Hub(tmp_path, service, servers_may_stop)
-        hubs.append(hub)
+        started.append(hub)
         return hub
 
-    yield make
-    for hub in hubs:
-        hub.stop()
+    return make

@@ -8,10 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from ..accounting.test_metrics import dashboard_exprs, metric_names
-from ..accounting.test_metrics_prometheus import EXAMPLE, PROMETHEUS, Prometheus
+from ..accounting.test_metrics_prometheus import PROMETHEUS, scraping
 from ..helpers import wait_for
 from .test_hub_service import service_row
 
@@ -22,18 +21,6 @@ pytestmark = [
         reason="Prometheus is not installed: `make prometheus` (Debian's prometheus package)",
     ),
 ]
-
-
-def hub_scrape_config(hub, token_file) -> dict:
-    """The shipped example's hub job, scraping ``hub`` every second."""
-    config = yaml.safe_load(EXAMPLE.read_text())
-    config["global"]["scrape_interval"] = "1s"
-    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "jupyter-pause-hub"]
-    assert job["metrics_path"] == "/services/jupyter-pause/metrics"
-    job["authorization"]["credentials_file"] = str(token_file)
-    job["static_configs"] = [{"targets": [f"127.0.0.1:{hub.port}"]}]
-    config["scrape_configs"] = [job]
-    return config
 
 
 def test_prometheus_sees_every_users_server_paused_ones_too(hub_factory, tmp_path):
@@ -65,12 +52,10 @@ def test_prometheus_sees_every_users_server_paused_ones_too(hub_factory, tmp_pat
     code, body = hub.request("GET", f"{hub.service_url}metrics", token=token["token"])
     assert code == 403 and "jupyter_pause_hub" not in str(body)
 
-    token_file = tmp_path / "hub-token"
-    token_file.write_text(hub.token)
-    token_file.chmod(0o600)
-    prometheus = Prometheus(tmp_path / "prometheus", hub_scrape_config(hub, token_file))
-    try:
-        prometheus.start()
+    prometheus = scraping(tmp_path, "jupyter-pause-hub", hub.port, hub.token)
+    (job,) = prometheus.config["scrape_configs"]
+    assert job["metrics_path"] == "/services/jupyter-pause/metrics"
+    with prometheus:
         wait_for(
             lambda: (
                 prometheus.value('up{job="jupyter-pause-hub"}') == 1
@@ -94,8 +79,3 @@ def test_prometheus_sees_every_users_server_paused_ones_too(hub_factory, tmp_pat
         for expr in dashboard_exprs():
             if any(n.startswith("jupyter_pause_hub_") for n in metric_names(expr)):
                 assert prometheus.query(expr), f"no data for {expr}"
-    except AssertionError:
-        print(prometheus.log_tail())
-        raise
-    finally:
-        prometheus.stop()

@@ -139,6 +139,21 @@ def cli(cluster: Cluster, *argv: str, context: str = "user", capsys=None):
     return rc, out
 
 
+def gc_deleting_the_policy(cluster: Cluster, older_than: str, capsys) -> tuple[int, str]:
+    """``jupyter pause gc --older-than AGE --delete-policy notebooks``, as the platform
+    team runs it (context ``gc``)."""
+    return cli(
+        cluster,
+        "gc",
+        "--older-than",
+        older_than,
+        "--delete-policy",
+        "notebooks",
+        context="gc",
+        capsys=capsys,
+    )
+
+
 @pytest.fixture
 def sessions():
     from jupyter_pause.lifecycle import Session, State

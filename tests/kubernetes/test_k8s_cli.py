@@ -8,7 +8,7 @@ import json
 import shutil
 import threading
 
-from conftest import NAMESPACE, cli, main, pod_backend
+from conftest import NAMESPACE, cli, gc_deleting_the_policy, main, pod_backend
 from k8s_emulator import Scenario
 
 import jupyter_pause as jp
@@ -258,16 +258,7 @@ def test_gc_deletes_expired_snapshots_before_policies(
     )
 
     # --delete-policy is refused while a snapshot still uses the policy
-    rc, out = cli(
-        cluster,
-        "gc",
-        "--older-than",
-        "7d",
-        "--delete-policy",
-        "notebooks",
-        context="gc",
-        capsys=capsys,
-    )
+    rc, out = gc_deleting_the_policy(cluster, "7d", capsys)
     assert rc == 1
     assert f"  {old}" in out and "kept policy notebooks" in out
     assert cluster.emu.find("PodSnapshot", NAMESPACE, old) is None  # finalizer done: gone
@@ -278,16 +269,7 @@ def test_gc_deletes_expired_snapshots_before_policies(
     assert cluster.ctl.orphaned == [] and old not in cluster.ctl.bucket
 
     # once everything is expired the policy goes too, after its snapshots
-    rc, out = cli(
-        cluster,
-        "gc",
-        "--older-than",
-        "0s",
-        "--delete-policy",
-        "notebooks",
-        context="gc",
-        capsys=capsys,
-    )
+    rc, out = gc_deleting_the_policy(cluster, "0s", capsys)
     assert rc == 0, out
     assert cluster.emu.find("PodSnapshotPolicy", NAMESPACE, "notebooks") is None
     assert cluster.ctl.orphaned == [], "a policy deleted before its snapshots orphans their files"

@@ -12,7 +12,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import NAMESPACE, SESSION_REQUESTS, WORKSPACE, cli, pod_backend, ws_backend
+from conftest import (
+    NAMESPACE,
+    SESSION_REQUESTS,
+    WORKSPACE,
+    cli,
+    gc_deleting_the_policy,
+    pod_backend,
+    ws_backend,
+)
 from k8s_emulator import PRINCIPALS, WORKSPACE_SA, role_rules
 
 from jupyter_pause.backends.base import BackendError
@@ -79,16 +87,7 @@ def tour(cluster, sessions, shutdown_kernel, capsys):
     cluster.wait_for(lambda: cluster.pod_ready(), what="pod back after abort")
     asyncio.run(pod_backend(cluster).release(sessions, shutdown_kernel))
     # -- gc by the platform team: snapshots, then triggers, then the policy
-    rc, out = cli(
-        cluster,
-        "gc",
-        "--older-than",
-        "0s",
-        "--delete-policy",
-        "notebooks",
-        context="gc",
-        capsys=capsys,
-    )
+    rc, out = gc_deleting_the_policy(cluster, "0s", capsys)
     assert rc == 0, out
     # -- kubeflow-workspace: pause, status, resume, startup; then with the add-on
     cluster.add_workspace()

@@ -12,7 +12,15 @@ import asyncio
 import threading
 
 import pytest
-from conftest import FAST, NAMESPACE, WORKSPACE, cli, pod_backend, ws_backend
+from conftest import (
+    FAST,
+    NAMESPACE,
+    WORKSPACE,
+    cli,
+    gc_deleting_the_policy,
+    pod_backend,
+    ws_backend,
+)
 from k8s_emulator import WORKSPACE_SA, Scenario
 
 from jupyter_pause.backends.base import BackendError
@@ -409,16 +417,7 @@ def test_gc_suggests_deleting_by_policy_not_everything(
         "PodSnapshot", NAMESPACE, "gke-pod-snapshot-triggered-by=ws-myws-trigger"
     )
     assert addon
-    rc, out = cli(
-        cluster,
-        "gc",
-        "--older-than",
-        "1d",
-        "--delete-policy",
-        "notebooks",
-        context="gc",
-        capsys=capsys,
-    )
+    rc, out = gc_deleting_the_policy(cluster, "1d", capsys)
     assert rc == 1 and "--all" not in out and "gc --policy notebooks --older-than 0s" in out
     rc, out = cli(
         cluster, "gc", "--policy", "notebooks", "--older-than", "0s", context="gc", capsys=capsys

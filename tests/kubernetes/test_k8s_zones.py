@@ -9,7 +9,6 @@ disk pins the notebook to its zone; a regional one lets it come back in the othe
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 from pathlib import Path
 
@@ -18,7 +17,9 @@ from conftest import FAST, NAMESPACE, NodePool, Scenario, cli, pod_backend
 from k8s_emulator.volumes import CONFLICT, GKE_ZONE_LABEL, ZONE_LABEL, storage_class
 
 from jupyter_pause.client import LocalServer
+from tests.helpers import write_notebooks
 from tests.objectstores import Seaweed
+from tests.test_remote_store_server import CHECK, CODE, EXPECTED, NB  # the same, on pods
 
 REPO = Path(__file__).resolve().parents[2]
 ZONES = ("us-central1-a", "us-central1-b")
@@ -102,25 +103,17 @@ def test_a_regional_home_disk_lets_the_notebook_come_back_in_the_other_zone(
 
 
 # ------------------------------------------------------------------ with real servers
-NB = "demo.ipynb"
-CODE = "import numpy as np\nbig = np.arange(600_000, dtype=np.float64)\nn = 7\n"
-CHECK = "print([n, float(big.sum())])"
-EXPECTED = [7, float(sum(range(600_000)))]
 
 
 @pytest.fixture
-def pod_server(tmp_path):
+def pod_server(tmp_path, started):
     """``pod_server(cluster, store, url, node)``: a real Jupyter server as the process of
     the pod ``nb-0`` on ``node``, with the layout of docs/kubernetes.md: the notebooks and
     the server's state on the regional disk, the live state in the bucket, the cache on
     the node's disk, the user's key a Secret mounted in every pod."""
     regional = tmp_path / "regional-disk"  # the notebooks, sessions.json, the ledger
-    (regional / "notebooks").mkdir(parents=True)
-    nb = {"cells": [], "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-          "nbformat": 4, "nbformat_minor": 5}  # fmt: skip
-    (regional / "notebooks" / NB).write_text(json.dumps(nb))
+    write_notebooks(regional / "notebooks", NB)
     key = tmp_path / "secret"
-    servers = []
 
     def make(cluster, store, url: str, node: str) -> LocalServer:
         data = tmp_path / node / "data"  # the node's disk: the cache
@@ -147,7 +140,7 @@ def pod_server(tmp_path):
             checkpoints=url,
             extra_args=args,
         )
-        servers.append(server)
+        started.append(server)
         return server
 
     def keep_key(node: str) -> None:
@@ -155,9 +148,7 @@ def pod_server(tmp_path):
 
     make.keep_key = keep_key
     make.data = lambda node: tmp_path / node / "data"
-    yield make
-    for server in servers:
-        server.stop()
+    return make
 
 
 def test_a_resume_in_the_other_zone_restores_from_the_bucket_and_says_so(

@@ -61,6 +61,12 @@ def abort(
     state = status.state_of(client, found, name, owner)
     report = AbortReport(name, found, status.trigger_of(found, name, state))
     who = f" by {by}" if by else ""
+
+    def record(outcome_state: str, message: str) -> None:
+        """The owner's state annotation, and why."""
+        annotations = {A_STATE: outcome_state, A_MESSAGE: message}
+        status.patch_state(client, found, name, {"metadata": {"annotations": annotations}})
+
     if found == "Workspace":
         status.patch_state(
             client,
@@ -82,19 +88,10 @@ def abort(
         if time.monotonic() > deadline:
             # Frozen past the limit: the pod goes; its StatefulSet makes a new one,
             # which starts cold and restores the notebooks from their checkpoints.
-            status.patch_state(
-                client,
-                found,
-                name,
-                {
-                    "metadata": {
-                        "annotations": {
-                            A_STATE: "paused",
-                            A_MESSAGE: f"pause aborted{who}: the pod stayed frozen and was "
-                            "restarted; notebooks come back from their checkpoints",
-                        }
-                    }
-                },
+            record(
+                "paused",
+                f"pause aborted{who}: the pod stayed frozen and was restarted; "
+                "notebooks come back from their checkpoints",
             )
             with contextlib.suppress(NotFound):
                 client.delete_pod(report.pod)
@@ -107,19 +104,7 @@ def abort(
         except NotFound:
             report.outcome = "no-pod"
             return report
-    status.patch_state(
-        client,
-        found,
-        name,
-        {
-            "metadata": {
-                "annotations": {
-                    A_STATE: "failed",
-                    A_MESSAGE: f"pause aborted{who}; the pod keeps running",
-                }
-            }
-        },
-    )
+    record("failed", f"pause aborted{who}; the pod keeps running")
     report.outcome = "thawed"
     return report
 

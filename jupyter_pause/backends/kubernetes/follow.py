@@ -17,7 +17,7 @@ and every namespace's pods needs a ClusterRole (``deploy/rbac/node-follower.yaml
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from .client import Conflict, Forbidden, KubeClient, KubeError, NotFound
 from .common import (
@@ -55,13 +55,7 @@ class Followed:
     error: str = ""
 
     def to_json(self) -> dict[str, str]:
-        return {
-            "workspace": self.workspace,
-            "kind": self.kind,
-            "node": self.node,
-            "outcome": self.outcome,
-            "error": self.error,
-        }
+        return asdict(self)
 
 
 def _paused_states(client: KubeClient) -> list[tuple[str, str, dict]]:
