@@ -11,6 +11,12 @@ activity only, so this monitor subscribes to each kernel's IOPub and keeps:
   ``comm_msg`` from the frontend (a widget moved);
 * whether a user cell is running right now (``busy``).
 
+A SUB socket hears nothing published before its subscription joined the kernel's
+IOPub, and a cell sent at once might start unseen: the kernel websocket
+(server/wake.py) holds a request that runs code until the kernel's watch has heard
+its first message (:meth:`ActivityMonitor.joining`), which the websocket's own nudge
+brings.
+
 Listeners receive ``(path, kernel_id, event, info)`` with ``event`` one of
 ``"cell-started"``, ``"cell-finished"``, ``"comm"``.
 
@@ -22,6 +28,7 @@ and the ledger.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -42,6 +49,9 @@ class KernelActivity:
     running_cell: str | None = None  # parent msg_id of the user cell running now
     running_since: float | None = None  # monotonic clock
     stream: ZMQStream | None = None
+    #: set at the first IOPub message: the subscription has joined the kernel's IOPub (a
+    #: SUB socket hears nothing published before it joined, a cell's start included)
+    joined: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     def __post_init__(self) -> None:
         self.reset_clock()
@@ -82,6 +92,7 @@ class ActivityMonitor:
         session = kernel.session
 
         def on_recv(parts):
+            activity.joined.set()
             _, msg = session.feed_identities(parts)
             msg = session.deserialize(msg, content=True)
             self._on_message(activity, msg)
@@ -95,6 +106,14 @@ class ActivityMonitor:
         activity = self.kernels.pop(kernel_id, None)
         if activity and activity.stream is not None:
             activity.stream.close()
+
+    def joining(self, kernel_id: str) -> asyncio.Event | None:
+        """What to wait for before a request that runs code reaches ``kernel_id``: its
+        watch's first IOPub message, while it has heard none (else None, watched or not)."""
+        activity = self.kernels.get(kernel_id)
+        if activity is None or activity.joined.is_set():
+            return None
+        return activity.joined
 
     def for_path(self, path: str) -> KernelActivity | None:
         for activity in self.kernels.values():

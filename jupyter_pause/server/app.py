@@ -462,6 +462,7 @@ class PauseApp(ExtensionApp):
         )
         self.settings.update(
             jupyter_pause_manager=self.manager,
+            jupyter_pause_activity=self.parts.activity,
             jupyter_pause_catalogue=self.parts.catalogue,
             jupyter_pause_schedules=self.parts.schedules,
             jupyter_pause_reconciler=self.parts.reconciler,

@@ -9,6 +9,10 @@ order is kept. Should the kernel stay hibernated (not enough GPU memory free, th
 failed), each held request that runs code is answered with an error that says why, as
 the kernel would answer, and the kernel never sees it; the others go on.
 
+A request that runs code waits, for :data:`JOIN_WAIT` at most, until the server's watch
+of the kernel (server/activity.py) has heard its IOPub: a subscription that has not
+joined yet would miss the cell's start, and the autosave and the idle clock with it.
+
 While a stopping server saves its notebooks (server/shutdown.py), a request that runs
 code is refused the same way: a cell started then would be lost with the server anyway,
 and would make the save wait for it, past the grace, with all that was not saved yet.
@@ -17,6 +21,7 @@ and would make the save wait for it, past the grace, with all that was not saved
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -35,6 +40,8 @@ PASSES = frozenset(
     {"kernel_info_request", "is_complete_request", "history_request", "comm_info_request"}
 )
 V1 = "v1.kernel.websocket.jupyter.org"
+#: seconds a request that runs code waits for the kernel's watch to hear its IOPub
+JOIN_WAIT = 1.0
 #: what a cell sent while the server stops is told
 STOPPING = (
     "the server is stopping and saving this notebook's state; this cell was not run "
@@ -47,24 +54,42 @@ class WakingConnection(ZMQChannelsWebsocketConnection):
     request that runs code reaches it."""
 
     _held: list | None = None  # messages waiting for a wake, in order
+    _joined = False  # the kernel's watch heard its IOPub, or was waited for
 
     def handle_incoming_message(self, incoming_msg) -> None:
         if self._held is not None:
             self._held.append(incoming_msg)
             return
-        manager = self.websocket_handler.settings.get("jupyter_pause_manager")
-        if manager is not None and manager.stopping and self._runs_code(incoming_msg):
+        settings = self.websocket_handler.settings
+        manager = settings.get("jupyter_pause_manager")
+        if manager is None or not self._runs_code(incoming_msg):
+            super().handle_incoming_message(incoming_msg)
+        elif manager.stopping:
             self._refuse(incoming_msg, STOPPING, "ServerStopping")
-            return
-        if (
-            manager is not None
-            and manager.hibernated(self.kernel_id)
-            and self._runs_code(incoming_msg)
-        ):
+        elif not self._joined and (joining := self._joining(settings)) is not None:
+            self._held = [incoming_msg]
+            asyncio.ensure_future(self._join_then_send(joining))
+        elif manager.hibernated(self.kernel_id):
             self._held = [incoming_msg]
             asyncio.ensure_future(self._wake_then_send(manager))
-            return
-        super().handle_incoming_message(incoming_msg)
+        else:
+            super().handle_incoming_message(incoming_msg)
+
+    def _joining(self, settings) -> asyncio.Event | None:
+        activity = settings.get("jupyter_pause_activity")
+        joining = activity.joining(self.kernel_id) if activity is not None else None
+        self._joined = joining is None
+        return joining
+
+    async def _join_then_send(self, joining: asyncio.Event) -> None:
+        """Send what was held once the kernel's watch heard its IOPub, so that the cell's
+        start is seen; after :data:`JOIN_WAIT` it goes on, seen or not."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(joining.wait(), JOIN_WAIT)
+        self._joined = True
+        held, self._held = self._held or [], None
+        for message in held:  # in order: one may be held again, for a wake
+            self.handle_incoming_message(message)
 
     def _runs_code(self, message) -> bool:
         channel, header = self._peek(message)
