@@ -18,6 +18,7 @@ from jupyter_pause.ledger import EventType, LedgerEvent
 from jupyter_pause.lifecycle import State
 from jupyter_pause.server.autosave import Autosaver
 
+from .fakes import FakeClock
 from .helpers import (
     api,
     execute,
@@ -212,9 +213,9 @@ def test_staging_is_on_by_default_for_the_classes_that_pause_and_only_with_a_buc
         WorkloadClass.from_config("x", {"stage_every": 0})
 
 
-def saver_over(operations, session) -> Autosaver:
-    """An autosaver of ``nb.ipynb`` (``session``) every 0.01 s, whose monitor sees no cell
-    running, over ``operations``."""
+def saver_over(operations, session, clock: FakeClock) -> Autosaver:
+    """An autosaver of ``nb.ipynb`` (``session``) every 0.01 s of ``clock``, whose monitor
+    sees no cell running, over ``operations``."""
     policy = WorkloadClass.from_config("x", {"autosave_every": 0.01})
 
     async def workload_class(session):
@@ -227,6 +228,7 @@ def saver_over(operations, session) -> Autosaver:
         ledger=None,
         workload_class=workload_class,
         log=logging.getLogger("test"),
+        clock=clock,
     )
 
 
@@ -244,10 +246,11 @@ async def test_a_first_cell_that_starts_before_its_kernel_start_is_recorded_coun
             return "idle"
 
     session = SimpleNamespace(kernel_id="k1", busy=False, state=State.RUNNING)
-    saver = saver_over(Operations(), session)
+    clock = FakeClock()
+    saver = saver_over(Operations(), session, clock)
     saver.on_activity("nb.ipynb", "k1", "cell-started", {})
     saver.on_ledger(LedgerEvent(EventType.KERNEL_STARTED, time.time(), "nb.ipynb", "k1"))
-    await asyncio.sleep(0.05)
+    clock.advance(1)  # the cell ran for longer than the class's interval
     saver.on_activity("nb.ipynb", "k1", "cell-finished", {})
     await wait_until(lambda: saved, timeout=30, what="the autosave")
     assert saved == ["nb.ipynb"]
@@ -273,9 +276,10 @@ async def test_an_autosave_waits_out_jupyters_busy_state_once_the_monitor_saw_th
             return states.pop() if states else "idle"
 
     session = SimpleNamespace(kernel_id="k1", busy=False, state=State.RUNNING)
-    saver = saver_over(Operations(), session)
+    clock = FakeClock()
+    saver = saver_over(Operations(), session, clock)
     saver.on_activity("nb.ipynb", "k1", "cell-started", {})
-    await asyncio.sleep(0.05)
+    clock.advance(1)  # the cell ran for longer than the class's interval
     saver.on_activity("nb.ipynb", "k1", "cell-finished", {})
     await wait_until(lambda: saved, timeout=30, what="the autosave")
     assert saved == ["nb.ipynb"] and states == []

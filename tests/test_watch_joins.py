@@ -6,6 +6,7 @@ kernel (server/wake.py, server/activity.py)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 
@@ -63,11 +64,12 @@ async def test_a_cell_sent_before_the_watch_joined_the_kernels_iopub_is_seen(
     watch.stream.socket.setsockopt(zmq.SUBSCRIBE, b"")
     other = start_client(jp_serverapp, kernel_id)  # the websocket's requests wait their turn
     try:
-        joined = time.monotonic() + 60
+        deadline = time.monotonic() + 60
         while not watch.joined.is_set():  # the kernel speaks on IOPub at each request
-            assert time.monotonic() < joined, "the watch never heard the kernel"
-            other.kernel_info()
-            await asyncio.sleep(0.2)
+            assert time.monotonic() < deadline, "the watch never heard the kernel"
+            other.kernel_info()  # again, until one is published after the subscription
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(watch.joined.wait(), 1.0)
     finally:
         other.stop_channels()
     assert await reply_to(ws, cell, timeout=60) is not None
